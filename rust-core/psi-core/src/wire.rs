@@ -1,0 +1,210 @@
+//! The framing shared by every protocol message (docs/protocol/README.md).
+//!
+//! ```text
+//! offset size field
+//! 0      2    magic "PS" (0x50 0x53)
+//! 2      1    wire version (1)
+//! 3      1    protocol id (0x01 DH-PSI)
+//! 4      1    message type (per protocol)
+//! 5      4    body length, u32 big-endian
+//! 9      ...  body
+//! ```
+//!
+//! All integers are big-endian. A message is exactly `9 + body length` bytes:
+//! shorter input is `Truncated`, longer is `TrailingBytes`.
+
+use crate::error::DecodeError;
+
+/// The two magic bytes every message starts with.
+pub const MAGIC: [u8; 2] = *b"PS";
+/// The wire version this crate writes and accepts.
+pub const VERSION: u8 = 1;
+/// Size of the common header in bytes.
+pub const HEADER_LEN: usize = 9;
+/// Hard limit on any message body (1 GiB); protocols set tighter ones.
+pub const MAX_BODY_LEN: usize = 1 << 30;
+
+/// Protocol identifiers (byte 3 of the header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+#[non_exhaustive]
+pub enum ProtocolId {
+    /// DH-PSI over the RFC 9497 OPRF, ristretto255-SHA512.
+    DhPsi = 0x01,
+    /// OT-extension PSI (KKRT16 batched OPRF with Cuckoo hashing).
+    OtPsi = 0x02,
+}
+
+/// A parsed header and the body it frames.
+#[derive(Debug, Clone, Copy)]
+pub struct Frame<'a> {
+    pub message_type: u8,
+    pub body: &'a [u8],
+}
+
+/// Starts a message: writes the header with a placeholder length.
+pub(crate) fn begin(protocol: ProtocolId, message_type: u8, body_capacity: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_LEN + body_capacity);
+    out.extend_from_slice(&MAGIC);
+    out.push(VERSION);
+    out.push(protocol as u8);
+    out.push(message_type);
+    out.extend_from_slice(&[0; 4]);
+    out
+}
+
+/// Finishes a message started with [`begin`]: fills in the body length.
+pub(crate) fn finish(mut out: Vec<u8>) -> Vec<u8> {
+    let body_len = out.len() - HEADER_LEN;
+    assert!(body_len <= MAX_BODY_LEN, "encoder produced an oversized body");
+    out[5..9].copy_from_slice(&(body_len as u32).to_be_bytes());
+    out
+}
+
+/// Parses the header, checks magic, version, protocol and exact length.
+pub fn parse_frame(bytes: &[u8], protocol: ProtocolId) -> Result<Frame<'_>, DecodeError> {
+    if bytes.len() < HEADER_LEN {
+        return Err(DecodeError::Truncated { needed: HEADER_LEN, available: bytes.len() });
+    }
+    if bytes[0..2] != MAGIC {
+        return Err(DecodeError::BadMagic);
+    }
+    if bytes[2] != VERSION {
+        return Err(DecodeError::UnsupportedVersion(bytes[2]));
+    }
+    if bytes[3] != protocol as u8 {
+        return Err(DecodeError::WrongProtocol { expected: protocol as u8, found: bytes[3] });
+    }
+    let body_len = u32::from_be_bytes([bytes[5], bytes[6], bytes[7], bytes[8]]) as usize;
+    if body_len > MAX_BODY_LEN {
+        return Err(DecodeError::LimitExceeded {
+            what: "body length",
+            value: body_len as u64,
+            limit: MAX_BODY_LEN as u64,
+        });
+    }
+    let total = HEADER_LEN + body_len;
+    if bytes.len() < total {
+        return Err(DecodeError::Truncated { needed: total, available: bytes.len() });
+    }
+    if bytes.len() > total {
+        return Err(DecodeError::TrailingBytes { extra: bytes.len() - total });
+    }
+    Ok(Frame { message_type: bytes[4], body: &bytes[HEADER_LEN..] })
+}
+
+/// A bounds-checked cursor over a message body.
+pub(crate) struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub(crate) fn new(buf: &'a [u8]) -> Self {
+        Self { buf, pos: 0 }
+    }
+
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len()).ok_or(
+            DecodeError::Truncated {
+                needed: HEADER_LEN.saturating_add(self.pos).saturating_add(n),
+                available: HEADER_LEN + self.buf.len(),
+            },
+        )?;
+        let s = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+
+    pub(crate) fn u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.take(1)?[0])
+    }
+
+    pub(crate) fn u32(&mut self) -> Result<u32, DecodeError> {
+        let b = self.take(4)?;
+        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    pub(crate) fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    /// Errors unless every byte was consumed.
+    pub(crate) fn end(self) -> Result<(), DecodeError> {
+        match self.remaining() {
+            0 => Ok(()),
+            extra => Err(DecodeError::TrailingBytes { extra }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(body: &[u8]) -> Vec<u8> {
+        let mut m = begin(ProtocolId::DhPsi, 7, body.len());
+        m.extend_from_slice(body);
+        finish(m)
+    }
+
+    #[test]
+    fn frame_round_trip() {
+        let m = msg(b"hello");
+        assert_eq!(&m[..5], &[b'P', b'S', 1, 1, 7]);
+        assert_eq!(&m[5..9], &[0, 0, 0, 5]);
+        let f = parse_frame(&m, ProtocolId::DhPsi).unwrap();
+        assert_eq!(f.message_type, 7);
+        assert_eq!(f.body, b"hello");
+    }
+
+    #[test]
+    fn frame_errors() {
+        let m = msg(b"hello");
+        assert!(matches!(
+            parse_frame(&m[..4], ProtocolId::DhPsi),
+            Err(DecodeError::Truncated { needed: 9, available: 4 })
+        ));
+        assert!(matches!(
+            parse_frame(&m[..12], ProtocolId::DhPsi),
+            Err(DecodeError::Truncated { needed: 14, available: 12 })
+        ));
+        let mut long = m.clone();
+        long.push(0);
+        assert_eq!(
+            parse_frame(&long, ProtocolId::DhPsi).unwrap_err(),
+            DecodeError::TrailingBytes { extra: 1 }
+        );
+        let mut bad = m.clone();
+        bad[0] = b'X';
+        assert_eq!(parse_frame(&bad, ProtocolId::DhPsi).unwrap_err(), DecodeError::BadMagic);
+        let mut bad = m.clone();
+        bad[2] = 9;
+        assert_eq!(
+            parse_frame(&bad, ProtocolId::DhPsi).unwrap_err(),
+            DecodeError::UnsupportedVersion(9)
+        );
+        let mut bad = m.clone();
+        bad[3] = 0x02;
+        assert!(matches!(
+            parse_frame(&bad, ProtocolId::DhPsi),
+            Err(DecodeError::WrongProtocol { .. })
+        ));
+        let mut bad = m;
+        bad[5..9].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(matches!(
+            parse_frame(&bad, ProtocolId::DhPsi),
+            Err(DecodeError::LimitExceeded { .. })
+        ));
+    }
+
+    #[test]
+    fn reader_bounds() {
+        let mut r = Reader::new(&[1, 0, 0, 0, 2]);
+        assert_eq!(r.u8().unwrap(), 1);
+        assert_eq!(r.u32().unwrap(), 2);
+        assert!(r.u8().is_err());
+        let r = Reader::new(&[1]);
+        assert_eq!(r.end().unwrap_err(), DecodeError::TrailingBytes { extra: 1 });
+    }
+}
