@@ -8,6 +8,7 @@ use thiserror::Error;
 /// Why a byte string could not be decoded as a protocol message.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
+#[allow(missing_docs)] // variant fields are named for what they hold
 pub enum DecodeError {
     /// Fewer bytes than the header or a declared length needs.
     #[error("message truncated: needed {needed} bytes, had {available}")]
@@ -47,6 +48,7 @@ pub enum DecodeError {
 /// Errors of the protocol state machines and the primitives under them.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
+#[allow(missing_docs)] // variant fields are named for what they hold
 pub enum Error {
     /// A peer's message could not be decoded.
     #[error("decode error: {0}")]

@@ -15,7 +15,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod dh;
 pub mod error;
+pub mod golomb;
 pub mod items;
 /// OT-extension PSI (KKRT16 batched OPRF with Cuckoo hashing); see `docs/protocol/ot-psi.md`.
 pub mod ot;

@@ -38,7 +38,9 @@ pub enum ProtocolId {
 /// A parsed header and the body it frames.
 #[derive(Debug, Clone, Copy)]
 pub struct Frame<'a> {
+    /// Header byte 4.
     pub message_type: u8,
+    /// The body, exactly as long as the header said.
     pub body: &'a [u8],
 }
 
