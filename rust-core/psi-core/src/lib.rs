@@ -19,8 +19,6 @@ pub mod dh;
 pub mod error;
 pub mod golomb;
 pub mod items;
-/// OT-extension PSI (KKRT16 batched OPRF with Cuckoo hashing); see `docs/protocol/ot-psi.md`.
-pub mod ot;
 pub mod oprf;
 pub mod parallel;
 pub mod wire;
