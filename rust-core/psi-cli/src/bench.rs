@@ -9,7 +9,9 @@ use std::time::Duration;
 
 /// Items shaped like normalized phone numbers: `prefix` keeps sets disjoint.
 fn items(prefix: &str, range: std::ops::Range<usize>) -> Vec<Vec<u8>> {
-    range.map(|i| format!("+{prefix}{i:010}").into_bytes()).collect()
+    range
+        .map(|i| format!("+{prefix}{i:010}").into_bytes())
+        .collect()
 }
 
 /// Client and server sets of the given sizes sharing `overlap` items.
@@ -46,7 +48,9 @@ struct UnitCosts {
 
 fn unit_costs() -> Result<UnitCosts, String> {
     let mut rng = os_rng()?;
-    let points: Vec<RistrettoPoint> = (0..2000).map(|_| RistrettoPoint::random(&mut rng)).collect();
+    let points: Vec<RistrettoPoint> = (0..2000)
+        .map(|_| RistrettoPoint::random(&mut rng))
+        .collect();
     let encoded: Vec<_> = points.iter().map(|p| p.compress()).collect();
     let inputs = items("9", 0..2000);
     let s = Scalar::random(&mut rng);
@@ -58,8 +62,16 @@ fn unit_costs() -> Result<UnitCosts, String> {
 }
 
 pub fn run(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
-    let balanced: &[usize] = if quick { &[1 << 8, 1 << 10] } else { &[1 << 10, 1 << 12, 1 << 16] };
-    let unbalanced: &[usize] = if quick { &[10_000] } else { &[10_000, 100_000, 1_000_000] };
+    let balanced: &[usize] = if quick {
+        &[1 << 8, 1 << 10]
+    } else {
+        &[1 << 10, 1 << 12, 1 << 16]
+    };
+    let unbalanced: &[usize] = if quick {
+        &[10_000]
+    } else {
+        &[10_000, 100_000, 1_000_000]
+    };
     let costs = unit_costs()?;
     let mult = costs.mult;
     println!("# psi bench: DH-PSI (RFC 9497 OPRF, ristretto255-SHA512)");
@@ -70,12 +82,22 @@ pub fn run(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
         costs.hash_to_group.as_secs_f64() * 1e6,
         costs.decode.as_secs_f64() * 1e6,
     );
-    println!("Scalar multiplications per run: 2 n_c (client blind + unblind) + n_c (server evaluate) + n_s (server set).");
-    println!("Full floor adds what the RFC also mandates: HashToGroup on n_c + n_s items and decoding 2 n_c received elements.");
-    println!("Balanced runs share half their items; unbalanced runs share 100 of the client's 1,000.");
+    println!(
+        "Scalar multiplications per run: 2 n_c (client blind + unblind) + n_c (server evaluate) + n_s (server set)."
+    );
+    println!(
+        "Full floor adds what the RFC also mandates: HashToGroup on n_c + n_s items and decoding 2 n_c received elements."
+    );
+    println!(
+        "Balanced runs share half their items; unbalanced runs share 100 of the client's 1,000."
+    );
     println!();
-    println!("| n_c | n_s | threads | server encode set ms | client blind ms | server evaluate ms | client finalize ms | client match ms | total CPU s | mults x cost s | CPU / bound | full floor s | CPU / floor | bytes c->s | bytes s->c | spec bytes | bytes / spec | peak RSS MB |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| n_c | n_s | threads | server encode set ms | client blind ms | server evaluate ms | client finalize ms | client match ms | total CPU s | mults x cost s | CPU / bound | full floor s | CPU / floor | bytes c->s | bytes s->c | spec bytes | bytes / spec | peak RSS MB |"
+    );
+    println!(
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     let mut cases: Vec<(usize, usize, usize)> = balanced.iter().map(|&n| (n, n, n / 2)).collect();
     cases.extend(unbalanced.iter().map(|&n| (1000, n, 100)));
     for &(n_c, n_s, overlap) in &cases {
@@ -83,14 +105,16 @@ pub fn run(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
         for &t in thread_counts {
             let r = run_dh(&client, &server, t)?;
             if r.output.matches.len() != overlap {
-                return Err(format!("wrong result: {} matches, expected {overlap}", r.output.matches.len()));
+                return Err(format!(
+                    "wrong result: {} matches, expected {overlap}",
+                    r.output.matches.len()
+                ));
             }
             let cpu = r.encode.cpu + r.blind.cpu + r.evaluate.cpu + r.finalize.cpu + r.matching.cpu;
             let mults = 3 * n_c as u64 + n_s as u64;
             let bound = mult * mults as u32;
-            let floor = bound
-                + costs.hash_to_group * (n_c + n_s) as u32
-                + costs.decode * (2 * n_c) as u32;
+            let floor =
+                bound + costs.hash_to_group * (n_c + n_s) as u32 + costs.decode * (2 * n_c) as u32;
             let spec = sizes::query(n_c as u64)
                 + sizes::evaluation(n_c as u64)
                 + sizes::encoded_set(n_s as u64, r.truncation_bits);
@@ -119,8 +143,12 @@ pub fn run(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
         }
     }
     println!();
-    println!("Columns: times are wall-clock per phase; total CPU is user+system time of all phases on all threads;");
-    println!("spec bytes is docs/protocol/dh-psi.md's formula (17 + 32 n_c each way, 27 + expected Golomb-Rice size of the set);");
+    println!(
+        "Columns: times are wall-clock per phase; total CPU is user+system time of all phases on all threads;"
+    );
+    println!(
+        "spec bytes is docs/protocol/dh-psi.md's formula (17 + 32 n_c each way, 27 + expected Golomb-Rice size of the set);"
+    );
     println!("peak RSS is the process high-water mark so far (it only grows down the table).");
     Ok(())
 }

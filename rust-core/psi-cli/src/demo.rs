@@ -43,13 +43,22 @@ fn registry(contacts: &[(&str, &str)], size: usize) -> Vec<Vec<u8>> {
 pub fn run(protocol: Protocol, registry_size: usize, threads: Option<usize>) -> Result<(), String> {
     let threads = threads.unwrap_or_else(|| psi_core::Threads::available().get());
     let contacts = sample_contacts();
-    let client: Vec<Vec<u8>> = contacts.iter().map(|(_, id)| id.as_bytes().to_vec()).collect();
+    let client: Vec<Vec<u8>> = contacts
+        .iter()
+        .map(|(_, id)| id.as_bytes().to_vec())
+        .collect();
     let server = registry(&contacts, registry_size);
-    let expected = contacts.iter().step_by(OVERLAP_EVERY).take(registry_size).count();
+    let expected = contacts
+        .iter()
+        .step_by(OVERLAP_EVERY)
+        .take(registry_size)
+        .count();
 
     match protocol {
         Protocol::Dh => {
-            println!("psi demo: DH-PSI (RFC 9497 OPRF, ristretto255-SHA512), {threads} thread(s) per side");
+            println!(
+                "psi demo: DH-PSI (RFC 9497 OPRF, ristretto255-SHA512), {threads} thread(s) per side"
+            );
             println!(
                 "  client: {} contacts (embedded sample)   server: {} registry entries (generated)",
                 thousands(client.len() as u64),
@@ -66,8 +75,14 @@ pub fn run(protocol: Protocol, registry_size: usize, threads: Option<usize>) -> 
             ] {
                 println!("  {name:<45} {:>8} {:>9}", ms(t.wall), ms(t.cpu));
             }
-            println!("\n  bytes client -> server: {:>10}  (query)", thousands(r.query_bytes as u64));
-            println!("  bytes server -> client: {:>10}  (evaluation)", thousands(r.evaluation_bytes as u64));
+            println!(
+                "\n  bytes client -> server: {:>10}  (query)",
+                thousands(r.query_bytes as u64)
+            );
+            println!(
+                "  bytes server -> client: {:>10}  (evaluation)",
+                thousands(r.evaluation_bytes as u64)
+            );
             println!(
                 "                          {:>10}  (encoded registry, {}-bit values, {:.2} bytes/entry; cacheable per key epoch)",
                 thousands(r.set_bytes as u64),

@@ -14,7 +14,11 @@ use clap::{Parser, Subcommand, ValueEnum};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "psi", version, about = "Private contact discovery (private set intersection)")]
+#[command(
+    name = "psi",
+    version,
+    about = "Private contact discovery (private set intersection)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -55,9 +59,11 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Demo { protocol, registry_size, threads } => {
-            demo::run(protocol, registry_size, threads)
-        }
+        Command::Demo {
+            protocol,
+            registry_size,
+            threads,
+        } => demo::run(protocol, registry_size, threads),
         Command::Bench { quick, threads } => bench::run(quick, &threads),
     };
     match result {

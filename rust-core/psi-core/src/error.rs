@@ -30,10 +30,18 @@ pub enum DecodeError {
     UnknownMessageType(u8),
     /// A count or size field is above the hard limit.
     #[error("{what} is {value}, above the limit {limit}")]
-    LimitExceeded { what: &'static str, value: u64, limit: u64 },
+    LimitExceeded {
+        what: &'static str,
+        value: u64,
+        limit: u64,
+    },
     /// The declared body length disagrees with the fields inside it.
     #[error("length mismatch in {what}: declared {declared}, fields need {actual}")]
-    LengthMismatch { what: &'static str, declared: u64, actual: u64 },
+    LengthMismatch {
+        what: &'static str,
+        declared: u64,
+        actual: u64,
+    },
     /// A group element is not a canonical ristretto255 encoding, or is the identity.
     #[error("element {index} is not a valid ristretto255 element")]
     InvalidElement { index: usize },
@@ -64,13 +72,21 @@ pub enum Error {
     CountMismatch { expected: u64, found: u64 },
     /// A local input is too large for the protocol limits.
     #[error("{what}: {value} exceeds the limit {limit}")]
-    InputTooLarge { what: &'static str, value: u64, limit: u64 },
+    InputTooLarge {
+        what: &'static str,
+        value: u64,
+        limit: u64,
+    },
     /// The encoded set is too weak for this client's set size: the false-match
     /// bound 2^-40 would not hold.
     #[error(
         "encoded set truncates to {bits} bits, but {needed} are needed for {client_items} client items"
     )]
-    TruncationTooShort { bits: u8, needed: u8, client_items: u64 },
+    TruncationTooShort {
+        bits: u8,
+        needed: u8,
+        client_items: u64,
+    },
     /// A run needs both the server's evaluation and its encoded set before it can finish.
     #[error("not finished: still waiting for {0}")]
     Incomplete(&'static str),
@@ -83,6 +99,10 @@ pub enum Error {
     /// The worker thread pool could not be created.
     #[error("could not start worker threads: {0}")]
     ThreadPool(String),
+    /// OT-PSI: the client's items could not be placed in the Cuckoo table (probability
+    /// at most 2^-40 with the default table size; a retry uses fresh hash functions).
+    #[error("cuckoo hashing failed to place {items} items in {bins} bins")]
+    CuckooFailed { items: u64, bins: u64 },
 }
 
 /// Result with this crate's [`Error`].

@@ -26,7 +26,11 @@ struct BitWriter {
 
 impl BitWriter {
     fn with_capacity(bytes: usize) -> Self {
-        BitWriter { out: Vec::with_capacity(bytes), acc: 0, nbits: 0 }
+        BitWriter {
+            out: Vec::with_capacity(bytes),
+            acc: 0,
+            nbits: 0,
+        }
     }
 
     /// Appends the low `n <= 32` bits of `value`.
@@ -80,7 +84,11 @@ struct BitReader<'a> {
 
 impl<'a> BitReader<'a> {
     fn new(data: &'a [u8]) -> Self {
-        BitReader { data, pos: 0, total: data.len() * 8 }
+        BitReader {
+            data,
+            pos: 0,
+            total: data.len() * 8,
+        }
     }
 
     /// The next 64 bits, zero-padded past the end.
@@ -91,8 +99,14 @@ impl<'a> BitReader<'a> {
         let mut buf = [0u8; 9];
         let avail = self.data.len().saturating_sub(i).min(9);
         buf[..avail].copy_from_slice(&self.data[i..i + avail]);
-        let hi = u64::from_be_bytes([buf[0], buf[1], buf[2], buf[3], buf[4], buf[5], buf[6], buf[7]]);
-        if s == 0 { hi } else { (hi << s) | (u64::from(buf[8]) >> (8 - s)) }
+        let hi = u64::from_be_bytes([
+            buf[0], buf[1], buf[2], buf[3], buf[4], buf[5], buf[6], buf[7],
+        ]);
+        if s == 0 {
+            hi
+        } else {
+            (hi << s) | (u64::from(buf[8]) >> (8 - s))
+        }
     }
 
     fn remaining(&self) -> usize {
@@ -168,7 +182,9 @@ pub fn best_rice_bits(sorted: &[u128], l: u8) -> u8 {
     let mean_log = i64::from(l) - (128 - i64::from((n).leading_zeros()));
     let lo = (mean_log - 3).clamp(0, i64::from(l)) as u32;
     let hi = (mean_log + 2).clamp(0, i64::from(l.min(MAX_RICE_BITS))) as u32;
-    (lo..=hi).min_by_key(|&k| coded_bits(sorted, k)).unwrap_or(0) as u8
+    (lo..=hi)
+        .min_by_key(|&k| coded_bits(sorted, k))
+        .unwrap_or(0) as u8
 }
 
 /// Codes `sorted` (ascending, each below `2^l`) with Rice parameter
@@ -206,7 +222,13 @@ impl<'a> Decoder<'a> {
     /// before getting here).
     pub fn new(data: &'a [u8], count: u64, l: u8, k: u8) -> Self {
         let k = u32::from(k.min(MAX_RICE_BITS));
-        Decoder { reader: BitReader::new(data), left: count, prev: 0, l, k }
+        Decoder {
+            reader: BitReader::new(data),
+            left: count,
+            prev: 0,
+            l,
+            k,
+        }
     }
 
     /// The next value, `Ok(None)` after the last one (once the padding checked out).
@@ -224,7 +246,10 @@ impl<'a> Decoder<'a> {
             .checked_mul(1u128 << self.k)
             .and_then(|x| x.checked_add(r))
             .ok_or(DecodeError::MalformedSet("value out of range"))?;
-        let v = self.prev.checked_add(d).ok_or(DecodeError::MalformedSet("value out of range"))?;
+        let v = self
+            .prev
+            .checked_add(d)
+            .ok_or(DecodeError::MalformedSet("value out of range"))?;
         if self.l < 128 && v >> self.l != 0 {
             return Err(DecodeError::MalformedSet("value out of range"));
         }
@@ -252,7 +277,9 @@ mod tests {
         values.sort_unstable();
         let k = best_rice_bits(&values, l);
         let data = encode(&values, l, k);
-        let got = Decoder::new(&data, values.len() as u64, l, k).collect_all().unwrap();
+        let got = Decoder::new(&data, values.len() as u64, l, k)
+            .collect_all()
+            .unwrap();
         assert_eq!(got, values);
         // Every other k decodes too.
         for k in [0u8, l / 2, l.min(MAX_RICE_BITS)] {
@@ -260,7 +287,12 @@ mod tests {
                 continue; // a hopeless k for these values: unary parts would be huge
             }
             let data = encode(&values, l, k);
-            assert_eq!(Decoder::new(&data, values.len() as u64, l, k).collect_all().unwrap(), values);
+            assert_eq!(
+                Decoder::new(&data, values.len() as u64, l, k)
+                    .collect_all()
+                    .unwrap(),
+                values
+            );
         }
     }
 
@@ -316,7 +348,10 @@ mod tests {
         assert!(Decoder::new(&data, 3, 8, 2).collect_all().is_err());
         // Too many: the count is authoritative, so the padding may read as a value, but
         // never as the original list.
-        assert_ne!(Decoder::new(&data, 5, 8, 2).collect_all().ok(), Some(values.clone()));
+        assert_ne!(
+            Decoder::new(&data, 5, 8, 2).collect_all().ok(),
+            Some(values.clone())
+        );
         assert!(Decoder::new(&data, 50, 8, 2).collect_all().is_err());
         // Non-zero padding.
         let mut bad = data.clone();

@@ -42,7 +42,10 @@ const CHUNK: usize = 256;
 pub fn expand_message_xmd(msg: &[&[u8]], dst: &[u8], len: usize) -> Vec<u8> {
     assert!(dst.len() <= 255, "DST longer than 255 bytes");
     let ell = len.div_ceil(64);
-    assert!(ell <= 255 && len <= 65535, "expand_message_xmd output too long");
+    assert!(
+        ell <= 255 && len <= 65535,
+        "expand_message_xmd output too long"
+    );
     let dst_len = [dst.len() as u8];
     // b_0 = H(Z_pad || msg || I2OSP(len, 2) || I2OSP(0, 1) || DST_prime)
     let mut h = Sha512::new();
@@ -345,7 +348,10 @@ mod tests {
         for i in 0..inputs.len() {
             assert_eq!(blinded[i], blind(&inputs[i], &blinds[i]).unwrap());
             assert_eq!(evaluated[i], blind_evaluate(&key, &blinded[i]).unwrap());
-            assert_eq!(outputs[i], finalize(&inputs[i], &blinds[i], &evaluated[i]).unwrap());
+            assert_eq!(
+                outputs[i],
+                finalize(&inputs[i], &blinds[i], &evaluated[i]).unwrap()
+            );
             assert_eq!(outputs[i], evaluate(&key, &inputs[i]));
             assert_eq!(direct[i], outputs[i]);
         }

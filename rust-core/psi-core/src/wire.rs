@@ -58,7 +58,10 @@ pub(crate) fn begin(protocol: ProtocolId, message_type: u8, body_capacity: usize
 /// Finishes a message started with [`begin`]: fills in the body length.
 pub(crate) fn finish(mut out: Vec<u8>) -> Vec<u8> {
     let body_len = out.len() - HEADER_LEN;
-    assert!(body_len <= MAX_BODY_LEN, "encoder produced an oversized body");
+    assert!(
+        body_len <= MAX_BODY_LEN,
+        "encoder produced an oversized body"
+    );
     out[5..9].copy_from_slice(&(body_len as u32).to_be_bytes());
     out
 }
@@ -66,7 +69,10 @@ pub(crate) fn finish(mut out: Vec<u8>) -> Vec<u8> {
 /// Parses the header, checks magic, version, protocol and exact length.
 pub fn parse_frame(bytes: &[u8], protocol: ProtocolId) -> Result<Frame<'_>, DecodeError> {
     if bytes.len() < HEADER_LEN {
-        return Err(DecodeError::Truncated { needed: HEADER_LEN, available: bytes.len() });
+        return Err(DecodeError::Truncated {
+            needed: HEADER_LEN,
+            available: bytes.len(),
+        });
     }
     if bytes[0..2] != MAGIC {
         return Err(DecodeError::BadMagic);
@@ -75,7 +81,10 @@ pub fn parse_frame(bytes: &[u8], protocol: ProtocolId) -> Result<Frame<'_>, Deco
         return Err(DecodeError::UnsupportedVersion(bytes[2]));
     }
     if bytes[3] != protocol as u8 {
-        return Err(DecodeError::WrongProtocol { expected: protocol as u8, found: bytes[3] });
+        return Err(DecodeError::WrongProtocol {
+            expected: protocol as u8,
+            found: bytes[3],
+        });
     }
     let body_len = u32::from_be_bytes([bytes[5], bytes[6], bytes[7], bytes[8]]) as usize;
     if body_len > MAX_BODY_LEN {
@@ -87,12 +96,20 @@ pub fn parse_frame(bytes: &[u8], protocol: ProtocolId) -> Result<Frame<'_>, Deco
     }
     let total = HEADER_LEN + body_len;
     if bytes.len() < total {
-        return Err(DecodeError::Truncated { needed: total, available: bytes.len() });
+        return Err(DecodeError::Truncated {
+            needed: total,
+            available: bytes.len(),
+        });
     }
     if bytes.len() > total {
-        return Err(DecodeError::TrailingBytes { extra: bytes.len() - total });
+        return Err(DecodeError::TrailingBytes {
+            extra: bytes.len() - total,
+        });
     }
-    Ok(Frame { message_type: bytes[4], body: &bytes[HEADER_LEN..] })
+    Ok(Frame {
+        message_type: bytes[4],
+        body: &bytes[HEADER_LEN..],
+    })
 }
 
 /// A bounds-checked cursor over a message body.
@@ -107,12 +124,14 @@ impl<'a> Reader<'a> {
     }
 
     pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len()).ok_or(
-            DecodeError::Truncated {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.buf.len())
+            .ok_or(DecodeError::Truncated {
                 needed: HEADER_LEN.saturating_add(self.pos).saturating_add(n),
                 available: HEADER_LEN + self.buf.len(),
-            },
-        )?;
+            })?;
         let s = &self.buf[self.pos..end];
         self.pos = end;
         Ok(s)
@@ -165,11 +184,17 @@ mod tests {
         let m = msg(b"hello");
         assert!(matches!(
             parse_frame(&m[..4], ProtocolId::DhPsi),
-            Err(DecodeError::Truncated { needed: 9, available: 4 })
+            Err(DecodeError::Truncated {
+                needed: 9,
+                available: 4
+            })
         ));
         assert!(matches!(
             parse_frame(&m[..12], ProtocolId::DhPsi),
-            Err(DecodeError::Truncated { needed: 14, available: 12 })
+            Err(DecodeError::Truncated {
+                needed: 14,
+                available: 12
+            })
         ));
         let mut long = m.clone();
         long.push(0);
@@ -179,7 +204,10 @@ mod tests {
         );
         let mut bad = m.clone();
         bad[0] = b'X';
-        assert_eq!(parse_frame(&bad, ProtocolId::DhPsi).unwrap_err(), DecodeError::BadMagic);
+        assert_eq!(
+            parse_frame(&bad, ProtocolId::DhPsi).unwrap_err(),
+            DecodeError::BadMagic
+        );
         let mut bad = m.clone();
         bad[2] = 9;
         assert_eq!(
@@ -207,6 +235,9 @@ mod tests {
         assert_eq!(r.u32().unwrap(), 2);
         assert!(r.u8().is_err());
         let r = Reader::new(&[1]);
-        assert_eq!(r.end().unwrap_err(), DecodeError::TrailingBytes { extra: 1 });
+        assert_eq!(
+            r.end().unwrap_err(),
+            DecodeError::TrailingBytes { extra: 1 }
+        );
     }
 }

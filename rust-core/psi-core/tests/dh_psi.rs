@@ -9,7 +9,11 @@ use std::collections::HashSet;
 
 fn server(seed: u64, max_client: usize, threads: usize) -> DhServer {
     let mut rng = ChaCha20Rng::seed_from_u64(seed);
-    DhServer::new(ServerKey::random(1, &mut rng), max_client, Threads::new(threads))
+    DhServer::new(
+        ServerKey::random(1, &mut rng),
+        max_client,
+        Threads::new(threads),
+    )
 }
 
 /// Runs the protocol and returns the matched original indices.
@@ -18,9 +22,13 @@ fn run(client: &[Vec<u8>], server_items: &[Vec<u8>], threads: usize, seed: u64) 
     let set = srv.encode_set(&ItemSet::new(server_items)).unwrap();
     let set_bytes = set.to_bytes();
     let mut rng = ChaCha20Rng::seed_from_u64(seed ^ 0xc11e);
-    let (mut c, query) =
-        DhClient::start(ItemSet::new(client), srv.epoch(), Threads::new(threads), &mut rng)
-            .unwrap();
+    let (mut c, query) = DhClient::start(
+        ItemSet::new(client),
+        srv.epoch(),
+        Threads::new(threads),
+        &mut rng,
+    )
+    .unwrap();
     let evaluation = srv.handle_query(&query).unwrap();
     // The encoded set may arrive before or after the evaluation.
     if seed % 2 == 0 {
@@ -33,17 +41,22 @@ fn run(client: &[Vec<u8>], server_items: &[Vec<u8>], threads: usize, seed: u64) 
     assert!(c.is_ready());
     let out = c.finish().unwrap();
     assert_eq!(out.server_items as usize, ItemSet::new(server_items).len());
-    out.matches.iter().map(|m| {
-        assert_eq!(m.item, client[m.index]);
-        m.index
-    }).collect()
+    out.matches
+        .iter()
+        .map(|m| {
+            assert_eq!(m.item, client[m.index]);
+            m.index
+        })
+        .collect()
 }
 
 /// The plain intersection: first index of each client item that the server holds.
 fn expected(client: &[Vec<u8>], server_items: &[Vec<u8>]) -> Vec<usize> {
     let s: HashSet<&Vec<u8>> = server_items.iter().collect();
     let mut seen = HashSet::new();
-    (0..client.len()).filter(|&i| seen.insert(&client[i]) && s.contains(&client[i])).collect()
+    (0..client.len())
+        .filter(|&i| seen.insert(&client[i]) && s.contains(&client[i]))
+        .collect()
 }
 
 fn items(prefix: &str, range: std::ops::Range<usize>) -> Vec<Vec<u8>> {
@@ -93,17 +106,23 @@ fn edge_cases() {
     // Empty string, long, non-ASCII and binary items; duplicates in the client list.
     let client: Vec<Vec<u8>> = vec![
         b"".to_vec(),
-        "Zoë Ünïcødé +33 6 12 34 56 78 \u{1F600}".as_bytes().to_vec(),
+        "Zoë Ünïcødé +33 6 12 34 56 78 \u{1F600}"
+            .as_bytes()
+            .to_vec(),
         vec![0xff; 65535],
         vec![0, 1, 2, 0],
         b"".to_vec(),
         b"not there".to_vec(),
-        "Zoë Ünïcødé +33 6 12 34 56 78 \u{1F600}".as_bytes().to_vec(),
+        "Zoë Ünïcødé +33 6 12 34 56 78 \u{1F600}"
+            .as_bytes()
+            .to_vec(),
     ];
     let server_items: Vec<Vec<u8>> = vec![
         vec![0xff; 65535],
         b"".to_vec(),
-        "Zoë Ünïcødé +33 6 12 34 56 78 \u{1F600}".as_bytes().to_vec(),
+        "Zoë Ünïcødé +33 6 12 34 56 78 \u{1F600}"
+            .as_bytes()
+            .to_vec(),
         vec![0, 1, 2, 0],
         vec![0xff; 65534],
     ];
@@ -114,8 +133,8 @@ fn edge_cases() {
 #[test]
 fn items_too_long_are_rejected() {
     let mut rng = ChaCha20Rng::seed_from_u64(9);
-    let err = DhClient::start(ItemSet::new([vec![0u8; 65536]]), 1, Threads::ONE, &mut rng)
-        .unwrap_err();
+    let err =
+        DhClient::start(ItemSet::new([vec![0u8; 65536]]), 1, Threads::ONE, &mut rng).unwrap_err();
     assert!(matches!(err, Error::InputTooLarge { .. }));
     let srv = server(1, 10, 1);
     assert!(matches!(
@@ -130,11 +149,15 @@ fn cached_set_is_reused_and_epochs_are_checked() {
     let key = ServerKey::random(7, &mut rng);
     let srv = DhServer::new(key.clone(), 100, Threads::ONE);
     let registry = items("r", 0..500);
-    let cached = EncodedSet::from_bytes(&srv.encode_set(&ItemSet::new(&registry)).unwrap().to_bytes())
-        .unwrap();
+    let cached =
+        EncodedSet::from_bytes(&srv.encode_set(&ItemSet::new(&registry)).unwrap().to_bytes())
+            .unwrap();
     assert_eq!(cached.epoch, 7);
     // Two clients reuse the same encoded set.
-    for (k, probe) in [items("r", 10..20), items("r", 495..505)].into_iter().enumerate() {
+    for (k, probe) in [items("r", 10..20), items("r", 495..505)]
+        .into_iter()
+        .enumerate()
+    {
         let (mut c, q) = DhClient::start(ItemSet::new(&probe), 7, Threads::ONE, &mut rng).unwrap();
         c.handle(&srv.handle_query(&q).unwrap()).unwrap();
         c.use_encoded_set(cached.clone()).unwrap();
@@ -147,24 +170,52 @@ fn cached_set_is_reused_and_epochs_are_checked() {
     let (_, q_old) = DhClient::start(ItemSet::new(["a"]), 7, Threads::ONE, &mut rng).unwrap();
     assert_eq!(
         rotated.handle_query(&q_old).unwrap_err(),
-        Error::EpochMismatch { expected: 8, found: 7 }
+        Error::EpochMismatch {
+            expected: 8,
+            found: 7
+        }
     );
     let (mut c, _) = DhClient::start(ItemSet::new(["a"]), 8, Threads::ONE, &mut rng).unwrap();
-    assert_eq!(c.use_encoded_set(cached).unwrap_err(), Error::EpochMismatch { expected: 8, found: 7 });
+    assert_eq!(
+        c.use_encoded_set(cached).unwrap_err(),
+        Error::EpochMismatch {
+            expected: 8,
+            found: 7
+        }
+    );
     // Outputs under the new key differ: nothing matches across epochs.
     let new_set = rotated.encode_set(&ItemSet::new(&registry)).unwrap();
-    assert_ne!(new_set.data, srv.encode_set(&ItemSet::new(&registry)).unwrap().data);
+    assert_ne!(
+        new_set.data,
+        srv.encode_set(&ItemSet::new(&registry)).unwrap().data
+    );
 }
 
 #[test]
 fn thread_count_does_not_change_bytes() {
     let registry = items("r", 0..1000);
-    let a = server(11, 64, 1).encode_set(&ItemSet::new(&registry)).unwrap();
-    let b = server(11, 64, 2).encode_set(&ItemSet::new(&registry)).unwrap();
+    let a = server(11, 64, 1)
+        .encode_set(&ItemSet::new(&registry))
+        .unwrap();
+    let b = server(11, 64, 2)
+        .encode_set(&ItemSet::new(&registry))
+        .unwrap();
     assert_eq!(a.to_bytes(), b.to_bytes());
     let probe = ItemSet::new(items("r", 0..64));
-    let (_, q1) = DhClient::start(probe.clone(), 1, Threads::ONE, &mut ChaCha20Rng::seed_from_u64(1)).unwrap();
-    let (_, q2) = DhClient::start(probe, 1, Threads::new(2), &mut ChaCha20Rng::seed_from_u64(1)).unwrap();
+    let (_, q1) = DhClient::start(
+        probe.clone(),
+        1,
+        Threads::ONE,
+        &mut ChaCha20Rng::seed_from_u64(1),
+    )
+    .unwrap();
+    let (_, q2) = DhClient::start(
+        probe,
+        1,
+        Threads::new(2),
+        &mut ChaCha20Rng::seed_from_u64(1),
+    )
+    .unwrap();
     assert_eq!(q1, q2);
 }
 
@@ -174,18 +225,29 @@ fn truncation_and_sizes() {
     assert_eq!(dh::truncation_bits(1000, 1_000_000), 40 + 10 + 20);
     assert_eq!(dh::truncation_bits(1 << 16, 1 << 16), 72);
     let srv = server(12, 1 << 10, 1);
-    let set = srv.encode_set(&ItemSet::new(items("r", 0..1 << 14))).unwrap();
+    let set = srv
+        .encode_set(&ItemSet::new(items("r", 0..1 << 14)))
+        .unwrap();
     assert_eq!(set.truncation_bits, 40 + 10 + 14);
     let predicted = dh::sizes::encoded_set(1 << 14, set.truncation_bits) as f64;
     let actual = set.to_bytes().len() as f64;
-    assert!((actual / predicted - 1.0).abs() < 0.01, "actual {actual} predicted {predicted}");
+    assert!(
+        (actual / predicted - 1.0).abs() < 0.01,
+        "actual {actual} predicted {predicted}"
+    );
     let per = (actual * 8.0) / f64::from(set.element_count);
-    assert!(per < f64::from(set.truncation_bits) - 14.0 + 2.0, "{per} bits per element");
+    assert!(
+        per < f64::from(set.truncation_bits) - 14.0 + 2.0,
+        "{per} bits per element"
+    );
     // A client larger than the set was sized for refuses it (2^-40 would not hold).
     let mut rng = ChaCha20Rng::seed_from_u64(13);
     let (mut c, _) =
         DhClient::start(ItemSet::new(items("c", 0..2000)), 1, Threads::ONE, &mut rng).unwrap();
-    assert!(matches!(c.use_encoded_set(set), Err(Error::TruncationTooShort { needed: 65, .. })));
+    assert!(matches!(
+        c.use_encoded_set(set),
+        Err(Error::TruncationTooShort { needed: 65, .. })
+    ));
 }
 
 /// A valid client/server pair and their messages, for the malformed-input tests.
@@ -199,12 +261,21 @@ struct Fixture {
 
 fn fixture() -> Fixture {
     let srv = server(20, 16, 1);
-    let set = srv.encode_set(&ItemSet::new(items("r", 0..100))).unwrap().to_bytes();
+    let set = srv
+        .encode_set(&ItemSet::new(items("r", 0..100)))
+        .unwrap()
+        .to_bytes();
     let mut rng = ChaCha20Rng::seed_from_u64(21);
     let (client, query) =
         DhClient::start(ItemSet::new(items("r", 95..105)), 1, Threads::ONE, &mut rng).unwrap();
     let evaluation = srv.handle_query(&query).unwrap();
-    Fixture { srv, client, query, evaluation, set }
+    Fixture {
+        srv,
+        client,
+        query,
+        evaluation,
+        set,
+    }
 }
 
 fn decode_err(e: Error) -> DecodeError {
@@ -221,39 +292,86 @@ fn server_rejects_bad_queries() {
     // Every truncation of a valid query is a typed error.
     for len in 0..q.len() {
         let e = decode_err(f.srv.handle_query(&q[..len]).unwrap_err());
-        assert!(matches!(e, DecodeError::Truncated { .. } | DecodeError::LengthMismatch { .. }), "{len}: {e:?}");
+        assert!(
+            matches!(
+                e,
+                DecodeError::Truncated { .. } | DecodeError::LengthMismatch { .. }
+            ),
+            "{len}: {e:?}"
+        );
     }
     let mut long = q.clone();
     long.push(0);
-    assert!(matches!(decode_err(f.srv.handle_query(&long).unwrap_err()), DecodeError::TrailingBytes { extra: 1 }));
+    assert!(matches!(
+        decode_err(f.srv.handle_query(&long).unwrap_err()),
+        DecodeError::TrailingBytes { extra: 1 }
+    ));
     let mut bad = q.clone();
     bad[2] = 2;
-    assert_eq!(decode_err(f.srv.handle_query(&bad).unwrap_err()), DecodeError::UnsupportedVersion(2));
+    assert_eq!(
+        decode_err(f.srv.handle_query(&bad).unwrap_err()),
+        DecodeError::UnsupportedVersion(2)
+    );
     let mut bad = q.clone();
     bad[4] = 0x7f;
-    assert_eq!(decode_err(f.srv.handle_query(&bad).unwrap_err()), DecodeError::UnknownMessageType(0x7f));
+    assert_eq!(
+        decode_err(f.srv.handle_query(&bad).unwrap_err()),
+        DecodeError::UnknownMessageType(0x7f)
+    );
     // Wrong phase: the server only takes queries.
-    assert!(matches!(f.srv.handle_query(&f.evaluation), Err(Error::WrongPhase { message: message_type::EVALUATION, .. })));
-    assert!(matches!(f.srv.handle_query(&f.set), Err(Error::WrongPhase { message: message_type::ENCODED_SET, .. })));
+    assert!(matches!(
+        f.srv.handle_query(&f.evaluation),
+        Err(Error::WrongPhase {
+            message: message_type::EVALUATION,
+            ..
+        })
+    ));
+    assert!(matches!(
+        f.srv.handle_query(&f.set),
+        Err(Error::WrongPhase {
+            message: message_type::ENCODED_SET,
+            ..
+        })
+    ));
     // Oversized count (declared beyond the hard limit).
     let mut bad = q.clone();
     bad[13..17].copy_from_slice(&u32::MAX.to_be_bytes());
-    assert!(matches!(decode_err(f.srv.handle_query(&bad).unwrap_err()), DecodeError::LimitExceeded { .. }));
+    assert!(matches!(
+        decode_err(f.srv.handle_query(&bad).unwrap_err()),
+        DecodeError::LimitExceeded { .. }
+    ));
     // Count disagreeing with the body length.
     let mut bad = q.clone();
     bad[13..17].copy_from_slice(&9u32.to_be_bytes());
-    assert!(matches!(decode_err(f.srv.handle_query(&bad).unwrap_err()), DecodeError::LengthMismatch { .. }));
+    assert!(matches!(
+        decode_err(f.srv.handle_query(&bad).unwrap_err()),
+        DecodeError::LengthMismatch { .. }
+    ));
     // An invalid element (non-canonical) and the identity (all zero).
     let mut bad = q.clone();
     bad[17 + 32 * 3..17 + 32 * 4].fill(0xff);
-    assert_eq!(decode_err(f.srv.handle_query(&bad).unwrap_err()), DecodeError::InvalidElement { index: 3 });
+    assert_eq!(
+        decode_err(f.srv.handle_query(&bad).unwrap_err()),
+        DecodeError::InvalidElement { index: 3 }
+    );
     let mut bad = q.clone();
     bad[17..17 + 32].fill(0);
-    assert_eq!(decode_err(f.srv.handle_query(&bad).unwrap_err()), DecodeError::InvalidElement { index: 0 });
+    assert_eq!(
+        decode_err(f.srv.handle_query(&bad).unwrap_err()),
+        DecodeError::InvalidElement { index: 0 }
+    );
     // More items than this server accepts per query (16).
     let mut rng = ChaCha20Rng::seed_from_u64(22);
-    let (_, big) = DhClient::start(ItemSet::new(items("c", 0..17)), 1, Threads::ONE, &mut rng).unwrap();
-    assert!(matches!(f.srv.handle_query(&big), Err(Error::InputTooLarge { value: 17, limit: 16, .. })));
+    let (_, big) =
+        DhClient::start(ItemSet::new(items("c", 0..17)), 1, Threads::ONE, &mut rng).unwrap();
+    assert!(matches!(
+        f.srv.handle_query(&big),
+        Err(Error::InputTooLarge {
+            value: 17,
+            limit: 16,
+            ..
+        })
+    ));
     // The server still serves after all that.
     assert_eq!(f.srv.handle_query(q).unwrap().len(), f.evaluation.len());
 }
@@ -264,19 +382,38 @@ fn client_rejects_bad_messages() {
     let mut c = f.client;
     // Not ready yet.
     // Wrong phase: a query sent to a client.
-    assert!(matches!(c.handle(&f.query), Err(Error::WrongPhase { message: message_type::QUERY, .. })));
+    assert!(matches!(
+        c.handle(&f.query),
+        Err(Error::WrongPhase {
+            message: message_type::QUERY,
+            ..
+        })
+    ));
     // Evaluation with a wrong count.
     let mut rng = ChaCha20Rng::seed_from_u64(23);
-    let (_, q3) = DhClient::start(ItemSet::new(items("z", 0..3)), 1, Threads::ONE, &mut rng).unwrap();
+    let (_, q3) =
+        DhClient::start(ItemSet::new(items("z", 0..3)), 1, Threads::ONE, &mut rng).unwrap();
     let e3 = f.srv.handle_query(&q3).unwrap();
-    assert_eq!(c.handle(&e3).unwrap_err(), Error::CountMismatch { expected: 10, found: 3 });
+    assert_eq!(
+        c.handle(&e3).unwrap_err(),
+        Error::CountMismatch {
+            expected: 10,
+            found: 3
+        }
+    );
     // Invalid element in the evaluation.
     let mut bad = f.evaluation.clone();
     bad[17 + 32..17 + 64].fill(0xee);
-    assert_eq!(decode_err(c.handle(&bad).unwrap_err()), DecodeError::InvalidElement { index: 1 });
+    assert_eq!(
+        decode_err(c.handle(&bad).unwrap_err()),
+        DecodeError::InvalidElement { index: 1 }
+    );
     // Truncated evaluation and set.
     for len in [0, 5, 9, 16, f.evaluation.len() - 1] {
-        assert!(matches!(c.handle(&f.evaluation[..len]), Err(Error::Decode(_))));
+        assert!(matches!(
+            c.handle(&f.evaluation[..len]),
+            Err(Error::Decode(_))
+        ));
     }
     for len in [0, 9, 20, 26] {
         assert!(matches!(c.handle(&f.set[..len]), Err(Error::Decode(_))));
@@ -284,16 +421,31 @@ fn client_rejects_bad_messages() {
     // Bad encoded-set parameters.
     let mut bad = f.set.clone();
     bad[21] = 0; // L = 0
-    assert!(matches!(decode_err(c.handle(&bad).unwrap_err()), DecodeError::InvalidParameter { .. }));
+    assert!(matches!(
+        decode_err(c.handle(&bad).unwrap_err()),
+        DecodeError::InvalidParameter { .. }
+    ));
     let mut bad = f.set.clone();
     bad[22] = 200; // k > L
-    assert!(matches!(decode_err(c.handle(&bad).unwrap_err()), DecodeError::InvalidParameter { .. }));
+    assert!(matches!(
+        decode_err(c.handle(&bad).unwrap_err()),
+        DecodeError::InvalidParameter { .. }
+    ));
     let mut bad = f.set.clone();
     bad[13..17].copy_from_slice(&u32::MAX.to_be_bytes()); // n_s over the limit
-    assert!(matches!(decode_err(c.handle(&bad).unwrap_err()), DecodeError::LimitExceeded { .. }));
+    assert!(matches!(
+        decode_err(c.handle(&bad).unwrap_err()),
+        DecodeError::LimitExceeded { .. }
+    ));
     // Good evaluation, then the same again: wrong phase.
     c.handle(&f.evaluation).unwrap();
-    assert!(matches!(c.handle(&f.evaluation), Err(Error::WrongPhase { message: message_type::EVALUATION, .. })));
+    assert!(matches!(
+        c.handle(&f.evaluation),
+        Err(Error::WrongPhase {
+            message: message_type::EVALUATION,
+            ..
+        })
+    ));
     // Finishing without the set.
     let c2 = {
         let g = fixture();
@@ -301,7 +453,10 @@ fn client_rejects_bad_messages() {
         c.handle(&g.evaluation).unwrap();
         c
     };
-    assert_eq!(c2.finish().unwrap_err(), Error::Incomplete("the server's encoded set"));
+    assert_eq!(
+        c2.finish().unwrap_err(),
+        Error::Incomplete("the server's encoded set")
+    );
     // A set whose coded data is corrupt: matching reports it, no wrong answer.
     let mut bad = f.set.clone();
     let n = bad.len();
@@ -316,7 +471,10 @@ fn client_rejects_bad_messages() {
     }
     // Finishing before the evaluation.
     let g = fixture();
-    assert_eq!(g.client.finish().unwrap_err(), Error::Incomplete("the server's evaluation"));
+    assert_eq!(
+        g.client.finish().unwrap_err(),
+        Error::Incomplete("the server's evaluation")
+    );
 }
 
 #[test]

@@ -18,10 +18,21 @@ fn transcript() -> Value {
     let info = b"psi-sdk dh-psi transcript v1";
     let key = OprfKey::derive(&seed, info).unwrap();
     let sk_hex = hex::encode(*key.to_bytes());
-    let client: Vec<&str> =
-        vec!["alice@example.com", "+14155550100", "", "bob@example.org", "Zoë", "alice@example.com"];
-    let server: Vec<&str> =
-        vec!["+14155550100", "carol@example.net", "alice@example.com", "", "dave@example.com"];
+    let client: Vec<&str> = vec![
+        "alice@example.com",
+        "+14155550100",
+        "",
+        "bob@example.org",
+        "Zoë",
+        "alice@example.com",
+    ];
+    let server: Vec<&str> = vec![
+        "+14155550100",
+        "carol@example.net",
+        "alice@example.com",
+        "",
+        "dave@example.com",
+    ];
     let items = ItemSet::new(&client);
     // Blind i = HashToScalar("blind" || I2OSP(i, 4)) with the DeriveKeyPair DST: fixed,
     // reproducible, and non-zero (checked).
@@ -30,9 +41,13 @@ fn transcript() -> Value {
         .collect();
     let srv = DhServer::new(ServerKey::new(key, 1), 8, Threads::ONE);
     let set = srv.encode_set(&ItemSet::new(&server)).unwrap().to_bytes();
-    let (mut c, query) =
-        DhClient::start_with_blinds(items.clone(), 1, Threads::ONE, Zeroizing::new(blinds.clone()))
-            .unwrap();
+    let (mut c, query) = DhClient::start_with_blinds(
+        items.clone(),
+        1,
+        Threads::ONE,
+        Zeroizing::new(blinds.clone()),
+    )
+    .unwrap();
     let evaluation = srv.handle_query(&query).unwrap();
     c.handle(&evaluation).unwrap();
     c.handle(&set).unwrap();
@@ -67,5 +82,8 @@ fn dh_transcript_matches_checked_in_vector() {
         &std::fs::read_to_string(&path).expect("vector file missing: see the module docs"),
     )
     .unwrap();
-    assert_eq!(now, stored, "DH-PSI transcript changed: wire format or crypto drifted");
+    assert_eq!(
+        now, stored,
+        "DH-PSI transcript changed: wire format or crypto drifted"
+    );
 }

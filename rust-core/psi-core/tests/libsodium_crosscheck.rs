@@ -36,7 +36,12 @@ impl Sha512 {
     fn finish(&mut self) -> [u8; 64] {
         let mut out = [0u8; 64];
         // SAFETY: out has the 64 bytes SHA-512 writes.
-        unsafe { assert_eq!(ls::crypto_hash_sha512_final(&mut self.0, out.as_mut_ptr()), 0) };
+        unsafe {
+            assert_eq!(
+                ls::crypto_hash_sha512_final(&mut self.0, out.as_mut_ptr()),
+                0
+            )
+        };
         out
     }
 }
@@ -50,28 +55,47 @@ fn xmd64(msg: &[u8], dst: &[u8]) -> [u8; 64] {
         .update(&[0, 64, 0])
         .update(&dst_prime)
         .finish();
-    Sha512::new().update(&b0).update(&[1]).update(&dst_prime).finish()
+    Sha512::new()
+        .update(&b0)
+        .update(&[1])
+        .update(&dst_prime)
+        .finish()
 }
 
 fn sodium_hash_to_group(input: &[u8]) -> [u8; 32] {
     let u = xmd64(input, b"HashToGroup-OPRFV1-\x00-ristretto255-SHA512");
     let mut p = [0u8; 32];
     // SAFETY: 64-byte input, 32-byte output, as the API requires.
-    unsafe { assert_eq!(ls::crypto_core_ristretto255_from_hash(p.as_mut_ptr(), u.as_ptr()), 0) };
+    unsafe {
+        assert_eq!(
+            ls::crypto_core_ristretto255_from_hash(p.as_mut_ptr(), u.as_ptr()),
+            0
+        )
+    };
     p
 }
 
 fn sodium_mul(s: &[u8; 32], p: &[u8; 32]) -> [u8; 32] {
     let mut q = [0u8; 32];
     // SAFETY: 32-byte buffers as the API requires.
-    unsafe { assert_eq!(ls::crypto_scalarmult_ristretto255(q.as_mut_ptr(), s.as_ptr(), p.as_ptr()), 0) };
+    unsafe {
+        assert_eq!(
+            ls::crypto_scalarmult_ristretto255(q.as_mut_ptr(), s.as_ptr(), p.as_ptr()),
+            0
+        )
+    };
     q
 }
 
 fn sodium_invert(s: &[u8; 32]) -> [u8; 32] {
     let mut r = [0u8; 32];
     // SAFETY: 32-byte buffers as the API requires.
-    unsafe { assert_eq!(ls::crypto_core_ristretto255_scalar_invert(r.as_mut_ptr(), s.as_ptr()), 0) };
+    unsafe {
+        assert_eq!(
+            ls::crypto_core_ristretto255_scalar_invert(r.as_mut_ptr(), s.as_ptr()),
+            0
+        )
+    };
     r
 }
 
@@ -102,15 +126,31 @@ fn oprf_agrees_with_libsodium() {
         let rb = r.to_bytes();
 
         let h = sodium_hash_to_group(&input);
-        assert_eq!(oprf::hash_to_group(&input).compress().to_bytes(), h, "hash-to-group {i}");
+        assert_eq!(
+            oprf::hash_to_group(&input).compress().to_bytes(),
+            h,
+            "hash-to-group {i}"
+        );
         let blinded = sodium_mul(&rb, &h);
         assert_eq!(oprf::blind(&input, &r).unwrap(), blinded, "blind {i}");
         let evaluated = sodium_mul(&k, &blinded);
-        assert_eq!(oprf::blind_evaluate(&key, &blinded).unwrap(), evaluated, "evaluate {i}");
+        assert_eq!(
+            oprf::blind_evaluate(&key, &blinded).unwrap(),
+            evaluated,
+            "evaluate {i}"
+        );
         let n = sodium_mul(&sodium_invert(&rb), &evaluated);
         let output = sodium_finalize(&input, &n);
-        assert_eq!(oprf::finalize(&input, &r, &evaluated).unwrap(), output, "finalize {i}");
-        assert_eq!(sodium_finalize(&input, &sodium_mul(&k, &h)), output, "direct {i}");
+        assert_eq!(
+            oprf::finalize(&input, &r, &evaluated).unwrap(),
+            output,
+            "finalize {i}"
+        );
+        assert_eq!(
+            sodium_finalize(&input, &sodium_mul(&k, &h)),
+            output,
+            "direct {i}"
+        );
         inputs.push(input);
         blinds.push(r);
     }
@@ -122,7 +162,10 @@ fn oprf_agrees_with_libsodium() {
     assert_eq!(oprf::evaluate_batch(&key, &inputs), expected);
     let blinded = oprf::blind_batch(&inputs, &blinds).unwrap();
     let evaluated = oprf::blind_evaluate_batch(&key, &blinded).unwrap();
-    assert_eq!(oprf::finalize_batch(&inputs, &blinds, &evaluated).unwrap(), expected);
+    assert_eq!(
+        oprf::finalize_batch(&inputs, &blinds, &evaluated).unwrap(),
+        expected
+    );
 
     // And the whole protocol finds exactly the items libsodium says are shared.
     let srv = DhServer::new(ServerKey::new(key, 3), 256, Threads::new(2));
@@ -131,6 +174,12 @@ fn oprf_agrees_with_libsodium() {
         DhClient::start(ItemSet::new(&inputs[100..]), 3, Threads::new(2), &mut rng).unwrap();
     c.handle(&srv.handle_query(&q).unwrap()).unwrap();
     c.handle(&set.to_bytes()).unwrap();
-    let idx: Vec<usize> = c.finish().unwrap().matches.iter().map(|m| m.index).collect();
+    let idx: Vec<usize> = c
+        .finish()
+        .unwrap()
+        .matches
+        .iter()
+        .map(|m| m.index)
+        .collect();
     assert_eq!(idx, (0..20).collect::<Vec<_>>());
 }

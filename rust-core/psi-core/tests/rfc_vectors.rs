@@ -58,10 +58,16 @@ fn rfc9497_a_1_1_oprf_ristretto255_sha512() {
         let blinded = oprf::blind(&input, &blind).unwrap();
         assert_eq!(hex::encode(blinded), t["blinded_element"].as_str().unwrap());
         let evaluated = oprf::blind_evaluate(&key, &blinded).unwrap();
-        assert_eq!(hex::encode(evaluated), t["evaluation_element"].as_str().unwrap());
+        assert_eq!(
+            hex::encode(evaluated),
+            t["evaluation_element"].as_str().unwrap()
+        );
         let output = oprf::finalize(&input, &blind, &evaluated).unwrap();
         assert_eq!(hex::encode(output), t["output"].as_str().unwrap());
-        assert_eq!(hex::encode(oprf::evaluate(&key, &input)), t["output"].as_str().unwrap());
+        assert_eq!(
+            hex::encode(oprf::evaluate(&key, &input)),
+            t["output"].as_str().unwrap()
+        );
         inputs.push(input);
         blinds.push(blind);
     }
@@ -72,8 +78,14 @@ fn rfc9497_a_1_1_oprf_ristretto255_sha512() {
     let outputs = oprf::finalize_batch(&inputs, &blinds, &evaluated).unwrap();
     let direct = oprf::evaluate_batch(&key, &inputs);
     for (i, t) in vectors.iter().enumerate() {
-        assert_eq!(hex::encode(blinded[i]), t["blinded_element"].as_str().unwrap());
-        assert_eq!(hex::encode(evaluated[i]), t["evaluation_element"].as_str().unwrap());
+        assert_eq!(
+            hex::encode(blinded[i]),
+            t["blinded_element"].as_str().unwrap()
+        );
+        assert_eq!(
+            hex::encode(evaluated[i]),
+            t["evaluation_element"].as_str().unwrap()
+        );
         assert_eq!(hex::encode(outputs[i]), t["output"].as_str().unwrap());
         assert_eq!(hex::encode(direct[i]), t["output"].as_str().unwrap());
     }

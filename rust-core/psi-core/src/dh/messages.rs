@@ -147,9 +147,9 @@ impl EncodedSet {
         let frame = wire::parse_frame(bytes, ProtocolId::DhPsi)?;
         if frame.message_type != message_type::ENCODED_SET {
             return Err(match frame.message_type {
-                message_type::QUERY | message_type::EVALUATION => {
-                    DecodeError::InvalidParameter { what: "expected an encoded set message" }
-                }
+                message_type::QUERY | message_type::EVALUATION => DecodeError::InvalidParameter {
+                    what: "expected an encoded set message",
+                },
                 t => DecodeError::UnknownMessageType(t),
             });
         }
@@ -179,7 +179,9 @@ impl EncodedSet {
             });
         }
         if truncation_bits == 0 || truncation_bits > 128 {
-            return Err(DecodeError::InvalidParameter { what: "truncation bits" });
+            return Err(DecodeError::InvalidParameter {
+                what: "truncation bits",
+            });
         }
         if rice_bits > truncation_bits.min(MAX_RICE_BITS) {
             return Err(DecodeError::InvalidParameter { what: "rice bits" });
@@ -194,11 +196,20 @@ impl EncodedSet {
         // Each value takes at least k + 1 bits: a cheap bound before any decoding.
         let min_bits = u64::from(element_count) * (u64::from(rice_bits) + 1);
         if (data_len as u64) * 8 < min_bits {
-            return Err(DecodeError::MalformedSet("data too short for the element count"));
+            return Err(DecodeError::MalformedSet(
+                "data too short for the element count",
+            ));
         }
         let data = r.take(data_len)?.to_vec();
         r.end()?;
-        Ok(EncodedSet { epoch, element_count, max_client_items, truncation_bits, rice_bits, data })
+        Ok(EncodedSet {
+            epoch,
+            element_count,
+            max_client_items,
+            truncation_bits,
+            rice_bits,
+            data,
+        })
     }
 
     /// Streams the sorted truncated values.

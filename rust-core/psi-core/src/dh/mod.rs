@@ -49,7 +49,11 @@ use limits::{MAX_CLIENT_ITEMS, MAX_SERVER_ITEMS, STATISTICAL_SECURITY};
 
 /// `ceil(log2 n)`, with `ceil(log2 0) = ceil(log2 1) = 0`.
 pub fn ceil_log2(n: u64) -> u8 {
-    if n <= 1 { 0 } else { (64 - (n - 1).leading_zeros()) as u8 }
+    if n <= 1 {
+        0
+    } else {
+        (64 - (n - 1).leading_zeros()) as u8
+    }
 }
 
 /// `L = 40 + ceil(log2 n_c) + ceil(log2 n_s)`, the truncation length in bits.
@@ -98,7 +102,10 @@ pub struct ServerKey {
 impl ServerKey {
     /// A fresh random key for `epoch`.
     pub fn random<R: rand_core::CryptoRng + ?Sized>(epoch: u32, rng: &mut R) -> Self {
-        ServerKey { key: OprfKey::random(rng), epoch }
+        ServerKey {
+            key: OprfKey::random(rng),
+            epoch,
+        }
     }
 
     /// Wraps an existing OPRF key (e.g. from RFC 9497 DeriveKeyPair or storage).
@@ -135,7 +142,11 @@ impl DhServer {
     /// A server for `key`, accepting queries of up to `max_client_items` (at most
     /// [`limits::MAX_CLIENT_ITEMS`]) and working on `threads` threads.
     pub fn new(key: ServerKey, max_client_items: usize, threads: Threads) -> Self {
-        DhServer { key, max_client_items: max_client_items.min(MAX_CLIENT_ITEMS), threads }
+        DhServer {
+            key,
+            max_client_items: max_client_items.min(MAX_CLIENT_ITEMS),
+            threads,
+        }
     }
 
     /// The key epoch in use.
@@ -153,7 +164,8 @@ impl DhServer {
     /// these and re-encode after adding or removing entries without recomputing.
     pub fn outputs(&self, items: &ItemSet) -> Result<Vec<[u8; OUTPUT_LEN]>> {
         check_item_lengths(items)?;
-        self.threads.install(|| oprf::evaluate_batch(self.key.oprf_key(), items.items()))
+        self.threads
+            .install(|| oprf::evaluate_batch(self.key.oprf_key(), items.items()))
     }
 
     /// The truncation length for this server's sets of `server_items` items.
@@ -213,7 +225,10 @@ impl DhServer {
         }
         let query = Elements::decode_body(frame.body)?;
         if query.epoch != self.key.epoch {
-            return Err(Error::EpochMismatch { expected: self.key.epoch, found: query.epoch });
+            return Err(Error::EpochMismatch {
+                expected: self.key.epoch,
+                found: query.epoch,
+            });
         }
         if query.elements.len() > self.max_client_items {
             return Err(Error::InputTooLarge {
@@ -226,7 +241,11 @@ impl DhServer {
             .threads
             .install(|| oprf::blind_evaluate_batch(self.key.oprf_key(), &query.elements))?
             .map_err(|index| DecodeError::InvalidElement { index })?;
-        Ok(Elements { epoch: self.key.epoch, elements: evaluated }.encode(message_type::EVALUATION))
+        Ok(Elements {
+            epoch: self.key.epoch,
+            elements: evaluated,
+        }
+        .encode(message_type::EVALUATION))
     }
 }
 
@@ -242,7 +261,9 @@ pub struct Match {
 impl std::fmt::Debug for Match {
     // Contact data stays out of logs.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Match").field("index", &self.index).finish_non_exhaustive()
+        f.debug_struct("Match")
+            .field("index", &self.index)
+            .finish_non_exhaustive()
     }
 }
 
@@ -316,10 +337,12 @@ impl DhClient {
         check_client_items(&items)?;
         let blinds: Zeroizing<Vec<Scalar>> = Zeroizing::new(
             (0..items.len())
-                .map(|_| loop {
-                    let s = Scalar::random(rng);
-                    if s != Scalar::ZERO {
-                        break s;
+                .map(|_| {
+                    loop {
+                        let s = Scalar::random(rng);
+                        if s != Scalar::ZERO {
+                            break s;
+                        }
                     }
                 })
                 .collect(),
@@ -344,7 +367,11 @@ impl DhClient {
             });
         }
         let blinded = threads.install(|| oprf::blind_batch(items.items(), &blinds))??;
-        let query = Elements { epoch, elements: blinded }.encode(message_type::QUERY);
+        let query = Elements {
+            epoch,
+            elements: blinded,
+        }
+        .encode(message_type::QUERY);
         let client = DhClient {
             items,
             blinds,
@@ -363,12 +390,11 @@ impl DhClient {
         let frame = wire::parse_frame(msg, ProtocolId::DhPsi)?;
         match frame.message_type {
             message_type::EVALUATION => self.handle_evaluation(frame.body),
-            message_type::ENCODED_SET => {
-                self.use_encoded_set(EncodedSet::decode_body(frame.body)?)
-            }
-            message_type::QUERY => {
-                Err(Error::WrongPhase { phase: self.phase.name(), message: message_type::QUERY })
-            }
+            message_type::ENCODED_SET => self.use_encoded_set(EncodedSet::decode_body(frame.body)?),
+            message_type::QUERY => Err(Error::WrongPhase {
+                phase: self.phase.name(),
+                message: message_type::QUERY,
+            }),
             t => Err(DecodeError::UnknownMessageType(t).into()),
         }
     }
@@ -382,7 +408,10 @@ impl DhClient {
         }
         let evaluation = Elements::decode_body(body)?;
         if evaluation.epoch != self.epoch {
-            return Err(Error::EpochMismatch { expected: self.epoch, found: evaluation.epoch });
+            return Err(Error::EpochMismatch {
+                expected: self.epoch,
+                found: evaluation.epoch,
+            });
         }
         if evaluation.elements.len() != self.items.len() {
             return Err(Error::CountMismatch {
@@ -392,7 +421,9 @@ impl DhClient {
         }
         let outputs = self
             .threads
-            .install(|| oprf::finalize_batch(self.items.items(), &self.blinds, &evaluation.elements))?
+            .install(|| {
+                oprf::finalize_batch(self.items.items(), &self.blinds, &evaluation.elements)
+            })?
             .map_err(|index| DecodeError::InvalidElement { index })?;
         self.outputs = Zeroizing::new(outputs);
         self.blinds = Zeroizing::new(Vec::new());
@@ -410,7 +441,10 @@ impl DhClient {
             });
         }
         if set.epoch != self.epoch {
-            return Err(Error::EpochMismatch { expected: self.epoch, found: set.epoch });
+            return Err(Error::EpochMismatch {
+                expected: self.epoch,
+                found: set.epoch,
+            });
         }
         let needed = truncation_bits(self.items.len() as u64, u64::from(set.element_count));
         if set.truncation_bits < needed {
@@ -439,7 +473,11 @@ impl DhClient {
         };
         let l = set.truncation_bits;
         let mut mine: Zeroizing<Vec<(u128, usize)>> = Zeroizing::new(
-            self.outputs.iter().enumerate().map(|(i, o)| (truncate(o, l), i)).collect(),
+            self.outputs
+                .iter()
+                .enumerate()
+                .map(|(i, o)| (truncate(o, l), i))
+                .collect(),
         );
         mine.sort_unstable();
         // Merge the sorted client values with the sorted server stream.

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Checks (and where possible installs) what building and testing the SDK needs.
+# Sourced by ci/test.sh and ci/demo.sh; safe to run again.
+set -euo pipefail
+
+need() { command -v "$1" >/dev/null 2>&1; }
+
+# Rust: the machine image ships rustup with a stable toolchain. rustup's own download
+# server is not reachable from this workplace, so we can only use what is there.
+if ! need cargo && [ -x "$HOME/.cargo/bin/cargo" ]; then
+  export PATH="$HOME/.cargo/bin:$PATH"
+fi
+if ! need cargo; then
+  echo "ci/setup.sh: cargo not found. Install Rust (https://rustup.rs) 1.85 or newer." >&2
+  exit 1
+fi
+if need rustup; then
+  for c in rustfmt clippy; do
+    rustup component list --installed 2>/dev/null | grep -q "^$c" ||
+      rustup component add "$c" || echo "ci/setup.sh: could not add $c" >&2
+  done
+fi
+
+# A C compiler and make build the bundled libsodium used as a test oracle.
+if ! need cc || ! need make; then
+  if need apt-get; then
+    apt-get update -qq && apt-get install -y -qq build-essential >/dev/null
+  else
+    echo "ci/setup.sh: a C compiler and make are needed (libsodium test oracle)." >&2
+    exit 1
+  fi
+fi
