@@ -360,7 +360,7 @@ impl DhClient {
         blinds: Zeroizing<Vec<Scalar>>,
     ) -> Result<(Self, Vec<u8>)> {
         check_client_items(&items)?;
-        if blinds.len() != items.len() || blinds.iter().any(|b| *b == Scalar::ZERO) {
+        if blinds.len() != items.len() || blinds.contains(&Scalar::ZERO) {
             return Err(Error::CountMismatch {
                 expected: items.len() as u64,
                 found: blinds.len() as u64,
