@@ -18,17 +18,25 @@ impl ItemSet {
         I: IntoIterator<Item = T>,
         T: AsRef<[u8]>,
     {
-        let mut seen: HashSet<Vec<u8>> = HashSet::new();
-        let mut set = ItemSet::default();
-        for (i, item) in items.into_iter().enumerate() {
-            let item = item.as_ref();
-            if seen.contains(item) {
-                set.duplicates += 1;
-                continue;
+        let all: Vec<Vec<u8>> = items.into_iter().map(|x| x.as_ref().to_vec()).collect();
+        // First pass marks first occurrences (borrowing, so each item is stored once).
+        let mut keep = vec![false; all.len()];
+        let mut seen: HashSet<&[u8]> = HashSet::with_capacity(all.len());
+        for (k, item) in keep.iter_mut().zip(&all) {
+            *k = seen.insert(item.as_slice());
+        }
+        drop(seen);
+        let distinct = keep.iter().filter(|&&k| k).count();
+        let mut set = ItemSet {
+            items: Vec::with_capacity(distinct),
+            original_index: Vec::with_capacity(distinct),
+            duplicates: all.len() - distinct,
+        };
+        for (i, (item, k)) in all.into_iter().zip(keep).enumerate() {
+            if k {
+                set.items.push(item);
+                set.original_index.push(i);
             }
-            seen.insert(item.to_vec());
-            set.items.push(item.to_vec());
-            set.original_index.push(i);
         }
         set
     }
