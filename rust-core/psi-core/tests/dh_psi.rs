@@ -485,3 +485,42 @@ fn errors_never_contain_items() {
     let text = format!("{} {:?}", f.srv.handle_query(&bad).unwrap_err(), f.client);
     assert!(!text.contains("r95") && !text.contains("r100"), "{text}");
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// Fuzz-style: random mutations of valid messages (and pure garbage) fed to every
+    /// decoder and state machine give typed errors or valid results, never a panic.
+    #[test]
+    fn mutated_messages_never_panic(
+        which in 0usize..3,
+        flips in prop::collection::vec((any::<usize>(), any::<u8>()), 0..6),
+        cut in any::<usize>(),
+        garbage in prop::collection::vec(any::<u8>(), 0..64),
+        use_garbage in any::<bool>(),
+    ) {
+        let f = fixture();
+        let mut msg = if use_garbage {
+            let mut g = vec![b'P', b'S', 1, 1];
+            g.extend_from_slice(&garbage);
+            g
+        } else {
+            [&f.query, &f.evaluation, &f.set][which].clone()
+        };
+        for (pos, x) in flips {
+            let n = msg.len();
+            msg[pos % n] ^= x;
+        }
+        if cut % 4 == 0 {
+            msg.truncate(cut % (msg.len() + 1));
+        }
+        let _ = f.srv.handle_query(&msg);
+        let _ = EncodedSet::from_bytes(&msg);
+        let mut c = f.client;
+        let _ = c.handle(&msg);
+        let _ = c.handle(&f.evaluation);
+        let _ = c.handle(&msg);
+        let _ = c.handle(&f.set);
+        let _ = c.finish();
+    }
+}
