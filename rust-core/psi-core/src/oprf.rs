@@ -37,6 +37,13 @@ pub const OUTPUT_LEN: usize = 64;
 /// Items per parallel work unit; also the batch size for batched compression.
 const CHUNK: usize = 256;
 
+/// SHA-512 state after absorbing `Z_pad` (128 zero bytes, one block).
+static ZERO_PAD_STATE: std::sync::LazyLock<Sha512> = std::sync::LazyLock::new(|| {
+    let mut h = Sha512::new();
+    h.update([0u8; 128]);
+    h
+});
+
 /// RFC 9380 section 5.3.1 `expand_message_xmd` with SHA-512. `msg` is given as parts
 /// that are concatenated. `len` must be at most 255 * 64 and `dst` at most 255 bytes.
 pub fn expand_message_xmd(msg: &[&[u8]], dst: &[u8], len: usize) -> Vec<u8> {
@@ -47,9 +54,9 @@ pub fn expand_message_xmd(msg: &[&[u8]], dst: &[u8], len: usize) -> Vec<u8> {
         "expand_message_xmd output too long"
     );
     let dst_len = [dst.len() as u8];
-    // b_0 = H(Z_pad || msg || I2OSP(len, 2) || I2OSP(0, 1) || DST_prime)
-    let mut h = Sha512::new();
-    h.update([0u8; 128]);
+    // b_0 = H(Z_pad || msg || I2OSP(len, 2) || I2OSP(0, 1) || DST_prime). Z_pad is one
+    // whole SHA-512 block, so the state after it is computed once and cloned.
+    let mut h = ZERO_PAD_STATE.clone();
     for part in msg {
         h.update(part);
     }
@@ -85,20 +92,38 @@ pub fn expand_message_xmd(msg: &[&[u8]], dst: &[u8], len: usize) -> Vec<u8> {
     out
 }
 
+/// `expand_message_xmd(msg, dst, 64)` without allocating: with 64 output bytes,
+/// `ell = 1` and the output is `b_1`.
+fn expand_64(msg: &[&[u8]], dst: &[u8]) -> [u8; 64] {
+    debug_assert!(dst.len() <= 255);
+    let dst_len = [dst.len() as u8];
+    let mut h = ZERO_PAD_STATE.clone();
+    for part in msg {
+        h.update(part);
+    }
+    h.update([0u8, 64, 0]);
+    h.update(dst);
+    h.update(dst_len);
+    let b0 = h.finalize();
+    let mut h = Sha512::new();
+    h.update(b0);
+    h.update([1u8]);
+    h.update(dst);
+    h.update(dst_len);
+    let mut out = [0u8; 64];
+    out.copy_from_slice(&h.finalize());
+    out
+}
+
 /// HashToGroup: `expand_message_xmd(input, DST, 64)` into ristretto255's one-way map.
 pub fn hash_to_group(input: &[u8]) -> RistrettoPoint {
-    let uniform = expand_message_xmd(&[input], HASH_TO_GROUP_DST, 64);
-    let mut bytes = [0u8; 64];
-    bytes.copy_from_slice(&uniform);
-    RistrettoPoint::from_uniform_bytes(&bytes)
+    RistrettoPoint::from_uniform_bytes(&expand_64(&[input], HASH_TO_GROUP_DST))
 }
 
 /// HashToScalar with an explicit DST: `expand_message_xmd(input, dst, 64)` read as a
 /// little-endian integer and reduced modulo the group order.
 pub fn hash_to_scalar(input: &[&[u8]], dst: &[u8]) -> Scalar {
-    let uniform = Zeroizing::new(expand_message_xmd(input, dst, 64));
-    let mut bytes = Zeroizing::new([0u8; 64]);
-    bytes.copy_from_slice(&uniform);
+    let bytes = Zeroizing::new(expand_64(input, dst));
     Scalar::from_bytes_mod_order_wide(&bytes)
 }
 
@@ -354,6 +379,18 @@ mod tests {
             );
             assert_eq!(outputs[i], evaluate(&key, &inputs[i]));
             assert_eq!(direct[i], outputs[i]);
+        }
+    }
+
+    #[test]
+    fn expand_64_is_expand_message_xmd() {
+        for len in [0usize, 1, 63, 64, 65, 200] {
+            let msg = vec![0xa5u8; len];
+            let (a, b) = msg.split_at(len / 3);
+            assert_eq!(
+                expand_64(&[a, b], HASH_TO_GROUP_DST).to_vec(),
+                expand_message_xmd(&[&msg], HASH_TO_GROUP_DST, 64)
+            );
         }
     }
 
