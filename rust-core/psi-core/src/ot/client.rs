@@ -1,0 +1,533 @@
+//! The client (OPRF receiver): Cuckoo-hashes its items, runs the receiver side of the
+//! KKRT16 OT extension, and learns which of its items the server holds.
+
+use super::base_ot::{self, BASE_OTS};
+use super::cuckoo::{self, EMPTY, ItemDigest};
+use super::messages::{
+    self, Chunk, Hello, MAX_BINS, MAX_ITEMS, Message, Outputs, Setup, max_bins_for,
+};
+use super::prc::{Block, CODE_BYTES, PRC_BATCH, Prc, Prg, Row, out_hash, out_prefix, pack};
+use super::{BLOCK_ROWS, Match, OtConfig, OtOutput, iknp, matrix_rows, output_len, session_id};
+use crate::error::{DecodeError, Error, Result};
+use crate::items::ItemSet;
+use crate::wire;
+use rand_core::CryptoRng;
+use rayon::prelude::*;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use zeroize::{Zeroize, Zeroizing};
+
+/// What the client does next. Deliberately exhaustive: a driver's loop matches on it.
+#[derive(Debug)]
+pub enum ClientStep {
+    /// Send these bytes as the next request and pass the response to [`OtClient::handle`].
+    Send(Vec<u8>),
+    /// The run is over.
+    Done(OtOutput),
+}
+
+/// Client side of OT-PSI, a sans-IO state machine.
+///
+/// ```text
+/// let (mut client, mut request) = OtClient::start(items, config, &mut rng)?;
+/// loop {
+///     let response = transport(request);          // one HTTP round trip
+///     match client.handle(&response)? {
+///         ClientStep::Send(next) => request = next,
+///         ClientStep::Done(output) => break output,
+///     }
+/// }
+/// ```
+pub struct OtClient {
+    items: ItemSet,
+    config: OtConfig,
+    phase: Phase,
+}
+
+enum Phase {
+    AwaitSetup(Box<AwaitSetup>),
+    AwaitAck(Box<Extending>),
+    AwaitOutputs(Box<Extending>),
+    Done,
+    Failed,
+}
+
+impl Phase {
+    fn name(&self) -> &'static str {
+        match self {
+            Phase::AwaitSetup(_) => "client awaiting setup",
+            Phase::AwaitAck(_) => "client awaiting chunk ack",
+            Phase::AwaitOutputs(_) => "client awaiting outputs",
+            Phase::Done => "client done",
+            Phase::Failed => "client failed",
+        }
+    }
+}
+
+struct AwaitSetup {
+    nonce: [u8; 32],
+    bins: u32,
+    receiver: base_ot::Receiver,
+    delta: Zeroizing<Vec<u8>>,
+    dummy_key: Zeroizing<Block>,
+}
+
+/// State while the OT-extension matrix is being sent.
+struct Extending {
+    sid: [u8; 32],
+    out_len: usize,
+    server_items: u32,
+    bins: usize,
+    chunk_rows: usize,
+    next_row: usize,
+    prc: Prc,
+    /// PRGs of the client's two seeds for each of the 512 OTs.
+    prg0: Vec<Prg>,
+    prg1: Vec<Prg>,
+    /// Codewords for empty bins.
+    dummy: Prg,
+    table: Vec<u32>,
+    digests: Vec<ItemDigest>,
+    /// The client's OPRF value (first `out_len` bytes, packed) per item.
+    values: Vec<u128>,
+    /// The hash function that placed each item.
+    hash_index: Vec<u8>,
+}
+
+impl std::fmt::Debug for OtClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OtClient")
+            .field("items", &self.items)
+            .field("phase", &self.phase.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl OtClient {
+    /// Starts a run: draws the client's randomness and returns the first request (hello).
+    pub fn start<R: CryptoRng + ?Sized>(
+        items: ItemSet,
+        config: OtConfig,
+        rng: &mut R,
+    ) -> Result<(OtClient, Vec<u8>)> {
+        let n = items.len();
+        if n > MAX_ITEMS as usize {
+            return Err(Error::InputTooLarge {
+                what: "client items",
+                value: n as u64,
+                limit: MAX_ITEMS as u64,
+            });
+        }
+        let bins = config
+            .table_size_override
+            .unwrap_or_else(|| cuckoo::table_size(n));
+        let max = max_bins_for(n as u32) as usize;
+        if bins > max {
+            return Err(Error::InputTooLarge {
+                what: "table size",
+                value: bins as u64,
+                limit: max as u64,
+            });
+        }
+        if bins < n.max(3) {
+            return Err(Error::CuckooFailed {
+                items: n as u64,
+                bins: bins as u64,
+            });
+        }
+        debug_assert!(bins <= MAX_BINS as usize);
+        let mut nonce = [0u8; 32];
+        rng.fill_bytes(&mut nonce);
+        let mut delta_bytes = Zeroizing::new([0u8; BASE_OTS / 8]);
+        rng.fill_bytes(delta_bytes.as_mut());
+        let delta: Zeroizing<Vec<u8>> = Zeroizing::new(
+            (0..BASE_OTS)
+                .map(|i| (delta_bytes[i / 8] >> (i % 8)) & 1)
+                .collect(),
+        );
+        let mut dummy_key = Zeroizing::new([0u8; 16]);
+        rng.fill_bytes(dummy_key.as_mut());
+        let (receiver, base_ot) = base_ot::Receiver::start(&delta, &nonce, rng, config.threads)?;
+        let hello = Hello {
+            client_nonce: nonce,
+            client_items: n as u32,
+            bins: bins as u32,
+            base_ot,
+        };
+        let client = OtClient {
+            items,
+            config,
+            phase: Phase::AwaitSetup(Box::new(AwaitSetup {
+                nonce,
+                bins: bins as u32,
+                receiver,
+                delta,
+                dummy_key,
+            })),
+        };
+        Ok((client, hello.encode()))
+    }
+
+    /// Handles a server response; returns the next request or the result.
+    ///
+    /// A malformed response or one that does not fit the current phase is an error and
+    /// leaves the client as it was; an error after that (a failed Cuckoo placement)
+    /// ends the run.
+    pub fn handle(&mut self, response: &[u8]) -> Result<ClientStep> {
+        let msg = messages::decode(response)?;
+        match (&mut self.phase, msg) {
+            (Phase::AwaitSetup(_), Message::Setup(setup)) => self.on_setup(setup),
+            (Phase::AwaitAck(ext), Message::Ack(ack)) => {
+                if ack.next_row as usize != ext.next_row {
+                    return Err(DecodeError::InvalidParameter { what: "next row" }.into());
+                }
+                self.next_chunk()
+            }
+            (Phase::AwaitOutputs(ext), Message::Outputs(out)) => {
+                if out.out_len as usize != ext.out_len {
+                    return Err(DecodeError::InvalidParameter {
+                        what: "output length",
+                    }
+                    .into());
+                }
+                if out.server_items != ext.server_items {
+                    return Err(Error::CountMismatch {
+                        expected: ext.server_items as u64,
+                        found: out.server_items as u64,
+                    });
+                }
+                self.finish(out)
+            }
+            (phase, msg) => Err(Error::WrongPhase {
+                phase: phase.name(),
+                message: msg.message_type(),
+            }),
+        }
+    }
+
+    /// True once [`ClientStep::Done`] has been returned.
+    pub fn is_done(&self) -> bool {
+        matches!(self.phase, Phase::Done)
+    }
+
+    fn on_setup(&mut self, setup: Setup) -> Result<ClientStep> {
+        let Phase::AwaitSetup(st) = &self.phase else {
+            unreachable!("checked by caller")
+        };
+        let n_c = self.items.len();
+        let out_len = output_len(n_c, setup.server_items as usize);
+        if setup.out_len as usize != out_len {
+            return Err(DecodeError::InvalidParameter {
+                what: "output length",
+            }
+            .into());
+        }
+        let base_keys = self
+            .config
+            .threads
+            .install(|| st.receiver.finish(&st.nonce, &setup.sender_point))??;
+        // From here on the run either proceeds or fails for good.
+        let Phase::AwaitSetup(st) = std::mem::replace(&mut self.phase, Phase::Failed) else {
+            unreachable!("checked above")
+        };
+        let sid = session_id(
+            &st.nonce,
+            &setup.server_nonce,
+            n_c as u32,
+            setup.server_items,
+            st.bins,
+            setup.out_len,
+        );
+        let seeds = iknp::sender(&sid, &base_keys, &st.delta, &setup.iknp_u);
+        let bins = st.bins as usize;
+        let items = &self.items;
+        let (digests, table) = self.config.threads.install(|| {
+            let digests = cuckoo::digest_all(items.items(), &sid, st.bins);
+            let seed = u64::from_le_bytes(sid[..8].try_into().expect("8 bytes"));
+            cuckoo::place(&digests, bins, seed).map(|t| (digests, t))
+        })??;
+        let ext = Extending {
+            sid,
+            out_len,
+            server_items: setup.server_items,
+            bins,
+            chunk_rows: self.config.effective_chunk_rows(),
+            next_row: 0,
+            prc: Prc::new(&sid),
+            prg0: seeds.iter().map(|s| Prg::new(&s[0])).collect(),
+            prg1: seeds.iter().map(|s| Prg::new(&s[1])).collect(),
+            dummy: Prg::new(&st.dummy_key),
+            table,
+            values: vec![0; digests.len()],
+            hash_index: vec![0; digests.len()],
+            digests,
+        };
+        self.phase = Phase::AwaitAck(Box::new(ext));
+        self.next_chunk()
+    }
+
+    /// Builds the next matrix chunk (the phase is `AwaitAck` on entry).
+    fn next_chunk(&mut self) -> Result<ClientStep> {
+        let Phase::AwaitAck(ext) = &mut self.phase else {
+            unreachable!("checked by caller")
+        };
+        let msg = self.config.threads.install(|| ext.chunk())?;
+        if ext.next_row == ext.bins {
+            let Phase::AwaitAck(ext) = std::mem::replace(&mut self.phase, Phase::Failed) else {
+                unreachable!()
+            };
+            self.phase = Phase::AwaitOutputs(ext);
+        }
+        Ok(ClientStep::Send(msg))
+    }
+
+    fn finish(&mut self, out: Outputs<'_>) -> Result<ClientStep> {
+        let Phase::AwaitOutputs(ext) = &self.phase else {
+            unreachable!("checked by caller")
+        };
+        let matched = self.config.threads.install(|| ext.matches(&out))?;
+        let matches = matched
+            .into_iter()
+            .map(|x| Match {
+                index: self.items.original_index(x),
+                item: self.items.items()[x].clone(),
+            })
+            .collect();
+        let output = OtOutput {
+            matches,
+            client_items: self.items.len(),
+            duplicates: self.items.duplicates(),
+            server_items: ext.server_items,
+        };
+        self.phase = Phase::Done;
+        Ok(ClientStep::Done(output))
+    }
+}
+
+#[cfg(test)]
+impl OtClient {
+    /// Test hook: `(t0_j, C_j)` for every bin, where `C_j` is the codeword the client
+    /// encodes in row `j` (of its item, or the random one of an empty bin).
+    pub(crate) fn test_rows(&self) -> Vec<(Row, Row)> {
+        let ext = match &self.phase {
+            Phase::AwaitAck(e) | Phase::AwaitOutputs(e) => e,
+            _ => panic!("no matrix yet"),
+        };
+        let rows0 = matrix_rows(&ext.prg0, 0, ext.bins);
+        (0..ext.bins)
+            .map(|j| {
+                let t0: Row = rows0[j * CODE_BYTES..(j + 1) * CODE_BYTES]
+                    .try_into()
+                    .unwrap();
+                let mut code = [[0u8; CODE_BYTES]];
+                let e = ext.table[j];
+                if e == EMPTY {
+                    ext.dummy.fill(4 * j as u64, &mut code[0]);
+                } else {
+                    let x = ext.digests[(e >> 2) as usize].input((e & 3) as usize);
+                    ext.prc.encode(&[x], &mut code);
+                }
+                (t0, code[0])
+            })
+            .collect()
+    }
+
+    /// Test hook: the PRC input of the client's `x`-th distinct item under hash `h`.
+    pub(crate) fn test_input(&self, x: usize, h: usize) -> (Block, usize) {
+        let ext = match &self.phase {
+            Phase::AwaitAck(e) | Phase::AwaitOutputs(e) => e,
+            _ => panic!("no matrix yet"),
+        };
+        let d = &ext.digests[x];
+        (d.input(h), d.bins[h] as usize)
+    }
+
+    /// Test hook: the session's pseudorandom code.
+    pub(crate) fn test_code(&self, x: &Block) -> Row {
+        let ext = match &self.phase {
+            Phase::AwaitAck(e) | Phase::AwaitOutputs(e) => e,
+            _ => panic!("no matrix yet"),
+        };
+        let mut code = [[0u8; CODE_BYTES]];
+        ext.prc.encode(&[*x], &mut code);
+        code[0]
+    }
+}
+
+impl Extending {
+    /// Rows `next_row .. next_row + chunk_rows` of `U = T0 ⊕ T1 ⊕ C` as a chunk message;
+    /// records the client's own OPRF values for the items in those bins.
+    ///
+    /// Works in blocks of [`BLOCK_ROWS`] rows (PRG, transpose, codewords, hashing) so each
+    /// block's buffers stay in the core's cache; blocks run in parallel.
+    fn chunk(&mut self) -> Vec<u8> {
+        let a = self.next_row;
+        let b = (a + self.chunk_rows).min(self.bins);
+        let r = b - a;
+        let mut msg = Chunk::begin(a as u32, r as u32);
+        let body_start = msg.len();
+        msg.resize(body_start + r * CODE_BYTES, 0);
+        let prefix = out_prefix(&self.sid);
+        let this = &*self;
+        let values: Vec<(u32, u128)> = msg[body_start..]
+            .par_chunks_mut(BLOCK_ROWS * CODE_BYTES)
+            .enumerate()
+            .flat_map_iter(|(bi, out)| this.block(a + bi * BLOCK_ROWS, out, &prefix))
+            .collect();
+        for (e, v) in values {
+            self.values[(e >> 2) as usize] = v;
+            self.hash_index[(e >> 2) as usize] = (e & 3) as u8;
+        }
+        self.next_row = b;
+        wire::finish(msg)
+    }
+
+    /// One block of rows starting at `j0` (a multiple of 128): writes the rows of `U`
+    /// into `out` and returns `(item, value)` for the items in these bins.
+    fn block(&self, j0: usize, out: &mut [u8], prefix: &sha2::Sha256) -> Vec<(u32, u128)> {
+        let n = out.len() / CODE_BYTES;
+        let rows0 = matrix_rows(&self.prg0, j0, n);
+        let rows1 = matrix_rows(&self.prg1, j0, n);
+        let mut vals = Vec::new();
+        let mut inputs = [[0u8; 16]; PRC_BATCH];
+        let mut codes = [[0u8; CODE_BYTES]; PRC_BATCH];
+        for start in (0..n).step_by(PRC_BATCH) {
+            let m = PRC_BATCH.min(n - start);
+            for (input, &e) in inputs
+                .iter_mut()
+                .zip(&self.table[j0 + start..j0 + start + m])
+            {
+                *input = if e != EMPTY {
+                    self.digests[(e >> 2) as usize].input((e & 3) as usize)
+                } else {
+                    [0; 16]
+                };
+            }
+            self.prc.encode(&inputs[..m], &mut codes[..m]);
+            for (k, code) in codes[..m].iter_mut().enumerate() {
+                let row = start + k;
+                let j = j0 + row;
+                let e = self.table[j];
+                if e == EMPTY {
+                    // A random codeword: the bin holds no item.
+                    self.dummy.fill(4 * j as u64, code);
+                }
+                let t0: &Row = rows0[row * CODE_BYTES..(row + 1) * CODE_BYTES]
+                    .try_into()
+                    .expect("row");
+                let t1: &Row = rows1[row * CODE_BYTES..(row + 1) * CODE_BYTES]
+                    .try_into()
+                    .expect("row");
+                let o: &mut Row = (&mut out[row * CODE_BYTES..(row + 1) * CODE_BYTES])
+                    .try_into()
+                    .expect("row");
+                for i in 0..CODE_BYTES {
+                    o[i] = t0[i] ^ t1[i] ^ code[i];
+                }
+                if e != EMPTY {
+                    let f = out_hash(prefix, j as u32, t0);
+                    vals.push((e, pack(&f, self.out_len)));
+                }
+            }
+        }
+        codes.zeroize();
+        vals
+    }
+
+    /// Indices (into the de-duplicated set) of the items whose value the server sent,
+    /// in increasing order.
+    ///
+    /// Per hash function: a hash map from the client's values, and in front of it a bit
+    /// array with about 32 bits per client value that rejects most non-matching server
+    /// values with one cache-friendly lookup.
+    fn matches(&self, out: &Outputs<'_>) -> Vec<usize> {
+        let mut per_h: [Vec<(u128, u32)>; 3] = Default::default();
+        for (x, &v) in self.values.iter().enumerate() {
+            per_h[self.hash_index[x] as usize].push((v, x as u32));
+        }
+        let len = self.out_len;
+        let per_list = self.server_items as usize * len;
+        let mut found: Vec<usize> = per_h
+            .into_par_iter()
+            .enumerate()
+            .flat_map(|(h, vals)| {
+                let filter = Filter::new(vals.iter().map(|&(v, _)| v), vals.len());
+                let mut map: HashMap<u128, u32, BuildHasherDefault<Fold>> =
+                    HashMap::with_capacity_and_hasher(vals.len(), Default::default());
+                map.extend(vals);
+                let list = &out.lists[h * per_list..(h + 1) * per_list];
+                list.par_chunks(len * 4096)
+                    .flat_map_iter(|part| {
+                        part.chunks_exact(len)
+                            .filter_map(|rec| {
+                                let v = pack(rec, len);
+                                if !filter.contains(v) {
+                                    return None;
+                                }
+                                map.get(&v).map(|&x| x as usize)
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        found.sort_unstable();
+        found.dedup();
+        found
+    }
+}
+
+/// A hasher for uniformly random keys: folds the key and multiplies by an odd constant
+/// so every bit of the 64-bit hash depends on the key (hashbrown reads the top bits).
+#[derive(Default)]
+struct Fold(u64);
+
+impl Hasher for Fold {
+    fn finish(&self) -> u64 {
+        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ b as u64;
+        }
+    }
+
+    fn write_u128(&mut self, v: u128) {
+        self.0 ^= (v as u64) ^ ((v >> 64) as u64).rotate_left(32);
+    }
+}
+
+fn mix(v: u128) -> u64 {
+    let mut f = Fold::default();
+    f.write_u128(v);
+    f.finish()
+}
+
+/// A one-hash bit array over the client's values (about 32 bits per value, at least
+/// 2^10 and at most 2^27 bits): `contains` is false for most values not inserted.
+struct Filter {
+    bits: Vec<u64>,
+    shift: u32,
+}
+
+impl Filter {
+    fn new(values: impl Iterator<Item = u128>, n: usize) -> Self {
+        let log = (n.max(1) * 32)
+            .next_power_of_two()
+            .trailing_zeros()
+            .clamp(10, 27);
+        let mut bits = vec![0u64; 1 << (log - 6)];
+        let shift = 64 - log;
+        for v in values {
+            let i = mix(v) >> shift;
+            bits[(i >> 6) as usize] |= 1 << (i & 63);
+        }
+        Filter { bits, shift }
+    }
+
+    fn contains(&self, v: u128) -> bool {
+        let i = mix(v) >> self.shift;
+        self.bits[(i >> 6) as usize] & (1 << (i & 63)) != 0
+    }
+}

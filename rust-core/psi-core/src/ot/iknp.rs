@@ -1,0 +1,133 @@
+//! IKNP (Ishai-Kilian-Nissim-Petrank, CRYPTO 2003) extension of the 128 base OTs into the
+//! 512 random OTs that KKRT16 needs as its own base OTs, with the roles the protocol wants:
+//! the client ends up as the OT *sender* (two seeds per OT), the server as the *receiver*
+//! with choice bits `s` (its 512-bit OPRF secret).
+//!
+//! Base OT `i < 128`: the server (base sender) holds `K_{i,0}, K_{i,1}`; the client (base
+//! receiver, choice `Δ_i`) holds `K_{i,Δ_i}`.
+//! - Server: `t^i = G(K_{i,0})`, `u^i = t^i ⊕ G(K_{i,1}) ⊕ s` (512-bit columns; sends `u`).
+//! - Client: `q^i = G(K_{i,Δ_i}) ⊕ Δ_i·u^i = t^i ⊕ Δ_i·s`.
+//! - Row `j < 512` of the transposed matrices: `q_j = t_j ⊕ s_j·Δ`.
+//! - Outputs: client `(H(j, q_j), H(j, q_j ⊕ Δ))`, server `H(j, t_j)`, where
+//!   `H(j, x) = SHA-256(ds::IKNP, sid, BE32(j), x)[0..16]`, so the server holds the seed
+//!   with index `s_j`.
+//!
+//! `G` is the AES-CTR [`Prg`] (64 bytes from block 0).
+
+use super::base_ot::BASE_OTS;
+use super::prc::{Block, CODE_BITS, CODE_BYTES, Prg, Row, ds, hash};
+use super::transpose::transpose;
+use zeroize::Zeroizing;
+
+/// Bytes of the server's `u` matrix: 128 columns of 512 bits.
+pub(crate) const U_LEN: usize = BASE_OTS * CODE_BYTES;
+
+fn row_hash(sid: &[u8; 32], j: usize, x: &Block) -> Block {
+    let h = hash(ds::IKNP, &[sid, &(j as u32).to_be_bytes(), x]);
+    h[..16].try_into().expect("16 bytes")
+}
+
+/// Server side: from both keys of each base OT and the choice bits `s`, returns the `u`
+/// matrix to send and the server's 512 seeds `H(j, t_j)`.
+pub(crate) fn receiver(
+    sid: &[u8; 32],
+    keys: &[[Block; 2]],
+    s: &Row,
+) -> (Vec<u8>, Zeroizing<Vec<Block>>) {
+    assert_eq!(keys.len(), BASE_OTS);
+    let mut t = Zeroizing::new(vec![0u8; U_LEN]);
+    let mut u = vec![0u8; U_LEN];
+    for (i, k) in keys.iter().enumerate() {
+        let ti = &mut t[i * CODE_BYTES..(i + 1) * CODE_BYTES];
+        Prg::new(&k[0]).fill(0, ti);
+        let ui = &mut u[i * CODE_BYTES..(i + 1) * CODE_BYTES];
+        Prg::new(&k[1]).fill(0, ui);
+        for ((u, t), s) in ui.iter_mut().zip(ti.iter()).zip(s) {
+            *u ^= t ^ s;
+        }
+    }
+    let mut rows = Zeroizing::new(vec![0u8; U_LEN]);
+    transpose(&t, BASE_OTS, CODE_BYTES, &mut rows);
+    let seeds = (0..CODE_BITS)
+        .map(|j| {
+            row_hash(
+                sid,
+                j,
+                rows[16 * j..16 * j + 16].try_into().expect("16 bytes"),
+            )
+        })
+        .collect();
+    (u, Zeroizing::new(seeds))
+}
+
+/// Client side: from `K_{i,Δ_i}`, the choice bits `Δ` (one per byte, 0 or 1) and the
+/// server's `u`, returns both seeds of each of the 512 OTs.
+pub(crate) fn sender(
+    sid: &[u8; 32],
+    keys: &[Block],
+    delta: &[u8],
+    u: &[u8],
+) -> Zeroizing<Vec<[Block; 2]>> {
+    assert_eq!(keys.len(), BASE_OTS);
+    assert_eq!(delta.len(), BASE_OTS);
+    assert_eq!(u.len(), U_LEN);
+    let mut q = Zeroizing::new(vec![0u8; U_LEN]);
+    let mut delta_block: Block = [0; 16];
+    for i in 0..BASE_OTS {
+        let qi = &mut q[i * CODE_BYTES..(i + 1) * CODE_BYTES];
+        Prg::new(&keys[i]).fill(0, qi);
+        // Constant time in the secret bit Δ_i.
+        let mask = 0u8.wrapping_sub(delta[i] & 1);
+        for (q, u) in qi.iter_mut().zip(&u[i * CODE_BYTES..(i + 1) * CODE_BYTES]) {
+            *q ^= u & mask;
+        }
+        delta_block[i / 8] |= (delta[i] & 1) << (i % 8);
+    }
+    let mut rows = Zeroizing::new(vec![0u8; U_LEN]);
+    transpose(&q, BASE_OTS, CODE_BYTES, &mut rows);
+    let delta_block = Zeroizing::new(delta_block);
+    let seeds = (0..CODE_BITS)
+        .map(|j| {
+            let mut qj: Block = rows[16 * j..16 * j + 16].try_into().expect("16 bytes");
+            let s0 = row_hash(sid, j, &qj);
+            for (a, b) in qj.iter_mut().zip(delta_block.iter()) {
+                *a ^= b;
+            }
+            let s1 = row_hash(sid, j, &qj);
+            [s0, s1]
+        })
+        .collect();
+    Zeroizing::new(seeds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_ot_relation() {
+        let sid = [5u8; 32];
+        let keys: Vec<[Block; 2]> = (0..BASE_OTS)
+            .map(|i| [[i as u8; 16], [(i as u8) ^ 0x80; 16]])
+            .collect();
+        let delta: Vec<u8> = (0..BASE_OTS)
+            .map(|i| ((i * 5 + 1) % 3 == 0) as u8)
+            .collect();
+        let chosen: Vec<Block> = keys
+            .iter()
+            .zip(&delta)
+            .map(|(k, &d)| k[d as usize])
+            .collect();
+        let mut s: Row = [0; CODE_BYTES];
+        for (i, b) in s.iter_mut().enumerate() {
+            *b = (i as u8).wrapping_mul(37) ^ 0x5a;
+        }
+        let (u, server) = receiver(&sid, &keys, &s);
+        let client = sender(&sid, &chosen, &delta, &u);
+        for j in 0..CODE_BITS {
+            let sj = ((s[j / 8] >> (j % 8)) & 1) as usize;
+            assert_eq!(server[j], client[j][sj], "OT {j}");
+            assert_ne!(server[j], client[j][1 - sj], "OT {j}");
+        }
+    }
+}

@@ -1,0 +1,444 @@
+//! OT-PSI wire messages (protocol id 0x02), byte by byte in `docs/protocol/ot-psi.md`.
+//!
+//! All integers are big-endian. Every decoder checks exact lengths and hard limits and
+//! returns a [`DecodeError`]; none panics on any input.
+
+use super::base_ot::{BASE_OTS, RECEIVER_MSG_LEN};
+use super::iknp::U_LEN;
+use super::prc::CODE_BYTES;
+use crate::error::DecodeError;
+use crate::wire::{self, ProtocolId, Reader};
+
+/// Message types (byte 4 of the frame header).
+pub mod message_type {
+    /// Client → server: session parameters and the base-OT receiver messages.
+    pub const HELLO: u8 = 0x01;
+    /// Server → client: base-OT sender point, IKNP matrix, server set size.
+    pub const SETUP: u8 = 0x02;
+    /// Client → server: a run of rows of the OT-extension matrix.
+    pub const MATRIX_CHUNK: u8 = 0x03;
+    /// Server → client: chunk received, send the next one.
+    pub const CHUNK_ACK: u8 = 0x04;
+    /// Server → client: the server's OPRF values, three shuffled lists.
+    pub const OUTPUTS: u8 = 0x05;
+}
+
+/// The parameter suite byte: κ = 128, σ = 40, 128 MR19 base OTs over ristretto255, IKNP to
+/// 512 OTs, KKRT16 with a 512-bit AES-128 code, 3-way Cuckoo hashing, SHA-256.
+pub const SUITE: u8 = 0x01;
+/// Most items either side may have (2^24).
+pub const MAX_ITEMS: u32 = 1 << 24;
+/// Most Cuckoo bins a client may ask for (2^25).
+pub const MAX_BINS: u32 = 1 << 25;
+/// Most matrix rows in one chunk (2^20 rows = 64 MiB).
+pub const MAX_CHUNK_ROWS: u32 = 1 << 20;
+/// Shortest and longest OPRF value the protocol sends, in bytes.
+pub const MIN_OUT_LEN: u8 = 5;
+/// See [`MIN_OUT_LEN`].
+pub const MAX_OUT_LEN: u8 = 16;
+
+/// Highest table size a server accepts for `n` client items: `⌈1.27 n⌉` (exactly the
+/// default [`super::table_size`]) from `n = 4096` on, `16 n + 64` below (which covers the
+/// small-`n` table sizes), never above [`MAX_BINS`]. The table size bounds how many OPRF
+/// inputs a client can query (one per bin), so servers should meter sessions by it.
+pub fn max_bins_for(client_items: u32) -> u32 {
+    let n = client_items as u64;
+    let cap = if n >= super::cuckoo::LARGE_N as u64 {
+        (127 * n).div_ceil(100)
+    } else {
+        16 * n + 64
+    };
+    cap.min(MAX_BINS as u64) as u32
+}
+
+/// A decoded message.
+#[derive(Debug)]
+pub(crate) enum Message<'a> {
+    Hello(Hello),
+    Setup(Setup),
+    Chunk(Chunk<'a>),
+    Ack(Ack),
+    Outputs(Outputs<'a>),
+}
+
+impl Message<'_> {
+    pub(crate) fn message_type(&self) -> u8 {
+        match self {
+            Message::Hello(_) => message_type::HELLO,
+            Message::Setup(_) => message_type::SETUP,
+            Message::Chunk(_) => message_type::MATRIX_CHUNK,
+            Message::Ack(_) => message_type::CHUNK_ACK,
+            Message::Outputs(_) => message_type::OUTPUTS,
+        }
+    }
+}
+
+/// Decodes any OT-PSI message.
+pub(crate) fn decode(bytes: &[u8]) -> Result<Message<'_>, DecodeError> {
+    let frame = wire::parse_frame(bytes, ProtocolId::OtPsi)?;
+    let mut r = Reader::new(frame.body);
+    let msg = match frame.message_type {
+        message_type::HELLO => Message::Hello(Hello::read(&mut r)?),
+        message_type::SETUP => Message::Setup(Setup::read(&mut r)?),
+        message_type::MATRIX_CHUNK => Message::Chunk(Chunk::read(&mut r)?),
+        message_type::CHUNK_ACK => Message::Ack(Ack { next_row: r.u32()? }),
+        message_type::OUTPUTS => Message::Outputs(Outputs::read(&mut r)?),
+        t => return Err(DecodeError::UnknownMessageType(t)),
+    };
+    r.end()?;
+    Ok(msg)
+}
+
+fn array<const N: usize>(r: &mut Reader<'_>) -> Result<[u8; N], DecodeError> {
+    Ok(r.take(N)?.try_into().expect("length checked"))
+}
+
+fn suite(r: &mut Reader<'_>) -> Result<(), DecodeError> {
+    match r.u8()? {
+        SUITE => Ok(()),
+        _ => Err(DecodeError::InvalidParameter { what: "suite" }),
+    }
+}
+
+fn limit(what: &'static str, value: u32, limit: u32) -> Result<(), DecodeError> {
+    if value > limit {
+        return Err(DecodeError::LimitExceeded {
+            what,
+            value: value as u64,
+            limit: limit as u64,
+        });
+    }
+    Ok(())
+}
+
+/// Message 0x01.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Hello {
+    pub(crate) client_nonce: [u8; 32],
+    pub(crate) client_items: u32,
+    pub(crate) bins: u32,
+    pub(crate) base_ot: Vec<[u8; RECEIVER_MSG_LEN]>,
+}
+
+/// Body length of a hello message.
+pub(crate) const HELLO_BODY_LEN: usize = 1 + 32 + 4 + 4 + 2 + BASE_OTS * RECEIVER_MSG_LEN;
+
+impl Hello {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut out = wire::begin(ProtocolId::OtPsi, message_type::HELLO, HELLO_BODY_LEN);
+        out.push(SUITE);
+        out.extend_from_slice(&self.client_nonce);
+        out.extend_from_slice(&self.client_items.to_be_bytes());
+        out.extend_from_slice(&self.bins.to_be_bytes());
+        out.extend_from_slice(&(self.base_ot.len() as u16).to_be_bytes());
+        for m in &self.base_ot {
+            out.extend_from_slice(m);
+        }
+        wire::finish(out)
+    }
+
+    fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        suite(r)?;
+        let client_nonce = array::<32>(r)?;
+        let client_items = r.u32()?;
+        limit("client items", client_items, MAX_ITEMS)?;
+        let bins = r.u32()?;
+        limit("bins", bins, max_bins_for(client_items))?;
+        if bins < 3 || bins < client_items {
+            return Err(DecodeError::InvalidParameter { what: "bins" });
+        }
+        let count = u16::from_be_bytes(array::<2>(r)?);
+        if count as usize != BASE_OTS {
+            return Err(DecodeError::InvalidParameter {
+                what: "base OT count",
+            });
+        }
+        let mut base_ot = Vec::with_capacity(BASE_OTS);
+        for _ in 0..BASE_OTS {
+            base_ot.push(array::<RECEIVER_MSG_LEN>(r)?);
+        }
+        Ok(Hello {
+            client_nonce,
+            client_items,
+            bins,
+            base_ot,
+        })
+    }
+}
+
+/// Message 0x02.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Setup {
+    pub(crate) server_nonce: [u8; 32],
+    pub(crate) server_items: u32,
+    pub(crate) out_len: u8,
+    pub(crate) sender_point: [u8; 32],
+    pub(crate) iknp_u: Vec<u8>,
+}
+
+/// Body length of a setup message.
+pub(crate) const SETUP_BODY_LEN: usize = 1 + 32 + 4 + 1 + 32 + U_LEN;
+
+impl Setup {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut out = wire::begin(ProtocolId::OtPsi, message_type::SETUP, SETUP_BODY_LEN);
+        out.push(SUITE);
+        out.extend_from_slice(&self.server_nonce);
+        out.extend_from_slice(&self.server_items.to_be_bytes());
+        out.push(self.out_len);
+        out.extend_from_slice(&self.sender_point);
+        out.extend_from_slice(&self.iknp_u);
+        wire::finish(out)
+    }
+
+    fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        suite(r)?;
+        let server_nonce = array::<32>(r)?;
+        let server_items = r.u32()?;
+        limit("server items", server_items, MAX_ITEMS)?;
+        let out_len = r.u8()?;
+        if !(MIN_OUT_LEN..=MAX_OUT_LEN).contains(&out_len) {
+            return Err(DecodeError::InvalidParameter {
+                what: "output length",
+            });
+        }
+        let sender_point = array::<32>(r)?;
+        let iknp_u = r.take(U_LEN)?.to_vec();
+        Ok(Setup {
+            server_nonce,
+            server_items,
+            out_len,
+            sender_point,
+            iknp_u,
+        })
+    }
+}
+
+/// Message 0x03; `rows` borrows the request bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Chunk<'a> {
+    pub(crate) row_offset: u32,
+    pub(crate) row_count: u32,
+    pub(crate) rows: &'a [u8],
+}
+
+impl Chunk<'_> {
+    /// Starts a chunk message; the caller appends `row_count` rows and calls `wire::finish`.
+    pub(crate) fn begin(row_offset: u32, row_count: u32) -> Vec<u8> {
+        let body = 8 + row_count as usize * CODE_BYTES;
+        let mut out = wire::begin(ProtocolId::OtPsi, message_type::MATRIX_CHUNK, body);
+        out.extend_from_slice(&row_offset.to_be_bytes());
+        out.extend_from_slice(&row_count.to_be_bytes());
+        out
+    }
+
+    #[cfg(test)]
+    pub(crate) fn encode_with(row_offset: u32, rows: &[u8]) -> Vec<u8> {
+        let mut out = Self::begin(row_offset, (rows.len() / CODE_BYTES) as u32);
+        out.extend_from_slice(rows);
+        wire::finish(out)
+    }
+
+    fn read<'a>(r: &mut Reader<'a>) -> Result<Chunk<'a>, DecodeError> {
+        let row_offset = r.u32()?;
+        let row_count = r.u32()?;
+        limit("chunk rows", row_count, MAX_CHUNK_ROWS)?;
+        if row_count == 0 {
+            return Err(DecodeError::InvalidParameter { what: "chunk rows" });
+        }
+        let need = row_count as usize * CODE_BYTES;
+        if r.remaining() != need {
+            return Err(DecodeError::LengthMismatch {
+                what: "matrix chunk",
+                declared: r.remaining() as u64,
+                actual: need as u64,
+            });
+        }
+        let rows = r.take(need)?;
+        Ok(Chunk {
+            row_offset,
+            row_count,
+            rows,
+        })
+    }
+}
+
+/// Message 0x04.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ack {
+    pub(crate) next_row: u32,
+}
+
+impl Ack {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut out = wire::begin(ProtocolId::OtPsi, message_type::CHUNK_ACK, 4);
+        out.extend_from_slice(&self.next_row.to_be_bytes());
+        wire::finish(out)
+    }
+}
+
+/// Message 0x05; `lists` borrows the response bytes (`3 * server_items * out_len` bytes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Outputs<'a> {
+    pub(crate) out_len: u8,
+    pub(crate) server_items: u32,
+    pub(crate) lists: &'a [u8],
+}
+
+impl Outputs<'_> {
+    /// Starts an outputs message; the caller appends the three lists and calls
+    /// `wire::finish`.
+    pub(crate) fn begin(out_len: u8, server_items: u32) -> Vec<u8> {
+        let body = 5 + 3 * server_items as usize * out_len as usize;
+        let mut out = wire::begin(ProtocolId::OtPsi, message_type::OUTPUTS, body);
+        out.push(out_len);
+        out.extend_from_slice(&server_items.to_be_bytes());
+        out
+    }
+
+    #[cfg(test)]
+    pub(crate) fn encode_with(out_len: u8, server_items: u32, lists: [&[u8]; 3]) -> Vec<u8> {
+        let mut out = Self::begin(out_len, server_items);
+        for l in lists {
+            out.extend_from_slice(l);
+        }
+        wire::finish(out)
+    }
+
+    fn read<'a>(r: &mut Reader<'a>) -> Result<Outputs<'a>, DecodeError> {
+        let out_len = r.u8()?;
+        if !(MIN_OUT_LEN..=MAX_OUT_LEN).contains(&out_len) {
+            return Err(DecodeError::InvalidParameter {
+                what: "output length",
+            });
+        }
+        let server_items = r.u32()?;
+        limit("server items", server_items, MAX_ITEMS)?;
+        let need = 3 * server_items as usize * out_len as usize;
+        if r.remaining() != need {
+            return Err(DecodeError::LengthMismatch {
+                what: "server outputs",
+                declared: r.remaining() as u64,
+                actual: need as u64,
+            });
+        }
+        let lists = r.take(need)?;
+        Ok(Outputs {
+            out_len,
+            server_items,
+            lists,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello() -> Hello {
+        Hello {
+            client_nonce: [1; 32],
+            client_items: 10,
+            bins: 100,
+            base_ot: vec![[2; RECEIVER_MSG_LEN]; BASE_OTS],
+        }
+    }
+
+    #[test]
+    fn round_trips() {
+        let h = hello();
+        let bytes = h.encode();
+        assert_eq!(bytes.len(), wire::HEADER_LEN + HELLO_BODY_LEN);
+        match decode(&bytes).unwrap() {
+            Message::Hello(d) => assert_eq!(d, h),
+            m => panic!("wrong type {}", m.message_type()),
+        }
+        let s = Setup {
+            server_nonce: [3; 32],
+            server_items: 7,
+            out_len: 9,
+            sender_point: [4; 32],
+            iknp_u: vec![5; U_LEN],
+        };
+        let bytes = s.encode();
+        assert_eq!(bytes.len(), wire::HEADER_LEN + SETUP_BODY_LEN);
+        assert!(matches!(decode(&bytes).unwrap(), Message::Setup(d) if d == s));
+        let rows = vec![6u8; 3 * CODE_BYTES];
+        let bytes = Chunk::encode_with(128, &rows);
+        assert!(matches!(decode(&bytes).unwrap(),
+            Message::Chunk(c) if c.row_offset == 128 && c.row_count == 3 && c.rows == &rows[..]));
+        let bytes = Ack { next_row: 5 }.encode();
+        assert!(matches!(
+            decode(&bytes).unwrap(),
+            Message::Ack(Ack { next_row: 5 })
+        ));
+        let l = [1u8; 10];
+        let bytes = Outputs::encode_with(5, 2, [&l, &l, &l]);
+        assert!(matches!(decode(&bytes).unwrap(), Message::Outputs(o) if o.lists.len() == 30));
+    }
+
+    #[test]
+    fn every_truncation_is_an_error() {
+        let bytes = hello().encode();
+        for n in 0..bytes.len() {
+            assert!(decode(&bytes[..n]).is_err(), "prefix {n}");
+        }
+    }
+
+    #[test]
+    fn bad_fields() {
+        let mut bytes = hello().encode();
+        bytes[wire::HEADER_LEN] = 9;
+        assert_eq!(
+            decode(&bytes).unwrap_err(),
+            DecodeError::InvalidParameter { what: "suite" }
+        );
+        let mut h = hello();
+        h.bins = 2;
+        assert!(matches!(
+            decode(&h.encode()),
+            Err(DecodeError::InvalidParameter { what: "bins" })
+        ));
+        h.bins = 10_000;
+        assert!(matches!(
+            decode(&h.encode()),
+            Err(DecodeError::LimitExceeded { .. })
+        ));
+        let mut h = hello();
+        h.client_items = MAX_ITEMS + 1;
+        assert!(matches!(
+            decode(&h.encode()),
+            Err(DecodeError::LimitExceeded { .. })
+        ));
+        let mut h = hello();
+        h.base_ot.pop();
+        assert!(matches!(
+            decode(&h.encode()),
+            Err(DecodeError::InvalidParameter { .. })
+        ));
+        // Chunk claiming more rows than it carries.
+        let mut bytes = Chunk::encode_with(0, &[0u8; 64]);
+        bytes[wire::HEADER_LEN + 7] = 2;
+        assert!(matches!(
+            decode(&bytes),
+            Err(DecodeError::LengthMismatch { .. })
+        ));
+        let mut bytes = Chunk::encode_with(0, &[0u8; 64]);
+        bytes[wire::HEADER_LEN + 4..wire::HEADER_LEN + 8].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(matches!(
+            decode(&bytes),
+            Err(DecodeError::LimitExceeded { .. })
+        ));
+        let mut bytes = Ack { next_row: 1 }.encode();
+        bytes[4] = 0x77;
+        assert_eq!(
+            decode(&bytes).unwrap_err(),
+            DecodeError::UnknownMessageType(0x77)
+        );
+        let bytes = Outputs::encode_with(4, 0, [&[], &[], &[]]);
+        assert!(matches!(
+            decode(&bytes),
+            Err(DecodeError::InvalidParameter { .. })
+        ));
+    }
+}

@@ -1,0 +1,369 @@
+//! OT-extension PSI: the batched OPRF of Kolesnikov-Kumaresan-Rosulek-Trieu (KKRT16,
+//! "Efficient Batched Oblivious PRF with Applications to Private Set Intersection",
+//! CCS 2016) with three-way Cuckoo hashing. The byte-level specification is
+//! `docs/protocol/ot-psi.md`; the base-OT choice is `docs/adr/0003-ot-psi-base-ot.md`.
+//!
+//! Security model: semi-honest (honest-but-curious) client and server. The client learns
+//! which of its items the server holds and the size of the server's set; the server learns
+//! the size of the client's set (and the table size derived from it), nothing else.
+//!
+//! Message flow (each arrow pair is one request/response; the client drives):
+//!
+//! ```text
+//! client                                         server
+//! Hello: nonce, n_c, bins, 128 MR19 msgs  ──▶
+//!                                          ◀──   Setup: nonce, n_s, L, A, IKNP u (8 KiB)
+//! MatrixChunk rows [0, R)                  ──▶
+//!                                          ◀──   ChunkAck (next row)       (repeated)
+//! MatrixChunk rows [.., bins) (the last)   ──▶
+//!                                          ◀──   Outputs: 3 shuffled lists of n_s values
+//! ```
+//!
+//! With one chunk the whole run is two round trips, the minimum for KKRT16 with OT
+//! extension (the matrix needs the server's base-OT reply).
+
+mod base_ot;
+mod client;
+mod cuckoo;
+mod iknp;
+pub mod messages;
+mod prc;
+mod server;
+mod transpose;
+
+pub use client::{ClientStep, OtClient};
+pub use cuckoo::{failure_bound_log2, table_size};
+pub use server::OtServer;
+
+use crate::error::Result;
+use crate::items::ItemSet;
+use crate::parallel::Threads;
+use rand_core::CryptoRng;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Default rows per matrix chunk: 2^18 rows, 16 MiB per request.
+pub const DEFAULT_CHUNK_ROWS: usize = 1 << 18;
+
+/// Settings for either side of a run.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct OtConfig {
+    /// Worker threads for the heavy steps.
+    pub threads: Threads,
+    /// Client: matrix rows per request (rounded up to a multiple of 128, at most
+    /// [`messages::MAX_CHUNK_ROWS`]). Smaller chunks mean more round trips and less memory.
+    pub chunk_rows: usize,
+    /// Server: largest client set it accepts (at most [`messages::MAX_ITEMS`]).
+    pub max_client_items: usize,
+    /// Tests only: forces the client's Cuckoo table size.
+    #[doc(hidden)]
+    pub table_size_override: Option<usize>,
+}
+
+impl Default for OtConfig {
+    fn default() -> Self {
+        OtConfig::new(Threads::default())
+    }
+}
+
+impl OtConfig {
+    /// Defaults with the given worker threads.
+    pub fn new(threads: Threads) -> Self {
+        OtConfig {
+            threads,
+            chunk_rows: DEFAULT_CHUNK_ROWS,
+            max_client_items: messages::MAX_ITEMS as usize,
+            table_size_override: None,
+        }
+    }
+
+    /// Sets the client's rows per matrix chunk.
+    pub fn with_chunk_rows(mut self, rows: usize) -> Self {
+        self.chunk_rows = rows;
+        self
+    }
+
+    /// Sets the largest client set a server accepts.
+    pub fn with_max_client_items(mut self, n: usize) -> Self {
+        self.max_client_items = n.min(messages::MAX_ITEMS as usize);
+        self
+    }
+
+    /// Tests only: a client table of exactly `bins` bins (to force Cuckoo failures).
+    #[doc(hidden)]
+    pub fn with_table_size_for_tests(mut self, bins: usize) -> Self {
+        self.table_size_override = Some(bins);
+        self
+    }
+
+    fn effective_chunk_rows(&self) -> usize {
+        self.chunk_rows
+            .clamp(128, messages::MAX_CHUNK_ROWS as usize)
+            .div_ceil(128)
+            * 128
+    }
+}
+
+/// One of the client's items found in the server's set.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Match {
+    /// Index of the item in the list the client started with (first occurrence).
+    pub index: usize,
+    /// The item.
+    pub item: Vec<u8>,
+}
+
+impl std::fmt::Debug for Match {
+    // Contact data stays out of logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Match")
+            .field("index", &self.index)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a finished run tells the client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtOutput {
+    /// Matches, in the order of the client's original list.
+    pub matches: Vec<Match>,
+    /// Distinct client items queried.
+    pub client_items: usize,
+    /// Client entries dropped as duplicates.
+    pub duplicates: usize,
+    /// Items in the server's set.
+    pub server_items: u32,
+}
+
+/// Bytes of each OPRF value the server sends: `⌈(40 + ⌈log2 n_c⌉ + ⌈log2 n_s⌉) / 8⌉`
+/// (a false match has probability at most `n_c · n_s · 2^-8L ≤ 2^-40`).
+pub fn output_len(client_items: usize, server_items: usize) -> usize {
+    let lg = |n: usize| {
+        if n <= 1 {
+            0
+        } else {
+            (usize::BITS - (n - 1).leading_zeros()) as usize
+        }
+    };
+    (40 + lg(client_items) + lg(server_items)).div_ceil(8)
+}
+
+/// `sid = SHA-256(ds::SESSION, client_nonce, server_nonce, BE32 n_c, BE32 n_s, BE32 bins, L)`.
+fn session_id(
+    client_nonce: &[u8; 32],
+    server_nonce: &[u8; 32],
+    n_c: u32,
+    n_s: u32,
+    bins: u32,
+    out_len: u8,
+) -> [u8; 32] {
+    prc::hash(
+        prc::ds::SESSION,
+        &[
+            client_nonce,
+            server_nonce,
+            &n_c.to_be_bytes(),
+            &n_s.to_be_bytes(),
+            &bins.to_be_bytes(),
+            &[out_len],
+        ],
+    )
+}
+
+/// Rows of the OT-extension matrix processed together (PRG, transpose, codewords,
+/// hashing) by one task: 1024 rows keep a task's buffers (64 KiB each) in the core's cache.
+/// A multiple of 128, so blocks start on AES-CTR block boundaries.
+const BLOCK_ROWS: usize = 1024;
+
+/// Rows `j0 .. j0 + n` (padded to a multiple of 128) of the matrix whose column `i` is
+/// the AES-CTR stream of `prgs[i]`, i.e. the transpose of the 512 PRG columns.
+fn matrix_rows(prgs: &[prc::Prg], j0: usize, n: usize) -> zeroize::Zeroizing<Vec<u8>> {
+    debug_assert!(j0 % 128 == 0 && prgs.len() == prc::CODE_BITS);
+    let n_pad = n.div_ceil(128) * 128;
+    let col_bytes = n_pad / 8;
+    let first_block = (j0 / 128) as u64;
+    let mut cols = zeroize::Zeroizing::new(vec![0u8; prc::CODE_BITS * col_bytes]);
+    for (c, p) in cols.chunks_exact_mut(col_bytes).zip(prgs) {
+        p.fill(first_block, c);
+    }
+    let mut rows = zeroize::Zeroizing::new(vec![0u8; n_pad * prc::CODE_BYTES]);
+    transpose::transpose(&cols, prc::CODE_BITS, col_bytes, &mut rows);
+    rows
+}
+
+/// Analytic message sizes in bytes (frame header included), as in the spec.
+pub mod sizes {
+    use super::messages::{HELLO_BODY_LEN, SETUP_BODY_LEN};
+    use crate::wire::HEADER_LEN;
+
+    /// The hello message.
+    pub fn hello() -> u64 {
+        (HEADER_LEN + HELLO_BODY_LEN) as u64
+    }
+    /// The setup message.
+    pub fn setup() -> u64 {
+        (HEADER_LEN + SETUP_BODY_LEN) as u64
+    }
+    /// All matrix chunks together: `chunks · (9 + 8) + 64 · bins`.
+    pub fn matrix(bins: u64, chunk_rows: u64) -> u64 {
+        let chunks = bins.div_ceil(chunk_rows);
+        chunks * (HEADER_LEN as u64 + 8) + 64 * bins
+    }
+    /// All chunk acks: one per chunk but the last.
+    pub fn acks(bins: u64, chunk_rows: u64) -> u64 {
+        (bins.div_ceil(chunk_rows) - 1) * (HEADER_LEN as u64 + 4)
+    }
+    /// The outputs message.
+    pub fn outputs(server_items: u64, out_len: u64) -> u64 {
+        HEADER_LEN as u64 + 5 + 3 * server_items * out_len
+    }
+}
+
+/// Timings and traffic of an in-memory run.
+#[derive(Debug, Clone, Default)]
+pub struct RunStats {
+    /// Request/response round trips.
+    pub round_trips: usize,
+    /// Bytes the client sent (all requests, frame headers included).
+    pub client_to_server_bytes: u64,
+    /// Bytes the server sent.
+    pub server_to_client_bytes: u64,
+    /// Cuckoo table size used by the client.
+    pub bins: usize,
+    /// Wall time per step, in order: `client start`, `server hello`, `client setup`
+    /// (includes the first chunk), `server chunks`, `client chunks`, `server outputs`
+    /// (last chunk, shuffle), `client finish`.
+    pub phases: Vec<(&'static str, Duration)>,
+    /// Sum of the client's steps.
+    pub client_time: Duration,
+    /// Sum of the server's steps.
+    pub server_time: Duration,
+}
+
+/// Runs client and server against each other in memory (for benchmarks and tests).
+/// The state machines never read a clock; this driver does, to report per-step times.
+pub fn run_in_memory<R: CryptoRng + ?Sized>(
+    client_items: ItemSet,
+    server_items: impl Into<Arc<ItemSet>>,
+    config: &OtConfig,
+    rng: &mut R,
+) -> Result<(OtOutput, RunStats)> {
+    let mut stats = RunStats {
+        bins: 0,
+        ..Default::default()
+    };
+    let phase = |stats: &mut RunStats, name: &'static str, d: Duration, client: bool| {
+        match stats.phases.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, t)) => *t += d,
+            None => stats.phases.push((name, d)),
+        }
+        if client {
+            stats.client_time += d;
+        } else {
+            stats.server_time += d;
+        }
+    };
+    let t = Instant::now();
+    let (mut client, mut request) = OtClient::start(client_items, config.clone(), rng)?;
+    phase(&mut stats, "client start", t.elapsed(), true);
+    stats.bins = u32::from_be_bytes(
+        request[9 + 1 + 32 + 4..9 + 1 + 32 + 8]
+            .try_into()
+            .expect("hello"),
+    ) as usize;
+    let t = Instant::now();
+    let mut server = OtServer::new(server_items, config.clone(), rng)?;
+    let mut first = true;
+    loop {
+        stats.client_to_server_bytes += request.len() as u64;
+        stats.round_trips += 1;
+        let t_server = Instant::now();
+        let response = server.handle(&request)?;
+        let name = if first {
+            "server hello"
+        } else if server.is_done() {
+            "server outputs"
+        } else {
+            "server chunks"
+        };
+        let d = if first {
+            t.elapsed()
+        } else {
+            t_server.elapsed()
+        };
+        phase(&mut stats, name, d, false);
+        stats.server_to_client_bytes += response.len() as u64;
+        let t_client = Instant::now();
+        let step = client.handle(&response)?;
+        let name = match (&step, first) {
+            (ClientStep::Done(_), _) => "client finish",
+            (_, true) => "client setup",
+            _ => "client chunks",
+        };
+        phase(&mut stats, name, t_client.elapsed(), true);
+        first = false;
+        match step {
+            ClientStep::Send(next) => request = next,
+            ClientStep::Done(output) => return Ok((output, stats)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand_chacha::ChaCha20Rng;
+    use rand_core::SeedableRng;
+
+    /// The KKRT16 relation on the extended OTs: for every bin `j` the server's row is
+    /// `q_j = t0_j ⊕ (C_j ∧ s)`, so the client's value `H(j, t0_j)` equals the server's
+    /// `H(j, q_j ⊕ (C(x) ∧ s))` exactly when `C(x) = C_j`; for any other input the masks
+    /// differ in many positions of `s`.
+    #[test]
+    fn extension_satisfies_the_oprf_relation() {
+        let mut rng = ChaCha20Rng::seed_from_u64(11);
+        let items = ItemSet::new((0..40u32).map(|i| i.to_be_bytes()));
+        let config = OtConfig::new(Threads::ONE).with_chunk_rows(1 << 20);
+        let (mut client, hello) = OtClient::start(items, config.clone(), &mut rng).unwrap();
+        let mut server = OtServer::new(ItemSet::new(["x"]), config, &mut rng).unwrap();
+        let setup = server.handle(&hello).unwrap();
+        let ClientStep::Send(chunk) = client.handle(&setup).unwrap() else {
+            panic!()
+        };
+        let u = &chunk[crate::wire::HEADER_LEN + 8..];
+        let rows = client.test_rows();
+        let (s, q) = server.test_q_rows(u);
+        assert_eq!(rows.len(), q.len());
+        for (j, ((t0, code), qj)) in rows.iter().zip(&q).enumerate() {
+            for i in 0..prc::CODE_BYTES {
+                assert_eq!(qj[i], t0[i] ^ (code[i] & s[i]), "bin {j} byte {i}");
+            }
+        }
+        // Item 0 sits in one of its bins under one hash function; under another hash
+        // function its codeword differs from the bin's in at least 128 bits.
+        for h in 0..3 {
+            let (x, bin) = client.test_input(0, h);
+            let c = client.test_code(&x);
+            let differing: u32 = c
+                .iter()
+                .zip(&rows[bin].1)
+                .map(|(a, b)| (a ^ b).count_ones())
+                .sum();
+            assert!(
+                differing == 0 || differing >= 128,
+                "h {h}: {differing} differing bits"
+            );
+        }
+    }
+
+    #[test]
+    fn output_lengths() {
+        assert_eq!(output_len(0, 0), 5);
+        assert_eq!(output_len(1, 1), 5);
+        assert_eq!(output_len(2, 1), 6);
+        assert_eq!(output_len(1 << 20, 1 << 20), 10);
+        assert_eq!(output_len((1 << 20) + 1, 1 << 20), 11);
+        assert_eq!(output_len(1 << 24, 1 << 24), 11);
+    }
+}
