@@ -519,11 +519,13 @@ fn forced_cuckoo_failure_is_an_error() {
 fn in_memory_driver_reports_traffic() {
     let config = OtConfig::new(Threads::ONE).with_chunk_rows(512);
     let mut rng = ChaCha20Rng::seed_from_u64(9);
+    let mut steps = Vec::new();
     let (out, stats) = ot::run_in_memory(
         ItemSet::new(items("d", 0..3000)),
         ItemSet::new(items("d", 2000..2500)),
         &config,
         &mut rng,
+        |s| steps.push(s),
     )
     .unwrap();
     assert_eq!(out.matches.len(), 500);
@@ -534,7 +536,14 @@ fn in_memory_driver_reports_traffic() {
         stats.client_to_server_bytes,
         ot::sizes::hello() + ot::sizes::matrix(bins, 512)
     );
-    assert!(stats.phases.iter().any(|(n, _)| *n == "server outputs"));
+    use ot::Step::*;
+    let chunks = bins.div_ceil(512) as usize;
+    let mut expected = vec![ClientStart, ServerHello, ClientSetup];
+    for _ in 1..chunks {
+        expected.extend([ServerChunk, ClientChunk]);
+    }
+    expected.extend([ServerOutputs, ClientFinish]);
+    assert_eq!(steps, expected);
 }
 
 // ---- mutated messages -------------------------------------------------------------------

@@ -40,7 +40,6 @@ use crate::items::ItemSet;
 use crate::parallel::Threads;
 use rand_core::CryptoRng;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 /// Default rows per matrix chunk: 2^18 rows, 16 MiB per request.
 pub const DEFAULT_CHUNK_ROWS: usize = 1 << 18;
@@ -220,7 +219,50 @@ pub mod sizes {
     }
 }
 
-/// Timings and traffic of an in-memory run.
+/// One step of an in-memory run, reported to the observer of [`run_in_memory`] right
+/// after it completes (the observer may read a clock; this crate never does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// `OtClient::start`: Cuckoo placement, base-OT messages.
+    ClientStart,
+    /// `OtServer::new` and the answer to the hello (base OTs, IKNP matrix).
+    ServerHello,
+    /// The client's reply to the setup: IKNP, first matrix chunk.
+    ClientSetup,
+    /// The server absorbing a matrix chunk that is not the last.
+    ServerChunk,
+    /// The client producing a further matrix chunk.
+    ClientChunk,
+    /// The server absorbing the last chunk and sending its shuffled outputs.
+    ServerOutputs,
+    /// The client matching the outputs.
+    ClientFinish,
+}
+
+impl Step {
+    /// A short label for tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::ClientStart => "client start",
+            Step::ServerHello => "server hello",
+            Step::ClientSetup => "client setup",
+            Step::ServerChunk => "server chunks",
+            Step::ClientChunk => "client chunks",
+            Step::ServerOutputs => "server outputs",
+            Step::ClientFinish => "client finish",
+        }
+    }
+
+    /// True for the client's steps.
+    pub fn is_client(self) -> bool {
+        matches!(
+            self,
+            Step::ClientStart | Step::ClientSetup | Step::ClientChunk | Step::ClientFinish
+        )
+    }
+}
+
+/// Traffic of an in-memory run.
 #[derive(Debug, Clone, Default)]
 pub struct RunStats {
     /// Request/response round trips.
@@ -231,77 +273,45 @@ pub struct RunStats {
     pub server_to_client_bytes: u64,
     /// Cuckoo table size used by the client.
     pub bins: usize,
-    /// Wall time per step, in order: `client start`, `server hello`, `client setup`
-    /// (includes the first chunk), `server chunks`, `client chunks`, `server outputs`
-    /// (last chunk, shuffle), `client finish`.
-    pub phases: Vec<(&'static str, Duration)>,
-    /// Sum of the client's steps.
-    pub client_time: Duration,
-    /// Sum of the server's steps.
-    pub server_time: Duration,
 }
 
-/// Runs client and server against each other in memory (for benchmarks and tests).
-/// The state machines never read a clock; this driver does, to report per-step times.
+/// Runs client and server against each other in memory, every message through its byte
+/// encoding (for benchmarks and tests). `observe` is called after each [`Step`].
 pub fn run_in_memory<R: CryptoRng + ?Sized>(
     client_items: ItemSet,
     server_items: impl Into<Arc<ItemSet>>,
     config: &OtConfig,
     rng: &mut R,
+    mut observe: impl FnMut(Step),
 ) -> Result<(OtOutput, RunStats)> {
-    let mut stats = RunStats {
-        bins: 0,
-        ..Default::default()
-    };
-    let phase = |stats: &mut RunStats, name: &'static str, d: Duration, client: bool| {
-        match stats.phases.iter_mut().find(|(n, _)| *n == name) {
-            Some((_, t)) => *t += d,
-            None => stats.phases.push((name, d)),
-        }
-        if client {
-            stats.client_time += d;
-        } else {
-            stats.server_time += d;
-        }
-    };
-    let t = Instant::now();
+    let mut stats = RunStats::default();
     let (mut client, mut request) = OtClient::start(client_items, config.clone(), rng)?;
-    phase(&mut stats, "client start", t.elapsed(), true);
+    observe(Step::ClientStart);
     stats.bins = u32::from_be_bytes(
         request[9 + 1 + 32 + 4..9 + 1 + 32 + 8]
             .try_into()
             .expect("hello"),
     ) as usize;
-    let t = Instant::now();
     let mut server = OtServer::new(server_items, config.clone(), rng)?;
     let mut first = true;
     loop {
         stats.client_to_server_bytes += request.len() as u64;
         stats.round_trips += 1;
-        let t_server = Instant::now();
         let response = server.handle(&request)?;
-        let name = if first {
-            "server hello"
+        observe(if first {
+            Step::ServerHello
         } else if server.is_done() {
-            "server outputs"
+            Step::ServerOutputs
         } else {
-            "server chunks"
-        };
-        let d = if first {
-            t.elapsed()
-        } else {
-            t_server.elapsed()
-        };
-        phase(&mut stats, name, d, false);
+            Step::ServerChunk
+        });
         stats.server_to_client_bytes += response.len() as u64;
-        let t_client = Instant::now();
         let step = client.handle(&response)?;
-        let name = match (&step, first) {
-            (ClientStep::Done(_), _) => "client finish",
-            (_, true) => "client setup",
-            _ => "client chunks",
-        };
-        phase(&mut stats, name, t_client.elapsed(), true);
+        observe(match (&step, first) {
+            (ClientStep::Done(_), _) => Step::ClientFinish,
+            (_, true) => Step::ClientSetup,
+            _ => Step::ClientChunk,
+        });
         first = false;
         match step {
             ClientStep::Send(next) => request = next,
