@@ -1,7 +1,7 @@
 //! `psi bench`: per-phase times, bytes on the wire and the analytic bounds.
 
-use crate::measure::{ms, peak_rss_bytes, thousands, timed};
-use crate::runner::{os_rng, run_dh};
+use crate::measure::{ms, peak_heap_bytes, reset_peak_heap, thousands, timed};
+use crate::runner::{os_rng, run_dh as dh_once};
 use curve25519_dalek::ristretto::RistrettoPoint;
 use curve25519_dalek::scalar::Scalar;
 use psi_core::dh::sizes;
@@ -62,6 +62,16 @@ fn unit_costs() -> Result<UnitCosts, String> {
 }
 
 pub fn run(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
+    run_dh(quick, thread_counts)?;
+    println!();
+    run_ot(quick, thread_counts)
+}
+
+fn mb(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / (1 << 20) as f64)
+}
+
+fn run_dh(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
     let balanced: &[usize] = if quick {
         &[1 << 8, 1 << 10]
     } else {
@@ -93,7 +103,7 @@ pub fn run(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
     );
     println!();
     println!(
-        "| n_c | n_s | threads | server encode set ms | client blind ms | server evaluate ms | client finalize ms | client match ms | total CPU s | mults x cost s | CPU / bound | full floor s | CPU / floor | bytes c->s | bytes s->c | spec bytes | bytes / spec | peak RSS MB |"
+        "| n_c | n_s | threads | server encode set ms | client blind ms | server evaluate ms | client finalize ms | client match ms | total CPU s | mults x cost s | CPU / bound | full floor s | CPU / floor | bytes c->s | bytes s->c | spec bytes | bytes / spec | peak heap MB |"
     );
     println!(
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
@@ -103,7 +113,8 @@ pub fn run(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
     for &(n_c, n_s, overlap) in &cases {
         let (client, server) = sets(n_c, n_s, overlap);
         for &t in thread_counts {
-            let r = run_dh(&client, &server, t)?;
+            reset_peak_heap();
+            let r = dh_once(&client, &server, t)?;
             if r.output.matches.len() != overlap {
                 return Err(format!(
                     "wrong result: {} matches, expected {overlap}",
@@ -138,7 +149,7 @@ pub fn run(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
                 thousands(received),
                 thousands(spec),
                 (sent + received) as f64 / spec as f64,
-                peak_rss_bytes() / (1 << 20),
+                mb(peak_heap_bytes()),
             );
         }
     }
@@ -149,6 +160,124 @@ pub fn run(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
     println!(
         "spec bytes is docs/protocol/dh-psi.md's formula (17 + 32 n_c each way, 27 + expected Golomb-Rice size of the set);"
     );
-    println!("peak RSS is the process high-water mark so far (it only grows down the table).");
+    println!("peak heap is the most live heap during the run, both input sets included.");
+    Ok(())
+}
+
+fn run_ot(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
+    use psi_core::ot::{self, OtConfig, Step};
+    use psi_core::{ItemSet, Threads};
+    use std::sync::Arc;
+    let balanced: &[usize] = if quick {
+        &[1 << 8, 1 << 12]
+    } else {
+        &[1 << 12, 1 << 16, 1 << 20]
+    };
+    let unbalanced: &[usize] = if quick {
+        &[10_000]
+    } else {
+        &[10_000, 100_000, 1_000_000]
+    };
+    println!("# psi bench: OT-PSI (KKRT16 batched OPRF, 3-way Cuckoo hashing)");
+    println!();
+    println!(
+        "In one process through the real message encoding; default chunk of 2^18 matrix rows per request."
+    );
+    println!("Step times are wall-clock ms (chunk steps summed over chunks).");
+    println!();
+    println!(
+        "| n_c | n_s | threads | client start | server hello | client setup | server chunks | client chunks | server outputs | client finish | client ms | server ms | total ms | CPU s | round trips | bytes c->s | bytes s->c | spec bytes | bytes / spec | bits / element | peak heap MB |"
+    );
+    println!(
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    let mut cases: Vec<(usize, usize, usize)> = balanced.iter().map(|&n| (n, n, n / 2)).collect();
+    cases.extend(unbalanced.iter().map(|&n| (1000, n, 100)));
+    for &(n_c, n_s, overlap) in &cases {
+        let (client, server) = sets(n_c, n_s, overlap);
+        let (client, server) = (ItemSet::new(&client), Arc::new(ItemSet::new(&server)));
+        for &t in thread_counts {
+            let config = OtConfig::new(Threads::new(t));
+            reset_peak_heap();
+            let r = crate::runner::run_ot(&client, &server, &config)?;
+            if r.matches != overlap {
+                return Err(format!(
+                    "wrong result: {} matches, expected {overlap}",
+                    r.matches
+                ));
+            }
+            let bins = r.stats.bins as u64;
+            let rows = config.chunk_rows as u64;
+            let spec = ot::sizes::hello()
+                + ot::sizes::setup()
+                + ot::sizes::matrix(bins, rows)
+                + ot::sizes::acks(bins, rows)
+                + ot::sizes::outputs(n_s as u64, ot::output_len(n_c, n_s) as u64);
+            let total = r.stats.client_to_server_bytes + r.stats.server_to_client_bytes;
+            let steps = [
+                Step::ClientStart,
+                Step::ServerHello,
+                Step::ClientSetup,
+                Step::ServerChunk,
+                Step::ClientChunk,
+                Step::ServerOutputs,
+                Step::ClientFinish,
+            ]
+            .map(|s| ms(r.step(s)))
+            .join(" | ");
+            println!(
+                "| {} | {} | {t} | {steps} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {:.4} | {:.0} | {} |",
+                thousands(n_c as u64),
+                thousands(n_s as u64),
+                ms(r.side(true)),
+                ms(r.side(false)),
+                ms(r.wall),
+                r.cpu.as_secs_f64(),
+                r.stats.round_trips,
+                thousands(r.stats.client_to_server_bytes),
+                thousands(r.stats.server_to_client_bytes),
+                thousands(spec),
+                total as f64 / spec as f64,
+                total as f64 * 8.0 / n_c.max(n_s) as f64,
+                mb(peak_heap_bytes()),
+            );
+        }
+    }
+    println!();
+    println!(
+        "bits / element = all bytes both ways x 8 / max(n_c, n_s); spec bytes is docs/protocol/ot-psi.md's formula."
+    );
+    println!();
+    println!(
+        "Over loopback TCP (127.0.0.1, one connection, 4-byte length prefix per message), 1 thread per side:"
+    );
+    println!();
+    println!("| n_c = n_s | wall ms | round trips | bytes sent | bytes received | matches |");
+    println!("|---:|---:|---:|---:|---:|---:|");
+    let tcp_sizes: &[usize] = if quick {
+        &[1 << 10]
+    } else {
+        &[1 << 16, 1 << 20]
+    };
+    for &n in tcp_sizes {
+        let (client, server) = sets(n, n, n / 2);
+        let r = crate::tcp::run_ot_tcp(
+            ItemSet::new(&client),
+            Arc::new(ItemSet::new(&server)),
+            &OtConfig::new(Threads::ONE),
+        )?;
+        if r.matches != n / 2 {
+            return Err(format!("wrong result over TCP: {} matches", r.matches));
+        }
+        println!(
+            "| {} | {} | {} | {} | {} | {} |",
+            thousands(n as u64),
+            ms(r.wall),
+            r.round_trips,
+            thousands(r.bytes_sent),
+            thousands(r.bytes_received),
+            thousands(r.matches as u64)
+        );
+    }
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! `psi demo`: private contact discovery on an embedded address book.
+//! `psi demo`: private contact discovery on an embedded address book, over HTTP
+//! through a real `psi-server` on loopback.
 
 use crate::Protocol;
 use crate::measure::{ms, thousands};
@@ -40,7 +41,183 @@ fn registry(contacts: &[(&str, &str)], size: usize) -> Vec<Vec<u8>> {
     out
 }
 
-pub fn run(protocol: Protocol, registry_size: usize, threads: Option<usize>) -> Result<(), String> {
+/// Starts a server on loopback with the generated registry (labels `member-<n>`), then
+/// matches the sample over HTTP with the real client driver.
+pub fn run(
+    protocol: Protocol,
+    registry_size: usize,
+    threads: Option<usize>,
+    json: bool,
+) -> Result<(), String> {
+    let threads = threads.unwrap_or_else(|| psi_core::Threads::available().get());
+    let contacts = sample_contacts();
+    let client_items: Vec<Vec<u8>> = contacts
+        .iter()
+        .map(|(_, id)| id.as_bytes().to_vec())
+        .collect();
+    let server = registry(&contacts, registry_size);
+    let expected = contacts
+        .iter()
+        .step_by(OVERLAP_EVERY)
+        .take(registry_size)
+        .count();
+
+    // Server: an in-memory store, outputs and encoded set computed as on a first start.
+    let mut config = psi_server::Config::default();
+    config.db_path = ":memory:".into();
+    config.build_threads = threads;
+    config.workers = threads;
+    config.max_client_items = client_items.len().max(1000);
+    let mut store =
+        psi_server::Store::open(std::path::Path::new(":memory:")).map_err(|e| e.to_string())?;
+    let labels: Vec<String> = (0..server.len()).map(|i| format!("member-{i}")).collect();
+    store
+        .add_entries(
+            server
+                .iter()
+                .zip(&labels)
+                .map(|(id, l)| (std::str::from_utf8(id).unwrap_or(""), Some(l.as_str()))),
+        )
+        .map_err(|e| e.to_string())?;
+    let pb = crate::progress_bar(0, "encoding registry", json);
+    let reg = psi_server::Registry::from_store(&mut store, &config, &mut |d, t| {
+        pb.set_length(t);
+        pb.set_position(d);
+    })
+    .map_err(|e| e.to_string())?;
+    pb.finish_and_clear();
+    let encode = reg.stats().build_time;
+    let state = psi_server::AppState::with_registry(config, reg);
+    let srv = psi_server::RunningServer::start(state, ([127, 0, 0, 1], 0).into())
+        .map_err(|e| format!("cannot start the loopback server: {e}"))?;
+
+    let client = psi_client::Client::new(
+        &srv.url(),
+        psi_client::ClientConfig::default().with_threads(psi_core::Threads::new(threads)),
+    );
+    let report = client
+        .match_items(client_items.clone(), protocol.client(), &mut |_| {})
+        .map_err(|e| e.to_string())?;
+    srv.shutdown().map_err(|e| e.to_string())?;
+    let s = &report.stats;
+    if json {
+        let v = serde_json::json!({
+            "protocol": report.protocol.name(),
+            "client_items": client_items.len(),
+            "registry_items": report.server_items,
+            "matches": report.matches.iter().map(|m| serde_json::json!({
+                "name": contacts[m.index].0,
+                "identifier": contacts[m.index].1,
+                "label": m.label,
+            })).collect::<Vec<_>>(),
+            "expected_matches": expected,
+            "server_encode_ms": encode.as_secs_f64() * 1e3,
+            "phases_ms": s.phases.iter().map(|(n, d)| (n.to_string(), serde_json::Value::from(d.as_secs_f64() * 1e3))).collect::<serde_json::Map<_, _>>(),
+            "server_compute_ms": s.server_time.as_secs_f64() * 1e3,
+            "protocol_bytes_sent": s.protocol_bytes_sent,
+            "protocol_bytes_received": s.protocol_bytes_received,
+            "encoded_set_bytes": s.set_bytes,
+            "label_bytes": s.label_bytes,
+            "http_bytes_sent": s.bytes_sent,
+            "http_bytes_received": s.bytes_received,
+        });
+        println!("{v}");
+    } else {
+        let name = match protocol {
+            Protocol::Dh => "DH-PSI (RFC 9497 OPRF, ristretto255-SHA512)",
+            Protocol::Ot => "OT-PSI (KKRT16 OT extension + Cuckoo hashing)",
+        };
+        println!("psi demo: {name}, {threads} thread(s) per side, over HTTP on loopback");
+        println!(
+            "  client: {} contacts (embedded sample)   server: {} registry entries (generated)",
+            thousands(client_items.len() as u64),
+            thousands(server.len() as u64)
+        );
+        println!("\n  phase                                          wall ms");
+        let encode_name = match protocol {
+            Protocol::Dh => "server  encode registry (once per key epoch)",
+            Protocol::Ot => "server  load registry (once per key epoch)",
+        };
+        println!("  {encode_name:<45} {:>8}", ms(encode));
+        for (name, t) in &s.phases {
+            println!("  client  {name:<37} {:>8}", ms(*t));
+        }
+        println!(
+            "  {:<45} {:>8}",
+            "server  compute (inside the round trips)",
+            ms(s.server_time)
+        );
+        println!(
+            "\n  bytes client -> server: {:>10}  ({})",
+            thousands(s.protocol_bytes_sent),
+            if protocol == Protocol::Dh {
+                "query"
+            } else {
+                "OT requests"
+            }
+        );
+        println!(
+            "  bytes server -> client: {:>10}  ({})",
+            thousands(s.protocol_bytes_received),
+            if protocol == Protocol::Dh {
+                "evaluation"
+            } else {
+                "OT responses"
+            }
+        );
+        if protocol == Protocol::Dh {
+            println!(
+                "                          {:>10}  (encoded registry, {}-bit values, {:.2} bytes/entry; cacheable per key epoch)",
+                thousands(s.set_bytes),
+                s.truncation_bits,
+                s.set_bytes as f64 / report.server_items.max(1) as f64
+            );
+        }
+        println!(
+            "  labels, both ways:      {:>10}  (OPRF over the matches + label buckets)",
+            thousands(s.label_bytes)
+        );
+        println!(
+            "  HTTP bodies total:      {:>10} sent, {} received in {} requests",
+            thousands(s.bytes_sent),
+            thousands(s.bytes_received),
+            s.requests
+        );
+        println!(
+            "\n  {} of {} contacts are registered (expected {expected}):",
+            report.matches.len(),
+            client_items.len()
+        );
+        for m in &report.matches {
+            let (name, id) = contacts[m.index];
+            println!(
+                "    {name:<24} {id:<22} {}",
+                m.label.as_deref().unwrap_or("(no label)")
+            );
+        }
+    }
+    if report.matches.len() != expected {
+        return Err(format!(
+            "found {} matches, expected {expected}",
+            report.matches.len()
+        ));
+    }
+    if report.matches.iter().any(|m| m.label.is_none()) {
+        return Err("a match came back without its label".into());
+    }
+    Ok(())
+}
+
+/// The in-process run (no HTTP): both sides in this process through the real message
+/// encoding, with CPU times per phase.
+pub fn run_in_process(
+    protocol: Protocol,
+    registry_size: usize,
+    threads: Option<usize>,
+) -> Result<(), String> {
+    if protocol != Protocol::Dh {
+        return Err("--in-process runs DH-PSI only".into());
+    }
     let threads = threads.unwrap_or_else(|| psi_core::Threads::available().get());
     let contacts = sample_contacts();
     let client: Vec<Vec<u8>> = contacts
@@ -53,58 +230,53 @@ pub fn run(protocol: Protocol, registry_size: usize, threads: Option<usize>) -> 
         .step_by(OVERLAP_EVERY)
         .take(registry_size)
         .count();
-
-    match protocol {
-        Protocol::Dh => {
-            println!(
-                "psi demo: DH-PSI (RFC 9497 OPRF, ristretto255-SHA512), {threads} thread(s) per side"
-            );
-            println!(
-                "  client: {} contacts (embedded sample)   server: {} registry entries (generated)",
-                thousands(client.len() as u64),
-                thousands(server.len() as u64)
-            );
-            let r = run_dh(&client, &server, threads)?;
-            println!("\n  phase                                          wall ms    cpu ms");
-            for (name, t) in [
-                ("server  encode registry (once per key epoch)", r.encode),
-                ("client  blind contacts", r.blind),
-                ("server  evaluate blinded contacts", r.evaluate),
-                ("client  unblind + finalize", r.finalize),
-                ("client  match against encoded registry", r.matching),
-            ] {
-                println!("  {name:<45} {:>8} {:>9}", ms(t.wall), ms(t.cpu));
-            }
-            println!(
-                "\n  bytes client -> server: {:>10}  (query)",
-                thousands(r.query_bytes as u64)
-            );
-            println!(
-                "  bytes server -> client: {:>10}  (evaluation)",
-                thousands(r.evaluation_bytes as u64)
-            );
-            println!(
-                "                          {:>10}  (encoded registry, {}-bit values, {:.2} bytes/entry; cacheable per key epoch)",
-                thousands(r.set_bytes as u64),
-                r.truncation_bits,
-                r.set_bytes as f64 / r.server_items.max(1) as f64
-            );
-            println!(
-                "\n  {} of {} contacts are registered (expected {expected}):",
-                r.output.matches.len(),
-                client.len()
-            );
-            for m in &r.output.matches {
-                let (name, id) = contacts[m.index];
-                println!("    {name:<24} {id}");
-            }
-            if r.output.matches.len() != expected {
-                return Err(format!(
-                    "found {} matches, expected {expected}",
-                    r.output.matches.len()
-                ));
-            }
-        }
+    println!(
+        "psi demo: DH-PSI (RFC 9497 OPRF, ristretto255-SHA512), {threads} thread(s) per side, in process"
+    );
+    let r = run_dh(&client, &server, threads)?;
+    println!(
+        "  client: {} contacts (embedded sample)   server: {} registry entries (generated)",
+        thousands(client.len() as u64),
+        thousands(r.server_items as u64)
+    );
+    println!("\n  phase                                          wall ms    cpu ms");
+    for (name, t) in [
+        ("server  encode registry (once per key epoch)", r.encode),
+        ("client  blind contacts", r.blind),
+        ("server  evaluate blinded contacts", r.evaluate),
+        ("client  unblind + finalize", r.finalize),
+        ("client  match against encoded registry", r.matching),
+    ] {
+        println!("  {name:<45} {:>8} {:>9}", ms(t.wall), ms(t.cpu));
+    }
+    println!(
+        "\n  bytes client -> server: {:>10}  (query)",
+        thousands(r.query_bytes as u64)
+    );
+    println!(
+        "  bytes server -> client: {:>10}  (evaluation)",
+        thousands(r.evaluation_bytes as u64)
+    );
+    println!(
+        "                          {:>10}  (encoded registry, {}-bit values, {:.2} bytes/entry; cacheable per key epoch)",
+        thousands(r.set_bytes as u64),
+        r.truncation_bits,
+        r.set_bytes as f64 / r.server_items.max(1) as f64
+    );
+    println!(
+        "\n  {} of {} contacts are registered (expected {expected}):",
+        r.output.matches.len(),
+        client.len()
+    );
+    for m in &r.output.matches {
+        let (name, id) = contacts[m.index];
+        println!("    {name:<24} {id}");
+    }
+    if r.output.matches.len() != expected {
+        return Err(format!(
+            "found {} matches, expected {expected}",
+            r.output.matches.len()
+        ));
     }
     Ok(())
 }

@@ -1,16 +1,25 @@
 //! `psi`: the command-line front end of the PSI SDK.
 //!
 //! - `psi demo`: a complete private contact discovery run on an embedded address book
-//!   and a generated registry, client and server in one process through the real
-//!   message encoding.
+//!   and a generated registry, over HTTP through a real server on loopback.
+//! - `psi serve`, `psi import`, `psi rotate-key`: run the reference server and manage
+//!   its registry (docs/api.md).
+//! - `psi match`: match a contact file against a server.
+//! - `psi loadgen`: concurrent clients against a server (docs/benchmarks.md).
 //! - `psi bench`: the benchmark table recorded in docs/benchmarks.md.
 
 mod bench;
 mod demo;
+mod import;
+mod loadgen;
+mod match_cmd;
 mod measure;
 mod runner;
+mod serve;
+mod tcp;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -29,11 +38,34 @@ struct Cli {
 enum Protocol {
     /// DH-PSI on the RFC 9497 OPRF over ristretto255: fewest bytes, cacheable server set.
     Dh,
+    /// OT-extension PSI (KKRT16): less computation, more bytes.
+    Ot,
+}
+
+impl Protocol {
+    fn client(self) -> psi_client::Protocol {
+        match self {
+            Protocol::Dh => psi_client::Protocol::Dh,
+            Protocol::Ot => psi_client::Protocol::Ot,
+        }
+    }
+}
+
+/// Server limits shared by `psi serve` and `psi import` (the encoded set is sized for
+/// `--max-client-items`).
+#[derive(clap::Args, Clone, Debug)]
+struct ServerArgs {
+    /// Registry database (SQLite; holds the key: keep it secret). Created if missing.
+    #[arg(long, default_value = "psi-registry.sqlite")]
+    db: PathBuf,
+    /// Largest client set per session (also sizes the encoded registry).
+    #[arg(long, default_value_t = 10_000)]
+    max_client_items: usize,
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run a contact discovery on an embedded sample (no setup needed).
+    /// Run a contact discovery on an embedded sample over HTTP on loopback (no setup).
     Demo {
         /// Protocol to use.
         #[arg(long, value_enum, default_value_t = Protocol::Dh)]
@@ -44,7 +76,26 @@ enum Command {
         /// Worker threads per side (default: all cores).
         #[arg(long)]
         threads: Option<usize>,
+        /// Print a JSON summary instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// Run client and server in one process without HTTP (the pre-server demo).
+        #[arg(long)]
+        in_process: bool,
     },
+    /// Run the HTTP server (docs/api.md).
+    Serve(serve::ServeArgs),
+    /// Import contacts into the registry (CSV or one per line), or remove them.
+    Import(import::ImportArgs),
+    /// Start a new key epoch: new key, every output and the encoded set recomputed.
+    RotateKey {
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Match a contact file (CSV or one per line) against a server.
+    Match(match_cmd::MatchArgs),
+    /// Load generator: concurrent clients matching against a server.
+    Loadgen(loadgen::LoadgenArgs),
     /// Print the benchmark table (docs/benchmarks.md).
     Bench {
         /// Small sizes only, for a smoke test (seconds instead of minutes).
@@ -63,7 +114,20 @@ fn main() -> ExitCode {
             protocol,
             registry_size,
             threads,
-        } => demo::run(protocol, registry_size, threads),
+            json,
+            in_process,
+        } => {
+            if in_process {
+                demo::run_in_process(protocol, registry_size, threads)
+            } else {
+                demo::run(protocol, registry_size, threads, json)
+            }
+        }
+        Command::Serve(args) => serve::run(args),
+        Command::Import(args) => import::run(args),
+        Command::RotateKey { server } => import::rotate(server),
+        Command::Match(args) => match_cmd::run(args),
+        Command::Loadgen(args) => loadgen::run(args),
         Command::Bench { quick, threads } => bench::run(quick, &threads),
     };
     match result {
@@ -73,4 +137,29 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// A progress bar on stderr, hidden when stderr is not a terminal or for `--json`.
+fn progress_bar(len: u64, msg: &'static str, hidden: bool) -> indicatif::ProgressBar {
+    if hidden {
+        return indicatif::ProgressBar::hidden();
+    }
+    let pb = indicatif::ProgressBar::new(len);
+    pb.set_style(
+        indicatif::ProgressStyle::with_template("{msg:<28} [{bar:30}] {pos}/{len} ({eta})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    pb.set_message(msg);
+    pb
+}
+
+/// A spinner on stderr, hidden when stderr is not a terminal or for `--json`.
+fn spinner(hidden: bool) -> indicatif::ProgressBar {
+    if hidden {
+        return indicatif::ProgressBar::hidden();
+    }
+    let pb = indicatif::ProgressBar::new_spinner();
+    pb.enable_steady_tick(std::time::Duration::from_millis(120));
+    pb
 }

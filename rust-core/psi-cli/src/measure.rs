@@ -16,17 +16,6 @@ pub fn process_cpu_time() -> Duration {
     tv(u.ru_utime) + tv(u.ru_stime)
 }
 
-/// Peak resident set size of this process so far, in bytes.
-pub fn peak_rss_bytes() -> u64 {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: as above.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) } != 0 {
-        return 0;
-    }
-    // SAFETY: initialised by the successful call above.
-    (unsafe { usage.assume_init() }.ru_maxrss as u64) * 1024
-}
-
 /// Wall and CPU time of one phase.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Timing {
@@ -60,4 +49,72 @@ pub fn thousands(n: u64) -> String {
         out.push(c);
     }
     out
+}
+
+/// A global allocator that counts live heap bytes and their high-water mark, so the
+/// benchmarks can report the peak heap of one run (RSS only ever grows per process).
+pub struct CountingAlloc;
+
+static LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static PEAK: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn grew(by: usize) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let now = LIVE.fetch_add(by, Relaxed) + by;
+    PEAK.fetch_max(now, Relaxed);
+}
+
+fn shrank(by: usize) {
+    LIVE.fetch_sub(by, std::sync::atomic::Ordering::Relaxed);
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator; we only count sizes.
+unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: same contract as the caller's.
+        let p = unsafe { std::alloc::System.alloc(layout) };
+        if !p.is_null() {
+            grew(layout.size());
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: same contract as the caller's.
+        let p = unsafe { std::alloc::System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            grew(layout.size());
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: same contract as the caller's.
+        unsafe { std::alloc::System.dealloc(ptr, layout) };
+        shrank(layout.size());
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
+        // SAFETY: same contract as the caller's.
+        let p = unsafe { std::alloc::System.realloc(ptr, layout, new) };
+        if !p.is_null() {
+            shrank(layout.size());
+            grew(new);
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+/// Starts a new peak-heap measurement from the current live bytes.
+pub fn reset_peak_heap() {
+    use std::sync::atomic::Ordering::Relaxed;
+    PEAK.store(LIVE.load(Relaxed), Relaxed);
+}
+
+/// Highest live heap bytes since the last [`reset_peak_heap`].
+pub fn peak_heap_bytes() -> u64 {
+    PEAK.load(std::sync::atomic::Ordering::Relaxed) as u64
 }

@@ -64,3 +64,66 @@ pub fn run_dh(client: &[Vec<u8>], server: &[Vec<u8>], threads: usize) -> Result<
         output,
     })
 }
+
+/// Results of one OT-PSI run.
+pub struct OtRun {
+    /// Wall time per step kind, in first-seen order (chunks summed).
+    pub steps: Vec<(psi_core::ot::Step, std::time::Duration)>,
+    /// Process CPU time of the whole run.
+    pub cpu: std::time::Duration,
+    pub wall: std::time::Duration,
+    pub stats: psi_core::ot::RunStats,
+    pub matches: usize,
+}
+
+impl OtRun {
+    /// Total wall time of one side's steps.
+    pub fn side(&self, client: bool) -> std::time::Duration {
+        self.steps
+            .iter()
+            .filter(|(s, _)| s.is_client() == client)
+            .map(|(_, d)| *d)
+            .sum()
+    }
+
+    /// Wall time of one step kind.
+    pub fn step(&self, step: psi_core::ot::Step) -> std::time::Duration {
+        self.steps
+            .iter()
+            .filter(|(s, _)| *s == step)
+            .map(|(_, d)| *d)
+            .sum()
+    }
+}
+
+/// Runs OT-PSI with both sides in this process, through the real message encoding,
+/// timing each step.
+pub fn run_ot(
+    client: &ItemSet,
+    server: &std::sync::Arc<ItemSet>,
+    config: &psi_core::ot::OtConfig,
+) -> Result<OtRun, String> {
+    use std::time::Instant;
+    let mut rng = os_rng()?;
+    let mut steps: Vec<(psi_core::ot::Step, std::time::Duration)> = Vec::new();
+    let (result, t) = timed(|| {
+        let mut last = Instant::now();
+        psi_core::ot::run_in_memory(client.clone(), server.clone(), config, &mut rng, |step| {
+            let now = Instant::now();
+            let d = now - last;
+            last = now;
+            match steps.iter_mut().find(|(s, _)| *s == step) {
+                Some((_, total)) => *total += d,
+                None => steps.push((step, d)),
+            }
+        })
+    });
+    let (output, stats) = result.map_err(|e| e.to_string())?;
+    Ok(OtRun {
+        steps,
+        cpu: t.cpu,
+        wall: t.wall,
+        stats,
+        matches: output.matches.len(),
+    })
+}

@@ -1,0 +1,151 @@
+//! `psi import` and `psi rotate-key`: manage the registry database.
+
+use crate::ServerArgs;
+use psi_contacts::{Normalizer, read_rows};
+use psi_core::Threads;
+use psi_server::Store;
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug)]
+pub struct ImportArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// Contact file: CSV (identifier[,label] or a header naming the columns) or one
+    /// identifier per line. `-` reads standard input.
+    file: Option<PathBuf>,
+    /// Default region for phone numbers without a country code (ISO 3166, e.g. US, GB).
+    #[arg(long, default_value = "US")]
+    region: String,
+    /// Remove the listed identifiers instead of adding them.
+    #[arg(long)]
+    remove: bool,
+    /// Add N synthetic entries (+1202xxxxxxx with labels user-N), for load tests.
+    #[arg(long, hide = true)]
+    synthetic: Option<u64>,
+    /// Print a JSON summary.
+    #[arg(long)]
+    json: bool,
+}
+
+fn open(server: &ServerArgs) -> Result<Store, String> {
+    Store::open(&server.db).map_err(|e| format!("{}: {e}", server.db.display()))
+}
+
+fn refresh(store: &mut Store, server: &ServerArgs, quiet: bool) -> Result<(u64, bool), String> {
+    let pb = crate::progress_bar(0, "computing OPRF outputs", quiet);
+    let r = store
+        .refresh(
+            server.max_client_items,
+            Threads::available(),
+            &mut |done, total| {
+                pb.set_length(total);
+                pb.set_position(done);
+            },
+        )
+        .map_err(|e| e.to_string())?;
+    pb.finish_and_clear();
+    Ok((r.outputs_computed, r.set_rebuilt))
+}
+
+pub fn run(args: ImportArgs) -> Result<(), String> {
+    let normalizer = Normalizer::new(&args.region).map_err(|e| e.to_string())?;
+    let mut store = open(&args.server)?;
+    let mut counts = psi_server::ImportCounts::default();
+    let mut rejected: Vec<(usize, String)> = Vec::new();
+    let mut removed = 0u64;
+    if let Some(n) = args.synthetic {
+        let pb = crate::progress_bar(n, "adding synthetic entries", args.json);
+        let mut i = 0u64;
+        while i < n {
+            let end = (i + 100_000).min(n);
+            let rows: Vec<(String, String)> = (i..end)
+                .map(|k| (format!("+1202{k:07}"), format!("user-{k}")))
+                .collect();
+            let c = store
+                .add_entries(rows.iter().map(|(a, b)| (a.as_str(), Some(b.as_str()))))
+                .map_err(|e| e.to_string())?;
+            counts.accepted += c.accepted;
+            counts.duplicates += c.duplicates;
+            i = end;
+            pb.set_position(i);
+        }
+        pb.finish_and_clear();
+    }
+    if let Some(path) = &args.file {
+        let rows = if path.as_os_str() == "-" {
+            read_rows(std::io::stdin().lock())
+        } else {
+            let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            read_rows(f)
+        }
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+        let pb = crate::progress_bar(rows.len() as u64, "normalizing", args.json);
+        let mut good: Vec<(String, Option<String>)> = Vec::with_capacity(rows.len());
+        for row in &rows {
+            match normalizer.normalize(&row.identifier) {
+                Ok(c) => good.push((c.value, row.label.clone())),
+                Err(e) => rejected.push((row.line, e.to_string())),
+            }
+            pb.inc(1);
+        }
+        pb.finish_and_clear();
+        if args.remove {
+            removed = store
+                .remove_entries(good.iter().map(|(id, _)| id.as_str()))
+                .map_err(|e| e.to_string())?;
+        } else {
+            let c = store
+                .add_entries(good.iter().map(|(id, l)| (id.as_str(), l.as_deref())))
+                .map_err(|e| e.to_string())?;
+            counts.accepted += c.accepted;
+            counts.duplicates += c.duplicates;
+        }
+    } else if args.synthetic.is_none() {
+        return Err("give a contact file (or - for standard input)".into());
+    }
+    counts.rejected = rejected.len() as u64;
+    let (computed, rebuilt) = refresh(&mut store, &args.server, args.json)?;
+    let total = store.len().map_err(|e| e.to_string())?;
+    if args.json {
+        let v = serde_json::json!({
+            "accepted": counts.accepted,
+            "duplicates": counts.duplicates,
+            "rejected": counts.rejected,
+            "removed": removed,
+            "rejected_rows": rejected.iter().map(|(l, r)| serde_json::json!({"line": l, "reason": r})).collect::<Vec<_>>(),
+            "registry_entries": total,
+            "outputs_computed": computed,
+            "encoded_set_rebuilt": rebuilt,
+        });
+        println!("{v}");
+    } else {
+        if args.remove {
+            println!("removed {removed}, rejected {}", counts.rejected);
+        } else {
+            println!(
+                "accepted {}, duplicates {}, rejected {}",
+                counts.accepted, counts.duplicates, counts.rejected
+            );
+        }
+        for (line, reason) in &rejected {
+            println!("  line {line}: {reason}");
+        }
+        println!(
+            "registry: {total} entries; {computed} OPRF outputs computed; encoded set {}",
+            if rebuilt { "rebuilt" } else { "unchanged" }
+        );
+        println!("(a running `psi serve` picks the changes up on SIGHUP or restart)");
+    }
+    Ok(())
+}
+
+pub fn rotate(server: ServerArgs) -> Result<(), String> {
+    let mut store = open(&server)?;
+    let key = store.rotate_key().map_err(|e| e.to_string())?;
+    let (computed, _) = refresh(&mut store, &server, false)?;
+    println!(
+        "key epoch {} started; {computed} OPRF outputs recomputed, encoded set rebuilt",
+        key.epoch()
+    );
+    Ok(())
+}

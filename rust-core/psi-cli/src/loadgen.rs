@@ -1,0 +1,200 @@
+//! `psi loadgen`: concurrent clients matching synthetic contacts against a server whose
+//! registry was filled with `psi import --synthetic N` (entries `+1202` + 7 digits,
+//! labels `user-N`), checking every result. Bounded by run count and wall time.
+
+use crate::Protocol;
+use psi_client::{Client, ClientConfig};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug)]
+pub struct LoadgenArgs {
+    /// Server base URL.
+    #[arg(long)]
+    server: String,
+    /// Concurrent clients (threads).
+    #[arg(long, default_value_t = 50)]
+    clients: usize,
+    /// Contacts per client run.
+    #[arg(long, default_value_t = 1000)]
+    contacts: usize,
+    /// Synthetic registry size on the server (matches are drawn below it).
+    #[arg(long)]
+    registry_size: u64,
+    /// One contact in this many is registered.
+    #[arg(long, default_value_t = 10)]
+    match_every: usize,
+    /// Total runs across all clients.
+    #[arg(long, default_value_t = 500)]
+    runs: u64,
+    /// Stop starting runs after this many seconds.
+    #[arg(long, default_value_t = 120)]
+    max_secs: u64,
+    /// Protocol.
+    #[arg(long, value_enum, default_value_t = Protocol::Dh)]
+    protocol: Protocol,
+    /// Skip labels.
+    #[arg(long)]
+    no_labels: bool,
+    /// Bearer token (default: the PSI_TOKEN environment variable).
+    #[arg(long)]
+    token: Option<String>,
+    /// PID of the server process, to sample its memory (Linux /proc).
+    #[arg(long)]
+    server_pid: Option<u32>,
+}
+
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn rss_kib(pid: u32, field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find(|l| l.starts_with(field))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+pub fn run(args: LoadgenArgs) -> Result<(), String> {
+    if args.registry_size == 0 || args.contacts == 0 || args.clients == 0 {
+        return Err("--registry-size, --contacts and --clients must be positive".into());
+    }
+    let started = AtomicU64::new(0);
+    let ok = AtomicU64::new(0);
+    let wrong = AtomicU64::new(0);
+    let failed = AtomicU64::new(0);
+    let latencies = Mutex::new(Vec::<Duration>::new());
+    let first_error = Mutex::new(None::<String>);
+    let stop = Arc::new(AtomicBool::new(false));
+    let peak_rss = AtomicU64::new(0);
+    let t0 = Instant::now();
+    let deadline = t0 + Duration::from_secs(args.max_secs);
+    std::thread::scope(|s| {
+        if let Some(pid) = args.server_pid {
+            let stop = stop.clone();
+            let peak = &peak_rss;
+            s.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if let Some(r) = rss_kib(pid, "VmRSS:") {
+                        peak.fetch_max(r, Ordering::Relaxed);
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            });
+        }
+        let mut workers = Vec::new();
+        for c in 0..args.clients {
+            let args = &args;
+            let (started, ok, wrong, failed, latencies, first_error) =
+                (&started, &ok, &wrong, &failed, &latencies, &first_error);
+            workers.push(s.spawn(move || {
+                let mut config = ClientConfig::default()
+                    .with_threads(psi_core::Threads::ONE)
+                    .with_labels(!args.no_labels)
+                    .with_timeout(Duration::from_secs(120));
+                if let Some(t) = args
+                    .token
+                    .clone()
+                    .or_else(|| std::env::var("PSI_TOKEN").ok())
+                    .as_ref()
+                {
+                    config = config.with_token(t.clone());
+                }
+                let client = Client::new(&args.server, config);
+                loop {
+                    let run = started.fetch_add(1, Ordering::Relaxed);
+                    if run >= args.runs || Instant::now() > deadline {
+                        break;
+                    }
+                    let mut expected = Vec::new();
+                    let items: Vec<Vec<u8>> = (0..args.contacts)
+                        .map(|j| {
+                            if j % args.match_every == 0 {
+                                // Distinct registry entries per run.
+                                let k = (mix(run) + j as u64) % args.registry_size;
+                                expected.push((j, k));
+                                format!("+1202{k:07}").into_bytes()
+                            } else {
+                                format!(
+                                    "+1303{:07}",
+                                    (run * args.contacts as u64 + j as u64) % 10_000_000
+                                )
+                                .into_bytes()
+                            }
+                        })
+                        .collect();
+                    let t = Instant::now();
+                    match client.match_items(items, args.protocol.client(), &mut |_| {}) {
+                        Ok(r) => {
+                            latencies
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .push(t.elapsed());
+                            let good = r.matches.len() == expected.len()
+                                && r.matches.iter().zip(&expected).all(|(m, (j, k))| {
+                                    m.index == *j
+                                        && (args.no_labels
+                                            || m.label.as_deref()
+                                                == Some(format!("user-{k}").as_str()))
+                                });
+                            if good {
+                                ok.fetch_add(1, Ordering::Relaxed);
+                            } else {
+                                wrong.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        Err(e) => {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                            first_error
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .get_or_insert(format!("client {c}: {e}"));
+                        }
+                    }
+                }
+            }));
+        }
+        for w in workers {
+            let _ = w.join();
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    let elapsed = t0.elapsed();
+    let mut lat = latencies.into_inner().unwrap_or_default();
+    lat.sort();
+    let pct = |p: f64| {
+        lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1)))
+            .map_or(0.0, |d| d.as_secs_f64() * 1e3)
+    };
+    let done = ok.load(Ordering::Relaxed) + wrong.load(Ordering::Relaxed);
+    let v = serde_json::json!({
+        "protocol": args.protocol.client().name(),
+        "clients": args.clients,
+        "contacts_per_run": args.contacts,
+        "registry_size": args.registry_size,
+        "runs_ok": ok.load(Ordering::Relaxed),
+        "runs_wrong": wrong.load(Ordering::Relaxed),
+        "runs_failed": failed.load(Ordering::Relaxed),
+        "elapsed_s": elapsed.as_secs_f64(),
+        "runs_per_s": done as f64 / elapsed.as_secs_f64(),
+        "contacts_per_s": (done * args.contacts as u64) as f64 / elapsed.as_secs_f64(),
+        "latency_ms_p50": pct(0.5),
+        "latency_ms_p95": pct(0.95),
+        "latency_ms_max": pct(1.0),
+        "server_rss_peak_mib": args.server_pid.map(|_| peak_rss.load(Ordering::Relaxed) as f64 / 1024.0),
+        "server_vmhwm_mib": args.server_pid.and_then(|p| rss_kib(p, "VmHWM:")).map(|k| k as f64 / 1024.0),
+        "first_error": first_error.into_inner().unwrap_or_default(),
+    });
+    println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    if wrong.load(Ordering::Relaxed) > 0 || failed.load(Ordering::Relaxed) > 0 {
+        return Err("some runs failed or returned wrong results".into());
+    }
+    Ok(())
+}

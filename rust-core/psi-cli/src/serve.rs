@@ -1,0 +1,142 @@
+//! `psi serve`: the reference HTTP server.
+
+use crate::ServerArgs;
+use psi_server::{AppState, Config, Registry};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// Address to listen on (port 0: any free port; the address is printed).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: std::net::SocketAddr,
+    /// Largest request body in bytes.
+    #[arg(long, default_value_t = 8 << 20)]
+    max_body_bytes: usize,
+    /// Most live sessions.
+    #[arg(long, default_value_t = 1024)]
+    max_sessions: usize,
+    /// Session lifetime in seconds.
+    #[arg(long, default_value_t = 300)]
+    session_ttl: u64,
+    /// Items one client (token or IP) may query per hour; 0 = unlimited.
+    #[arg(long, default_value_t = 20_000)]
+    items_per_hour: u64,
+    /// Accepted bearer token (repeat for several). Also read from PSI_TOKENS
+    /// (comma separated). None: no authentication.
+    #[arg(long = "token")]
+    tokens: Vec<String>,
+    /// Concurrent CPU-heavy jobs (default: cores).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Serve DH-PSI only.
+    #[arg(long)]
+    no_ot: bool,
+}
+
+pub fn run(args: ServeArgs) -> Result<(), String> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+    let mut config = Config::default();
+    config.db_path = args.server.db.clone();
+    config.max_client_items = args.server.max_client_items;
+    config.max_body_bytes = args.max_body_bytes;
+    config.max_sessions = args.max_sessions;
+    config.session_ttl = Duration::from_secs(args.session_ttl.max(1));
+    config.items_per_hour = args.items_per_hour;
+    config.tokens = args.tokens.clone();
+    if let Ok(env) = std::env::var("PSI_TOKENS") {
+        config.tokens.extend(
+            env.split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(String::from),
+        );
+    }
+    if let Some(w) = args.workers {
+        config.workers = w.max(1);
+    }
+    config.enable_ot = !args.no_ot;
+    let pb = crate::progress_bar(0, "computing OPRF outputs", false);
+    let registry = Registry::load(&config, &mut |done, total| {
+        pb.set_length(total);
+        pb.set_position(done);
+    })
+    .map_err(|e| e.to_string())?;
+    pb.finish_and_clear();
+    let stats = registry.stats();
+    tracing::info!(
+        epoch = stats.epoch,
+        entries = stats.entries,
+        labeled = stats.labeled,
+        encoded_set_bytes = stats.encoded_set_bytes,
+        outputs_computed = stats.outputs_computed,
+        build_ms = stats.build_time.as_millis() as u64,
+        "registry loaded"
+    );
+    let state = AppState::with_registry(config, registry);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        println!("psi serve: listening on http://{addr}");
+        spawn_reload_on_sighup(state.clone());
+        psi_server::serve(listener, state, shutdown_signal())
+            .await
+            .map_err(|e| e.to_string())?;
+        tracing::info!("shut down");
+        Ok(())
+    })
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutdown requested; finishing requests in flight");
+}
+
+/// SIGHUP re-reads the store (after `psi import` or `psi rotate-key`).
+fn spawn_reload_on_sighup(state: Arc<AppState>) {
+    #[cfg(unix)]
+    tokio::spawn(async move {
+        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        else {
+            return;
+        };
+        while hup.recv().await.is_some() {
+            let st = state.clone();
+            match tokio::task::spawn_blocking(move || st.reload()).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::error!(error = %e, "reload failed"),
+                Err(_) => tracing::error!("reload task failed"),
+            }
+        }
+    });
+    #[cfg(not(unix))]
+    let _ = state;
+}

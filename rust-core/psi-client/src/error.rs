@@ -1,0 +1,70 @@
+//! The client's error: one variant per kind of failure, each telling the caller what
+//! it can do. Messages never contain contact data, labels or keys.
+
+use thiserror::Error;
+
+/// Why a match run failed.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// No response: connection refused or reset, timeout, response too large.
+    /// Retrying later may help.
+    #[error("network error: {message}")]
+    Network {
+        /// What went wrong.
+        message: String,
+        /// True when a timeout expired.
+        timeout: bool,
+    },
+    /// The server answered with an error status and its JSON error (docs/api.md).
+    #[error("server answered HTTP {status} ({code}): {message}")]
+    Http {
+        /// HTTP status.
+        status: u16,
+        /// The API error code (`rate_limited`, `invalid_token`, ...).
+        code: String,
+        /// The server's explanation.
+        message: String,
+        /// Seconds to wait, from `Retry-After` (rate limits, session limit).
+        retry_after: Option<u64>,
+    },
+    /// A protocol message was rejected by psi-core (malformed, wrong phase, wrong epoch).
+    #[error("protocol error: {0}")]
+    Protocol(#[from] psi_core::Error),
+    /// A response the API does not allow (bad JSON, a malformed label response...).
+    #[error("unexpected server response: {0}")]
+    BadResponse(String),
+    /// The caller's input cannot be matched (empty set, too many items...).
+    #[error("bad input: {0}")]
+    BadInput(String),
+}
+
+impl ClientError {
+    /// True if the same call may succeed later (network trouble, rate limit, server busy,
+    /// key rotated mid-run).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ClientError::Network { .. } => true,
+            ClientError::Http { status, code, .. } => {
+                *status == 429 || *status == 503 || *status >= 500 || code == "epoch_mismatch"
+            }
+            ClientError::Protocol(psi_core::Error::EpochMismatch { .. }) => true,
+            _ => false,
+        }
+    }
+}
+
+impl From<crate::transport::TransportError> for ClientError {
+    fn from(e: crate::transport::TransportError) -> Self {
+        ClientError::Network {
+            message: e.message,
+            timeout: e.timeout,
+        }
+    }
+}
+
+impl From<psi_core::DecodeError> for ClientError {
+    fn from(e: psi_core::DecodeError) -> Self {
+        ClientError::Protocol(e.into())
+    }
+}

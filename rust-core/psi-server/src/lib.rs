@@ -1,0 +1,231 @@
+//! # psi-server
+//!
+//! The reference HTTP server of the PSI SDK (`docs/api.md`). It only moves bytes into
+//! and out of psi-core: DH-PSI queries go to a shared, stateless [`psi_core::dh::DhServer`],
+//! OT-PSI rounds to one [`psi_core::ot::OtServer`] per session.
+//!
+//! - Registry: SQLite ([`store::Store`]); the DH-PSI encoded set is built once per key
+//!   epoch (and after changes, from stored per-entry outputs) and served with an ETag.
+//! - Limits: body size, client set size, concurrent sessions, items per client per hour
+//!   (per bearer token or per peer IP), optional bearer-token authentication.
+//! - Logs carry counts, sizes, session ids and status codes only: never contact data,
+//!   labels or keys.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod api;
+mod limits;
+mod registry;
+mod sessions;
+pub mod store;
+
+pub use api::router;
+pub use registry::{Registry, RegistryStats};
+pub use store::{ImportCounts, Store, StoreError};
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// Server settings. [`Config::default`] gives the documented defaults.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Config {
+    /// SQLite file (secret material: holds the OPRF key). `:memory:` for a throwaway store.
+    pub db_path: PathBuf,
+    /// Largest request body in bytes (default 8 MiB).
+    pub max_body_bytes: usize,
+    /// Largest client set per session (default 10,000; also sizes the encoded set's `L`).
+    pub max_client_items: usize,
+    /// Most live sessions at once (default 1,024).
+    pub max_sessions: usize,
+    /// Session lifetime (default 300 s).
+    pub session_ttl: Duration,
+    /// Items one client (token or IP) may query per hour (default 20,000; 0 = no limit).
+    pub items_per_hour: u64,
+    /// Accepted bearer tokens; empty = no authentication.
+    pub tokens: Vec<String>,
+    /// Concurrent CPU-heavy jobs (query evaluations, OT rounds); default: cores.
+    pub workers: usize,
+    /// Threads for building the encoded set at start (default: cores).
+    pub build_threads: usize,
+    /// Serve OT-PSI sessions (default true).
+    pub enable_ot: bool,
+    /// Average label records per bucket a client fetches (default 32): more hides
+    /// better which entries matched, at more bytes.
+    pub label_bucket_size: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Config {
+            db_path: PathBuf::from("psi-registry.sqlite"),
+            max_body_bytes: 8 << 20,
+            max_client_items: 10_000,
+            max_sessions: 1024,
+            session_ttl: Duration::from_secs(300),
+            items_per_hour: 20_000,
+            tokens: Vec::new(),
+            workers: cores,
+            build_threads: cores,
+            enable_ot: true,
+            label_bucket_size: 32,
+        }
+    }
+}
+
+/// Shared state of a running server.
+pub struct AppState {
+    pub(crate) config: Config,
+    pub(crate) registry: RwLock<Arc<Registry>>,
+    pub(crate) sessions: sessions::Sessions,
+    pub(crate) limiter: limits::RateLimiter,
+    pub(crate) workers: tokio::sync::Semaphore,
+}
+
+impl AppState {
+    /// Opens the store, brings the encoded set up to date and loads the registry.
+    /// Blocking (may compute OPRF outputs): call it before starting the runtime's
+    /// server loop or inside `spawn_blocking`.
+    pub fn open(config: Config) -> Result<Arc<AppState>, StoreError> {
+        let registry = Registry::load(&config, &mut |_, _| {})?;
+        Ok(Self::with_registry(config, registry))
+    }
+
+    /// State around an already loaded registry.
+    pub fn with_registry(config: Config, registry: Registry) -> Arc<AppState> {
+        Arc::new(AppState {
+            sessions: sessions::Sessions::new(config.max_sessions, config.session_ttl),
+            limiter: limits::RateLimiter::new(config.items_per_hour),
+            workers: tokio::sync::Semaphore::new(config.workers.max(1)),
+            registry: RwLock::new(Arc::new(registry)),
+            config,
+        })
+    }
+
+    /// The registry in use.
+    pub fn registry(&self) -> Arc<Registry> {
+        self.registry
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Re-reads the store (after an import or a key rotation) and swaps the registry in.
+    /// Blocking. Sessions of an older epoch get `epoch_mismatch` on their next query.
+    pub fn reload(&self) -> Result<RegistryStats, StoreError> {
+        let registry = Registry::load(&self.config, &mut |_, _| {})?;
+        let stats = registry.stats();
+        *self.registry.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(registry);
+        tracing::info!(
+            epoch = stats.epoch,
+            entries = stats.entries,
+            "registry reloaded"
+        );
+        Ok(stats)
+    }
+
+    /// Live sessions (for tests and metrics).
+    pub fn live_sessions(&self) -> usize {
+        self.sessions.len()
+    }
+}
+
+/// Serves `state` on `listener` until `shutdown` resolves, then finishes the requests in
+/// flight (graceful shutdown). Expired sessions are swept every few seconds.
+pub async fn serve(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let sweeper = {
+        let state = state.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tick.tick().await;
+                let removed = state.sessions.sweep();
+                state.limiter.sweep();
+                if removed > 0 {
+                    tracing::debug!(removed, "expired sessions removed");
+                }
+            }
+        })
+    };
+    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
+    let result = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await;
+    sweeper.abort();
+    result
+}
+
+/// A server running on a background runtime: for tests, the demo and embedding.
+pub struct RunningServer {
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    /// Its state.
+    pub state: Arc<AppState>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<std::io::Result<()>>>,
+}
+
+impl RunningServer {
+    /// Starts `state` on `addr` (use port 0 for any free port) in a new thread with its
+    /// own tokio runtime.
+    pub fn start(state: Arc<AppState>, addr: SocketAddr) -> std::io::Result<RunningServer> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?;
+        let listener = rt.block_on(TcpListener::bind(addr))?;
+        let addr = listener.local_addr()?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let st = state.clone();
+        let thread = std::thread::Builder::new()
+            .name("psi-server".into())
+            .spawn(move || {
+                rt.block_on(serve(listener, st, async {
+                    let _ = stopped.await;
+                }))
+            })?;
+        Ok(RunningServer {
+            addr,
+            state,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// `http://ADDR`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops accepting, finishes requests in flight and joins the server thread.
+    pub fn shutdown(mut self) -> std::io::Result<()> {
+        self.stop_and_join()
+    }
+
+    fn stop_and_join(&mut self) -> std::io::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("server thread panicked"))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        let _ = self.stop_and_join();
+    }
+}

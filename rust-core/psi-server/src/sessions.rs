@@ -1,0 +1,128 @@
+//! Live sessions: id -> state, with expiry and a cap on their number.
+
+use psi_core::ot::OtServer;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Expired sessions are answered with `session_expired` for this long, then forgotten
+/// (and answered with `unknown_session`).
+const TOMBSTONE: Duration = Duration::from_secs(120);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Protocol {
+    Dh,
+    Ot,
+}
+
+pub(crate) enum State {
+    /// DH-PSI: waiting for the query.
+    DhAwaitingQuery,
+    /// OT-PSI: the session's server state machine (`None` while a round runs).
+    Ot(Option<Box<OtServer>>),
+    /// The protocol part is over; labels may follow.
+    Matched,
+}
+
+pub(crate) struct Session {
+    pub protocol: Protocol,
+    pub client_items: u32,
+    pub client: String,
+    pub epoch: u32,
+    pub state: State,
+    pub label_queried: bool,
+    pub labels_fetched: bool,
+}
+
+pub(crate) enum Lookup {
+    Live(Arc<Mutex<Session>>),
+    Expired,
+    Unknown,
+}
+
+struct Entry {
+    expires: Instant,
+    /// `None` once expired (state freed, id kept as a tombstone).
+    session: Option<Arc<Mutex<Session>>>,
+}
+
+pub(crate) struct Sessions {
+    max: usize,
+    ttl: Duration,
+    map: Mutex<HashMap<String, Entry>>,
+}
+
+impl Sessions {
+    pub(crate) fn new(max: usize, ttl: Duration) -> Self {
+        Sessions {
+            max,
+            ttl,
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub(crate) fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Inserts a session; `None` if the server is at capacity.
+    pub(crate) fn insert(&self, id: String, session: Session) -> Option<()> {
+        let now = Instant::now();
+        let mut map = self.lock();
+        if map.values().filter(|e| e.expires > now).count() >= self.max {
+            return None;
+        }
+        map.insert(
+            id,
+            Entry {
+                expires: now + self.ttl,
+                session: Some(Arc::new(Mutex::new(session))),
+            },
+        );
+        Some(())
+    }
+
+    pub(crate) fn get(&self, id: &str) -> Lookup {
+        let map = self.lock();
+        match map.get(id) {
+            Some(Entry {
+                expires,
+                session: Some(s),
+            }) if *expires > Instant::now() => Lookup::Live(s.clone()),
+            Some(_) => Lookup::Expired,
+            None => Lookup::Unknown,
+        }
+    }
+
+    pub(crate) fn remove(&self, id: &str) -> bool {
+        self.lock().remove(id).is_some()
+    }
+
+    /// Live sessions.
+    pub(crate) fn len(&self) -> usize {
+        let now = Instant::now();
+        self.lock().values().filter(|e| e.expires > now).count()
+    }
+
+    /// Frees the state of expired sessions; forgets them after the tombstone period.
+    pub(crate) fn sweep(&self) -> usize {
+        let now = Instant::now();
+        let mut map = self.lock();
+        let before = map.len();
+        map.retain(|_, e| {
+            if e.expires <= now {
+                e.session = None;
+            }
+            e.expires + TOMBSTONE > now
+        });
+        before - map.len()
+    }
+}
+
+pub(crate) fn lock(s: &Mutex<Session>) -> std::sync::MutexGuard<'_, Session> {
+    s.lock().unwrap_or_else(|e| e.into_inner())
+}

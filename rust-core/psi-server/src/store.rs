@@ -1,0 +1,487 @@
+//! The registry store: SQLite, one file, created on first use.
+//!
+//! The file holds the OPRF keys (one per epoch; older ones are deleted on rotation), so
+//! it is secret material: it is created with mode 0600 and must be protected like a key.
+//!
+//! Tables:
+//! - `keys(epoch, key)`: the current OPRF key (32-byte scalar).
+//! - `entries(id, identifier, label, epoch, output)`: normalized identifiers, optional
+//!   labels, and each entry's 64-byte OPRF output under the key of `epoch`, so adding or
+//!   removing entries re-encodes the set without recomputing untouched entries.
+//! - `encoded_sets(epoch, max_client_items, version, etag, bytes)`: the DH-PSI encoded
+//!   registry of an epoch, built from the entries at registry `version`.
+//! - `meta(k, v)`: the registry version, bumped by every change of the entries.
+
+use psi_core::dh::{DhServer, ServerKey};
+use psi_core::oprf::{OUTPUT_LEN, OprfKey};
+use psi_core::{ItemSet, Threads};
+use rusqlite::{Connection, OptionalExtension, params};
+use sha2::{Digest, Sha256};
+use std::path::Path;
+use thiserror::Error;
+
+/// Errors of the store. Never carry identifiers, labels or keys.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// SQLite failed.
+    #[error("database: {0}")]
+    Db(#[from] rusqlite::Error),
+    /// Creating the directory or setting permissions failed.
+    #[error("database file: {0}")]
+    Io(#[from] std::io::Error),
+    /// The stored key is not a valid scalar.
+    #[error("stored key of epoch {0} is corrupt")]
+    CorruptKey(u32),
+    /// A stored OPRF output has the wrong length.
+    #[error("stored OPRF output of entry {0} is corrupt")]
+    CorruptOutput(i64),
+    /// The PSI core refused (e.g. too many entries).
+    #[error("psi: {0}")]
+    Psi(#[from] psi_core::Error),
+    /// No OS randomness.
+    #[error("no OS randomness: {0}")]
+    Random(String),
+}
+
+/// Counts of an import.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ImportCounts {
+    /// New entries added.
+    pub accepted: u64,
+    /// Entries already in the registry (or repeated in the input); a label given for
+    /// them replaces the stored one.
+    pub duplicates: u64,
+    /// Rows that failed normalization (reported by the caller, not stored).
+    pub rejected: u64,
+}
+
+/// What [`Store::refresh`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RefreshStats {
+    /// Entries whose OPRF output was computed now.
+    pub outputs_computed: u64,
+    /// True if the encoded set was rebuilt (false: the stored one is current).
+    pub set_rebuilt: bool,
+}
+
+/// The encoded registry of an epoch.
+#[derive(Clone)]
+pub struct StoredSet {
+    /// Key epoch.
+    pub epoch: u32,
+    /// The ENCODED_SET message bytes.
+    pub bytes: Vec<u8>,
+    /// Strong ETag, quoted.
+    pub etag: String,
+}
+
+/// One entry loaded for serving.
+pub struct LoadedEntry {
+    /// The normalized identifier.
+    pub identifier: String,
+    /// Optional label.
+    pub label: Option<String>,
+    /// OPRF output under the current key.
+    pub output: [u8; OUTPUT_LEN],
+}
+
+/// The SQLite registry store.
+pub struct Store {
+    conn: Connection,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").finish_non_exhaustive()
+    }
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS keys (epoch INTEGER PRIMARY KEY, key BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS entries (
+    id INTEGER PRIMARY KEY,
+    identifier TEXT NOT NULL UNIQUE,
+    label TEXT,
+    epoch INTEGER,
+    output BLOB
+);
+CREATE TABLE IF NOT EXISTS encoded_sets (
+    epoch INTEGER NOT NULL,
+    max_client_items INTEGER NOT NULL,
+    version INTEGER NOT NULL,
+    etag TEXT NOT NULL,
+    bytes BLOB NOT NULL,
+    PRIMARY KEY (epoch, max_client_items)
+);
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL);
+INSERT OR IGNORE INTO meta (k, v) VALUES ('version', 0);
+";
+
+/// Entries whose outputs are computed per batch (bounds memory during a refresh).
+const OUTPUT_BATCH: usize = 50_000;
+
+impl Store {
+    /// Opens (creating if needed) the store at `path`; `:memory:` gives a private
+    /// in-memory store (tests, the demo).
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let memory = path.as_os_str() == ":memory:";
+        if !memory {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)?;
+            }
+            if !path.exists() {
+                create_private_file(path)?;
+            }
+        }
+        let conn = Connection::open(path)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        if !memory {
+            conn.pragma_update(None, "journal_mode", "WAL")?;
+            conn.pragma_update(None, "synchronous", "NORMAL")?;
+        }
+        conn.execute_batch(SCHEMA)?;
+        Ok(Store { conn })
+    }
+
+    /// The current key, creating the epoch-1 key on first use.
+    pub fn current_key(&mut self) -> Result<ServerKey, StoreError> {
+        let row: Option<(u32, Vec<u8>)> = self
+            .conn
+            .query_row(
+                "SELECT epoch, key FROM keys ORDER BY epoch DESC LIMIT 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        match row {
+            Some((epoch, bytes)) => {
+                let arr: [u8; 32] = bytes
+                    .as_slice()
+                    .try_into()
+                    .map_err(|_| StoreError::CorruptKey(epoch))?;
+                let key = OprfKey::from_bytes(&arr).ok_or(StoreError::CorruptKey(epoch))?;
+                Ok(ServerKey::new(key, epoch))
+            }
+            None => {
+                let key = ServerKey::random(1, &mut os_rng()?);
+                self.insert_key(&key)?;
+                Ok(key)
+            }
+        }
+    }
+
+    /// Starts a new epoch with a fresh key; deletes the old key and encoded sets. The
+    /// next [`Store::refresh`] recomputes every output.
+    pub fn rotate_key(&mut self) -> Result<ServerKey, StoreError> {
+        let old = self.current_key()?;
+        let new = old.rotate(&mut os_rng()?);
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "INSERT INTO keys (epoch, key) VALUES (?1, ?2)",
+            params![new.epoch(), new.oprf_key().to_bytes().as_slice()],
+        )?;
+        tx.execute("DELETE FROM keys WHERE epoch <> ?1", params![new.epoch()])?;
+        tx.execute("DELETE FROM encoded_sets", [])?;
+        tx.commit()?;
+        Ok(new)
+    }
+
+    fn insert_key(&mut self, key: &ServerKey) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT INTO keys (epoch, key) VALUES (?1, ?2)",
+            params![key.epoch(), key.oprf_key().to_bytes().as_slice()],
+        )?;
+        Ok(())
+    }
+
+    /// Adds entries (already normalized); existing identifiers count as duplicates and
+    /// get the new label if one is given.
+    pub fn add_entries<'a>(
+        &mut self,
+        entries: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+    ) -> Result<ImportCounts, StoreError> {
+        let mut counts = ImportCounts::default();
+        let tx = self.conn.transaction()?;
+        {
+            let mut insert = tx.prepare(
+                "INSERT INTO entries (identifier, label) VALUES (?1, ?2)
+                 ON CONFLICT(identifier) DO NOTHING",
+            )?;
+            let mut relabel = tx.prepare(
+                "UPDATE entries SET label = ?2 WHERE identifier = ?1 AND label IS NOT ?2",
+            )?;
+            for (id, label) in entries {
+                if insert.execute(params![id, label])? == 1 {
+                    counts.accepted += 1;
+                } else {
+                    counts.duplicates += 1;
+                    if label.is_some() {
+                        relabel.execute(params![id, label])?;
+                    }
+                }
+            }
+        }
+        if counts.accepted > 0 || counts.duplicates > 0 {
+            tx.execute("UPDATE meta SET v = v + 1 WHERE k = 'version'", [])?;
+        }
+        tx.commit()?;
+        Ok(counts)
+    }
+
+    /// Removes entries by identifier; returns how many existed.
+    pub fn remove_entries<'a>(
+        &mut self,
+        identifiers: impl IntoIterator<Item = &'a str>,
+    ) -> Result<u64, StoreError> {
+        let tx = self.conn.transaction()?;
+        let mut removed = 0u64;
+        {
+            let mut del = tx.prepare("DELETE FROM entries WHERE identifier = ?1")?;
+            for id in identifiers {
+                removed += del.execute(params![id])? as u64;
+            }
+        }
+        if removed > 0 {
+            tx.execute("UPDATE meta SET v = v + 1 WHERE k = 'version'", [])?;
+        }
+        tx.commit()?;
+        Ok(removed)
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> Result<u64, StoreError> {
+        Ok(self
+            .conn
+            .query_row("SELECT COUNT(*) FROM entries", [], |r| r.get::<_, i64>(0))?
+            as u64)
+    }
+
+    /// True when the registry has no entries.
+    pub fn is_empty(&self) -> Result<bool, StoreError> {
+        Ok(self.len()? == 0)
+    }
+
+    fn version(&self) -> Result<i64, StoreError> {
+        Ok(self
+            .conn
+            .query_row("SELECT v FROM meta WHERE k = 'version'", [], |r| r.get(0))?)
+    }
+
+    /// Brings the store up to date for `max_client_items`: computes the OPRF output of
+    /// every entry that has none under the current key (only those), then rebuilds the
+    /// encoded set if the entries changed since it was built. `progress(done, total)` is
+    /// called after each batch of outputs.
+    pub fn refresh(
+        &mut self,
+        max_client_items: usize,
+        threads: Threads,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<RefreshStats, StoreError> {
+        let key = self.current_key()?;
+        let epoch = key.epoch();
+        let dh = DhServer::new(key, max_client_items, threads);
+        let mut stats = RefreshStats::default();
+        let total: i64 = self.conn.query_row(
+            "SELECT COUNT(*) FROM entries WHERE epoch IS NOT ?1 OR output IS NULL",
+            params![epoch],
+            |r| r.get(0),
+        )?;
+        loop {
+            let batch: Vec<(i64, String)> = {
+                let mut q = self.conn.prepare(
+                    "SELECT id, identifier FROM entries WHERE epoch IS NOT ?1 OR output IS NULL
+                     LIMIT ?2",
+                )?;
+                q.query_map(params![epoch, OUTPUT_BATCH as i64], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })?
+                .collect::<Result<_, _>>()?
+            };
+            if batch.is_empty() {
+                break;
+            }
+            let items = ItemSet::new(batch.iter().map(|(_, s)| s.as_bytes()));
+            let outputs = dh.outputs(&items)?;
+            let tx = self.conn.transaction()?;
+            {
+                let mut up =
+                    tx.prepare("UPDATE entries SET epoch = ?1, output = ?2 WHERE id = ?3")?;
+                for ((id, _), out) in batch.iter().zip(outputs.iter()) {
+                    up.execute(params![epoch, out.as_slice(), id])?;
+                }
+            }
+            tx.commit()?;
+            stats.outputs_computed += batch.len() as u64;
+            progress(stats.outputs_computed, total as u64);
+        }
+        let version = self.version()?;
+        let stored: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT version FROM encoded_sets WHERE epoch = ?1 AND max_client_items = ?2",
+                params![epoch, dh.max_client_items() as i64],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if stored != Some(version) || stats.outputs_computed > 0 {
+            let outputs = self.outputs()?;
+            let bytes = threads.install(|| dh.encode_outputs(&outputs))??.to_bytes();
+            let etag = etag(&bytes);
+            let tx = self.conn.transaction()?;
+            tx.execute(
+                "DELETE FROM encoded_sets WHERE epoch <> ?1 OR max_client_items = ?2",
+                params![epoch, dh.max_client_items() as i64],
+            )?;
+            tx.execute(
+                "INSERT INTO encoded_sets (epoch, max_client_items, version, etag, bytes)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![epoch, dh.max_client_items() as i64, version, etag, bytes],
+            )?;
+            tx.commit()?;
+            stats.set_rebuilt = true;
+        }
+        Ok(stats)
+    }
+
+    fn outputs(&self) -> Result<Vec<[u8; OUTPUT_LEN]>, StoreError> {
+        let mut q = self.conn.prepare("SELECT id, output FROM entries")?;
+        let rows = q.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?)))?;
+        let mut out = Vec::with_capacity(self.len()? as usize);
+        for row in rows {
+            let (id, o) = row?;
+            out.push(
+                o.as_slice()
+                    .try_into()
+                    .map_err(|_| StoreError::CorruptOutput(id))?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// The stored encoded set for the current epoch and `max_client_items`, if built.
+    pub fn encoded_set(
+        &mut self,
+        max_client_items: usize,
+    ) -> Result<Option<StoredSet>, StoreError> {
+        let epoch = self.current_key()?.epoch();
+        let max = max_client_items.min(psi_core::dh::limits::MAX_CLIENT_ITEMS) as i64;
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT etag, bytes FROM encoded_sets WHERE epoch = ?1 AND max_client_items = ?2",
+                params![epoch, max],
+                |r| {
+                    Ok(StoredSet {
+                        epoch,
+                        etag: r.get(0)?,
+                        bytes: r.get(1)?,
+                    })
+                },
+            )
+            .optional()?)
+    }
+
+    /// Every entry with its output (after [`Store::refresh`]).
+    pub fn entries(&self) -> Result<Vec<LoadedEntry>, StoreError> {
+        let mut q = self
+            .conn
+            .prepare("SELECT id, identifier, label, output FROM entries ORDER BY id")?;
+        let rows = q.query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, Option<String>>(2)?,
+                r.get::<_, Option<Vec<u8>>>(3)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, identifier, label, o) = row?;
+            let output = o
+                .as_deref()
+                .and_then(|o| o.try_into().ok())
+                .ok_or(StoreError::CorruptOutput(id))?;
+            out.push(LoadedEntry {
+                identifier,
+                label,
+                output,
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// Strong ETag of an encoded set: 128 bits of its SHA-256, quoted.
+pub fn etag(bytes: &[u8]) -> String {
+    format!("\"{}\"", hex::encode(&Sha256::digest(bytes)[..16]))
+}
+
+pub(crate) fn os_rng() -> Result<rand_chacha::ChaCha20Rng, StoreError> {
+    use rand_core::SeedableRng;
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed).map_err(|e| StoreError::Random(e.to_string()))?;
+    Ok(rand_chacha::ChaCha20Rng::from_seed(seed))
+}
+
+#[cfg(unix)]
+fn create_private_file(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map(drop)
+}
+
+#[cfg(not(unix))]
+fn create_private_file(path: &Path) -> std::io::Result<()> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn incremental_refresh_only_computes_new_entries() {
+        let mut s = Store::open(Path::new(":memory:")).unwrap();
+        let c = s
+            .add_entries([
+                ("+14155550001", Some("u1")),
+                ("+14155550002", None),
+                ("+14155550001", None),
+            ])
+            .unwrap();
+        assert_eq!((c.accepted, c.duplicates), (2, 1));
+        let r = s.refresh(100, Threads::ONE, &mut |_, _| {}).unwrap();
+        assert_eq!(r.outputs_computed, 2);
+        assert!(r.set_rebuilt);
+        let etag1 = s.encoded_set(100).unwrap().unwrap().etag;
+        // Nothing changed: nothing recomputed, same set.
+        let r = s.refresh(100, Threads::ONE, &mut |_, _| {}).unwrap();
+        assert_eq!(r, RefreshStats::default());
+        s.add_entries([("a@b.co", None)]).unwrap();
+        let r = s.refresh(100, Threads::ONE, &mut |_, _| {}).unwrap();
+        assert_eq!(r.outputs_computed, 1);
+        let etag2 = s.encoded_set(100).unwrap().unwrap().etag;
+        assert_ne!(etag1, etag2);
+        assert_eq!(s.remove_entries(["a@b.co", "nope"]).unwrap(), 1);
+        let r = s.refresh(100, Threads::ONE, &mut |_, _| {}).unwrap();
+        assert_eq!((r.outputs_computed, r.set_rebuilt), (0, true));
+        // Same entries, same key: the same set as before the add.
+        assert_eq!(s.encoded_set(100).unwrap().unwrap().etag, etag1);
+        // Rotation: new epoch, everything recomputed.
+        let e = s.rotate_key().unwrap().epoch();
+        assert_eq!(e, 2);
+        assert!(s.encoded_set(100).unwrap().is_none());
+        let r = s.refresh(100, Threads::ONE, &mut |_, _| {}).unwrap();
+        assert_eq!(r.outputs_computed, 2);
+        assert_eq!(s.entries().unwrap().len(), 2);
+    }
+}

@@ -1,0 +1,334 @@
+//! Every bad request gets its documented status and JSON error code, and the server
+//! keeps serving (a full match works afterwards).
+
+mod common;
+
+use common::*;
+use psi_client::{Client, ClientConfig, Method, Protocol};
+use std::time::Duration;
+
+const BIN: (&str, &str) = ("content-type", "application/octet-stream");
+
+/// A well-formed DH-PSI QUERY with `n` valid elements for `epoch`.
+fn query(epoch: u32, n: usize) -> Vec<u8> {
+    let items = psi_core::ItemSet::new((0..n).map(|i| format!("q{i}")));
+    let mut rng = <rand_chacha::ChaCha20Rng as rand_core::SeedableRng>::from_seed([7; 32]);
+    psi_core::dh::DhClient::start(items, epoch, psi_core::Threads::ONE, &mut rng)
+        .unwrap()
+        .1
+}
+
+#[test]
+fn bad_requests_get_documented_errors_and_the_server_keeps_serving() {
+    let mut config = config("bad");
+    config.max_body_bytes = 64 * 1024;
+    config.max_client_items = 1000;
+    config.session_ttl = Duration::from_secs(2);
+    fill(&config, 500, |i| i % 2 == 0);
+    let server = start(config);
+    let t = raw(&server);
+    let expect = |r: psi_client::Response, status: u16, code: &str| {
+        assert_eq!(r.status, status, "{}", String::from_utf8_lossy(&r.body));
+        assert_eq!(error_code(&r), code);
+        assert_eq!(r.header("content-type"), Some("application/json"));
+    };
+
+    // Session creation.
+    expect(session(&t, "rsa-psi", 10, &[]), 400, "unsupported_protocol");
+    expect(session(&t, "dh-psi", 1001, &[]), 400, "too_many_items");
+    expect(session(&t, "dh-psi", 0, &[]), 400, "bad_request");
+    expect(
+        send(
+            &t,
+            Method::Post,
+            "/v1/sessions",
+            &[("content-type", "application/json")],
+            b"{nope",
+        ),
+        400,
+        "bad_request",
+    );
+    expect(
+        send(
+            &t,
+            Method::Post,
+            "/v1/sessions",
+            &[("content-type", "text/plain")],
+            b"{}",
+        ),
+        415,
+        "unsupported_media_type",
+    );
+    expect(
+        send(&t, Method::Get, "/v1/nothing", &[], &[]),
+        404,
+        "not_found",
+    );
+    expect(
+        send(&t, Method::Delete, "/v1/health", &[], &[]),
+        405,
+        "method_not_allowed",
+    );
+
+    // Protocol rounds.
+    let id = session_id(&session(&t, "dh-psi", 3, &[]));
+    let q = format!("/v1/sessions/{id}/dh/query");
+    expect(
+        send(&t, Method::Post, &q, &[BIN], b"garbage"),
+        400,
+        "invalid_message",
+    );
+    expect(
+        send(
+            &t,
+            Method::Post,
+            &q,
+            &[("content-type", "application/json")],
+            &query(1, 3),
+        ),
+        415,
+        "unsupported_media_type",
+    );
+    expect(
+        send(&t, Method::Post, &q, &[BIN], &query(1, 2)),
+        400,
+        "count_mismatch",
+    );
+    expect(
+        send(&t, Method::Post, &q, &[BIN], &query(9, 3)),
+        409,
+        "epoch_mismatch",
+    );
+    let mut bad_point = query(1, 3);
+    bad_point[17..49].fill(0xFF);
+    expect(
+        send(&t, Method::Post, &q, &[BIN], &bad_point),
+        400,
+        "invalid_message",
+    );
+    expect(
+        send(&t, Method::Post, &q, &[BIN], &vec![0u8; 65 * 1024]),
+        413,
+        "body_too_large",
+    );
+    expect(
+        send(
+            &t,
+            Method::Post,
+            &format!("/v1/sessions/{id}/ot/round"),
+            &[BIN],
+            b"x",
+        ),
+        409,
+        "wrong_phase",
+    );
+    expect(
+        send(
+            &t,
+            Method::Post,
+            &format!("/v1/sessions/{id}/labels/fetch"),
+            &[BIN],
+            &[0; 4],
+        ),
+        409,
+        "wrong_phase",
+    );
+    expect(
+        send(
+            &t,
+            Method::Post,
+            &format!("/v1/sessions/{id}/labels/query"),
+            &[BIN],
+            &query(1, 1),
+        ),
+        409,
+        "wrong_phase",
+    );
+    // After the errors the query still works, once.
+    let r = send(&t, Method::Post, &q, &[BIN], &query(1, 3));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("application/octet-stream"));
+    assert_eq!(r.body.len(), 17 + 3 * 32);
+    expect(
+        send(&t, Method::Post, &q, &[BIN], &query(1, 3)),
+        409,
+        "wrong_phase",
+    );
+    // Labels: more elements than the session declared; a bad fetch body.
+    let lq = format!("/v1/sessions/{id}/labels/query");
+    expect(
+        send(&t, Method::Post, &lq, &[BIN], &query(1, 4)),
+        400,
+        "too_many_items",
+    );
+    assert_eq!(
+        send(&t, Method::Post, &lq, &[BIN], &query(1, 2)).status,
+        200
+    );
+    let lf = format!("/v1/sessions/{id}/labels/fetch");
+    expect(
+        send(&t, Method::Post, &lf, &[BIN], &[1, 2, 3]),
+        400,
+        "invalid_message",
+    );
+    expect(
+        send(&t, Method::Post, &lf, &[BIN], &[0xFF; 4]),
+        400,
+        "invalid_message",
+    );
+    assert_eq!(send(&t, Method::Post, &lf, &[BIN], &[0; 4]).status, 200);
+    expect(
+        send(&t, Method::Post, &lf, &[BIN], &[0; 4]),
+        409,
+        "wrong_phase",
+    );
+
+    // OT session fed garbage and a DH message.
+    let ot = session_id(&session(&t, "ot-psi", 5, &[]));
+    let r = format!("/v1/sessions/{ot}/ot/round");
+    expect(
+        send(
+            &t,
+            Method::Post,
+            &r,
+            &[BIN],
+            b"PS\x01\x02\x09\x00\x00\x00\x00",
+        ),
+        400,
+        "invalid_message",
+    );
+    expect(
+        send(&t, Method::Post, &r, &[BIN], &query(1, 5)),
+        400,
+        "invalid_message",
+    );
+    expect(
+        send(
+            &t,
+            Method::Post,
+            &format!("/v1/sessions/{ot}/dh/query"),
+            &[BIN],
+            &query(1, 5),
+        ),
+        409,
+        "wrong_phase",
+    );
+
+    // Unknown and expired sessions.
+    expect(
+        send(
+            &t,
+            Method::Post,
+            "/v1/sessions/0123456789abcdef0123456789abcdef/dh/query",
+            &[BIN],
+            &query(1, 3),
+        ),
+        404,
+        "unknown_session",
+    );
+    let late = session_id(&session(&t, "dh-psi", 3, &[]));
+    std::thread::sleep(Duration::from_millis(2200));
+    expect(
+        send(
+            &t,
+            Method::Post,
+            &format!("/v1/sessions/{late}/dh/query"),
+            &[BIN],
+            &query(1, 3),
+        ),
+        410,
+        "session_expired",
+    );
+
+    // Still serving.
+    assert_eq!(send(&t, Method::Get, "/v1/health", &[], &[]).status, 200);
+    let client = Client::new(&server.url(), ClientConfig::default());
+    let report = client
+        .match_items(
+            vec![
+                common::id(4).into_bytes(),
+                common::id(5).into_bytes(),
+                b"+13030000000".to_vec(),
+            ],
+            Protocol::Dh,
+            &mut |_| {},
+        )
+        .unwrap();
+    let labels: Vec<Option<&str>> = report.matches.iter().map(|m| m.label.as_deref()).collect();
+    assert_eq!(labels, vec![Some("user-4"), None]);
+}
+
+#[test]
+fn rate_limit_auth_and_session_cap() {
+    let mut config = config("limits");
+    config.items_per_hour = 500;
+    config.max_sessions = 3;
+    config.tokens = vec!["s3cret".into(), "other".into()];
+    fill(&config, 100, |_| true);
+    let server = start(config);
+    let t = raw(&server);
+    let ok = [("authorization", "Bearer s3cret")];
+    let expect = |r: psi_client::Response, status: u16, code: &str| {
+        assert_eq!(r.status, status, "{}", String::from_utf8_lossy(&r.body));
+        assert_eq!(error_code(&r), code);
+    };
+    // Authentication; health needs none.
+    assert_eq!(send(&t, Method::Get, "/v1/health", &[], &[]).status, 200);
+    expect(session(&t, "dh-psi", 10, &[]), 401, "missing_token");
+    expect(
+        session(&t, "dh-psi", 10, &[("authorization", "Bearer wrong")]),
+        401,
+        "invalid_token",
+    );
+    expect(
+        session(&t, "dh-psi", 10, &[("authorization", "Basic s3cret")]),
+        401,
+        "invalid_token",
+    );
+    expect(
+        send(&t, Method::Get, "/v1/dh/encoded-set", &[], &[]),
+        401,
+        "missing_token",
+    );
+    assert_eq!(
+        send(&t, Method::Get, "/v1/dh/encoded-set", &ok, &[]).status,
+        200
+    );
+
+    // Items per hour, per token.
+    session_id(&session(&t, "dh-psi", 400, &ok));
+    let r = session(&t, "dh-psi", 200, &ok);
+    expect(r.clone(), 429, "rate_limited");
+    let wait: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!(wait > 0 && wait <= 3600, "{wait}");
+    // Another token has its own budget.
+    session_id(&session(
+        &t,
+        "dh-psi",
+        200,
+        &[("authorization", "Bearer other")],
+    ));
+    // Session cap: 2 live; one more fits, then 503.
+    session_id(&session(
+        &t,
+        "dh-psi",
+        10,
+        &[("authorization", "Bearer other")],
+    ));
+    let r = session(&t, "dh-psi", 10, &[("authorization", "Bearer other")]);
+    expect(r.clone(), 503, "too_many_sessions");
+    assert!(r.header("retry-after").is_some());
+    // The typed client error carries the code.
+    let client = Client::new(&server.url(), ClientConfig::default().with_token("s3cret"));
+    let e = client
+        .match_items(vec![id(1).into_bytes()], Protocol::Dh, &mut |_| {})
+        .unwrap_err();
+    match e {
+        psi_client::ClientError::Http { status, code, .. } => {
+            assert!(status == 503 || status == 429, "{status}");
+            assert!(code == "too_many_sessions" || code == "rate_limited");
+        }
+        other => panic!("{other}"),
+    }
+    assert_eq!(send(&t, Method::Get, "/v1/health", &[], &[]).status, 200);
+}

@@ -1,0 +1,97 @@
+//! Shared helpers: a server on 127.0.0.1 port 0 over a store in a fresh temp dir.
+#![allow(dead_code)]
+
+use psi_client::{HttpTransport, Method, Request, Response, Transport};
+use psi_server::{AppState, Config, Registry, RunningServer, Store};
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "psi-server-test-{name}-{}-{:?}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+pub fn config(name: &str) -> Config {
+    let mut c = Config::default();
+    c.db_path = temp_dir(name).join("registry.sqlite");
+    c.build_threads = 2;
+    c.workers = 2;
+    c
+}
+
+/// `+1202xxxxxxx` entries; entry `i` labeled `user-i` when `labeled(i)`.
+pub fn fill(config: &Config, n: u64, labeled: impl Fn(u64) -> bool) {
+    let mut store = Store::open(&config.db_path).unwrap();
+    let rows: Vec<(String, Option<String>)> = (0..n)
+        .map(|i| (id(i), labeled(i).then(|| format!("user-{i}"))))
+        .collect();
+    store
+        .add_entries(rows.iter().map(|(a, b)| (a.as_str(), b.as_deref())))
+        .unwrap();
+}
+
+pub fn id(i: u64) -> String {
+    format!("+1202{i:07}")
+}
+
+pub fn start(config: Config) -> RunningServer {
+    let registry = Registry::load(&config, &mut |_, _| {}).unwrap();
+    RunningServer::start(
+        AppState::with_registry(config, registry),
+        ([127, 0, 0, 1], 0).into(),
+    )
+    .unwrap()
+}
+
+pub fn raw(server: &RunningServer) -> HttpTransport {
+    HttpTransport::new(&server.url(), Duration::from_secs(30), 64 << 20)
+}
+
+pub fn send(
+    t: &HttpTransport,
+    method: Method,
+    path: &str,
+    headers: &[(&'static str, &str)],
+    body: &[u8],
+) -> Response {
+    t.send(Request {
+        method,
+        path,
+        headers: headers.iter().map(|(k, v)| (*k, v.to_string())).collect(),
+        body,
+    })
+    .unwrap()
+}
+
+pub fn error_code(r: &Response) -> String {
+    let v: serde_json::Value = serde_json::from_slice(&r.body)
+        .unwrap_or_else(|_| panic!("non-JSON error body, status {}", r.status));
+    v["error"].as_str().unwrap().to_string()
+}
+
+/// Creates a session and returns its JSON.
+pub fn session(
+    t: &HttpTransport,
+    protocol: &str,
+    n: u32,
+    auth: &[(&'static str, &str)],
+) -> Response {
+    let body = format!(r#"{{"protocol":"{protocol}","client_items":{n}}}"#);
+    let mut h = vec![("content-type", "application/json")];
+    h.extend_from_slice(auth);
+    send(t, Method::Post, "/v1/sessions", &h, body.as_bytes())
+}
+
+pub fn session_id(r: &Response) -> String {
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    v["session_id"].as_str().unwrap().to_string()
+}
