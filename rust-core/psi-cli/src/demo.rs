@@ -140,6 +140,7 @@ pub fn run(
         };
         println!("  {encode_name:<45} {:>8}", ms(encode));
         for (name, t) in &s.phases {
+            let name = name.strip_prefix("client ").unwrap_or(name);
             println!("  client  {name:<37} {:>8}", ms(*t));
         }
         println!(
@@ -191,7 +192,7 @@ pub fn run(
         for m in &report.matches {
             let (name, id) = contacts[m.index];
             println!(
-                "    {name:<24} {id:<22} {}",
+                "    {name:<24} {id:<30} {}",
                 m.label.as_deref().unwrap_or("(no label)")
             );
         }
