@@ -37,9 +37,11 @@ pub struct ServeArgs {
 }
 
 pub fn run(args: ServeArgs) -> Result<(), String> {
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_target(false)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let mut config = Config::default();
     config.db_path = args.server.db.clone();

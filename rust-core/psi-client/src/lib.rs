@@ -28,11 +28,9 @@ mod transport;
 pub use error::ClientError;
 pub use transport::{HttpTransport, Method, Request, Response, Transport, TransportError};
 
-use curve25519_dalek::scalar::Scalar;
 use psi_api::{ErrorBody, SessionCreated, labels, paths};
-use psi_core::dh::{DhClient, EncodedSet, message_type};
+use psi_core::dh::{DhClient, Elements, EncodedSet, message_type};
 use psi_core::ot::{ClientStep, OtClient, OtConfig};
-use psi_core::wire::{self, ProtocolId};
 use psi_core::{ItemSet, Threads};
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
@@ -566,21 +564,14 @@ impl Client {
         rng: &mut ChaCha20Rng,
     ) -> Result<()> {
         let items: Vec<Vec<u8>> = matches.iter().map(|m| m.item.clone()).collect();
-        let blinds: Zeroizing<Vec<Scalar>> = Zeroizing::new(
-            (0..items.len())
-                .map(|_| {
-                    loop {
-                        let s = Scalar::random(rng);
-                        if s != Scalar::ZERO {
-                            break s;
-                        }
-                    }
-                })
-                .collect(),
-        );
+        let blinds = psi_core::oprf::random_blinds(items.len(), rng);
         let threads = self.config.threads;
         let blinded = threads.install(|| psi_core::oprf::blind_batch(&items, &blinds))??;
-        let query = elements_frame(message_type::QUERY, session.epoch, &blinded);
+        let query = Elements {
+            epoch: session.epoch,
+            elements: blinded,
+        }
+        .to_bytes(message_type::QUERY);
         let evaluation = self.post_bin(stats, &paths::label_query(&session.session_id), &query)?;
         let evaluated = parse_evaluation(&evaluation, session.epoch, items.len())?;
         let outputs = Zeroizing::new(
@@ -617,58 +608,23 @@ impl Client {
     }
 }
 
-/// A DH-PSI QUERY/EVALUATION frame (docs/protocol/dh-psi.md section 5).
-fn elements_frame(kind: u8, epoch: u32, elements: &[[u8; 32]]) -> Vec<u8> {
-    let body_len = 8 + 32 * elements.len();
-    let mut out = Vec::with_capacity(wire::HEADER_LEN + body_len);
-    out.extend_from_slice(&wire::MAGIC);
-    out.push(wire::VERSION);
-    out.push(ProtocolId::DhPsi as u8);
-    out.push(kind);
-    out.extend_from_slice(&(body_len as u32).to_be_bytes());
-    out.extend_from_slice(&epoch.to_be_bytes());
-    out.extend_from_slice(&(elements.len() as u32).to_be_bytes());
-    for e in elements {
-        out.extend_from_slice(e);
-    }
-    out
-}
-
 fn parse_evaluation(msg: &[u8], epoch: u32, n: usize) -> Result<Vec<[u8; 32]>> {
-    let frame = wire::parse_frame(msg, ProtocolId::DhPsi)?;
-    if frame.message_type != message_type::EVALUATION {
-        return Err(psi_core::Error::WrongPhase {
-            phase: "client awaiting label evaluation",
-            message: frame.message_type,
-        }
-        .into());
-    }
-    let b = frame.body;
-    if b.len() < 8 {
-        return Err(ClientError::BadResponse(
-            "label evaluation too short".into(),
-        ));
-    }
-    let got_epoch = u32::from_be_bytes(b[0..4].try_into().expect("4 bytes"));
-    let count = u32::from_be_bytes(b[4..8].try_into().expect("4 bytes")) as usize;
-    if got_epoch != epoch {
+    let evaluation = Elements::from_bytes(msg, message_type::EVALUATION)?;
+    if evaluation.epoch != epoch {
         return Err(psi_core::Error::EpochMismatch {
             expected: epoch,
-            found: got_epoch,
+            found: evaluation.epoch,
         }
         .into());
     }
-    if count != n || b.len() != 8 + 32 * n {
+    if evaluation.elements.len() != n {
         return Err(psi_core::Error::CountMismatch {
             expected: n as u64,
-            found: count as u64,
+            found: evaluation.elements.len() as u64,
         }
         .into());
     }
-    Ok(b[8..]
-        .chunks_exact(32)
-        .map(|c| c.try_into().expect("32 bytes"))
-        .collect())
+    Ok(evaluation.elements)
 }
 
 fn os_rng() -> Result<ChaCha20Rng> {

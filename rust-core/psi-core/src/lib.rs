@@ -24,9 +24,11 @@ pub mod items;
 pub mod oprf;
 /// OT-extension PSI (KKRT16 batched OPRF with Cuckoo hashing); see `docs/protocol/ot-psi.md`.
 pub mod ot;
+pub mod output;
 pub mod parallel;
 pub mod wire;
 
 pub use error::{DecodeError, Error, Result};
 pub use items::ItemSet;
+pub use output::{Match, MatchOutput};
 pub use parallel::Threads;

@@ -198,6 +198,25 @@ impl std::fmt::Debug for OprfKey {
     }
 }
 
+/// `n` fresh uniformly random non-zero scalars (RFC 9497 RandomScalar), for blinding.
+pub fn random_blinds<R: rand_core::CryptoRng + ?Sized>(
+    n: usize,
+    rng: &mut R,
+) -> Zeroizing<Vec<Scalar>> {
+    Zeroizing::new(
+        (0..n)
+            .map(|_| {
+                loop {
+                    let s = Scalar::random(rng);
+                    if s != Scalar::ZERO {
+                        break s;
+                    }
+                }
+            })
+            .collect(),
+    )
+}
+
 /// RFC 9497 Blind with a given blind: `blind * HashToGroup(input)`.
 pub fn blind(input: &[u8], blind: &Scalar) -> Result<[u8; ELEMENT_LEN]> {
     let p = hash_to_group(input);

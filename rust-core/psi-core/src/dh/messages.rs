@@ -41,6 +41,33 @@ impl std::fmt::Debug for Elements {
 }
 
 impl Elements {
+    /// The QUERY (`message_type::QUERY`) or EVALUATION (`message_type::EVALUATION`)
+    /// message carrying these elements.
+    pub fn to_bytes(&self, message_type: u8) -> Vec<u8> {
+        debug_assert!(matches!(
+            message_type,
+            message_type::QUERY | message_type::EVALUATION
+        ));
+        self.encode(message_type)
+    }
+
+    /// Decodes a QUERY or EVALUATION message, which must be of `expected_type`
+    /// (another DH-PSI message type is [`Error::WrongPhase`](crate::Error::WrongPhase)).
+    /// Elements are returned as bytes; they are validated when used.
+    pub fn from_bytes(bytes: &[u8], expected_type: u8) -> crate::Result<Self> {
+        let frame = wire::parse_frame(bytes, ProtocolId::DhPsi)?;
+        match frame.message_type {
+            t if t == expected_type => Ok(Self::decode_body(frame.body)?),
+            t @ (message_type::QUERY | message_type::EVALUATION | message_type::ENCODED_SET) => {
+                Err(crate::Error::WrongPhase {
+                    phase: "expecting another DH-PSI message",
+                    message: t,
+                })
+            }
+            t => Err(DecodeError::UnknownMessageType(t).into()),
+        }
+    }
+
     /// Encodes as a message of the given type.
     pub(crate) fn encode(&self, message_type: u8) -> Vec<u8> {
         let mut out = wire::begin(

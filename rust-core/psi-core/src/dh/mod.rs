@@ -249,36 +249,7 @@ impl DhServer {
     }
 }
 
-/// One of the client's items found in the server's set.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Match {
-    /// Index of the item in the list the client started with (first occurrence).
-    pub index: usize,
-    /// The item.
-    pub item: Vec<u8>,
-}
-
-impl std::fmt::Debug for Match {
-    // Contact data stays out of logs.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Match")
-            .field("index", &self.index)
-            .finish_non_exhaustive()
-    }
-}
-
-/// What a finished run tells the client.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MatchOutput {
-    /// Matches, in the order of the client's original list.
-    pub matches: Vec<Match>,
-    /// Distinct client items queried.
-    pub client_items: usize,
-    /// Client entries dropped as duplicates.
-    pub duplicates: usize,
-    /// Items in the server's set.
-    pub server_items: u32,
-}
+pub use crate::output::{Match, MatchOutput};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -335,18 +306,7 @@ impl DhClient {
         rng: &mut R,
     ) -> Result<(Self, Vec<u8>)> {
         check_client_items(&items)?;
-        let blinds: Zeroizing<Vec<Scalar>> = Zeroizing::new(
-            (0..items.len())
-                .map(|_| {
-                    loop {
-                        let s = Scalar::random(rng);
-                        if s != Scalar::ZERO {
-                            break s;
-                        }
-                    }
-                })
-                .collect(),
-        );
+        let blinds = oprf::random_blinds(items.len(), rng);
         Self::start_with_blinds(items, epoch, threads, blinds)
     }
 

@@ -104,36 +104,7 @@ impl OtConfig {
     }
 }
 
-/// One of the client's items found in the server's set.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Match {
-    /// Index of the item in the list the client started with (first occurrence).
-    pub index: usize,
-    /// The item.
-    pub item: Vec<u8>,
-}
-
-impl std::fmt::Debug for Match {
-    // Contact data stays out of logs.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Match")
-            .field("index", &self.index)
-            .finish_non_exhaustive()
-    }
-}
-
-/// What a finished run tells the client.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OtOutput {
-    /// Matches, in the order of the client's original list.
-    pub matches: Vec<Match>,
-    /// Distinct client items queried.
-    pub client_items: usize,
-    /// Client entries dropped as duplicates.
-    pub duplicates: usize,
-    /// Items in the server's set.
-    pub server_items: u32,
-}
+pub use crate::output::{Match, MatchOutput as OtOutput};
 
 /// Bytes of each OPRF value the server sends: `⌈(40 + ⌈log2 n_c⌉ + ⌈log2 n_s⌉) / 8⌉`
 /// (a false match has probability at most `n_c · n_s · 2^-8L ≤ 2^-40`).
