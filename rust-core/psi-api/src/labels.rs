@@ -59,7 +59,12 @@ pub fn bucket(tag: &[u8; TAG_LEN], bits: u8) -> u32 {
 /// be fresh random bytes. Returns the record.
 pub fn seal(output: &[u8; 64], label: &str, nonce: [u8; NONCE_LEN]) -> Vec<u8> {
     let t = tag(output);
-    let label = &label.as_bytes()[..label.len().min(MAX_LABEL_LEN)];
+    // Truncate on a character boundary, so a long label still decrypts to valid UTF-8.
+    let mut end = label.len().min(MAX_LABEL_LEN);
+    while !label.is_char_boundary(end) {
+        end -= 1;
+    }
+    let label = &label.as_bytes()[..end];
     let ct = key(output)
         .encrypt(
             Nonce::from_slice(&nonce),
@@ -170,6 +175,16 @@ pub fn split_fetch_response(mut data: &[u8]) -> Option<Vec<(u32, &[u8])>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_labels_are_cut_on_a_character_boundary() {
+        let o = [7u8; 64];
+        let long = "é".repeat(MAX_LABEL_LEN); // 2 bytes each: the cut falls inside one
+        let rec = seal(&o, &long, [1; NONCE_LEN]);
+        let recs = parse_records(&rec).unwrap();
+        let opened = open(&o, &recs[0]).expect("valid UTF-8");
+        assert!(opened.len() <= MAX_LABEL_LEN && long.starts_with(&opened));
+    }
 
     #[test]
     fn seal_open_round_trip_and_wrong_output() {

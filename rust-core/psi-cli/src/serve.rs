@@ -18,6 +18,12 @@ pub struct ServeArgs {
     /// Most live sessions.
     #[arg(long, default_value_t = 1024)]
     max_sessions: usize,
+    /// Most live sessions of one caller (token, or IP address / IPv6 /64 without tokens).
+    #[arg(long, default_value_t = 16)]
+    max_sessions_per_client: usize,
+    /// Most live OT-PSI sessions (each holds about 90 bytes per registry entry).
+    #[arg(long, default_value_t = 8)]
+    max_ot_sessions: usize,
     /// Session lifetime in seconds.
     #[arg(long, default_value_t = 300)]
     session_ttl: u64,
@@ -48,6 +54,8 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     config.max_client_items = args.server.max_client_items;
     config.max_body_bytes = args.max_body_bytes;
     config.max_sessions = args.max_sessions;
+    config.max_sessions_per_client = args.max_sessions_per_client;
+    config.max_ot_sessions = args.max_ot_sessions;
     config.session_ttl = Duration::from_secs(args.session_ttl.max(1));
     config.items_per_hour = args.items_per_hour;
     config.tokens = args.tokens.clone();

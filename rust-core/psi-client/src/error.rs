@@ -46,7 +46,11 @@ impl ClientError {
         match self {
             ClientError::Network { .. } => true,
             ClientError::Http { status, code, .. } => {
-                *status == 429 || *status == 503 || *status >= 500 || code == "epoch_mismatch"
+                *status == 429
+                    || *status >= 500
+                    || code == "epoch_mismatch"
+                    // The session timed out; the next call starts a fresh one.
+                    || code == "session_expired"
             }
             ClientError::Protocol(psi_core::Error::EpochMismatch { .. }) => true,
             _ => false,

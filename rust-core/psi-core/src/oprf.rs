@@ -291,24 +291,33 @@ pub fn blind_batch(inputs: &[Vec<u8>], blinds: &[Scalar]) -> Result<Vec<[u8; ELE
 }
 
 /// Batched BlindEvaluate. On an invalid element returns `Err(index)` of the first one.
+///
+/// Every element is decoded and checked before any multiplication, so a query with a bad
+/// element costs the server decoding only, not the multiplications before it.
 pub fn blind_evaluate_batch(
     key: &OprfKey,
     blinded: &[[u8; ELEMENT_LEN]],
 ) -> Result<Vec<[u8; ELEMENT_LEN]>, usize> {
-    let half = key.half();
-    let chunks: Vec<Result<Vec<[u8; ELEMENT_LEN]>, usize>> = blinded
+    let decoded: Vec<Result<Vec<RistrettoPoint>, usize>> = blinded
         .par_chunks(CHUNK)
         .enumerate()
         .map(|(c, elems)| {
-            let mut pts = Vec::with_capacity(elems.len());
-            for (i, e) in elems.iter().enumerate() {
-                let p = decode_element(e).ok_or(c * CHUNK + i)?;
-                pts.push(*half * p);
-            }
-            Ok(double_and_encode(&pts))
+            elems
+                .iter()
+                .enumerate()
+                .map(|(i, e)| decode_element(e).ok_or(c * CHUNK + i))
+                .collect()
         })
         .collect();
-    flatten(chunks)
+    let points = flatten(decoded)?;
+    let half = key.half();
+    Ok(points
+        .par_chunks(CHUNK)
+        .flat_map_iter(|pts| {
+            let scaled: Vec<RistrettoPoint> = pts.iter().map(|p| *half * p).collect();
+            double_and_encode(&scaled)
+        })
+        .collect())
 }
 
 /// Batched Finalize. `evaluated[i]` is the server's answer to `blind(inputs[i], blinds[i])`.

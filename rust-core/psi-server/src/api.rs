@@ -2,7 +2,7 @@
 //! code; nothing here panics on input, and nothing logs contact data.
 
 use crate::AppState;
-use crate::sessions::{Lookup, Protocol, Session, State, lock};
+use crate::sessions::{Full, Lookup, Protocol, Session, State, lock};
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, JsonRejection};
 use axum::extract::{ConnectInfo, DefaultBodyLimit, MatchedPath, Path, Request, State as S};
@@ -168,12 +168,27 @@ async fn log_request(req: Request, next: Next) -> Response {
     resp
 }
 
+/// The caller key for an address: IPv4 as is, IPv6 by its /64 prefix (one subscriber
+/// usually holds a whole /64, so per-address keys would multiply its budget).
+fn rate_key_ip(ip: std::net::IpAddr) -> String {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.to_string(),
+        std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let s = v6.segments();
+                format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+            }
+        },
+    }
+}
+
 async fn auth(S(state): AppS, mut req: Request, next: Next) -> Result<Response, ApiError> {
     let key = if state.config.tokens.is_empty() {
         let ip = req
             .extensions()
             .get::<ConnectInfo<SocketAddr>>()
-            .map_or_else(|| "unknown".to_string(), |c| c.0.ip().to_string());
+            .map_or_else(|| "unknown".to_string(), |c| rate_key_ip(c.0.ip()));
         format!("ip:{ip}")
     } else {
         let Some(value) = req.headers().get(header::AUTHORIZATION) else {
@@ -189,10 +204,17 @@ async fn auth(S(state): AppS, mut req: Request, next: Next) -> Result<Response, 
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::trim)
             .unwrap_or("");
-        let mut ok = subtle::Choice::from(0u8);
-        for t in &state.config.tokens {
-            ok |= t.as_bytes().ct_eq(token.as_bytes());
+        // Compare digests, so neither the tokens' contents nor their lengths leak through
+        // timing; an empty or malformed credential never matches, whatever is configured.
+        let presented = Sha256::digest(token.as_bytes());
+        let mut ok = subtle::Choice::from(u8::from(!token.is_empty()));
+        let mut any = subtle::Choice::from(0u8);
+        for t in state.config.tokens.iter().filter(|t| !t.is_empty()) {
+            any |= Sha256::digest(t.as_bytes())
+                .as_slice()
+                .ct_eq(presented.as_slice());
         }
+        ok &= any;
         if !bool::from(ok) {
             return Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
@@ -235,10 +257,11 @@ async fn create_session(
             codes::UNSUPPORTED_MEDIA_TYPE,
             "session requests must be application/json",
         ),
-        other => ApiError::new(
+        // serde's text can quote the request's values: never echo it.
+        _ => ApiError::new(
             StatusCode::BAD_REQUEST,
             codes::BAD_REQUEST,
-            format!("invalid session request: {}", other.body_text()),
+            "invalid session request: expected {\"protocol\": \"dh-psi\"|\"ot-psi\", \"client_items\": integer}",
         ),
     })?;
     let proto = match req.protocol.as_str() {
@@ -278,43 +301,34 @@ async fn create_session(
         ));
     }
     let registry = state.registry();
-    let st = match proto {
-        Protocol::Dh => State::DhAwaitingQuery,
-        Protocol::Ot => {
-            let items = registry.items.clone();
-            let config = OtConfig::new(Threads::ONE).with_max_client_items(n as usize);
-            let server = tokio::task::spawn_blocking(move || {
-                OtServer::new(
-                    items,
-                    config,
-                    &mut crate::store::os_rng()
-                        .map_err(|_| psi_core::Error::ThreadPool("no OS randomness".into()))?,
-                )
-            })
-            .await
-            .map_err(|_| internal())??;
-            State::Ot(Some(Box::new(server)))
-        }
-    };
     let mut id = [0u8; 16];
     crate::store::os_rng()
         .map_err(|_| internal())?
         .fill_bytes(&mut id);
     let id = hex::encode(id);
+    // Admit the session (caps checked) before any per-session work; an OT session's
+    // server state is built below, once admitted and charged.
     let session = Session {
         protocol: proto,
         client_items: n,
         client: client.clone(),
         epoch: registry.dh.epoch(),
-        state: st,
+        state: match proto {
+            Protocol::Dh => State::DhAwaitingQuery,
+            Protocol::Ot => State::Ot(None),
+        },
         label_queried: false,
         labels_fetched: false,
     };
-    if state.sessions.insert(id.clone(), session).is_none() {
+    if let Err(full) = state.sessions.insert(id.clone(), session) {
         let mut e = ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             codes::TOO_MANY_SESSIONS,
-            "the server is at its session limit; retry later",
+            match full {
+                Full::Total => "the server is at its session limit; retry later",
+                Full::Client => "this caller has too many live sessions; finish or delete one",
+                Full::Ot => "the server is at its OT-PSI session limit; retry later or use dh-psi",
+            },
         );
         e.retry_after = Some(5);
         return Err(e);
@@ -322,6 +336,32 @@ async fn create_session(
     if let Err(wait) = state.limiter.charge(&client, u64::from(n)) {
         state.sessions.remove(&id);
         return Err(rate_limited(wait));
+    }
+    if proto == Protocol::Ot {
+        let items = registry.items.clone();
+        let config = OtConfig::new(Threads::ONE).with_max_client_items(n as usize);
+        let built = tokio::task::spawn_blocking(move || {
+            OtServer::new(
+                items,
+                config,
+                &mut crate::store::os_rng()
+                    .map_err(|_| psi_core::Error::ThreadPool("no OS randomness".into()))?,
+            )
+        })
+        .await;
+        let server = match built {
+            Ok(Ok(server)) => server,
+            other => {
+                state.sessions.remove(&id);
+                return Err(match other {
+                    Ok(Err(e)) => e.into(),
+                    _ => internal(),
+                });
+            }
+        };
+        if let Lookup::Live(s) = state.sessions.get(&id) {
+            lock(&s).state = State::Ot(Some(Box::new(server)));
+        }
     }
     tracing::info!(session = %id, protocol = req.protocol.as_str(), client_items = n, "session created");
     let body = SessionCreated {

@@ -42,6 +42,11 @@ pub struct Config {
     pub max_client_items: usize,
     /// Most live sessions at once (default 1,024).
     pub max_sessions: usize,
+    /// Most live sessions of one caller, token or IP (default 16).
+    pub max_sessions_per_client: usize,
+    /// Most live OT-PSI sessions (default 8): each holds state of about 90 bytes per
+    /// registry entry until it ends or expires.
+    pub max_ot_sessions: usize,
     /// Session lifetime (default 300 s).
     pub session_ttl: Duration,
     /// Items one client (token or IP) may query per hour (default 20,000; 0 = no limit).
@@ -67,6 +72,8 @@ impl Default for Config {
             max_body_bytes: 8 << 20,
             max_client_items: 10_000,
             max_sessions: 1024,
+            max_sessions_per_client: 16,
+            max_ot_sessions: 8,
             session_ttl: Duration::from_secs(300),
             items_per_hour: 20_000,
             tokens: Vec::new(),
@@ -99,7 +106,14 @@ impl AppState {
     /// State around an already loaded registry.
     pub fn with_registry(config: Config, registry: Registry) -> Arc<AppState> {
         Arc::new(AppState {
-            sessions: sessions::Sessions::new(config.max_sessions, config.session_ttl),
+            sessions: sessions::Sessions::new(
+                sessions::SessionLimits {
+                    total: config.max_sessions,
+                    per_client: config.max_sessions_per_client,
+                    ot: config.max_ot_sessions,
+                },
+                config.session_ttl,
+            ),
             limiter: limits::RateLimiter::new(config.items_per_hour),
             workers: tokio::sync::Semaphore::new(config.workers.max(1)),
             registry: RwLock::new(Arc::new(registry)),

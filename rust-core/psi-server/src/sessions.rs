@@ -42,20 +42,42 @@ pub(crate) enum Lookup {
 
 struct Entry {
     expires: Instant,
+    /// Copies of the session's caller key and protocol, for the per-caller and OT caps.
+    client: String,
+    protocol: Protocol,
     /// `None` once expired (state freed, id kept as a tombstone).
     session: Option<Arc<Mutex<Session>>>,
 }
 
 pub(crate) struct Sessions {
-    max: usize,
+    limits: SessionLimits,
     ttl: Duration,
     map: Mutex<HashMap<String, Entry>>,
 }
 
+/// Caps on live sessions.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SessionLimits {
+    /// All sessions.
+    pub total: usize,
+    /// Sessions of one caller (token or IP): one caller cannot take every slot.
+    pub per_client: usize,
+    /// OT-PSI sessions, each holding per-session state proportional to the registry.
+    pub ot: usize,
+}
+
+/// Why a session was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Full {
+    Total,
+    Client,
+    Ot,
+}
+
 impl Sessions {
-    pub(crate) fn new(max: usize, ttl: Duration) -> Self {
+    pub(crate) fn new(limits: SessionLimits, ttl: Duration) -> Self {
         Sessions {
-            max,
+            limits,
             ttl,
             map: Mutex::new(HashMap::new()),
         }
@@ -69,21 +91,32 @@ impl Sessions {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Inserts a session; `None` if the server is at capacity.
-    pub(crate) fn insert(&self, id: String, session: Session) -> Option<()> {
+    /// Inserts a session unless a cap is reached.
+    pub(crate) fn insert(&self, id: String, session: Session) -> Result<(), Full> {
         let now = Instant::now();
         let mut map = self.lock();
-        if map.values().filter(|e| e.expires > now).count() >= self.max {
-            return None;
+        let live: Vec<&Entry> = map.values().filter(|e| e.expires > now).collect();
+        if live.len() >= self.limits.total {
+            return Err(Full::Total);
+        }
+        if live.iter().filter(|e| e.client == session.client).count() >= self.limits.per_client {
+            return Err(Full::Client);
+        }
+        if session.protocol == Protocol::Ot
+            && live.iter().filter(|e| e.protocol == Protocol::Ot).count() >= self.limits.ot
+        {
+            return Err(Full::Ot);
         }
         map.insert(
             id,
             Entry {
                 expires: now + self.ttl,
+                client: session.client.clone(),
+                protocol: session.protocol,
                 session: Some(Arc::new(Mutex::new(session))),
             },
         );
-        Some(())
+        Ok(())
     }
 
     pub(crate) fn get(&self, id: &str) -> Lookup {
@@ -92,6 +125,7 @@ impl Sessions {
             Some(Entry {
                 expires,
                 session: Some(s),
+                ..
             }) if *expires > Instant::now() => Lookup::Live(s.clone()),
             Some(_) => Lookup::Expired,
             None => Lookup::Unknown,

@@ -332,3 +332,54 @@ fn rate_limit_auth_and_session_cap() {
     }
     assert_eq!(send(&t, Method::Get, "/v1/health", &[], &[]).status, 200);
 }
+
+#[test]
+fn per_caller_and_ot_session_caps_and_no_echo() {
+    let mut config = config("caps");
+    config.items_per_hour = 0;
+    config.max_sessions_per_client = 2;
+    config.max_ot_sessions = 1;
+    // An empty configured token must not open the door to malformed credentials.
+    config.tokens = vec!["".into(), "a".into(), "b".into()];
+    fill(&config, 50, |_| false);
+    let server = start(config);
+    let t = raw(&server);
+    let expect = |r: psi_client::Response, status: u16, code: &str| {
+        assert_eq!(r.status, status, "{}", String::from_utf8_lossy(&r.body));
+        assert_eq!(error_code(&r), code);
+    };
+    expect(
+        session(&t, "dh-psi", 1, &[("authorization", "x")]),
+        401,
+        "invalid_token",
+    );
+    expect(
+        session(&t, "dh-psi", 1, &[("authorization", "Bearer ")]),
+        401,
+        "invalid_token",
+    );
+    let a = [("authorization", "Bearer a")];
+    let b = [("authorization", "Bearer b")];
+    // One caller cannot take more than its share of the slots...
+    session_id(&session(&t, "dh-psi", 1, &a));
+    session_id(&session(&t, "dh-psi", 1, &a));
+    expect(session(&t, "dh-psi", 1, &a), 503, "too_many_sessions");
+    // ...while another caller still gets one.
+    session_id(&session(&t, "ot-psi", 1, &b));
+    // OT sessions hold registry-sized state: their own, smaller cap.
+    expect(session(&t, "ot-psi", 1, &b), 503, "too_many_sessions");
+    // Error bodies never quote the request's values.
+    let r = send(
+        &t,
+        Method::Post,
+        "/v1/sessions",
+        &[
+            ("content-type", "application/json"),
+            ("authorization", "Bearer b"),
+        ],
+        br#"{"protocol":"dh-psi","client_items":"+14155550123"}"#,
+    );
+    expect(r.clone(), 400, "bad_request");
+    assert!(!String::from_utf8_lossy(&r.body).contains("4155550123"));
+    assert_eq!(send(&t, Method::Get, "/v1/health", &[], &[]).status, 200);
+}
