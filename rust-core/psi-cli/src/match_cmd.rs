@@ -132,6 +132,7 @@ pub fn run(args: MatchArgs) -> Result<(), String> {
             "bytes_sent": s.bytes_sent,
             "bytes_received": s.bytes_received,
             "encoded_set_from_cache": s.set_from_cache,
+            "label_error": report.label_error,
             "phases_ms": s.phases.iter().map(|(n, d)| (n.to_string(), serde_json::Value::from(d.as_secs_f64() * 1e3))).collect::<serde_json::Map<_, _>>(),
         });
         println!("{v}");
@@ -161,6 +162,9 @@ pub fn run(args: MatchArgs) -> Result<(), String> {
     );
     for (line, reason) in &rejected {
         println!("  rejected line {line}: {reason}");
+    }
+    if let Some(e) = &report.label_error {
+        println!("  labels unavailable: {e}");
     }
     println!(
         "bytes sent {}, received {} (encoded registry {})",

@@ -207,6 +207,9 @@ pub struct MatchReport {
     pub protocol: Protocol,
     /// Traffic and timings.
     pub stats: RunStats,
+    /// Why labels are missing, if the label step failed after matching succeeded (the
+    /// matches are still returned, with `label: None`). Log-safe: no contact data.
+    pub label_error: Option<String>,
 }
 
 /// Progress of a run, for progress displays.
@@ -403,8 +406,9 @@ impl Client {
             &[],
             vec![],
         );
-        let (matches, client_items, duplicates) = result?;
+        let (matches, client_items, duplicates, label_error) = result?;
         Ok(MatchReport {
+            label_error,
             matches,
             client_items,
             duplicates,
@@ -424,7 +428,7 @@ impl Client {
         stats: &mut RunStats,
         rng: &mut ChaCha20Rng,
         progress: &mut dyn FnMut(Progress),
-    ) -> Result<(Vec<Matched>, usize, usize)> {
+    ) -> Result<(Vec<Matched>, usize, usize, Option<String>)> {
         let threads = self.config.threads;
         let (mut matches, client_items, duplicates) = match protocol {
             Protocol::Dh => {
@@ -506,13 +510,21 @@ impl Client {
                 (m, out.client_items, out.duplicates)
             }
         };
+        let mut label_error = None;
         if self.config.fetch_labels && !matches.is_empty() {
             progress(Progress::Labels);
             let t = Instant::now();
-            self.fetch_labels(session, &mut matches, stats, rng)?;
+            // The matches are computed and paid for: a failing label step (say, the hourly
+            // budget ran out) costs the labels, not the result.
+            if let Err(e) = self.fetch_labels(session, &mut matches, stats, rng) {
+                for m in &mut matches {
+                    m.label = None;
+                }
+                label_error = Some(e.to_string());
+            }
             stats.phase("labels", t.elapsed());
         }
-        Ok((matches, client_items, duplicates))
+        Ok((matches, client_items, duplicates, label_error))
     }
 
     /// The encoded registry of the session's epoch: from the cache if its ETag is the

@@ -313,6 +313,7 @@ async fn create_session(
         client_items: n,
         client: client.clone(),
         epoch: registry.dh.epoch(),
+        label_bits: registry.label_bits,
         state: match proto {
             Protocol::Dh => State::DhAwaitingQuery,
             Protocol::Ot => State::Ot(None),
@@ -597,11 +598,13 @@ async fn label_fetch(
                 "label buckets are fetched once, after the label query",
             ));
         }
-        if g.epoch != registry.dh.epoch() {
+        // A reload within the epoch can change the bucket layout: the client's bucket ids
+        // were computed for the session's, so refuse rather than return the wrong buckets.
+        if g.epoch != registry.dh.epoch() || g.label_bits != registry.label_bits {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
                 codes::EPOCH_MISMATCH,
-                "the key epoch changed during this session",
+                "the registry changed during this session",
             ));
         }
         if buckets.len() > g.client_items as usize {

@@ -29,6 +29,8 @@ pub(crate) struct Session {
     pub client_items: u32,
     pub client: String,
     pub epoch: u32,
+    /// The registry's label bucket layout when the session started.
+    pub label_bits: u8,
     pub state: State,
     pub label_queried: bool,
     pub labels_fetched: bool,

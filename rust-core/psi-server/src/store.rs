@@ -156,10 +156,14 @@ impl Store {
             .optional()?;
         match row {
             Some((epoch, bytes)) => {
-                let arr: [u8; 32] = bytes
-                    .as_slice()
-                    .try_into()
-                    .map_err(|_| StoreError::CorruptKey(epoch))?;
+                // Key material read from the database is wiped once parsed.
+                let bytes = zeroize::Zeroizing::new(bytes);
+                let arr: zeroize::Zeroizing<[u8; 32]> = zeroize::Zeroizing::new(
+                    bytes
+                        .as_slice()
+                        .try_into()
+                        .map_err(|_| StoreError::CorruptKey(epoch))?,
+                );
                 let key = OprfKey::from_bytes(&arr).ok_or(StoreError::CorruptKey(epoch))?;
                 Ok(ServerKey::new(key, epoch))
             }
@@ -419,9 +423,9 @@ pub fn etag(bytes: &[u8]) -> String {
 
 pub(crate) fn os_rng() -> Result<rand_chacha::ChaCha20Rng, StoreError> {
     use rand_core::SeedableRng;
-    let mut seed = [0u8; 32];
-    getrandom::fill(&mut seed).map_err(|e| StoreError::Random(e.to_string()))?;
-    Ok(rand_chacha::ChaCha20Rng::from_seed(seed))
+    let mut seed = zeroize::Zeroizing::new([0u8; 32]);
+    getrandom::fill(seed.as_mut()).map_err(|e| StoreError::Random(e.to_string()))?;
+    Ok(rand_chacha::ChaCha20Rng::from_seed(*seed))
 }
 
 #[cfg(unix)]

@@ -383,3 +383,27 @@ fn per_caller_and_ot_session_caps_and_no_echo() {
     assert!(!String::from_utf8_lossy(&r.body).contains("4155550123"));
     assert_eq!(send(&t, Method::Get, "/v1/health", &[], &[]).status, 200);
 }
+
+#[test]
+fn a_failed_label_step_keeps_the_matches() {
+    let mut config = config("label-budget");
+    // The session (10 items) fits the hourly budget; the label query over the 5 matches
+    // does not, so the label step fails after matching succeeded.
+    config.items_per_hour = 12;
+    fill(&config, 100, |_| true);
+    let server = start(config);
+    let client = Client::new(&server.url(), ClientConfig::default());
+    let items: Vec<Vec<u8>> = (0..5)
+        .map(id)
+        .chain((1000..1005).map(|i| format!("nobody{i}@example.com")))
+        .map(String::into_bytes)
+        .collect();
+    let report = client
+        .match_items(items, Protocol::Dh, &mut |_| {})
+        .unwrap();
+    assert_eq!(report.matches.len(), 5);
+    assert!(report.matches.iter().all(|m| m.label.is_none()));
+    let e = report.label_error.expect("label error reported");
+    assert!(e.contains("rate_limited") || e.contains("429"), "{e}");
+    assert!(!e.contains("+1202"), "{e}");
+}
