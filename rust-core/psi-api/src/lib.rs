@@ -128,5 +128,7 @@ pub mod codes {
     pub const UNSUPPORTED_MEDIA_TYPE: &str = "unsupported_media_type";
     pub const RATE_LIMITED: &str = "rate_limited";
     pub const TOO_MANY_SESSIONS: &str = "too_many_sessions";
+    /// The request (body upload and handling) took longer than the server allows.
+    pub const REQUEST_TIMEOUT: &str = "request_timeout";
     pub const INTERNAL: &str = "internal";
 }

@@ -27,6 +27,9 @@ pub struct ServeArgs {
     /// Session lifetime in seconds.
     #[arg(long, default_value_t = 300)]
     session_ttl: u64,
+    /// Longest a request may take, body upload included, in seconds.
+    #[arg(long, default_value_t = 120)]
+    request_timeout: u64,
     /// Items one client (token or IP) may query per hour; 0 = unlimited.
     #[arg(long, default_value_t = 20_000)]
     items_per_hour: u64,
@@ -57,6 +60,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     config.max_sessions_per_client = args.max_sessions_per_client;
     config.max_ot_sessions = args.max_ot_sessions;
     config.session_ttl = Duration::from_secs(args.session_ttl.max(1));
+    config.request_timeout = Duration::from_secs(args.request_timeout.max(1));
     config.items_per_hour = args.items_per_hour;
     config.tokens = args.tokens.clone();
     if let Ok(env) = std::env::var("PSI_TOKENS") {

@@ -145,8 +145,22 @@ pub fn router(state: Arc<AppState>) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
+        .layer(from_fn_with_state(state.clone(), deadline))
         .layer(from_fn(log_request))
         .with_state(state)
+}
+
+/// Bounds each request, body upload included, by `Config::request_timeout`.
+async fn deadline(S(state): AppS, req: Request, next: Next) -> Response {
+    match tokio::time::timeout(state.config.request_timeout, next.run(req)).await {
+        Ok(resp) => resp,
+        Err(_) => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            codes::REQUEST_TIMEOUT,
+            "the request took too long (body upload and handling)",
+        )
+        .into_response(),
+    }
 }
 
 async fn log_request(req: Request, next: Next) -> Response {

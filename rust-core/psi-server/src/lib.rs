@@ -49,6 +49,9 @@ pub struct Config {
     pub max_ot_sessions: usize,
     /// Session lifetime (default 300 s).
     pub session_ttl: Duration,
+    /// Longest a request may take, body upload included (default 120 s): slow or stalled
+    /// uploads cannot pin memory and connections for long.
+    pub request_timeout: Duration,
     /// Items one client (token or IP) may query per hour (default 20,000; 0 = no limit).
     pub items_per_hour: u64,
     /// Accepted bearer tokens; empty = no authentication.
@@ -75,6 +78,7 @@ impl Default for Config {
             max_sessions_per_client: 16,
             max_ot_sessions: 8,
             session_ttl: Duration::from_secs(300),
+            request_timeout: Duration::from_secs(120),
             items_per_hour: 20_000,
             tokens: Vec::new(),
             workers: cores,

@@ -407,3 +407,33 @@ fn a_failed_label_step_keeps_the_matches() {
     assert!(e.contains("rate_limited") || e.contains("429"), "{e}");
     assert!(!e.contains("+1202"), "{e}");
 }
+
+#[test]
+fn stalled_uploads_time_out() {
+    use std::io::{Read, Write};
+    let mut config = config("stall");
+    config.request_timeout = Duration::from_millis(800);
+    fill(&config, 10, |_| false);
+    let server = start(config);
+    let addr = server.url().trim_start_matches("http://").to_string();
+    let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    // Announce 1,000 bytes, send 10, then stall.
+    conn.write_all(
+        b"POST /v1/sessions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{\"protoco",
+    )
+    .unwrap();
+    let t = std::time::Instant::now();
+    let mut buf = vec![0u8; 4096];
+    let n = conn.read(&mut buf).unwrap();
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("request_timeout"), "{text}");
+    assert!(t.elapsed() < Duration::from_secs(5));
+    // Still serving.
+    assert_eq!(
+        send(&raw(&server), Method::Get, "/v1/health", &[], &[]).status,
+        200
+    );
+}
