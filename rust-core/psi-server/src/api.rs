@@ -510,6 +510,9 @@ async fn ot_round(
 ) -> Result<Response, ApiError> {
     let s = session(&state, &id, &client)?;
     let body = binary_body(&headers, body)?;
+    // Wait for a worker before taking the state out, so a request dropped while queueing
+    // leaves the session as it was.
+    let permit = state.workers.acquire().await.map_err(|_| internal())?;
     let mut server = {
         let mut g = lock(&s);
         if g.protocol != Protocol::Ot {
@@ -522,24 +525,23 @@ async fn ot_round(
             _ => return Err(wrong_phase("the session's protocol run is over")),
         }
     };
-    let permit = state.workers.acquire().await.map_err(|_| internal())?;
     let t = Instant::now();
-    let (server, result) = tokio::task::spawn_blocking(move || {
+    let session_ref = s.clone();
+    let result = tokio::task::spawn_blocking(move || {
         let r = server.handle(&body);
-        (server, r)
+        // The state goes back here, not in the handler: a blocking task runs to the end
+        // even when the request is dropped (timeout, disconnect).
+        lock(&session_ref).state = if server.is_done() {
+            State::Matched
+        } else {
+            State::Ot(Some(server))
+        };
+        r
     })
     .await
     .map_err(|_| internal())?;
     drop(permit);
     let ms = t.elapsed().as_secs_f64() * 1e3;
-    {
-        let mut g = lock(&s);
-        g.state = if server.is_done() {
-            State::Matched
-        } else {
-            State::Ot(Some(server))
-        };
-    }
     Ok(binary(result?, ms))
 }
 
