@@ -1,6 +1,7 @@
 //! The client's error: one variant per kind of failure, each telling the caller what
 //! it can do. Messages never contain contact data, labels or keys.
 
+use psi_http::ErrorCode;
 use thiserror::Error;
 
 /// Why a match run failed.
@@ -21,8 +22,9 @@ pub enum ClientError {
     Http {
         /// HTTP status.
         status: u16,
-        /// The API error code (`rate_limited`, `invalid_token`, ...).
-        code: String,
+        /// The API error code ([`ErrorCode::Unknown`] for a code this client does not
+        /// know, or a body that is not the API's JSON error).
+        code: ErrorCode,
         /// The server's explanation.
         message: String,
         /// Seconds to wait, from `Retry-After` (rate limits, session limit).
@@ -31,27 +33,26 @@ pub enum ClientError {
     /// A protocol message was rejected by psi-core (malformed, wrong phase, wrong epoch).
     #[error("protocol error: {0}")]
     Protocol(#[from] psi_core::Error),
-    /// A response the API does not allow (bad JSON, a malformed label response...).
+    /// A response the API does not allow (bad JSON, an unexpected status).
     #[error("unexpected server response: {0}")]
     BadResponse(String),
-    /// The caller's input cannot be matched (empty set, too many items...).
+    /// The caller's input cannot be matched (no valid items, too many items, unknown
+    /// region...).
     #[error("bad input: {0}")]
     BadInput(String),
+    /// The run was cancelled through its [`crate::CancelToken`]; the server session was
+    /// deleted.
+    #[error("cancelled")]
+    Cancelled,
 }
 
 impl ClientError {
     /// True if the same call may succeed later (network trouble, rate limit, server busy,
-    /// key rotated mid-run).
+    /// key rotated or registry changed mid-run, session expired).
     pub fn is_retryable(&self) -> bool {
         match self {
             ClientError::Network { .. } => true,
-            ClientError::Http { status, code, .. } => {
-                *status == 429
-                    || *status >= 500
-                    || code == "epoch_mismatch"
-                    // The session timed out; the next call starts a fresh one.
-                    || code == "session_expired"
-            }
+            ClientError::Http { status, code, .. } => *status >= 500 || code.is_retryable(),
             ClientError::Protocol(psi_core::Error::EpochMismatch { .. }) => true,
             _ => false,
         }

@@ -1,32 +1,50 @@
-//! The transport: how requests reach the server. [`HttpTransport`] (ureq, plain HTTP)
-//! is the default; the mobile bindings will implement [`Transport`] over OkHttp and
-//! URLSession instead (docs/adr/0010-http-client.md).
+//! The transport: how requests reach the server. [`HttpTransport`] (ureq, plain HTTP) is
+//! the default; the platform SDKs implement [`Transport`] over OkHttp and URLSession
+//! (docs/adr/0010-http-stack.md). A transport maps types only: every request carries
+//! its absolute URL, headers, body and the limits ([`Request::timeout`],
+//! [`Request::max_response_bytes`]) it must honour, so a platform transport needs no
+//! copy of the client's configuration.
 
 use std::time::Duration;
 
-/// HTTP method.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Method {
-    /// GET
-    Get,
-    /// POST
-    Post,
-    /// DELETE
-    Delete,
-}
+pub use psi_http::Method;
 
-/// One request, relative to the server's base URL.
-#[derive(Debug, Clone)]
-pub struct Request<'a> {
+/// One request, complete: a transport sends exactly this.
+#[derive(Clone)]
+pub struct Request {
     /// Method.
     pub method: Method,
-    /// Path starting with `/v1/`.
-    pub path: &'a str,
-    /// Headers (lower-case names).
-    pub headers: Vec<(&'static str, String)>,
+    /// Absolute URL (`http://host:port/v1/...`).
+    pub url: String,
+    /// Headers (lower-case names). May include `authorization`: never log them.
+    pub headers: Vec<(String, String)>,
     /// Body (empty for GET and DELETE).
-    pub body: &'a [u8],
+    pub body: Vec<u8>,
+    /// The whole exchange (connect, send, receive) must finish within this time, or
+    /// fail with [`TransportError::timeout`] set.
+    pub timeout: Duration,
+    /// A response body longer than this must fail (not be truncated).
+    pub max_response_bytes: u64,
+}
+
+impl std::fmt::Debug for Request {
+    // Headers hold the token and the body holds protocol messages: out of logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request")
+            .field("method", &self.method)
+            .field("url", &self.url)
+            .field("body_len", &self.body.len())
+            .field("timeout", &self.timeout)
+            .field("max_response_bytes", &self.max_response_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Request {
+    /// The first header named `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        find_header(&self.headers, name)
+    }
 }
 
 /// A response with any status: non-2xx statuses are not transport errors.
@@ -34,7 +52,7 @@ pub struct Request<'a> {
 pub struct Response {
     /// Status code.
     pub status: u16,
-    /// Headers (names lower-case).
+    /// Headers.
     pub headers: Vec<(String, String)>,
     /// Body.
     pub body: Vec<u8>,
@@ -43,18 +61,22 @@ pub struct Response {
 impl Response {
     /// The first header named `name` (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        find_header(&self.headers, name)
     }
+}
+
+fn find_header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
 }
 
 /// The request did not produce a response (connection, timeout, I/O, size cap).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct TransportError {
-    /// What went wrong (no request or response bodies).
+    /// What went wrong (no request or response bodies, no headers).
     pub message: String,
     /// True for a timeout.
     pub timeout: bool,
@@ -62,8 +84,9 @@ pub struct TransportError {
 
 /// Moves one request to the server and its response back.
 pub trait Transport: Send + Sync {
-    /// Sends `request`; any HTTP status is a `Response`, only failures to get one are errors.
-    fn send(&self, request: Request<'_>) -> Result<Response, TransportError>;
+    /// Sends `request`; any HTTP status is a `Response`, only failures to get one are
+    /// errors. Must honour `request.timeout` and `request.max_response_bytes`.
+    fn send(&self, request: Request) -> Result<Response, TransportError>;
 }
 
 /// Plain-HTTP transport on `ureq` (sync). For loopback, tests and the CLI; put TLS in
@@ -71,31 +94,28 @@ pub trait Transport: Send + Sync {
 /// HTTP stack through [`Transport`].
 pub struct HttpTransport {
     agent: ureq::Agent,
-    base: String,
-    max_response_bytes: u64,
 }
 
 impl std::fmt::Debug for HttpTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HttpTransport")
-            .field("base", &self.base)
-            .finish_non_exhaustive()
+        f.debug_struct("HttpTransport").finish_non_exhaustive()
+    }
+}
+
+impl Default for HttpTransport {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
 impl HttpTransport {
-    /// A transport to `base_url` (e.g. `http://127.0.0.1:8080`) with an overall
-    /// per-request `timeout` and a cap on response bodies.
-    pub fn new(base_url: &str, timeout: Duration, max_response_bytes: u64) -> Self {
+    /// A transport with a connection pool; limits come with each request.
+    pub fn new() -> Self {
         let config = ureq::Agent::config_builder()
-            .timeout_global(Some(timeout))
-            .timeout_connect(Some(timeout.min(Duration::from_secs(10))))
             .http_status_as_error(false)
             .build();
         HttpTransport {
             agent: config.into(),
-            base: base_url.trim_end_matches('/').to_string(),
-            max_response_bytes,
         }
     }
 }
@@ -109,30 +129,27 @@ fn transport_error(e: ureq::Error) -> TransportError {
 }
 
 impl Transport for HttpTransport {
-    fn send(&self, request: Request<'_>) -> Result<Response, TransportError> {
-        let url = format!("{}{}", self.base, request.path);
+    fn send(&self, request: Request) -> Result<Response, TransportError> {
+        let timeout = Some(request.timeout);
+        let connect = Some(request.timeout.min(Duration::from_secs(10)));
+        macro_rules! call {
+            ($builder:expr, $send:ident $(, $body:expr)?) => {{
+                let mut r = $builder
+                    .config()
+                    .timeout_global(timeout)
+                    .timeout_connect(connect)
+                    .build();
+                for (k, v) in &request.headers {
+                    r = r.header(k.as_str(), v.as_str());
+                }
+                r.$send($($body)?)
+            }};
+        }
+        let url = request.url.as_str();
         let result = match request.method {
-            Method::Get => {
-                let mut r = self.agent.get(&url);
-                for (k, v) in &request.headers {
-                    r = r.header(*k, v);
-                }
-                r.call()
-            }
-            Method::Delete => {
-                let mut r = self.agent.delete(&url);
-                for (k, v) in &request.headers {
-                    r = r.header(*k, v);
-                }
-                r.call()
-            }
-            Method::Post => {
-                let mut r = self.agent.post(&url);
-                for (k, v) in &request.headers {
-                    r = r.header(*k, v);
-                }
-                r.send(request.body)
-            }
+            Method::Get => call!(self.agent.get(url), call),
+            Method::Delete => call!(self.agent.delete(url), call),
+            Method::Post => call!(self.agent.post(url), send, &request.body[..]),
         };
         let mut resp = result.map_err(transport_error)?;
         let status = resp.status().as_u16();
@@ -144,7 +161,7 @@ impl Transport for HttpTransport {
         let body = resp
             .body_mut()
             .with_config()
-            .limit(self.max_response_bytes)
+            .limit(request.max_response_bytes)
             .read_to_vec()
             .map_err(transport_error)?;
         Ok(Response {

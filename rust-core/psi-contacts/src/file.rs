@@ -1,12 +1,14 @@
 //! Reading contact lists: CSV (with or without a header) or one entry per line.
 
+use std::borrow::Cow;
 use std::io::Read;
 use thiserror::Error;
 
 /// One input row: the raw identifier and an optional label (a name or user id).
 #[derive(Clone, PartialEq, Eq)]
 pub struct Row {
-    /// 1-based line (or CSV record) number in the file, for reports.
+    /// 1-based number of the line the entry (its CSV record) starts on, for reports;
+    /// `\n`, `\r\n` and a lone `\r` each end a line.
     pub line: usize,
     /// The identifier as written in the file (not yet normalized).
     pub identifier: String,
@@ -31,9 +33,9 @@ pub enum FileError {
     #[error("read failed: {0}")]
     Io(#[from] std::io::Error),
     /// The CSV structure is broken (e.g. an unterminated quote) at this record.
-    #[error("malformed CSV at record {line}")]
+    #[error("malformed CSV at line {line}")]
     Csv {
-        /// 1-based record number.
+        /// 1-based line the record starts on.
         line: usize,
     },
     /// A CSV header was found but names no identifier column.
@@ -62,16 +64,18 @@ const LABEL_COLUMNS: &[&str] = &["label", "name", "user", "user_id", "userid", "
 ///   (if present) the label.
 /// - Otherwise every line is one identifier. Lines starting with `#` are comments.
 /// - Blank lines are skipped (they carry no entry); every other row is returned, valid
-///   or not.
+///   or not, with the line it starts on. Lines end with `\n`, `\r\n` or a lone `\r`; a
+///   leading UTF-8 byte order mark is ignored.
 pub fn read_rows(mut input: impl Read) -> Result<Vec<Row>, FileError> {
     let mut text = String::new();
     input.read_to_string(&mut text)?;
     let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+    let text = unify_line_ends(text);
     let first = text
         .lines()
         .find(|l| !l.trim().is_empty() && !l.starts_with('#'));
     match first {
-        Some(l) if l.contains(',') => read_csv(text),
+        Some(l) if l.contains(',') => read_csv(&text),
         _ => Ok(text
             .lines()
             .enumerate()
@@ -85,6 +89,35 @@ pub fn read_rows(mut input: impl Read) -> Result<Vec<Row>, FileError> {
     }
 }
 
+/// `text` with every line end (`\r\n`, or a lone `\r` as in old Mac files) written as
+/// `\n`, so that text and CSV files count lines alike (the CSV reader counts only `\n`,
+/// and ends a comment only at `\n`).
+fn unify_line_ends(text: &str) -> Cow<'_, str> {
+    if text.contains('\r') {
+        Cow::Owned(text.replace("\r\n", "\n").replace('\r', "\n"))
+    } else {
+        Cow::Borrowed(text)
+    }
+}
+
+/// Where the record that the CSV reader reads from byte `at` of `text` (`\n` line ends)
+/// begins: the reader first skips blank lines and `#` comment lines.
+fn record_start(text: &[u8], mut at: usize) -> usize {
+    loop {
+        match text.get(at) {
+            Some(b'\n') => at += 1,
+            Some(b'#') => {
+                at = text[at..]
+                    .iter()
+                    .position(|&b| b == b'\n')
+                    .map_or(text.len(), |p| at + p + 1);
+            }
+            _ => return at,
+        }
+    }
+}
+
+/// `text` with `\n` line ends (see [`unify_line_ends`]).
 fn read_csv(text: &str) -> Result<Vec<Row>, FileError> {
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(false)
@@ -92,16 +125,26 @@ fn read_csv(text: &str) -> Result<Vec<Row>, FileError> {
         .comment(Some(b'#'))
         .trim(csv::Trim::All)
         .from_reader(text.as_bytes());
+    let bytes = text.as_bytes();
     let mut rows = Vec::new();
     let (mut id_col, mut label_col) = (0usize, Some(1usize));
-    for (i, record) in reader.records().enumerate() {
-        let line = record
-            .as_ref()
-            .ok()
-            .and_then(|r| r.position())
-            .map(|p| p.line() as usize)
-            .unwrap_or(i + 1);
-        let record = record.map_err(|_| FileError::Csv { line })?;
+    let mut record = csv::StringRecord::new();
+    // `line` is the line of byte `counted`. Not the reader's own `Position::line`: that
+    // is where the previous record ended, before the blank and comment lines the reader
+    // skips (and, with `\r\n`, before the `\n` of the previous line end).
+    let (mut counted, mut line) = (0usize, 1usize);
+    for i in 0.. {
+        let start = record_start(bytes, reader.position().byte() as usize).min(bytes.len());
+        line += bytes[counted..start]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count();
+        counted = start;
+        match reader.read_record(&mut record) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(_) => return Err(FileError::Csv { line }),
+        }
         if i == 0 {
             let names: Vec<String> = record.iter().map(|c| c.to_ascii_lowercase()).collect();
             let known = |n: &String| {
@@ -174,5 +217,71 @@ mod tests {
             read_rows("a,b\n\"unterminated,c\n".as_bytes()),
             Ok(_) | Err(FileError::Csv { .. })
         ));
+    }
+
+    /// `(line, identifier)` for every row of `text`.
+    fn lines_of(text: &str) -> Vec<(usize, String)> {
+        read_rows(text.as_bytes())
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.line, r.identifier))
+            .collect()
+    }
+
+    fn expect(pairs: &[(usize, &str)]) -> Vec<(usize, String)> {
+        pairs.iter().map(|&(l, s)| (l, s.to_string())).collect()
+    }
+
+    /// The same file with `\n`, `\r\n` and lone `\r` line ends, with and without a BOM.
+    fn variants(lf: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for ending in ["\n", "\r\n", "\r"] {
+            let text = lf.replace('\n', ending);
+            out.push(format!("\u{feff}{text}"));
+            out.push(text);
+        }
+        out
+    }
+
+    #[test]
+    fn text_line_numbers_for_every_line_ending() {
+        let lf = "# comment\n+14155550123\n\n a@b.co \n\n\n# another\nx\n";
+        for text in variants(lf) {
+            assert_eq!(
+                lines_of(&text),
+                expect(&[(2, "+14155550123"), (4, "a@b.co"), (8, "x")]),
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn csv_line_numbers_for_every_line_ending() {
+        let with_header =
+            "# exported\nname,phone\n\nAlice,+14155550123\n# skip\n\n\nBob,x\n,\nCarol,y";
+        for text in variants(with_header) {
+            assert_eq!(
+                lines_of(&text),
+                expect(&[(4, "+14155550123"), (8, "x"), (10, "y")]),
+                "{text:?}"
+            );
+        }
+        let without_header = "\n+14155550123,user-1\n\n# c\na@b.co,\n\nz,w\n";
+        for text in variants(without_header) {
+            assert_eq!(
+                lines_of(&text),
+                expect(&[(2, "+14155550123"), (5, "a@b.co"), (7, "z")]),
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn csv_line_numbers_after_a_quoted_line_break() {
+        let lf = "name,phone\n\"Bob\nJr.\",x\n\nAlice,y\n";
+        for ending in ["\n", "\r\n"] {
+            let text = lf.replace('\n', ending);
+            assert_eq!(lines_of(&text), expect(&[(2, "x"), (5, "y")]), "{text:?}");
+        }
     }
 }

@@ -13,6 +13,7 @@
 //! unbounded loop.
 
 use crate::error::DecodeError;
+use std::ops::RangeInclusive;
 
 /// Largest Rice parameter the coding allows.
 pub const MAX_RICE_BITS: u8 = 127;
@@ -161,30 +162,50 @@ impl<'a> BitReader<'a> {
     }
 }
 
-/// Exact size in bits of the coding of `sorted` with Rice parameter `k`.
-fn coded_bits(sorted: &[u128], k: u32) -> u128 {
+/// Exact size in bits of the coding of `sorted` with Rice parameter `k`, before the
+/// padding of the last byte: the sum over the gaps `d` of `(d >> k) + 1 + k`
+/// (docs/protocol/dh-psi.md §4). Saturates at `u128::MAX` instead of overflowing (only
+/// possible for `k == 0` with values near `2^128`, a `k` no encoder would pick).
+pub fn coded_bits(sorted: &[u128], k: u8) -> u128 {
+    let k = u32::from(k);
     let mut prev = 0u128;
     let mut bits = 0u128;
     for &v in sorted {
-        bits += (v - prev).checked_shr(k).unwrap_or(0) + 1 + u128::from(k);
+        let gap_bits = (v - prev)
+            .checked_shr(k)
+            .unwrap_or(0)
+            .saturating_add(1 + u128::from(k));
+        bits = bits.saturating_add(gap_bits);
         prev = v;
     }
     bits
 }
 
-/// The Rice parameter that gives the smallest coding of `sorted` (values below `2^l`).
-pub fn best_rice_bits(sorted: &[u128], l: u8) -> u8 {
-    let n = sorted.len() as u128;
+/// The Rice parameters [`best_rice_bits`] tries for `n` values below `2^l`
+/// (`l <= 128`), as in docs/protocol/dh-psi.md §4: with
+/// `c = l - bit_length(n)` (`bit_length(n) = floor(log2 n) + 1`, so
+/// `2^c < 2^l / n <= 2^(c + 1)`), every `k` from `max(c - 3, 0)` to
+/// `min(max(c + 2, 0), l, MAX_RICE_BITS)`; only `0` when `n == 0`.
+pub fn rice_candidates(n: usize, l: u8) -> RangeInclusive<u8> {
     if n == 0 {
-        return 0;
+        return 0..=0;
     }
-    // Mean gap 2^L / n; the optimum lies near log2 of it.
-    let mean_log = i64::from(l) - (128 - i64::from((n).leading_zeros()));
-    let lo = (mean_log - 3).clamp(0, i64::from(l)) as u32;
-    let hi = (mean_log + 2).clamp(0, i64::from(l.min(MAX_RICE_BITS))) as u32;
-    (lo..=hi)
+    let c = i32::from(l) - (usize::BITS - n.leading_zeros()) as i32;
+    let hi = (c + 2).clamp(0, i32::from(l.min(MAX_RICE_BITS)));
+    // `c - 3 <= hi` whenever `l <= 128`; clamping to `hi` only keeps the range non-empty.
+    let lo = (c - 3).clamp(0, hi);
+    lo as u8..=hi as u8
+}
+
+/// The Rice parameter that gives the smallest coding of `sorted` (ascending, values
+/// below `2^l`): the smallest `k` among [`rice_candidates`] with the least
+/// [`coded_bits`]. Depends only on the values, `n` and `l`, and uses integer
+/// arithmetic only, so independent encoders can reproduce it bit for bit.
+pub fn best_rice_bits(sorted: &[u128], l: u8) -> u8 {
+    // `min_by_key` keeps the first of equal minima: ties go to the smallest k.
+    rice_candidates(sorted.len(), l)
         .min_by_key(|&k| coded_bits(sorted, k))
-        .unwrap_or(0) as u8
+        .unwrap_or(0)
 }
 
 /// Codes `sorted` (ascending, each below `2^l`) with Rice parameter
@@ -193,8 +214,8 @@ pub fn encode(sorted: &[u128], l: u8, k: u8) -> Vec<u8> {
     assert!(k <= l.min(MAX_RICE_BITS), "Rice parameter out of range");
     debug_assert!(sorted.windows(2).all(|w| w[0] <= w[1]));
     debug_assert!(l == 128 || sorted.last().is_none_or(|&v| v >> l == 0));
-    let k = u32::from(k);
     let bytes = coded_bits(sorted, k).div_ceil(8) as usize;
+    let k = u32::from(k);
     let mut w = BitWriter::with_capacity(bytes);
     let mut prev = 0u128;
     let mask = if k == 0 { 0 } else { u128::MAX >> (128 - k) };
@@ -283,7 +304,7 @@ mod tests {
         assert_eq!(got, values);
         // Every other k decodes too.
         for k in [0u8, l / 2, l.min(MAX_RICE_BITS)] {
-            if coded_bits(&values, u32::from(k)) > 1 << 20 {
+            if coded_bits(&values, k) > 1 << 20 {
                 continue; // a hopeless k for these values: unary parts would be huge
             }
             let data = encode(&values, l, k);
@@ -338,6 +359,48 @@ mod tests {
         let bits = encode(&values, 54, k).len() as f64 * 8.0 / values.len() as f64;
         assert!(bits < 54.0 - 14.0 + 2.0, "{bits} bits per value");
         assert!(bits > 54.0 - 14.0 + 1.0, "{bits} bits per value");
+    }
+
+    #[test]
+    fn candidates_are_the_spec_range() {
+        // The search range as first written (i64, u128 bit length); kept here to show
+        // that `rice_candidates` picks the same k for every n and L.
+        fn original(n: u128, l: u8) -> (u32, u32) {
+            let mean_log = i64::from(l) - (128 - i64::from(n.leading_zeros()));
+            let lo = (mean_log - 3).clamp(0, i64::from(l)) as u32;
+            let hi = (mean_log + 2).clamp(0, i64::from(l.min(MAX_RICE_BITS))) as u32;
+            (lo, hi)
+        }
+        let mut ns: Vec<usize> = (1..=70).collect();
+        for b in 6..usize::BITS {
+            let p = 1usize << b;
+            ns.extend([p - 1, p, p + 1]);
+        }
+        ns.push(usize::MAX);
+        for l in 0..=128u8 {
+            assert_eq!(rice_candidates(0, l), 0..=0);
+            for &n in &ns {
+                let r = rice_candidates(n, l);
+                assert!(r.start() <= r.end());
+                assert!(*r.end() <= l.min(MAX_RICE_BITS));
+                let (lo, hi) = original(n as u128, l);
+                assert_eq!(
+                    (u32::from(*r.start()), u32::from(*r.end())),
+                    (lo, hi),
+                    "n={n} L={l}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn ties_go_to_the_smallest_k() {
+        // Gaps 64 and 64 with L = 8: k = 5, 6 and 7 all take 16 bits.
+        let values = [64u128, 128];
+        assert_eq!(rice_candidates(2, 8), 3..=8);
+        let sizes: Vec<u128> = (3..=8).map(|k| coded_bits(&values, k)).collect();
+        assert_eq!(sizes, [24, 18, 16, 16, 16, 18]);
+        assert_eq!(best_rice_bits(&values, 8), 5);
     }
 
     #[test]

@@ -3,14 +3,19 @@
 //! Sans-IO private set intersection protocols for contact discovery. Nothing in this
 //! crate opens a socket, reads a clock or picks its own randomness: every protocol is a
 //! state machine that takes bytes and returns bytes, with the RNG passed in. Drivers
-//! (the CLI, the HTTP server, the platform SDKs) move the bytes.
+//! (the CLI, the HTTP server, the client driver behind the platform SDKs) move the bytes.
 //!
-//! Protocols:
+//! - [`Protocol`]: which protocol (wire id, API name, display name), and the false-match
+//!   rule every protocol shares ([`protocol::false_match_bits`]).
 //! - [`dh`]: DH-PSI on the RFC 9497 OPRF over ristretto255 (fewest bytes; the server's
 //!   encoded set can be cached by clients).
+//! - [`ot`]: OT-extension PSI (KKRT16 batched OPRF with Cuckoo hashing; least computation).
+//! - [`labels`]: labels revealed only to holders of the item, client and server sides.
+//! - [`Phase`]: the phases of a run, for progress and timings.
 //!
 //! Wire framing shared by all protocols is in [`wire`]; the byte-level specification
-//! lives in `docs/protocol/`.
+//! lives in `docs/protocol/`. The optional `os-rng` feature adds [`rng`], the OS-seeded
+//! generator the drivers use.
 
 // `deny`, not `forbid`: the one exception is the SSE2 bit-transpose kernel call in
 // `ot::transpose` (`#[allow(unsafe_code)]`, see its SAFETY comment).
@@ -21,14 +26,20 @@ pub mod dh;
 pub mod error;
 pub mod golomb;
 pub mod items;
+pub mod labels;
 pub mod oprf;
-/// OT-extension PSI (KKRT16 batched OPRF with Cuckoo hashing); see `docs/protocol/ot-psi.md`.
 pub mod ot;
 pub mod output;
 pub mod parallel;
+pub mod phase;
+pub mod protocol;
+#[cfg(feature = "os-rng")]
+pub mod rng;
 pub mod wire;
 
 pub use error::{DecodeError, Error, Result};
 pub use items::ItemSet;
-pub use output::{Match, MatchOutput};
+pub use output::{Match, MatchOutput, MatchedOutputs};
 pub use parallel::Threads;
+pub use phase::Phase;
+pub use protocol::Protocol;

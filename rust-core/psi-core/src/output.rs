@@ -30,3 +30,32 @@ pub struct MatchOutput {
     /// Items in the server's set.
     pub server_items: u32,
 }
+
+/// The full 64-byte OPRF outputs of a run's matches, in the order of
+/// [`MatchOutput::matches`]. Secret to the client (they open the matches' labels):
+/// zeroized on drop, never printed.
+#[derive(Clone, Default)]
+pub struct MatchedOutputs(pub(crate) zeroize::Zeroizing<Vec<[u8; crate::oprf::OUTPUT_LEN]>>);
+
+impl MatchedOutputs {
+    /// Outputs of the matches, `[i]` for match `i`.
+    pub fn as_slice(&self) -> &[[u8; crate::oprf::OUTPUT_LEN]] {
+        &self.0
+    }
+
+    /// Number of outputs.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True if there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for MatchedOutputs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "MatchedOutputs({} outputs)", self.0.len())
+    }
+}

@@ -4,7 +4,7 @@
 //! offset size field
 //! 0      2    magic "PS" (0x50 0x53)
 //! 2      1    wire version (1)
-//! 3      1    protocol id (0x01 DH-PSI)
+//! 3      1    protocol id (crate::Protocol::wire_id: 0x01 DH-PSI, 0x02 OT-PSI)
 //! 4      1    message type (per protocol)
 //! 5      4    body length, u32 big-endian
 //! 9      ...  body
@@ -14,6 +14,7 @@
 //! shorter input is `Truncated`, longer is `TrailingBytes`.
 
 use crate::error::DecodeError;
+use crate::protocol::Protocol;
 
 /// The two magic bytes every message starts with.
 pub const MAGIC: [u8; 2] = *b"PS";
@@ -23,17 +24,6 @@ pub const VERSION: u8 = 1;
 pub const HEADER_LEN: usize = 9;
 /// Hard limit on any message body (1 GiB); protocols set tighter ones.
 pub const MAX_BODY_LEN: usize = 1 << 30;
-
-/// Protocol identifiers (byte 3 of the header).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-#[non_exhaustive]
-pub enum ProtocolId {
-    /// DH-PSI over the RFC 9497 OPRF, ristretto255-SHA512.
-    DhPsi = 0x01,
-    /// OT-extension PSI (KKRT16 batched OPRF with Cuckoo hashing).
-    OtPsi = 0x02,
-}
 
 /// A parsed header and the body it frames.
 #[derive(Debug, Clone, Copy)]
@@ -45,11 +35,11 @@ pub struct Frame<'a> {
 }
 
 /// Starts a message: writes the header with a placeholder length.
-pub(crate) fn begin(protocol: ProtocolId, message_type: u8, body_capacity: usize) -> Vec<u8> {
+pub(crate) fn begin(protocol: Protocol, message_type: u8, body_capacity: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN + body_capacity);
     out.extend_from_slice(&MAGIC);
     out.push(VERSION);
-    out.push(protocol as u8);
+    out.push(protocol.wire_id());
     out.push(message_type);
     out.extend_from_slice(&[0; 4]);
     out
@@ -67,7 +57,7 @@ pub(crate) fn finish(mut out: Vec<u8>) -> Vec<u8> {
 }
 
 /// Parses the header, checks magic, version, protocol and exact length.
-pub fn parse_frame(bytes: &[u8], protocol: ProtocolId) -> Result<Frame<'_>, DecodeError> {
+pub fn parse_frame(bytes: &[u8], protocol: Protocol) -> Result<Frame<'_>, DecodeError> {
     if bytes.len() < HEADER_LEN {
         return Err(DecodeError::Truncated {
             needed: HEADER_LEN,
@@ -80,9 +70,9 @@ pub fn parse_frame(bytes: &[u8], protocol: ProtocolId) -> Result<Frame<'_>, Deco
     if bytes[2] != VERSION {
         return Err(DecodeError::UnsupportedVersion(bytes[2]));
     }
-    if bytes[3] != protocol as u8 {
+    if bytes[3] != protocol.wire_id() {
         return Err(DecodeError::WrongProtocol {
-            expected: protocol as u8,
+            expected: protocol.wire_id(),
             found: bytes[3],
         });
     }
@@ -164,7 +154,7 @@ mod tests {
     use super::*;
 
     fn msg(body: &[u8]) -> Vec<u8> {
-        let mut m = begin(ProtocolId::DhPsi, 7, body.len());
+        let mut m = begin(Protocol::Dh, 7, body.len());
         m.extend_from_slice(body);
         finish(m)
     }
@@ -174,7 +164,7 @@ mod tests {
         let m = msg(b"hello");
         assert_eq!(&m[..5], &[b'P', b'S', 1, 1, 7]);
         assert_eq!(&m[5..9], &[0, 0, 0, 5]);
-        let f = parse_frame(&m, ProtocolId::DhPsi).unwrap();
+        let f = parse_frame(&m, Protocol::Dh).unwrap();
         assert_eq!(f.message_type, 7);
         assert_eq!(f.body, b"hello");
     }
@@ -183,14 +173,14 @@ mod tests {
     fn frame_errors() {
         let m = msg(b"hello");
         assert!(matches!(
-            parse_frame(&m[..4], ProtocolId::DhPsi),
+            parse_frame(&m[..4], Protocol::Dh),
             Err(DecodeError::Truncated {
                 needed: 9,
                 available: 4
             })
         ));
         assert!(matches!(
-            parse_frame(&m[..12], ProtocolId::DhPsi),
+            parse_frame(&m[..12], Protocol::Dh),
             Err(DecodeError::Truncated {
                 needed: 14,
                 available: 12
@@ -199,31 +189,31 @@ mod tests {
         let mut long = m.clone();
         long.push(0);
         assert_eq!(
-            parse_frame(&long, ProtocolId::DhPsi).unwrap_err(),
+            parse_frame(&long, Protocol::Dh).unwrap_err(),
             DecodeError::TrailingBytes { extra: 1 }
         );
         let mut bad = m.clone();
         bad[0] = b'X';
         assert_eq!(
-            parse_frame(&bad, ProtocolId::DhPsi).unwrap_err(),
+            parse_frame(&bad, Protocol::Dh).unwrap_err(),
             DecodeError::BadMagic
         );
         let mut bad = m.clone();
         bad[2] = 9;
         assert_eq!(
-            parse_frame(&bad, ProtocolId::DhPsi).unwrap_err(),
+            parse_frame(&bad, Protocol::Dh).unwrap_err(),
             DecodeError::UnsupportedVersion(9)
         );
         let mut bad = m.clone();
         bad[3] = 0x02;
         assert!(matches!(
-            parse_frame(&bad, ProtocolId::DhPsi),
+            parse_frame(&bad, Protocol::Dh),
             Err(DecodeError::WrongProtocol { .. })
         ));
         let mut bad = m;
         bad[5..9].copy_from_slice(&u32::MAX.to_be_bytes());
         assert!(matches!(
-            parse_frame(&bad, ProtocolId::DhPsi),
+            parse_frame(&bad, Protocol::Dh),
             Err(DecodeError::LimitExceeded { .. })
         ));
     }

@@ -536,7 +536,7 @@ fn in_memory_driver_reports_traffic() {
         stats.client_to_server_bytes,
         ot::sizes::hello() + ot::sizes::matrix(bins, 512)
     );
-    use ot::Step::*;
+    use psi_core::Phase::*;
     let chunks = bins.div_ceil(512) as usize;
     let mut expected = vec![ClientStart, ServerHello, ClientSetup];
     for _ in 1..chunks {

@@ -2,40 +2,39 @@
 //! code; nothing here panics on input, and nothing logs contact data.
 
 use crate::AppState;
-use crate::sessions::{Full, Lookup, Protocol, Session, State, lock};
+use crate::sessions::{Full, Lookup, Phase, Session, lock};
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, JsonRejection};
 use axum::extract::{ConnectInfo, DefaultBodyLimit, MatchedPath, Path, Request, State as S};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{Next, from_fn, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{MethodFilter, MethodRouter, on};
 use axum::{Extension, Json, Router};
-use psi_api::{CreateSession, ErrorBody, Health, SessionCreated, codes, labels, protocol};
+use psi_core::dh::{Elements, message_type};
 use psi_core::ot::{OtConfig, OtServer};
-use psi_core::{Threads, wire};
+use psi_core::{Protocol, Threads};
+use psi_http::{CreateSession, ErrorBody, ErrorCode, Health, Route, SessionCreated};
 use rand_core::Rng;
 use sha2::{Digest, Sha256};
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use subtle::ConstantTimeEq;
 
 type AppS = S<Arc<AppState>>;
 
-/// An API error: status, stable code, log-safe message.
+/// An API error: a stable code (which fixes the status), a log-safe message.
 #[derive(Debug)]
 pub(crate) struct ApiError {
-    status: StatusCode,
-    code: &'static str,
+    code: ErrorCode,
     message: String,
     retry_after: Option<u64>,
 }
 
 impl ApiError {
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         ApiError {
-            status,
             code,
             message: message.into(),
             retry_after: None,
@@ -45,11 +44,13 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let status =
+            StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = ErrorBody {
-            error: self.code.to_string(),
+            error: self.code,
             message: self.message,
         };
-        let mut resp = (self.status, Json(body)).into_response();
+        let mut resp = (status, Json(body)).into_response();
         if let Some(s) = self.retry_after {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(s));
@@ -61,31 +62,27 @@ impl IntoResponse for ApiError {
 impl From<psi_core::Error> for ApiError {
     fn from(e: psi_core::Error) -> Self {
         use psi_core::Error as E;
-        let (status, code) = match &e {
-            E::WrongPhase { .. } => (StatusCode::CONFLICT, codes::WRONG_PHASE),
-            E::EpochMismatch { .. } => (StatusCode::CONFLICT, codes::EPOCH_MISMATCH),
-            E::InputTooLarge { .. } => (StatusCode::BAD_REQUEST, codes::TOO_MANY_ITEMS),
-            E::CountMismatch { .. } => (StatusCode::BAD_REQUEST, codes::COUNT_MISMATCH),
-            E::ThreadPool(_) => (StatusCode::INTERNAL_SERVER_ERROR, codes::INTERNAL),
-            _ => (StatusCode::BAD_REQUEST, codes::INVALID_MESSAGE),
+        let code = match &e {
+            E::WrongPhase { .. } => ErrorCode::WrongPhase,
+            E::EpochMismatch { .. } => ErrorCode::EpochMismatch,
+            E::InputTooLarge { .. } => ErrorCode::TooManyItems,
+            E::CountMismatch { .. } => ErrorCode::CountMismatch,
+            E::ThreadPool(_) => ErrorCode::Internal,
+            _ => ErrorCode::InvalidMessage,
         };
         // psi_core errors are log-safe by design (counts, tags, phase names only).
-        ApiError::new(status, code, e.to_string())
+        ApiError::new(code, e.to_string())
     }
 }
 
 fn body_error(e: BytesRejection) -> ApiError {
     if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
         ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            codes::BODY_TOO_LARGE,
+            ErrorCode::BodyTooLarge,
             "request body exceeds the server's limit (see max_body_bytes)",
         )
     } else {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            codes::BAD_REQUEST,
-            "could not read the request body",
+        ApiError::new(ErrorCode::BadRequest, "could not read the request body",
         )
     }
 }
@@ -98,10 +95,9 @@ fn binary_body(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    if !ct.trim().eq_ignore_ascii_case("application/octet-stream") {
+    if !ct.trim().eq_ignore_ascii_case(psi_http::BINARY) {
         return Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            codes::UNSUPPORTED_MEDIA_TYPE,
+            ErrorCode::UnsupportedMediaType,
             "protocol messages must be sent as application/octet-stream",
         ));
     }
@@ -109,38 +105,64 @@ fn binary_body(
 }
 
 fn binary(bytes: Vec<u8>, server_ms: f64) -> Response {
-    let mut resp = ([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response();
+    let mut resp = ([(header::CONTENT_TYPE, psi_http::BINARY)], bytes).into_response();
+    server_timing(&mut resp, server_ms);
+    resp
+}
+
+fn server_timing(resp: &mut Response, server_ms: f64) {
     if let Ok(v) = HeaderValue::from_str(&format!("psi;dur={server_ms:.3}")) {
         resp.headers_mut().insert("server-timing", v);
     }
-    resp
 }
 
 /// Who a request counts against: its bearer token (hashed) or its peer IP.
 #[derive(Clone, Debug)]
 pub(crate) struct ClientKey(String);
 
-/// Builds the router over `state`.
+fn method_filter(m: psi_http::Method) -> MethodFilter {
+    match m {
+        psi_http::Method::Get => MethodFilter::GET,
+        psi_http::Method::Post => MethodFilter::POST,
+        psi_http::Method::Delete => MethodFilter::DELETE,
+    }
+}
+
+fn handler(route: Route) -> MethodRouter<Arc<AppState>> {
+    let f = method_filter(route.method());
+    match route {
+        Route::Health => on(f, health),
+        Route::CreateSession => on(f, create_session),
+        Route::DeleteSession => on(f, delete_session),
+        Route::DhQuery => on(f, dh_query),
+        Route::DhEncodedSet => on(f, encoded_set),
+        Route::OtRound => on(f, ot_round),
+        Route::LabelQuery => on(f, label_query),
+        Route::LabelFetch => on(f, label_fetch),
+        _ => on(f, || async {
+            ApiError::new(ErrorCode::NotFound, "no such endpoint")
+        }),
+    }
+}
+
+/// Builds the router over `state`, from psi-http's route table (only `/v1/health` is
+/// open; every other route goes through authentication).
 pub fn router(state: Arc<AppState>) -> Router {
-    let api = Router::new()
-        .route("/v1/sessions", post(create_session))
-        .route("/v1/sessions/{id}", delete(delete_session))
-        .route("/v1/sessions/{id}/dh/query", post(dh_query))
-        .route("/v1/sessions/{id}/ot/round", post(ot_round))
-        .route("/v1/sessions/{id}/labels/query", post(label_query))
-        .route("/v1/sessions/{id}/labels/fetch", post(label_fetch))
-        .route("/v1/dh/encoded-set", get(encoded_set))
-        .route_layer(from_fn_with_state(state.clone(), auth));
-    Router::new()
-        .route("/v1/health", get(health))
-        .merge(api)
-        .fallback(|| async {
-            ApiError::new(StatusCode::NOT_FOUND, codes::NOT_FOUND, "no such endpoint")
-        })
+    let mut open = Router::new();
+    let mut api = Router::new();
+    for &route in Route::ALL {
+        if route == Route::Health {
+            open = open.route(route.template(), handler(route));
+        } else {
+            api = api.route(route.template(), handler(route));
+        }
+    }
+    let api = api.route_layer(from_fn_with_state(state.clone(), auth));
+    open.merge(api)
+        .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such endpoint") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                codes::METHOD_NOT_ALLOWED,
+                ErrorCode::MethodNotAllowed,
                 "method not allowed on this endpoint",
             )
         })
@@ -155,8 +177,7 @@ async fn deadline(S(state): AppS, req: Request, next: Next) -> Response {
     match tokio::time::timeout(state.config.request_timeout, next.run(req)).await {
         Ok(resp) => resp,
         Err(_) => ApiError::new(
-            StatusCode::REQUEST_TIMEOUT,
-            codes::REQUEST_TIMEOUT,
+            ErrorCode::RequestTimeout,
             "the request took too long (body upload and handling)",
         )
         .into_response(),
@@ -207,8 +228,7 @@ async fn auth(S(state): AppS, mut req: Request, next: Next) -> Result<Response, 
     } else {
         let Some(value) = req.headers().get(header::AUTHORIZATION) else {
             return Err(ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                codes::MISSING_TOKEN,
+                ErrorCode::MissingToken,
                 "this server requires Authorization: Bearer <token>",
             ));
         };
@@ -231,8 +251,7 @@ async fn auth(S(state): AppS, mut req: Request, next: Next) -> Result<Response, 
         ok &= any;
         if !bool::from(ok) {
             return Err(ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                codes::INVALID_TOKEN,
+                ErrorCode::InvalidToken,
                 "bearer token not accepted",
             ));
         }
@@ -247,15 +266,17 @@ async fn auth(S(state): AppS, mut req: Request, next: Next) -> Result<Response, 
 
 async fn health(S(state): AppS) -> Json<Health> {
     let r = state.registry();
-    let mut protocols = vec![protocol::DH.to_string()];
-    if state.config.enable_ot {
-        protocols.push(protocol::OT.to_string());
-    }
     Json(Health {
         status: "ok".into(),
         epoch: r.dh.epoch(),
         registry_items: r.stats().entries,
-        protocols,
+        protocols: state
+            .protocols()
+            .iter()
+            .map(|p| p.api_name().to_string())
+            .collect(),
+        max_client_items: state.config.max_client_items as u32,
+        max_body_bytes: state.config.max_body_bytes as u64,
     })
 }
 
@@ -267,53 +288,42 @@ async fn create_session(
     let Json(req) = body.map_err(|e| match e {
         JsonRejection::BytesRejection(b) => body_error(b),
         JsonRejection::MissingJsonContentType(_) => ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            codes::UNSUPPORTED_MEDIA_TYPE,
+            ErrorCode::UnsupportedMediaType,
             "session requests must be application/json",
         ),
         // serde's text can quote the request's values: never echo it.
         _ => ApiError::new(
-            StatusCode::BAD_REQUEST,
-            codes::BAD_REQUEST,
+            ErrorCode::BadRequest,
             "invalid session request: expected {\"protocol\": \"dh-psi\"|\"ot-psi\", \"client_items\": integer}",
         ),
     })?;
-    let proto = match req.protocol.as_str() {
-        protocol::DH => Protocol::Dh,
-        protocol::OT if state.config.enable_ot => Protocol::Ot,
-        _ => {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                codes::UNSUPPORTED_PROTOCOL,
-                format!(
-                    "unsupported protocol; this server runs: {}",
-                    if state.config.enable_ot {
-                        "dh-psi, ot-psi"
-                    } else {
-                        "dh-psi"
-                    }
-                ),
-            ));
-        }
-    };
+    let supported = state.protocols();
+    let protocol = Protocol::from_api_name(&req.protocol)
+        .filter(|p| supported.contains(p))
+        .ok_or_else(|| {
+            let names: Vec<&str> = supported.iter().map(|p| p.api_name()).collect();
+            ApiError::new(
+                ErrorCode::UnsupportedProtocol,
+                format!("unsupported protocol; this server runs: {}", names.join(", ")),
+            )
+        })?;
     let n = req.client_items;
     if n == 0 {
         return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            codes::BAD_REQUEST,
+            ErrorCode::BadRequest,
             "client_items must be at least 1",
         ));
     }
-    if n as usize > state.config.max_client_items {
+    if n > state.config.max_client_items as u64 {
         return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            codes::TOO_MANY_ITEMS,
+            ErrorCode::TooManyItems,
             format!(
                 "client_items {n} exceeds this server's limit {}",
                 state.config.max_client_items
             ),
         ));
     }
+    let n = n as u32; // max_client_items is at most 2^20
     let registry = state.registry();
     let mut id = [0u8; 16];
     crate::store::os_rng()
@@ -323,22 +333,19 @@ async fn create_session(
     // Admit the session (caps checked) before any per-session work; an OT session's
     // server state is built below, once admitted and charged.
     let session = Session {
-        protocol: proto,
+        protocol,
         client_items: n,
         client: client.clone(),
         epoch: registry.dh.epoch(),
-        label_bits: registry.label_bits,
-        state: match proto {
-            Protocol::Dh => State::DhAwaitingQuery,
-            Protocol::Ot => State::Ot(None),
+        label_bits: registry.labels.bucket_bits(),
+        phase: match protocol {
+            Protocol::Ot => Phase::Busy,
+            _ => Phase::DhAwaitingQuery,
         },
-        label_queried: false,
-        labels_fetched: false,
     };
     if let Err(full) = state.sessions.insert(id.clone(), session) {
         let mut e = ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            codes::TOO_MANY_SESSIONS,
+            ErrorCode::TooManySessions,
             match full {
                 Full::Total => "the server is at its session limit; retry later",
                 Full::Client => "this caller has too many live sessions; finish or delete one",
@@ -352,7 +359,7 @@ async fn create_session(
         state.sessions.remove(&id);
         return Err(rate_limited(wait));
     }
-    if proto == Protocol::Ot {
+    if protocol == Protocol::Ot {
         let items = registry.items.clone();
         let config = OtConfig::new(Threads::ONE).with_max_client_items(n as usize);
         let built = tokio::task::spawn_blocking(move || {
@@ -375,19 +382,19 @@ async fn create_session(
             }
         };
         if let Lookup::Live(s) = state.sessions.get(&id) {
-            lock(&s).state = State::Ot(Some(Box::new(server)));
+            lock(&s).phase = Phase::OtRunning(Box::new(server));
         }
     }
-    tracing::info!(session = %id, protocol = req.protocol.as_str(), client_items = n, "session created");
+    tracing::info!(session = %id, protocol = protocol.api_name(), client_items = n, "session created");
     let body = SessionCreated {
         session_id: id,
-        protocol: req.protocol,
+        protocol: protocol.api_name().to_string(),
         epoch: registry.dh.epoch(),
         registry_items: registry.stats().entries,
         max_client_items: state.config.max_client_items as u32,
         max_body_bytes: state.config.max_body_bytes as u64,
         encoded_set_etag: registry.etag.clone(),
-        label_bucket_bits: registry.label_bits,
+        label_bucket_bits: registry.labels.bucket_bits(),
         expires_in_secs: state.sessions.ttl().as_secs(),
     };
     Ok((StatusCode::CREATED, Json(body)).into_response())
@@ -395,8 +402,7 @@ async fn create_session(
 
 fn rate_limited(wait: u64) -> ApiError {
     let mut e = ApiError::new(
-        StatusCode::TOO_MANY_REQUESTS,
-        codes::RATE_LIMITED,
+        ErrorCode::RateLimited,
         format!("items-per-hour limit reached; retry in {wait} s"),
     );
     e.retry_after = Some(wait);
@@ -404,34 +410,21 @@ fn rate_limited(wait: u64) -> ApiError {
 }
 
 fn internal() -> ApiError {
-    ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        codes::INTERNAL,
-        "internal error",
-    )
+    ApiError::new(ErrorCode::Internal, "internal error")
 }
 
-fn wrong_phase(msg: &str) -> ApiError {
-    ApiError::new(StatusCode::CONFLICT, codes::WRONG_PHASE, msg.to_string())
+fn wrong_phase(msg: impl Into<String>) -> ApiError {
+    ApiError::new(ErrorCode::WrongPhase, msg)
 }
 
-fn session(
-    state: &AppState,
-    id: &str,
-    client: &str,
-) -> Result<Arc<std::sync::Mutex<Session>>, ApiError> {
+fn session(state: &AppState, id: &str, client: &str) -> Result<Arc<Mutex<Session>>, ApiError> {
     match state.sessions.get(id) {
         Lookup::Live(s) if lock(&s).client == client => Ok(s),
         Lookup::Expired => Err(ApiError::new(
-            StatusCode::GONE,
-            codes::SESSION_EXPIRED,
+            ErrorCode::SessionExpired,
             "session expired; create a new one",
         )),
-        _ => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            codes::UNKNOWN_SESSION,
-            "no such session",
-        )),
+        _ => Err(ApiError::new(ErrorCode::UnknownSession, "no such session")),
     }
 }
 
@@ -445,22 +438,61 @@ async fn delete_session(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// The element count of a DH-PSI QUERY frame, if the header is readable.
-fn query_count(body: &[u8]) -> Option<u32> {
-    if body.len() < wire::HEADER_LEN + 8 || body[4] != psi_core::dh::message_type::QUERY {
-        return None;
-    }
-    Some(u32::from_be_bytes(body[13..17].try_into().ok()?))
+/// What a step does with the phase it took: the phase to store and the answer.
+type Outcome = (Phase, Result<Vec<u8>, ApiError>);
+
+/// The one transition step of every session handler: waits for a worker (so a request
+/// dropped while queueing leaves the session as it was), checks with `accept` that the
+/// session may take this step (a rejected step changes nothing), takes the session's
+/// phase, runs `work` on it on a blocking thread, and stores the phase `work` returns.
+/// The phase goes back inside the blocking task, not in the handler: a blocking task runs
+/// to the end even when the request is dropped (timeout, disconnect).
+async fn transition(
+    state: &AppState,
+    s: &Arc<Mutex<Session>>,
+    accept: impl FnOnce(&Session) -> Result<(), ApiError>,
+    work: impl FnOnce(Phase) -> Outcome + Send + 'static,
+) -> Result<Response, ApiError> {
+    let permit = state.workers.acquire().await.map_err(|_| internal())?;
+    let taken = {
+        let mut g = lock(s);
+        accept(&g)?;
+        if matches!(g.phase, Phase::Busy) {
+            return Err(wrong_phase(
+                "another request of this session is in progress",
+            ));
+        }
+        std::mem::replace(&mut g.phase, Phase::Busy)
+    };
+    let t = Instant::now();
+    let session = s.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        let (next, result) = work(taken);
+        lock(&session).phase = next;
+        result
+    })
+    .await
+    .map_err(|_| internal())?;
+    drop(permit);
+    Ok(binary(result?, t.elapsed().as_secs_f64() * 1e3))
 }
 
-async fn evaluate(state: &AppState, body: Bytes) -> Result<Response, ApiError> {
-    let registry = state.registry();
-    let _permit = state.workers.acquire().await.map_err(|_| internal())?;
-    let t = Instant::now();
-    let out = tokio::task::spawn_blocking(move || registry.dh.handle_query(&body))
-        .await
-        .map_err(|_| internal())??;
-    Ok(binary(out, t.elapsed().as_secs_f64() * 1e3))
+fn expect_protocol(g: &Session, protocol: Protocol, hint: &str) -> Result<(), ApiError> {
+    if g.protocol != protocol {
+        return Err(wrong_phase(format!(
+            "this is an {} session; {hint}",
+            g.protocol.api_name()
+        )));
+    }
+    Ok(())
+}
+
+/// Decodes a DH-PSI QUERY and checks its element count with `check` before any
+/// multiplication.
+fn decode_query(body: &[u8], check: impl FnOnce(usize) -> Result<(), ApiError>) -> Result<Elements, ApiError> {
+    let query = Elements::from_bytes(body, message_type::QUERY)?;
+    check(query.len())?;
+    Ok(query)
 }
 
 async fn dh_query(
@@ -472,33 +504,38 @@ async fn dh_query(
 ) -> Result<Response, ApiError> {
     let s = session(&state, &id, &client)?;
     let body = binary_body(&headers, body)?;
-    {
-        let mut g = lock(&s);
-        if g.protocol != Protocol::Dh {
-            return Err(wrong_phase("this is an ot-psi session; use /ot/round"));
-        }
-        if !matches!(g.state, State::DhAwaitingQuery) {
-            return Err(wrong_phase("the session's query was already answered"));
-        }
-        if let Some(n) = query_count(&body) {
-            if n != g.client_items {
-                return Err(ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    codes::COUNT_MISMATCH,
-                    format!(
-                        "query has {n} elements, the session declared {}",
-                        g.client_items
-                    ),
-                ));
+    let registry = state.registry();
+    let n = lock(&s).client_items as usize;
+    transition(
+        &state,
+        &s,
+        |g| {
+            expect_protocol(g, Protocol::Dh, "use /ot/round")?;
+            match g.phase {
+                Phase::DhAwaitingQuery | Phase::Busy => Ok(()),
+                _ => Err(wrong_phase("the session's query was already answered")),
             }
-        }
-        g.state = State::Matched; // consumed; restored below if the query is rejected
-    }
-    let result = evaluate(&state, body).await;
-    if result.is_err() {
-        lock(&s).state = State::DhAwaitingQuery;
-    }
-    result
+        },
+        move |phase| {
+            let answer = decode_query(&body, |count| {
+                if count == n {
+                    Ok(())
+                } else {
+                    Err(ApiError::new(
+                        ErrorCode::CountMismatch,
+                        format!("query has {count} elements, the session declared {n}"),
+                    ))
+                }
+            })
+            .and_then(|q| Ok(registry.dh.evaluate(&q)?));
+            match answer {
+                Ok(out) => (Phase::Matched { label_queried: false }, Ok(out)),
+                // A rejected query does not consume the session.
+                Err(e) => (phase, Err(e)),
+            }
+        },
+    )
+    .await
 }
 
 async fn ot_round(
@@ -510,39 +547,30 @@ async fn ot_round(
 ) -> Result<Response, ApiError> {
     let s = session(&state, &id, &client)?;
     let body = binary_body(&headers, body)?;
-    // Wait for a worker before taking the state out, so a request dropped while queueing
-    // leaves the session as it was.
-    let permit = state.workers.acquire().await.map_err(|_| internal())?;
-    let mut server = {
-        let mut g = lock(&s);
-        if g.protocol != Protocol::Ot {
-            return Err(wrong_phase("this is a dh-psi session; use /dh/query"));
-        }
-        match &mut g.state {
-            State::Ot(server) => server
-                .take()
-                .ok_or_else(|| wrong_phase("another round of this session is in progress"))?,
-            _ => return Err(wrong_phase("the session's protocol run is over")),
-        }
-    };
-    let t = Instant::now();
-    let session_ref = s.clone();
-    let result = tokio::task::spawn_blocking(move || {
-        let r = server.handle(&body);
-        // The state goes back here, not in the handler: a blocking task runs to the end
-        // even when the request is dropped (timeout, disconnect).
-        lock(&session_ref).state = if server.is_done() {
-            State::Matched
-        } else {
-            State::Ot(Some(server))
-        };
-        r
-    })
+    transition(
+        &state,
+        &s,
+        |g| {
+            expect_protocol(g, Protocol::Ot, "use /dh/query")?;
+            match g.phase {
+                Phase::OtRunning(_) | Phase::Busy => Ok(()),
+                _ => Err(wrong_phase("the session's protocol run is over")),
+            }
+        },
+        move |phase| {
+            let Phase::OtRunning(mut server) = phase else {
+                return (phase, Err(internal()));
+            };
+            let result = server.handle(&body).map_err(ApiError::from);
+            let next = if server.is_done() {
+                Phase::Matched { label_queried: false }
+            } else {
+                Phase::OtRunning(server)
+            };
+            (next, result)
+        },
+    )
     .await
-    .map_err(|_| internal())?;
-    drop(permit);
-    let ms = t.elapsed().as_secs_f64() * 1e3;
-    Ok(binary(result?, ms))
 }
 
 async fn label_query(
@@ -554,38 +582,44 @@ async fn label_query(
 ) -> Result<Response, ApiError> {
     let s = session(&state, &id, &client)?;
     let body = binary_body(&headers, body)?;
-    {
-        let mut g = lock(&s);
-        if !matches!(g.state, State::Matched) {
-            return Err(wrong_phase("labels come after the protocol run"));
-        }
-        if g.label_queried {
-            return Err(wrong_phase(
-                "the session's label query was already answered",
-            ));
-        }
-        let n = query_count(&body).unwrap_or(0);
-        if n > g.client_items {
+    let registry = state.registry();
+    let n = lock(&s).client_items as usize;
+    // Checked and charged before the transition: the budget is spent by the query's
+    // element count whether or not the evaluation succeeds.
+    let query = decode_query(&body, |count| {
+        if count > n {
             return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                codes::TOO_MANY_ITEMS,
-                format!(
-                    "label query has {n} elements, more than the session's {}",
-                    g.client_items
-                ),
+                ErrorCode::TooManyItems,
+                format!("label query has {count} elements, more than the session's {n}"),
             ));
         }
-        state
-            .limiter
-            .charge(&client, u64::from(n))
-            .map_err(rate_limited)?;
-        g.label_queried = true;
-    }
-    let result = evaluate(&state, body).await;
-    if result.is_err() {
-        lock(&s).label_queried = false;
-    }
-    result
+        Ok(())
+    })?;
+    let limiter = &state.limiter;
+    let count = query.len() as u64;
+    transition(
+        &state,
+        &s,
+        |g| {
+            match g.phase {
+                Phase::Matched { label_queried: false } => {}
+                Phase::Matched { .. } | Phase::Done => {
+                    return Err(wrong_phase(
+                        "the session's label query was already answered",
+                    ));
+                }
+                _ => return Err(wrong_phase("labels come after the protocol run")),
+            }
+            limiter
+                .charge(&g.client, count)
+                .map_err(rate_limited)
+        },
+        move |phase| match registry.dh.evaluate(&query) {
+            Ok(out) => (Phase::Matched { label_queried: true }, Ok(out)),
+            Err(e) => (phase, Err(e.into())),
+        },
+    )
+    .await
 }
 
 async fn label_fetch(
@@ -598,72 +632,59 @@ async fn label_fetch(
     let s = session(&state, &id, &client)?;
     let body = binary_body(&headers, body)?;
     let registry = state.registry();
-    let mut buckets = labels::decode_fetch(&body).ok_or_else(|| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            codes::INVALID_MESSAGE,
-            "label fetch body must be a list of big-endian u32 bucket ids",
-        )
-    })?;
-    buckets.sort_unstable();
-    buckets.dedup();
-    {
-        let mut g = lock(&s);
-        if !g.label_queried || g.labels_fetched {
-            return Err(wrong_phase(
-                "label buckets are fetched once, after the label query",
-            ));
-        }
-        // A reload within the epoch can change the bucket layout: the client's bucket ids
-        // were computed for the session's, so refuse rather than return the wrong buckets.
-        if g.epoch != registry.dh.epoch() || g.label_bits != registry.label_bits {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                codes::EPOCH_MISMATCH,
-                "the registry changed during this session",
-            ));
-        }
-        if buckets.len() > g.client_items as usize {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                codes::TOO_MANY_ITEMS,
-                "more buckets than the session's items",
-            ));
-        }
-        let limit = 1u64 << registry.label_bits;
-        if buckets.iter().any(|&b| u64::from(b) >= limit) {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                codes::INVALID_MESSAGE,
-                format!("bucket ids must be below 2^{}", registry.label_bits),
-            ));
-        }
-        g.labels_fetched = true;
-    }
-    let mut out = Vec::new();
-    for b in buckets {
-        let recs = registry
-            .label_buckets
-            .get(&b)
-            .map_or(&[][..], |v| v.as_slice());
-        out.extend_from_slice(&b.to_be_bytes());
-        out.extend_from_slice(&(recs.len() as u32).to_be_bytes());
-        out.extend_from_slice(recs);
-    }
-    Ok(binary(out, 0.0))
+    let reg = registry.clone();
+    let n = lock(&s).client_items as usize;
+    transition(
+        &state,
+        &s,
+        |g| {
+            // DH-PSI clients hold their matches' full OPRF outputs; OT-PSI clients get
+            // them from the label query first.
+            let ready = match g.phase {
+                Phase::Matched { label_queried } => label_queried || g.protocol == Protocol::Dh,
+                _ => false,
+            };
+            if !ready {
+                return Err(wrong_phase(
+                    "label buckets are fetched once, after the protocol run (OT-PSI: after the label query)",
+                ));
+            }
+            // A reload within the epoch can change the bucket layout: the client's bucket
+            // ids were computed for the session's, so refuse rather than return the wrong
+            // buckets.
+            if g.epoch != reg.dh.epoch() || g.label_bits != reg.labels.bucket_bits() {
+                return Err(ApiError::new(
+                    ErrorCode::EpochMismatch,
+                    "the registry changed during this session",
+                ));
+            }
+            Ok(())
+        },
+        move |phase| match registry.labels.answer_fetch(&body, n) {
+            Ok(out) => (Phase::Done, Ok(out)),
+            Err(e) => (phase, Err(e.into())),
+        },
+    )
+    .await
+}
+
+/// RFC 9110 weak comparison: opaque tags equal once any `W/` prefix is dropped.
+fn weak_eq(a: &str, b: &str) -> bool {
+    a.trim().trim_start_matches("W/") == b.trim().trim_start_matches("W/")
 }
 
 async fn encoded_set(S(state): AppS, headers: HeaderMap) -> Response {
+    let t = Instant::now();
     let r = state.registry();
     let matches = headers
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|t| t.trim() == r.etag || t.trim() == "*"));
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == "*" || weak_eq(t, &r.etag)));
     let mut resp = if matches {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
         (
-            [(header::CONTENT_TYPE, "application/octet-stream")],
+            [(header::CONTENT_TYPE, psi_http::BINARY)],
             r.encoded.clone(),
         )
             .into_response()
@@ -673,6 +694,17 @@ async fn encoded_set(S(state): AppS, headers: HeaderMap) -> Response {
         h.insert(header::ETAG, v);
     }
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert(psi_api::EPOCH_HEADER, HeaderValue::from(r.dh.epoch()));
+    h.insert(psi_http::EPOCH_HEADER, HeaderValue::from(r.dh.epoch()));
+    server_timing(&mut resp, t.elapsed().as_secs_f64() * 1e3);
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn weak_etag_comparison() {
+        assert!(super::weak_eq("W/\"a\"", "\"a\""));
+        assert!(super::weak_eq(" \"a\"", "W/\"a\""));
+        assert!(!super::weak_eq("\"a\"", "\"b\""));
+    }
 }

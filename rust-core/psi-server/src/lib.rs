@@ -147,6 +147,15 @@ impl AppState {
         Ok(stats)
     }
 
+    /// The protocols this server runs, in wire-id order.
+    pub fn protocols(&self) -> Vec<psi_core::Protocol> {
+        psi_core::Protocol::ALL
+            .iter()
+            .copied()
+            .filter(|&p| p != psi_core::Protocol::Ot || self.config.enable_ot)
+            .collect()
+    }
+
     /// Live sessions (for tests and metrics).
     pub fn live_sessions(&self) -> usize {
         self.sessions.len()

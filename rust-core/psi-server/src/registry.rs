@@ -4,11 +4,9 @@
 use crate::Config;
 use crate::store::{Store, StoreError, os_rng};
 use axum::body::Bytes;
-use psi_api::labels;
 use psi_core::dh::DhServer;
+use psi_core::labels::LabelStore;
 use psi_core::{ItemSet, Threads};
-use rand_core::Rng;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,8 +33,7 @@ pub struct Registry {
     pub(crate) encoded: Bytes,
     pub(crate) etag: String,
     pub(crate) items: Arc<ItemSet>,
-    pub(crate) label_bits: u8,
-    pub(crate) label_buckets: HashMap<u32, Vec<u8>>,
+    pub(crate) labels: LabelStore,
     stats: RegistryStats,
 }
 
@@ -66,22 +63,12 @@ impl Registry {
             .encoded_set(config.max_client_items)?
             .ok_or(StoreError::Psi(psi_core::Error::Incomplete("encoded set")))?;
         let entries = store.entries()?;
-        let labeled = entries.iter().filter(|e| e.label.is_some()).count();
-        let label_bits = bucket_bits(labeled, config.label_bucket_size);
         let mut rng = os_rng()?;
-        let mut label_buckets: HashMap<u32, Vec<u8>> = HashMap::new();
-        for e in &entries {
-            if let Some(label) = &e.label {
-                let mut nonce = [0u8; labels::NONCE_LEN];
-                rng.fill_bytes(&mut nonce);
-                let rec = labels::seal(&e.output, label, nonce);
-                let tag: [u8; labels::TAG_LEN] = rec[..labels::TAG_LEN].try_into().expect("tag");
-                label_buckets
-                    .entry(labels::bucket(&tag, label_bits))
-                    .or_default()
-                    .extend_from_slice(&rec);
-            }
-        }
+        let labeled: Vec<(&[u8; 64], &str)> = entries
+            .iter()
+            .filter_map(|e| Some((&e.output, e.label.as_deref()?)))
+            .collect();
+        let labels = LabelStore::build(labeled.into_iter(), config.label_bucket_size, &mut rng);
         let items = Arc::new(ItemSet::new(
             entries.iter().map(|e| e.identifier.as_bytes()),
         ));
@@ -89,7 +76,7 @@ impl Registry {
         let stats = RegistryStats {
             epoch: key.epoch(),
             entries: items.len() as u64,
-            labeled: labeled as u64,
+            labeled: labels.len() as u64,
             encoded_set_bytes: set.bytes.len() as u64,
             outputs_computed: refreshed.outputs_computed,
             build_time,
@@ -99,8 +86,7 @@ impl Registry {
             encoded: Bytes::from(set.bytes),
             etag: set.etag,
             items,
-            label_bits,
-            label_buckets,
+            labels,
             stats,
         })
     }
@@ -113,26 +99,5 @@ impl Registry {
     /// The ETag of the encoded set.
     pub fn etag(&self) -> &str {
         &self.etag
-    }
-}
-
-/// Bucket bits so that buckets hold about `target` records on average (0..=24).
-fn bucket_bits(labeled: usize, target: usize) -> u8 {
-    let buckets = labeled / target.max(1);
-    if buckets <= 1 {
-        0
-    } else {
-        (usize::BITS - 1 - buckets.leading_zeros()).min(24) as u8
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn bucket_bits_target() {
-        assert_eq!(super::bucket_bits(0, 32), 0);
-        assert_eq!(super::bucket_bits(63, 32), 0);
-        assert_eq!(super::bucket_bits(64, 32), 1);
-        assert_eq!(super::bucket_bits(1_000_000, 32), 14);
     }
 }

@@ -1,5 +1,6 @@
 //! Live sessions: id -> state, with expiry and a cap on their number.
 
+use psi_core::Protocol;
 use psi_core::ot::OtServer;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -9,19 +10,20 @@ use std::time::{Duration, Instant};
 /// (and answered with `unknown_session`).
 const TOMBSTONE: Duration = Duration::from_secs(120);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Protocol {
-    Dh,
-    Ot,
-}
-
-pub(crate) enum State {
+/// Where a session is in its run. Every handler moves a session from one phase to the
+/// next through `api::transition`, the only place that takes, checks and restores it.
+pub(crate) enum Phase {
     /// DH-PSI: waiting for the query.
     DhAwaitingQuery,
-    /// OT-PSI: the session's server state machine (`None` while a round runs).
-    Ot(Option<Box<OtServer>>),
-    /// The protocol part is over; labels may follow.
-    Matched,
+    /// OT-PSI: waiting for the next round; the session's server state machine.
+    OtRunning(Box<OtServer>),
+    /// A request of this session is being handled (or its OT state is being built).
+    Busy,
+    /// The protocol run is over; labels may follow (`label_queried`: an OT session's
+    /// label OPRF query was answered; DH sessions fetch without one).
+    Matched { label_queried: bool },
+    /// Labels fetched: the session has nothing more to give.
+    Done,
 }
 
 pub(crate) struct Session {
@@ -31,9 +33,7 @@ pub(crate) struct Session {
     pub epoch: u32,
     /// The registry's label bucket layout when the session started.
     pub label_bits: u8,
-    pub state: State,
-    pub label_queried: bool,
-    pub labels_fetched: bool,
+    pub phase: Phase,
 }
 
 pub(crate) enum Lookup {

@@ -422,10 +422,7 @@ pub fn etag(bytes: &[u8]) -> String {
 }
 
 pub(crate) fn os_rng() -> Result<rand_chacha::ChaCha20Rng, StoreError> {
-    use rand_core::SeedableRng;
-    let mut seed = zeroize::Zeroizing::new([0u8; 32]);
-    getrandom::fill(seed.as_mut()).map_err(|e| StoreError::Random(e.to_string()))?;
-    Ok(rand_chacha::ChaCha20Rng::from_seed(*seed))
+    psi_core::rng::os_rng().map_err(|e| StoreError::Random(e.to_string()))
 }
 
 #[cfg(unix)]

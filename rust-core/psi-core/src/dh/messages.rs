@@ -4,7 +4,8 @@ use super::limits::{MAX_CLIENT_ITEMS, MAX_SERVER_ITEMS};
 use crate::error::DecodeError;
 use crate::golomb::{self, MAX_RICE_BITS};
 use crate::oprf::ELEMENT_LEN;
-use crate::wire::{self, ProtocolId, Reader};
+use crate::protocol::Protocol;
+use crate::wire::{self, Reader};
 
 /// Message type bytes of DH-PSI (header byte 4).
 pub mod message_type {
@@ -55,7 +56,7 @@ impl Elements {
     /// (another DH-PSI message type is [`Error::WrongPhase`](crate::Error::WrongPhase)).
     /// Elements are returned as bytes; they are validated when used.
     pub fn from_bytes(bytes: &[u8], expected_type: u8) -> crate::Result<Self> {
-        let frame = wire::parse_frame(bytes, ProtocolId::DhPsi)?;
+        let frame = wire::parse_frame(bytes, Protocol::Dh)?;
         match frame.message_type {
             t if t == expected_type => Ok(Self::decode_body(frame.body)?),
             t @ (message_type::QUERY | message_type::EVALUATION | message_type::ENCODED_SET) => {
@@ -68,10 +69,20 @@ impl Elements {
         }
     }
 
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.elements.len()
+    }
+
+    /// True if there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.elements.is_empty()
+    }
+
     /// Encodes as a message of the given type.
     pub(crate) fn encode(&self, message_type: u8) -> Vec<u8> {
         let mut out = wire::begin(
-            ProtocolId::DhPsi,
+            Protocol::Dh,
             message_type,
             8 + self.elements.len() * ELEMENT_LEN,
         );
@@ -154,7 +165,7 @@ impl EncodedSet {
     /// The message bytes (message type 0x03). Cache these: they are all a client needs.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = wire::begin(
-            ProtocolId::DhPsi,
+            Protocol::Dh,
             message_type::ENCODED_SET,
             18 + self.data.len(),
         );
@@ -171,7 +182,7 @@ impl EncodedSet {
     /// Parses and checks an encoded-set message (not the coded values themselves,
     /// which are checked while they are streamed during matching).
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
-        let frame = wire::parse_frame(bytes, ProtocolId::DhPsi)?;
+        let frame = wire::parse_frame(bytes, Protocol::Dh)?;
         if frame.message_type != message_type::ENCODED_SET {
             return Err(match frame.message_type {
                 message_type::QUERY | message_type::EVALUATION => DecodeError::InvalidParameter {

@@ -30,7 +30,8 @@ use crate::error::{DecodeError, Error, Result};
 use crate::items::ItemSet;
 use crate::oprf::{self, MAX_INPUT_LEN, OUTPUT_LEN, OprfKey};
 use crate::parallel::Threads;
-use crate::wire::{self, ProtocolId};
+use crate::protocol::Protocol;
+use crate::wire;
 use curve25519_dalek::scalar::Scalar;
 use rayon::prelude::*;
 use zeroize::Zeroizing;
@@ -41,24 +42,15 @@ pub mod limits {
     pub const MAX_CLIENT_ITEMS: usize = 1 << 20;
     /// Most items an encoded server set may hold (2^26).
     pub const MAX_SERVER_ITEMS: usize = 1 << 26;
-    /// Statistical security parameter: false-match probability per run is at most 2^-40.
-    pub const STATISTICAL_SECURITY: u8 = 40;
 }
 
-use limits::{MAX_CLIENT_ITEMS, MAX_SERVER_ITEMS, STATISTICAL_SECURITY};
+use limits::{MAX_CLIENT_ITEMS, MAX_SERVER_ITEMS};
 
-/// `ceil(log2 n)`, with `ceil(log2 0) = ceil(log2 1) = 0`.
-pub fn ceil_log2(n: u64) -> u8 {
-    if n <= 1 {
-        0
-    } else {
-        (64 - (n - 1).leading_zeros()) as u8
-    }
-}
-
-/// `L = 40 + ceil(log2 n_c) + ceil(log2 n_s)`, the truncation length in bits.
+/// `L`, the truncation length in bits: the false-match rule of
+/// [`crate::protocol::false_match_bits`], `40 + ceil(log2 n_c) + ceil(log2 n_s)`.
 pub fn truncation_bits(client_items: u64, server_items: u64) -> u8 {
-    STATISTICAL_SECURITY + ceil_log2(client_items) + ceil_log2(server_items)
+    // At most 40 + 64 + 64 bits for any u64 sizes; real sizes keep it far below 128.
+    crate::protocol::false_match_bits(client_items, server_items).min(128) as u8
 }
 
 /// The first `l` bits of an OPRF output as a big-endian integer.
@@ -212,7 +204,7 @@ impl DhServer {
 
     /// Answers a query message with an evaluation message.
     pub fn handle_query(&self, msg: &[u8]) -> Result<Vec<u8>> {
-        let frame = wire::parse_frame(msg, ProtocolId::DhPsi)?;
+        let frame = wire::parse_frame(msg, Protocol::Dh)?;
         match frame.message_type {
             message_type::QUERY => {}
             message_type::EVALUATION | message_type::ENCODED_SET => {
@@ -223,7 +215,13 @@ impl DhServer {
             }
             t => return Err(DecodeError::UnknownMessageType(t).into()),
         }
-        let query = Elements::decode_body(frame.body)?;
+        self.evaluate(&Elements::decode_body(frame.body)?)
+    }
+
+    /// Answers an already decoded query (a driver that must check the element count
+    /// against its session first decodes with [`Elements::from_bytes`], checks
+    /// [`Elements::len`], then calls this).
+    pub fn evaluate(&self, query: &Elements) -> Result<Vec<u8>> {
         if query.epoch != self.key.epoch {
             return Err(Error::EpochMismatch {
                 expected: self.key.epoch,
@@ -249,7 +247,7 @@ impl DhServer {
     }
 }
 
-pub use crate::output::{Match, MatchOutput};
+pub use crate::output::{Match, MatchOutput, MatchedOutputs};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -347,7 +345,7 @@ impl DhClient {
     /// Handles a message from the server: the evaluation or the encoded set, in either
     /// order.
     pub fn handle(&mut self, msg: &[u8]) -> Result<()> {
-        let frame = wire::parse_frame(msg, ProtocolId::DhPsi)?;
+        let frame = wire::parse_frame(msg, Protocol::Dh)?;
         match frame.message_type {
             message_type::EVALUATION => self.handle_evaluation(frame.body),
             message_type::ENCODED_SET => self.use_encoded_set(EncodedSet::decode_body(frame.body)?),
@@ -418,6 +416,16 @@ impl DhClient {
         Ok(())
     }
 
+    /// The full OPRF outputs of every item, in item order, for an OPRF-only run (the
+    /// label query of protocols that give no outputs, see
+    /// [`crate::labels::LabelClient::start_query`]). Needs the evaluation.
+    pub fn into_outputs(self) -> Result<MatchedOutputs> {
+        if self.phase != Phase::Evaluated {
+            return Err(Error::Incomplete("the server's evaluation"));
+        }
+        Ok(MatchedOutputs(self.outputs.clone()))
+    }
+
     /// True once both the evaluation and the encoded set are in.
     pub fn is_ready(&self) -> bool {
         self.phase == Phase::Evaluated && self.set.is_some()
@@ -425,6 +433,13 @@ impl DhClient {
 
     /// Matches the finalized outputs against the encoded set.
     pub fn finish(self) -> Result<MatchOutput> {
+        self.finish_with_outputs().map(|(output, _)| output)
+    }
+
+    /// As [`DhClient::finish`], and also the full OPRF outputs of the matched items,
+    /// `outputs[i]` for `matches[i]`: the labels of the matches are derived from them
+    /// ([`crate::labels::LabelClient::from_outputs`]), with no second OPRF round.
+    pub fn finish_with_outputs(self) -> Result<(MatchOutput, MatchedOutputs)> {
         if self.phase != Phase::Evaluated {
             return Err(Error::Incomplete("the server's evaluation"));
         }
@@ -461,6 +476,9 @@ impl DhClient {
             next = values.next_value()?;
         }
         hits.sort_unstable();
+        let outputs = MatchedOutputs(Zeroizing::new(
+            hits.iter().map(|&i| self.outputs[i]).collect(),
+        ));
         let matches = hits
             .into_iter()
             .map(|i| Match {
@@ -468,12 +486,13 @@ impl DhClient {
                 item: self.items.items()[i].clone(),
             })
             .collect();
-        Ok(MatchOutput {
+        let output = MatchOutput {
             matches,
             client_items: self.items.len(),
             duplicates: self.items.duplicates(),
             server_items: set.element_count,
-        })
+        };
+        Ok((output, outputs))
     }
 }
 

@@ -41,6 +41,7 @@ pub enum ClientStep {
 pub struct OtClient {
     items: ItemSet,
     config: OtConfig,
+    bins: usize,
     phase: Phase,
 }
 
@@ -157,6 +158,7 @@ impl OtClient {
         let client = OtClient {
             items,
             config,
+            bins,
             phase: Phase::AwaitSetup(Box::new(AwaitSetup {
                 nonce,
                 bins: bins as u32,
@@ -203,6 +205,11 @@ impl OtClient {
                 message: msg.message_type(),
             }),
         }
+    }
+
+    /// The Cuckoo table size this run uses (the hello's `bins`).
+    pub fn bins(&self) -> usize {
+        self.bins
     }
 
     /// True once [`ClientStep::Done`] has been returned.

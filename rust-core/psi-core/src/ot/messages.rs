@@ -7,7 +7,8 @@ use super::base_ot::{BASE_OTS, RECEIVER_MSG_LEN};
 use super::iknp::U_LEN;
 use super::prc::CODE_BYTES;
 use crate::error::DecodeError;
-use crate::wire::{self, ProtocolId, Reader};
+use crate::protocol::Protocol;
+use crate::wire::{self, Reader};
 
 /// Message types (byte 4 of the frame header).
 pub mod message_type {
@@ -32,6 +33,9 @@ pub const MAX_ITEMS: u32 = 1 << 24;
 pub const MAX_BINS: u32 = 1 << 25;
 /// Most matrix rows in one chunk (2^20 rows = 64 MiB).
 pub const MAX_CHUNK_ROWS: u32 = 1 << 20;
+/// Bytes of a matrix chunk's fixed fields (row offset, row count), before its rows.
+pub const CHUNK_FIELDS_LEN: usize = 8;
+
 /// Shortest and longest OPRF value the protocol sends, in bytes.
 pub const MIN_OUT_LEN: u8 = 5;
 /// See [`MIN_OUT_LEN`].
@@ -75,7 +79,7 @@ impl Message<'_> {
 
 /// Decodes any OT-PSI message.
 pub(crate) fn decode(bytes: &[u8]) -> Result<Message<'_>, DecodeError> {
-    let frame = wire::parse_frame(bytes, ProtocolId::OtPsi)?;
+    let frame = wire::parse_frame(bytes, Protocol::Ot)?;
     let mut r = Reader::new(frame.body);
     let msg = match frame.message_type {
         message_type::HELLO => Message::Hello(Hello::read(&mut r)?),
@@ -125,7 +129,7 @@ pub(crate) const HELLO_BODY_LEN: usize = 1 + 32 + 4 + 4 + 2 + BASE_OTS * RECEIVE
 
 impl Hello {
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut out = wire::begin(ProtocolId::OtPsi, message_type::HELLO, HELLO_BODY_LEN);
+        let mut out = wire::begin(Protocol::Ot, message_type::HELLO, HELLO_BODY_LEN);
         out.push(SUITE);
         out.extend_from_slice(&self.client_nonce);
         out.extend_from_slice(&self.client_items.to_be_bytes());
@@ -181,7 +185,7 @@ pub(crate) const SETUP_BODY_LEN: usize = 1 + 32 + 4 + 1 + 32 + U_LEN;
 
 impl Setup {
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut out = wire::begin(ProtocolId::OtPsi, message_type::SETUP, SETUP_BODY_LEN);
+        let mut out = wire::begin(Protocol::Ot, message_type::SETUP, SETUP_BODY_LEN);
         out.push(SUITE);
         out.extend_from_slice(&self.server_nonce);
         out.extend_from_slice(&self.server_items.to_be_bytes());
@@ -225,8 +229,8 @@ pub(crate) struct Chunk<'a> {
 impl Chunk<'_> {
     /// Starts a chunk message; the caller appends `row_count` rows and calls `wire::finish`.
     pub(crate) fn begin(row_offset: u32, row_count: u32) -> Vec<u8> {
-        let body = 8 + row_count as usize * CODE_BYTES;
-        let mut out = wire::begin(ProtocolId::OtPsi, message_type::MATRIX_CHUNK, body);
+        let body = CHUNK_FIELDS_LEN + row_count as usize * CODE_BYTES;
+        let mut out = wire::begin(Protocol::Ot, message_type::MATRIX_CHUNK, body);
         out.extend_from_slice(&row_offset.to_be_bytes());
         out.extend_from_slice(&row_count.to_be_bytes());
         out
@@ -271,7 +275,7 @@ pub(crate) struct Ack {
 
 impl Ack {
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut out = wire::begin(ProtocolId::OtPsi, message_type::CHUNK_ACK, 4);
+        let mut out = wire::begin(Protocol::Ot, message_type::CHUNK_ACK, 4);
         out.extend_from_slice(&self.next_row.to_be_bytes());
         wire::finish(out)
     }
@@ -290,7 +294,7 @@ impl Outputs<'_> {
     /// `wire::finish`.
     pub(crate) fn begin(out_len: u8, server_items: u32) -> Vec<u8> {
         let body = 5 + 3 * server_items as usize * out_len as usize;
-        let mut out = wire::begin(ProtocolId::OtPsi, message_type::OUTPUTS, body);
+        let mut out = wire::begin(Protocol::Ot, message_type::OUTPUTS, body);
         out.push(out_len);
         out.extend_from_slice(&server_items.to_be_bytes());
         out

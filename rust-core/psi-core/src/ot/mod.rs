@@ -38,6 +38,7 @@ pub use server::OtServer;
 use crate::error::Result;
 use crate::items::ItemSet;
 use crate::parallel::Threads;
+use crate::phase::Phase;
 use rand_core::CryptoRng;
 use std::sync::Arc;
 
@@ -89,6 +90,15 @@ impl OtConfig {
         self
     }
 
+    /// Sets the client's rows per matrix chunk to the most that fit in a request body
+    /// of `max_body_bytes` (a server's limit): each row is 64 bytes, plus the chunk's
+    /// 17-byte header and fields. At least 128 rows, at most the default.
+    pub fn with_max_request_bytes(self, max_body_bytes: u64) -> Self {
+        let overhead = (crate::wire::HEADER_LEN + messages::CHUNK_FIELDS_LEN) as u64;
+        let rows = (max_body_bytes.saturating_sub(overhead) / prc::CODE_BYTES as u64) as usize;
+        self.with_chunk_rows((rows / 128 * 128).clamp(128, DEFAULT_CHUNK_ROWS))
+    }
+
     /// Tests only: a client table of exactly `bins` bins (to force Cuckoo failures).
     #[doc(hidden)]
     pub fn with_table_size_for_tests(mut self, bins: usize) -> Self {
@@ -106,17 +116,11 @@ impl OtConfig {
 
 pub use crate::output::{Match, MatchOutput as OtOutput};
 
-/// Bytes of each OPRF value the server sends: `⌈(40 + ⌈log2 n_c⌉ + ⌈log2 n_s⌉) / 8⌉`
-/// (a false match has probability at most `n_c · n_s · 2^-8L ≤ 2^-40`).
+/// Bytes of each OPRF value the server sends: the false-match rule
+/// ([`crate::protocol::false_match_bits`]) rounded up to whole bytes,
+/// `ceil((40 + ceil(log2 n_c) + ceil(log2 n_s)) / 8)`.
 pub fn output_len(client_items: usize, server_items: usize) -> usize {
-    let lg = |n: usize| {
-        if n <= 1 {
-            0
-        } else {
-            (usize::BITS - (n - 1).leading_zeros()) as usize
-        }
-    };
-    (40 + lg(client_items) + lg(server_items)).div_ceil(8)
+    crate::protocol::false_match_bits(client_items as u64, server_items as u64).div_ceil(8) as usize
 }
 
 /// `sid = SHA-256(ds::SESSION, client_nonce, server_nonce, BE32 n_c, BE32 n_s, BE32 bins, L)`.
@@ -178,7 +182,7 @@ pub mod sizes {
     /// All matrix chunks together: `chunks · (9 + 8) + 64 · bins`.
     pub fn matrix(bins: u64, chunk_rows: u64) -> u64 {
         let chunks = bins.div_ceil(chunk_rows);
-        chunks * (HEADER_LEN as u64 + 8) + 64 * bins
+        chunks * (HEADER_LEN + super::messages::CHUNK_FIELDS_LEN) as u64 + 64 * bins
     }
     /// All chunk acks: one per chunk but the last.
     pub fn acks(bins: u64, chunk_rows: u64) -> u64 {
@@ -187,49 +191,6 @@ pub mod sizes {
     /// The outputs message.
     pub fn outputs(server_items: u64, out_len: u64) -> u64 {
         HEADER_LEN as u64 + 5 + 3 * server_items * out_len
-    }
-}
-
-/// One step of an in-memory run, reported to the observer of [`run_in_memory`] right
-/// after it completes (the observer may read a clock; this crate never does).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
-    /// `OtClient::start`: Cuckoo placement, base-OT messages.
-    ClientStart,
-    /// `OtServer::new` and the answer to the hello (base OTs, IKNP matrix).
-    ServerHello,
-    /// The client's reply to the setup: IKNP, first matrix chunk.
-    ClientSetup,
-    /// The server absorbing a matrix chunk that is not the last.
-    ServerChunk,
-    /// The client producing a further matrix chunk.
-    ClientChunk,
-    /// The server absorbing the last chunk and sending its shuffled outputs.
-    ServerOutputs,
-    /// The client matching the outputs.
-    ClientFinish,
-}
-
-impl Step {
-    /// A short label for tables.
-    pub fn name(self) -> &'static str {
-        match self {
-            Step::ClientStart => "client start",
-            Step::ServerHello => "server hello",
-            Step::ClientSetup => "client setup",
-            Step::ServerChunk => "server chunks",
-            Step::ClientChunk => "client chunks",
-            Step::ServerOutputs => "server outputs",
-            Step::ClientFinish => "client finish",
-        }
-    }
-
-    /// True for the client's steps.
-    pub fn is_client(self) -> bool {
-        matches!(
-            self,
-            Step::ClientStart | Step::ClientSetup | Step::ClientChunk | Step::ClientFinish
-        )
     }
 }
 
@@ -247,22 +208,19 @@ pub struct RunStats {
 }
 
 /// Runs client and server against each other in memory, every message through its byte
-/// encoding (for benchmarks and tests). `observe` is called after each [`Step`].
+/// encoding (for benchmarks and tests). `observe` is called after each step with its
+/// [`Phase`] (the observer may read a clock; this crate never does).
 pub fn run_in_memory<R: CryptoRng + ?Sized>(
     client_items: ItemSet,
     server_items: impl Into<Arc<ItemSet>>,
     config: &OtConfig,
     rng: &mut R,
-    mut observe: impl FnMut(Step),
+    mut observe: impl FnMut(Phase),
 ) -> Result<(OtOutput, RunStats)> {
     let mut stats = RunStats::default();
     let (mut client, mut request) = OtClient::start(client_items, config.clone(), rng)?;
-    observe(Step::ClientStart);
-    stats.bins = u32::from_be_bytes(
-        request[9 + 1 + 32 + 4..9 + 1 + 32 + 8]
-            .try_into()
-            .expect("hello"),
-    ) as usize;
+    observe(Phase::ClientStart);
+    stats.bins = client.bins();
     let mut server = OtServer::new(server_items, config.clone(), rng)?;
     let mut first = true;
     loop {
@@ -270,18 +228,18 @@ pub fn run_in_memory<R: CryptoRng + ?Sized>(
         stats.round_trips += 1;
         let response = server.handle(&request)?;
         observe(if first {
-            Step::ServerHello
+            Phase::ServerHello
         } else if server.is_done() {
-            Step::ServerOutputs
+            Phase::ServerOutputs
         } else {
-            Step::ServerChunk
+            Phase::ServerChunk
         });
         stats.server_to_client_bytes += response.len() as u64;
         let step = client.handle(&response)?;
         observe(match (&step, first) {
-            (ClientStep::Done(_), _) => Step::ClientFinish,
-            (_, true) => Step::ClientSetup,
-            _ => Step::ClientChunk,
+            (ClientStep::Done(_), _) => Phase::ClientFinish,
+            (_, true) => Phase::ClientSetup,
+            _ => Phase::ClientChunk,
         });
         first = false;
         match step {

@@ -1,0 +1,83 @@
+//! Client settings.
+
+use psi_core::Threads;
+use std::time::Duration;
+
+/// Client settings. [`ClientConfig::default`] gives the documented defaults.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct ClientConfig {
+    /// Bearer token, if the server requires one.
+    pub token: Option<String>,
+    /// Worker threads for blinding, unblinding and OT work.
+    pub threads: Threads,
+    /// Per-request timeout: every request the driver makes carries it to the transport.
+    pub timeout: Duration,
+    /// Largest response body accepted (default 256 MiB: a 10^6-entry encoded set is
+    /// about 6.5 MB; OT-PSI outputs are `3 n_s L` bytes).
+    pub max_response_bytes: u64,
+    /// Fetch the labels of matches (default true).
+    pub fetch_labels: bool,
+    /// Region for phone numbers without a country code in
+    /// [`crate::Client::match_contacts`] (ISO 3166 alpha-2, default `US`).
+    pub default_region: String,
+}
+
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("has_token", &self.token.is_some())
+            .field("threads", &self.threads)
+            .field("timeout", &self.timeout)
+            .field("max_response_bytes", &self.max_response_bytes)
+            .field("fetch_labels", &self.fetch_labels)
+            .field("default_region", &self.default_region)
+            .finish()
+    }
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            token: None,
+            threads: Threads::available(),
+            timeout: Duration::from_secs(60),
+            max_response_bytes: 256 << 20,
+            fetch_labels: true,
+            default_region: "US".to_string(),
+        }
+    }
+}
+
+impl ClientConfig {
+    /// Sets the bearer token.
+    pub fn with_token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+    /// Sets the worker threads.
+    pub fn with_threads(mut self, threads: Threads) -> Self {
+        self.threads = threads;
+        self
+    }
+    /// Sets the per-request timeout.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+    /// Sets the largest response body accepted.
+    pub fn with_max_response_bytes(mut self, bytes: u64) -> Self {
+        self.max_response_bytes = bytes;
+        self
+    }
+    /// Whether to fetch labels.
+    pub fn with_labels(mut self, fetch: bool) -> Self {
+        self.fetch_labels = fetch;
+        self
+    }
+    /// Sets the default region for phone numbers.
+    pub fn with_default_region(mut self, region: impl Into<String>) -> Self {
+        self.default_region = region.into();
+        self
+    }
+}

@@ -1,0 +1,113 @@
+//! Matching raw contacts: normalization, the run, and the results mapped back to the
+//! caller's rows. What `psi match` and the platform SDKs call.
+
+use crate::cancel::CancelToken;
+use crate::driver::Client;
+use crate::error::ClientError;
+use crate::report::{MatchReport, Progress};
+use psi_contacts::{Invalid, Normalizer};
+use psi_core::Protocol;
+
+/// A contact row that is in the registry.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ContactMatch {
+    /// Index of the row in the caller's list (0-based). Rows that normalize to the same
+    /// identifier all appear, each with its own index.
+    pub row: usize,
+    /// The normalized identifier (E.164 phone number or lower-cased email).
+    pub identifier: String,
+    /// Its label in the registry, if it has one (and labels were fetched).
+    pub label: Option<String>,
+}
+
+impl std::fmt::Debug for ContactMatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ContactMatch")
+            .field("row", &self.row)
+            .field("has_label", &self.label.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A contact row that could not be matched because it is not a valid identifier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rejected {
+    /// Index of the row in the caller's list (0-based).
+    pub row: usize,
+    /// Why (log-safe: never the entry itself).
+    pub reason: Invalid,
+}
+
+/// The result of [`Client::match_contacts`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ContactReport {
+    /// Matched rows, in row order.
+    pub matches: Vec<ContactMatch>,
+    /// Rows that were not valid identifiers, in row order.
+    pub rejected: Vec<Rejected>,
+    /// Rows given.
+    pub rows: usize,
+    /// The run (protocol, statistics, label error); its `matches` index the list of
+    /// accepted identifiers, not the rows.
+    pub run: MatchReport,
+}
+
+impl Client {
+    /// Normalizes `contacts` (phone numbers with [`crate::ClientConfig::default_region`],
+    /// emails), matches the valid ones, and maps the results back to the rows. Invalid
+    /// rows are returned with their reason, never dropped silently; if no row is valid the
+    /// run does not start ([`ClientError::BadInput`]).
+    pub fn match_contacts<S: AsRef<str>>(
+        &self,
+        contacts: &[S],
+        protocol: Protocol,
+        progress: &mut dyn FnMut(Progress),
+        cancel: &CancelToken,
+    ) -> Result<ContactReport, ClientError> {
+        let normalizer = Normalizer::new(&self.config().default_region)
+            .map_err(|e| ClientError::BadInput(e.to_string()))?;
+        let normalized = normalizer.normalize_all(contacts);
+        let rejected: Vec<Rejected> = normalized
+            .rejected
+            .iter()
+            .map(|&(row, reason)| Rejected { row, reason })
+            .collect();
+        if normalized.accepted.is_empty() {
+            return Err(ClientError::BadInput(format!(
+                "no valid contacts to match ({} rejected)",
+                rejected.len()
+            )));
+        }
+        let items: Vec<Vec<u8>> = normalized
+            .accepted
+            .iter()
+            .map(|(_, c)| c.value.as_bytes().to_vec())
+            .collect();
+        let run = self.match_items(items, protocol, progress, cancel)?;
+        // A matched identifier stands for every row that normalized to it.
+        let mut matched: std::collections::HashMap<&str, Option<&String>> =
+            std::collections::HashMap::new();
+        for m in &run.matches {
+            let id = normalized.accepted[m.index].1.value.as_str();
+            matched.insert(id, m.label.as_ref());
+        }
+        let matches = normalized
+            .accepted
+            .iter()
+            .filter_map(|(row, c)| {
+                matched.get(c.value.as_str()).map(|label| ContactMatch {
+                    row: *row,
+                    identifier: c.value.clone(),
+                    label: label.cloned(),
+                })
+            })
+            .collect();
+        Ok(ContactReport {
+            matches,
+            rejected,
+            rows: contacts.len(),
+            run,
+        })
+    }
+}

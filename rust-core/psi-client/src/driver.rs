@@ -1,0 +1,489 @@
+//! The client driver: the HTTP choreography of a run (docs/api.md, "Flow"). The only
+//! place that knows which requests a protocol makes; the protocols themselves are
+//! psi-core's state machines.
+
+use crate::cache::{CachedSet, MemoryCache, SetCache};
+use crate::cancel::CancelToken;
+use crate::config::ClientConfig;
+use crate::error::ClientError;
+use crate::report::{MatchReport, Matched, Progress, RunStats};
+use crate::transport::{HttpTransport, Request, Response, Transport};
+use psi_core::dh::{DhClient, EncodedSet};
+use psi_core::labels::{LabelClient, LabelStep};
+use psi_core::ot::{ClientStep, OtClient, OtConfig};
+use psi_core::{ItemSet, MatchOutput, MatchedOutputs, Phase, Protocol};
+use psi_http::{ErrorBody, ErrorCode, Route, SessionCreated};
+use rand_chacha::ChaCha20Rng;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+type Result<T, E = ClientError> = std::result::Result<T, E>;
+
+/// Most OT rounds a run accepts before giving up on a server that never finishes.
+const MAX_OT_ROUNDS: usize = 1 << 16;
+
+/// The client driver: runs psi-core's client state machines against a `psi-server`.
+/// Cheap to share between threads; runs may go on in parallel.
+pub struct Client {
+    base: String,
+    transport: Arc<dyn Transport>,
+    cache: Arc<dyn SetCache>,
+    config: ClientConfig,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("base", &self.base)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// A client for the server at `base_url` (e.g. `http://127.0.0.1:8080`) over the
+    /// default [`HttpTransport`], with an in-memory [`MemoryCache`].
+    pub fn new(base_url: &str, config: ClientConfig) -> Client {
+        Client::with_transport(base_url, Arc::new(HttpTransport::new()), config)
+    }
+
+    /// A client over any transport (e.g. the platform HTTP stack).
+    pub fn with_transport(
+        base_url: &str,
+        transport: Arc<dyn Transport>,
+        config: ClientConfig,
+    ) -> Client {
+        Client {
+            base: base_url.trim_end_matches('/').to_string(),
+            transport,
+            cache: Arc::new(MemoryCache::new()),
+            config,
+        }
+    }
+
+    /// Uses `cache` for the encoded registry (e.g. a [`crate::FileCache`] in the app's
+    /// cache directory, shared by every client of the app).
+    pub fn with_cache(mut self, cache: Arc<dyn SetCache>) -> Client {
+        self.cache = cache;
+        self
+    }
+
+    /// The server's base URL.
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &ClientConfig {
+        &self.config
+    }
+
+    /// `GET /v1/health`: the server's epoch, registry size, protocols and limits.
+    pub fn health(&self) -> Result<psi_http::Health> {
+        let cancel = CancelToken::new();
+        let mut quiet = |_| {};
+        let mut run = Run::new(self, &cancel, &mut quiet);
+        let r = run.send(Route::Health, "", Vec::new(), None, vec![])?;
+        serde_json::from_slice(&r.body).map_err(|_| ClientError::BadResponse("health body".into()))
+    }
+
+    /// Matches `items` (normalized identifiers, see psi-contacts and
+    /// [`Client::match_contacts`]) against the server's registry with `protocol`,
+    /// fetching the labels of the matches if configured. `progress` hears each phase as
+    /// it starts; `cancel` stops the run at its next check (before every request and
+    /// between protocol steps), deleting the server session.
+    pub fn match_items(
+        &self,
+        items: Vec<Vec<u8>>,
+        protocol: Protocol,
+        progress: &mut dyn FnMut(Progress),
+        cancel: &CancelToken,
+    ) -> Result<MatchReport> {
+        let set = ItemSet::new(items);
+        if set.is_empty() {
+            return Err(ClientError::BadInput("no items to match".into()));
+        }
+        if set
+            .items()
+            .iter()
+            .any(|i| i.len() > psi_core::oprf::MAX_INPUT_LEN)
+        {
+            return Err(ClientError::BadInput(
+                "an item is longer than 65,535 bytes".into(),
+            ));
+        }
+        let mut run = Run::new(self, cancel, progress);
+        let session = run.create_session(protocol, set.len())?;
+        let result = run.protocol(&session, set, protocol).map(|(output, source)| {
+            let (matches, label_error) = run.labels(&session, output.matches, source);
+            (output.client_items, output.duplicates, matches, label_error)
+        });
+        // Free the server's slot whatever happened (cancelled runs included); an error
+        // here changes nothing for the caller.
+        let _ = run.delete_session(&session.session_id);
+        let (client_items, duplicates, matches, label_error) = result?;
+        Ok(MatchReport {
+            label_error,
+            matches,
+            client_items,
+            duplicates,
+            server_items: session.registry_items,
+            epoch: session.epoch,
+            protocol,
+            stats: run.stats,
+        })
+    }
+}
+
+/// How a run's labels are obtained.
+enum LabelSource {
+    /// The run computed the matches' full OPRF outputs (DH-PSI).
+    Outputs(MatchedOutputs),
+    /// The run gave no outputs: one OPRF query over the matches first (OT-PSI).
+    Query,
+}
+
+/// One run in progress: its statistics, cancellation and progress hooks.
+struct Run<'a> {
+    client: &'a Client,
+    cancel: &'a CancelToken,
+    progress: &'a mut dyn FnMut(Progress),
+    stats: RunStats,
+    rng: Option<ChaCha20Rng>,
+}
+
+impl<'a> Run<'a> {
+    fn new(
+        client: &'a Client,
+        cancel: &'a CancelToken,
+        progress: &'a mut dyn FnMut(Progress),
+    ) -> Self {
+        Run {
+            client,
+            cancel,
+            progress,
+            stats: RunStats::default(),
+            rng: None,
+        }
+    }
+
+    fn rng(&mut self) -> Result<&mut ChaCha20Rng> {
+        if self.rng.is_none() {
+            self.rng = Some(
+                psi_core::rng::os_rng().map_err(|e| ClientError::BadInput(e.to_string()))?,
+            );
+        }
+        Ok(self.rng.as_mut().expect("set above"))
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.cancel.is_cancelled() {
+            Err(ClientError::Cancelled)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn enter(&mut self, phase: Phase) -> Result<Instant> {
+        self.check()?;
+        (self.progress)(Progress {
+            phase,
+            round: self.stats.round_trips,
+        });
+        Ok(Instant::now())
+    }
+
+    fn leave(&mut self, phase: Phase, started: Instant) {
+        self.stats.add_phase(phase, started.elapsed());
+    }
+
+    /// Sends one request (checking cancellation first) and turns error statuses into
+    /// typed errors.
+    fn send(
+        &mut self,
+        route: Route,
+        session: &str,
+        body: Vec<u8>,
+        content_type: Option<&str>,
+        extra: Vec<(String, String)>,
+    ) -> Result<Response> {
+        if route != Route::DeleteSession {
+            self.check()?;
+        }
+        let config = &self.client.config;
+        let mut headers = extra;
+        if let Some(t) = &config.token {
+            headers.push(("authorization".into(), format!("Bearer {t}")));
+        }
+        if let Some(c) = content_type {
+            headers.push(("content-type".into(), c.to_string()));
+        }
+        let sent = body.len() as u64;
+        let resp = self.client.transport.send(Request {
+            method: route.method(),
+            url: format!("{}{}", self.client.base, route.path(session)),
+            headers,
+            body,
+            timeout: config.timeout,
+            max_response_bytes: config.max_response_bytes,
+        })?;
+        self.stats.requests += 1;
+        self.stats.bytes_sent += sent;
+        self.stats.bytes_received += resp.body.len() as u64;
+        if let Some(ms) = resp
+            .header("server-timing")
+            .and_then(|v| v.split("dur=").nth(1))
+            .and_then(|v| v.split([',', ';']).next())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+        {
+            self.stats.server_time += Duration::from_secs_f64(ms.clamp(0.0, 1e9) / 1e3);
+        }
+        if resp.status >= 400 {
+            let retry_after = resp
+                .header("retry-after")
+                .and_then(|v| v.trim().parse().ok());
+            let (code, message) = match serde_json::from_slice::<ErrorBody>(&resp.body) {
+                Ok(e) => (e.error, e.message),
+                Err(_) => (ErrorCode::Unknown, "non-JSON error response".to_string()),
+            };
+            return Err(ClientError::Http {
+                status: resp.status,
+                code,
+                message,
+                retry_after,
+            });
+        }
+        Ok(resp)
+    }
+
+    fn post_binary(&mut self, route: Route, session: &str, body: Vec<u8>) -> Result<Vec<u8>> {
+        Ok(self
+            .send(route, session, body, Some(psi_http::BINARY), vec![])?
+            .body)
+    }
+
+    fn create_session(&mut self, protocol: Protocol, n: usize) -> Result<SessionCreated> {
+        let t = self.enter(Phase::CreateSession)?;
+        let body = serde_json::to_vec(&psi_http::CreateSession {
+            protocol: protocol.api_name().to_string(),
+            client_items: n as u64,
+        })
+        .map_err(|_| ClientError::BadInput("session request".into()))?;
+        let r = self.send(
+            Route::CreateSession,
+            "",
+            body,
+            Some(psi_http::JSON),
+            vec![],
+        )?;
+        let session: SessionCreated = serde_json::from_slice(&r.body)
+            .map_err(|_| ClientError::BadResponse("session body".into()))?;
+        self.leave(Phase::CreateSession, t);
+        Ok(session)
+    }
+
+    fn delete_session(&mut self, id: &str) -> Result<()> {
+        self.send(Route::DeleteSession, id, Vec::new(), None, vec![])
+            .map(drop)
+    }
+
+    fn protocol(
+        &mut self,
+        session: &SessionCreated,
+        set: ItemSet,
+        protocol: Protocol,
+    ) -> Result<(MatchOutput, LabelSource)> {
+        match protocol {
+            Protocol::Dh => self.dh(session, set),
+            Protocol::Ot => self.ot(session, set),
+            _ => Err(ClientError::BadInput(format!(
+                "{protocol} is not supported by this client"
+            ))),
+        }
+    }
+
+    fn round_trip(&mut self, route: Route, id: &str, request: Vec<u8>) -> Result<Vec<u8>> {
+        self.stats.round_trips += 1;
+        let t = self.enter(Phase::RoundTrip)?;
+        self.stats.protocol_bytes_sent += request.len() as u64;
+        let response = self.post_binary(route, id, request)?;
+        self.stats.protocol_bytes_received += response.len() as u64;
+        self.leave(Phase::RoundTrip, t);
+        Ok(response)
+    }
+
+    fn dh(
+        &mut self,
+        session: &SessionCreated,
+        set: ItemSet,
+    ) -> Result<(MatchOutput, LabelSource)> {
+        let threads = self.client.config.threads;
+        let t = self.enter(Phase::ClientStart)?;
+        let (mut client, query) = DhClient::start(set, session.epoch, threads, self.rng()?)?;
+        self.leave(Phase::ClientStart, t);
+        let evaluation = self.round_trip(Route::DhQuery, &session.session_id, query)?;
+        let t = self.enter(Phase::ClientFinalize)?;
+        client.handle(&evaluation)?;
+        self.leave(Phase::ClientFinalize, t);
+        let t = self.enter(Phase::EncodedSet)?;
+        let encoded = self.encoded_set(session)?;
+        self.leave(Phase::EncodedSet, t);
+        let t = self.enter(Phase::ClientFinish)?;
+        client.use_encoded_set(encoded)?;
+        let (output, outputs) = client.finish_with_outputs()?;
+        self.leave(Phase::ClientFinish, t);
+        Ok((output, LabelSource::Outputs(outputs)))
+    }
+
+    /// The encoded registry for the session: from the cache if its ETag is the one the
+    /// session names, otherwise downloaded conditionally (a 304 confirms the cached one).
+    fn encoded_set(&mut self, session: &SessionCreated) -> Result<EncodedSet> {
+        let cache = self.client.cache.clone();
+        let base = self.client.base.clone();
+        let cached = cache.load(&base);
+        let bytes = match cached {
+            Some(c) if c.etag == session.encoded_set_etag => {
+                self.stats.set_from_cache = true;
+                c.bytes
+            }
+            cached => {
+                let extra = cached
+                    .as_ref()
+                    .map(|c| vec![("if-none-match".to_string(), c.etag.clone())])
+                    .unwrap_or_default();
+                let r = self.send(Route::DhEncodedSet, "", Vec::new(), None, extra)?;
+                if r.status == 304 {
+                    self.stats.set_from_cache = true;
+                    cached.map(|c| c.bytes).ok_or_else(|| {
+                        ClientError::BadResponse("304 for a set not in the cache".into())
+                    })?
+                } else {
+                    self.stats.set_bytes_downloaded = r.body.len() as u64;
+                    // Decode before caching: a malformed set is never stored.
+                    EncodedSet::from_bytes(&r.body)?;
+                    if let Some(etag) = r.header("etag") {
+                        let set = CachedSet {
+                            etag: etag.to_string(),
+                            bytes: r.body,
+                        };
+                        // A cache that cannot store costs the next run a download, no more.
+                        let _ = cache.store(&base, &set);
+                        set.bytes
+                    } else {
+                        r.body
+                    }
+                }
+            }
+        };
+        let set = EncodedSet::from_bytes(&bytes)?;
+        self.stats.set_bytes = bytes.len() as u64;
+        self.stats.truncation_bits = set.truncation_bits;
+        Ok(set)
+    }
+
+    fn ot(
+        &mut self,
+        session: &SessionCreated,
+        set: ItemSet,
+    ) -> Result<(MatchOutput, LabelSource)> {
+        let config = OtConfig::new(self.client.config.threads)
+            .with_max_request_bytes(session.max_body_bytes);
+        let t = self.enter(Phase::ClientStart)?;
+        let (mut client, mut request) = OtClient::start(set, config, self.rng()?)?;
+        self.leave(Phase::ClientStart, t);
+        let mut first = true;
+        loop {
+            if self.stats.round_trips >= MAX_OT_ROUNDS {
+                return Err(ClientError::BadResponse("too many OT rounds".into()));
+            }
+            let response = self.round_trip(Route::OtRound, &session.session_id, request)?;
+            let phase = if first {
+                Phase::ClientSetup
+            } else {
+                Phase::ClientChunk
+            };
+            first = false;
+            let t = self.enter(phase)?;
+            let step = client.handle(&response)?;
+            match step {
+                ClientStep::Send(next) => {
+                    self.leave(phase, t);
+                    request = next;
+                }
+                ClientStep::Done(output) => {
+                    self.leave(Phase::ClientFinish, t);
+                    return Ok((output, LabelSource::Query));
+                }
+            }
+        }
+    }
+
+    /// The label step. A failure here (say, the hourly budget ran out) costs the labels,
+    /// not the matches, which are computed and paid for: it is reported in the result.
+    fn labels(
+        &mut self,
+        session: &SessionCreated,
+        matches: Vec<psi_core::Match>,
+        source: LabelSource,
+    ) -> (Vec<Matched>, Option<String>) {
+        let mut out: Vec<Matched> = matches
+            .into_iter()
+            .map(|m| Matched {
+                index: m.index,
+                item: m.item,
+                label: None,
+            })
+            .collect();
+        if !self.client.config.fetch_labels || out.is_empty() {
+            return (out, None);
+        }
+        match self.fetch_labels(session, &out, source) {
+            Ok(labels) => {
+                for (m, l) in out.iter_mut().zip(labels) {
+                    m.label = l;
+                }
+                (out, None)
+            }
+            Err(e) => (out, Some(e.to_string())),
+        }
+    }
+
+    fn fetch_labels(
+        &mut self,
+        session: &SessionCreated,
+        matches: &[Matched],
+        source: LabelSource,
+    ) -> Result<Vec<Option<String>>> {
+        let t = self.enter(Phase::Labels)?;
+        let id = session.session_id.clone();
+        let bits = session.label_bucket_bits;
+        let (mut client, mut request, mut route) = match source {
+            LabelSource::Outputs(outputs) => {
+                let (c, r) = LabelClient::from_outputs(outputs, bits)?;
+                (c, r, Route::LabelFetch)
+            }
+            LabelSource::Query => {
+                let items: Vec<Vec<u8>> = matches.iter().map(|m| m.item.clone()).collect();
+                let threads = self.client.config.threads;
+                let (c, r) =
+                    LabelClient::start_query(&items, session.epoch, bits, threads, self.rng()?)?;
+                (c, r, Route::LabelQuery)
+            }
+        };
+        let labels = loop {
+            let sent = request.len() as u64;
+            let response = self.post_binary(route, &id, request)?;
+            self.stats.label_bytes += sent + response.len() as u64;
+            match client.handle(&response)? {
+                LabelStep::Send(next) => {
+                    request = next;
+                    route = Route::LabelFetch;
+                }
+                LabelStep::Done(labels) => break labels,
+                _ => return Err(ClientError::BadResponse("unknown label step".into())),
+            }
+        };
+        self.leave(Phase::Labels, t);
+        Ok(labels)
+    }
+}

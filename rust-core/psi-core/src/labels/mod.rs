@@ -1,0 +1,33 @@
+//! Labels revealed only to holders of the item (docs/protocol/labels.md,
+//! docs/adr/0011-labels.md).
+//!
+//! A registry entry may carry a label (a user id, say). For an entry with full 64-byte
+//! OPRF output `o` (RFC 9497 `Finalize`, computable only by the server or by a holder of
+//! the item who ran the OPRF with it):
+//!
+//! - `tag = SHA-512("psi-label-tag-v1" || o)[0..16]` looks the record up;
+//! - `key = SHA-512("psi-label-key-v1" || o)[0..32]` is its ChaCha20-Poly1305 key;
+//! - the record is `tag || nonce[12] || len u16 || ChaCha20-Poly1305(key, nonce, label, aad = tag)`;
+//! - its bucket is the first `bucket_bits` bits of `tag`, so a client asks for a bucket of
+//!   many entries, not for the entry itself.
+//!
+//! [`LabelStore`] is the server side (records by bucket, the fetch answer);
+//! [`LabelClient`] the client side (outputs in, labels out). DH-PSI clients already hold
+//! the full outputs of their matches ([`crate::dh::DhClient::finish_with_outputs`]);
+//! OT-PSI clients get them with one OPRF query over the matches
+//! ([`LabelClient::start_query`]).
+
+mod client;
+pub mod messages;
+mod record;
+mod server;
+
+pub use client::{LabelClient, LabelStep};
+pub use record::{
+    AEAD_TAG_LEN, MAX_LABEL_LEN, NONCE_LEN, RECORD_HEADER_LEN, Record, TAG_LEN, bucket, open,
+    parse_records, seal, tag,
+};
+pub use server::{LabelStore, bucket_bits};
+
+/// Most tag bits used as a bucket id (2^24 buckets).
+pub const MAX_BUCKET_BITS: u8 = 24;

@@ -1,0 +1,197 @@
+//! Label records: derivation of the tag and key from an OPRF output, sealing, parsing
+//! and opening (docs/protocol/labels.md §2-3).
+
+use crate::error::DecodeError;
+use crate::oprf::OUTPUT_LEN;
+use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
+use sha2::{Digest, Sha512};
+use zeroize::Zeroize;
+
+/// Bytes of a label tag.
+pub const TAG_LEN: usize = 16;
+/// Bytes of a nonce.
+pub const NONCE_LEN: usize = 12;
+/// Longest label in bytes (UTF-8); longer labels are cut on a character boundary.
+pub const MAX_LABEL_LEN: usize = 1024;
+/// Poly1305 tag appended to every ciphertext.
+pub const AEAD_TAG_LEN: usize = 16;
+/// Bytes of a record before its ciphertext: tag, nonce, length.
+pub const RECORD_HEADER_LEN: usize = TAG_LEN + NONCE_LEN + 2;
+
+const TAG_DST: &[u8] = b"psi-label-tag-v1";
+const KEY_DST: &[u8] = b"psi-label-key-v1";
+
+/// The lookup tag of an OPRF output: `SHA-512("psi-label-tag-v1" || o)[0..16]`.
+pub fn tag(output: &[u8; OUTPUT_LEN]) -> [u8; TAG_LEN] {
+    let h = Sha512::new()
+        .chain_update(TAG_DST)
+        .chain_update(output)
+        .finalize();
+    let mut t = [0u8; TAG_LEN];
+    t.copy_from_slice(&h[..TAG_LEN]);
+    t
+}
+
+/// The record key of an OPRF output: `SHA-512("psi-label-key-v1" || o)[0..32]`.
+fn key(output: &[u8; OUTPUT_LEN]) -> ChaCha20Poly1305 {
+    let mut h: [u8; 64] = Sha512::new()
+        .chain_update(KEY_DST)
+        .chain_update(output)
+        .finalize()
+        .into();
+    let cipher = ChaCha20Poly1305::new(Key::from_slice(&h[..32]));
+    h.zeroize();
+    cipher
+}
+
+/// The bucket of a tag: its first `bits` bits as a big-endian integer (`bits` 0..=24;
+/// 0 gives bucket 0).
+pub fn bucket(tag: &[u8; TAG_LEN], bits: u8) -> u32 {
+    let v = u32::from_be_bytes([tag[0], tag[1], tag[2], tag[3]]);
+    if bits == 0 {
+        0
+    } else {
+        v >> (32 - u32::from(bits.min(super::MAX_BUCKET_BITS)))
+    }
+}
+
+/// Encrypts `label` for the holder of the item whose OPRF output is `output`; `nonce`
+/// must be fresh random bytes. Returns the record
+/// `tag || nonce || len u16 || ChaCha20-Poly1305(key, nonce, label, aad = tag)`.
+pub fn seal(output: &[u8; OUTPUT_LEN], label: &str, nonce: [u8; NONCE_LEN]) -> Vec<u8> {
+    let t = tag(output);
+    // Truncate on a character boundary, so a long label still decrypts to valid UTF-8.
+    let mut end = label.len().min(MAX_LABEL_LEN);
+    while !label.is_char_boundary(end) {
+        end -= 1;
+    }
+    let label = &label.as_bytes()[..end];
+    let ct = key(output)
+        .encrypt(
+            Nonce::from_slice(&nonce),
+            Payload {
+                msg: label,
+                aad: &t,
+            },
+        )
+        .expect("ChaCha20-Poly1305 encryption of a short label cannot fail");
+    let mut rec = Vec::with_capacity(RECORD_HEADER_LEN + ct.len());
+    rec.extend_from_slice(&t);
+    rec.extend_from_slice(&nonce);
+    rec.extend_from_slice(&(ct.len() as u16).to_be_bytes());
+    rec.extend_from_slice(&ct);
+    rec
+}
+
+/// One record parsed from a fetch response.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Record<'a> {
+    /// Lookup tag.
+    pub tag: [u8; TAG_LEN],
+    /// Nonce.
+    pub nonce: [u8; NONCE_LEN],
+    /// Ciphertext with its Poly1305 tag.
+    pub ciphertext: &'a [u8],
+}
+
+impl std::fmt::Debug for Record<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Record")
+            .field("ciphertext_len", &self.ciphertext.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Decrypts `record` with the key of `output`; `None` if the record is not for this
+/// output, was tampered with, or is not UTF-8.
+pub fn open(output: &[u8; OUTPUT_LEN], record: &Record<'_>) -> Option<String> {
+    if record.tag != tag(output) {
+        return None;
+    }
+    let pt = key(output)
+        .decrypt(
+            Nonce::from_slice(&record.nonce),
+            Payload {
+                msg: record.ciphertext,
+                aad: &record.tag,
+            },
+        )
+        .ok()?;
+    String::from_utf8(pt).ok()
+}
+
+/// Parses a concatenation of records (the records of one bucket in a fetch response).
+pub fn parse_records(mut data: &[u8]) -> Result<Vec<Record<'_>>, DecodeError> {
+    let mut out = Vec::new();
+    while !data.is_empty() {
+        if data.len() < RECORD_HEADER_LEN {
+            return Err(DecodeError::Truncated {
+                needed: RECORD_HEADER_LEN,
+                available: data.len(),
+            });
+        }
+        let (head, rest) = data.split_at(RECORD_HEADER_LEN);
+        let mut tag = [0u8; TAG_LEN];
+        tag.copy_from_slice(&head[..TAG_LEN]);
+        let mut nonce = [0u8; NONCE_LEN];
+        nonce.copy_from_slice(&head[TAG_LEN..TAG_LEN + NONCE_LEN]);
+        let len = usize::from(u16::from_be_bytes([head[TAG_LEN + NONCE_LEN], head[TAG_LEN + NONCE_LEN + 1]]));
+        if len < AEAD_TAG_LEN || len > MAX_LABEL_LEN + AEAD_TAG_LEN {
+            return Err(DecodeError::InvalidParameter {
+                what: "label ciphertext length",
+            });
+        }
+        if rest.len() < len {
+            return Err(DecodeError::Truncated {
+                needed: len,
+                available: rest.len(),
+            });
+        }
+        out.push(Record {
+            tag,
+            nonce,
+            ciphertext: &rest[..len],
+        });
+        data = &rest[len..];
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_labels_are_cut_on_a_character_boundary() {
+        let o = [7u8; 64];
+        let long = "é".repeat(MAX_LABEL_LEN); // 2 bytes each: the cut falls inside one
+        let rec = seal(&o, &long, [1; NONCE_LEN]);
+        let recs = parse_records(&rec).unwrap();
+        let opened = open(&o, &recs[0]).expect("valid UTF-8");
+        assert!(opened.len() <= MAX_LABEL_LEN && long.starts_with(&opened));
+    }
+
+    #[test]
+    fn seal_open_round_trip_and_wrong_output() {
+        let o = [7u8; 64];
+        let rec = seal(&o, "user-42", [1; NONCE_LEN]);
+        let recs = parse_records(&rec).unwrap();
+        assert_eq!(open(&o, &recs[0]).as_deref(), Some("user-42"));
+        assert_eq!(open(&[8u8; 64], &recs[0]), None);
+        let mut bad = rec.clone();
+        *bad.last_mut().unwrap() ^= 1;
+        assert_eq!(open(&o, &parse_records(&bad).unwrap()[0]), None);
+        assert!(parse_records(&rec[..rec.len() - 1]).is_err());
+        assert!(parse_records(&rec[..5]).is_err());
+    }
+
+    #[test]
+    fn buckets() {
+        let t = [0xAB, 0xCD, 0xEF, 0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        assert_eq!(bucket(&t, 0), 0);
+        assert_eq!(bucket(&t, 8), 0xAB);
+        assert_eq!(bucket(&t, 12), 0xABC);
+        assert_eq!(bucket(&t, 24), 0xABCDEF);
+    }
+}

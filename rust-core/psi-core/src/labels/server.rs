@@ -1,0 +1,126 @@
+//! The server side: label records built once per registry, grouped in buckets, and the
+//! answer to a fetch request.
+
+use super::messages;
+use super::record::{self, NONCE_LEN, TAG_LEN};
+use crate::error::{DecodeError, Error, Result};
+use crate::oprf::OUTPUT_LEN;
+use std::collections::HashMap;
+
+/// The encrypted label records of a registry, by bucket. Built from each labeled
+/// entry's full OPRF output; holds only ciphertexts, so it can be kept in memory.
+#[derive(Clone, Default)]
+pub struct LabelStore {
+    bucket_bits: u8,
+    records: usize,
+    buckets: HashMap<u32, Vec<u8>>,
+}
+
+impl std::fmt::Debug for LabelStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LabelStore")
+            .field("bucket_bits", &self.bucket_bits)
+            .field("records", &self.records)
+            .field("buckets", &self.buckets.len())
+            .finish()
+    }
+}
+
+/// Bucket bits so that buckets hold about `target` records on average: the largest `b`
+/// (at most 24) with `2^b <= floor(records / target)`, or 0 when that quotient is at most 1.
+pub fn bucket_bits(records: usize, target: usize) -> u8 {
+    let buckets = records / target.max(1);
+    if buckets <= 1 {
+        0
+    } else {
+        (usize::BITS - 1 - buckets.leading_zeros()).min(u32::from(super::MAX_BUCKET_BITS)) as u8
+    }
+}
+
+impl LabelStore {
+    /// Seals every `(output, label)` pair with a fresh nonce from `rng` and groups the
+    /// records so that buckets hold about `bucket_size` records on average.
+    pub fn build<'a, R: rand_core::CryptoRng + ?Sized>(
+        entries: impl ExactSizeIterator<Item = (&'a [u8; OUTPUT_LEN], &'a str)>,
+        bucket_size: usize,
+        rng: &mut R,
+    ) -> LabelStore {
+        let bits = bucket_bits(entries.len(), bucket_size);
+        let mut store = LabelStore {
+            bucket_bits: bits,
+            records: 0,
+            buckets: HashMap::new(),
+        };
+        for (output, label) in entries {
+            let mut nonce = [0u8; NONCE_LEN];
+            rng.fill_bytes(&mut nonce);
+            let rec = record::seal(output, label, nonce);
+            let mut tag = [0u8; TAG_LEN];
+            tag.copy_from_slice(&rec[..TAG_LEN]);
+            store
+                .buckets
+                .entry(record::bucket(&tag, bits))
+                .or_default()
+                .extend_from_slice(&rec);
+            store.records += 1;
+        }
+        store
+    }
+
+    /// The number of tag bits that name a bucket (sent to clients with the session).
+    pub fn bucket_bits(&self) -> u8 {
+        self.bucket_bits
+    }
+
+    /// Records held.
+    pub fn len(&self) -> usize {
+        self.records
+    }
+
+    /// True if no entry has a label.
+    pub fn is_empty(&self) -> bool {
+        self.records == 0
+    }
+
+    /// Answers a fetch request of at most `max_buckets` distinct buckets: one section per
+    /// distinct requested bucket, in ascending order (an empty section for an empty
+    /// bucket). Repeated ids are answered once.
+    pub fn answer_fetch(&self, request: &[u8], max_buckets: usize) -> Result<Vec<u8>> {
+        let mut ids = messages::decode_request(request)?;
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.len() > max_buckets {
+            return Err(Error::InputTooLarge {
+                what: "label buckets requested",
+                value: ids.len() as u64,
+                limit: max_buckets as u64,
+            });
+        }
+        if ids.iter().any(|&b| u64::from(b) >= 1u64 << self.bucket_bits) {
+            return Err(DecodeError::InvalidParameter {
+                what: "bucket id (must be below 2^label_bucket_bits)",
+            }
+            .into());
+        }
+        let mut out = Vec::new();
+        for b in ids {
+            let recs = self.buckets.get(&b).map_or(&[][..], Vec::as_slice);
+            messages::push_section(&mut out, b, recs);
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_bits_target() {
+        assert_eq!(bucket_bits(0, 32), 0);
+        assert_eq!(bucket_bits(63, 32), 0);
+        assert_eq!(bucket_bits(64, 32), 1);
+        assert_eq!(bucket_bits(1_000_000, 32), 14);
+        assert_eq!(bucket_bits(usize::MAX, 1), 24);
+    }
+}

@@ -1,0 +1,303 @@
+//! # psi-http
+//!
+//! The HTTP contract between `psi-server` and `psi-client` (`docs/api.md`): the route
+//! table, the JSON bodies and the typed error codes with their HTTP statuses. Protocol
+//! message bodies are psi-core's business; this crate never looks inside them.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+use psi_core::Protocol;
+use serde::{Deserialize, Serialize};
+
+/// HTTP method of a route (the API uses these three only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Method {
+    /// GET
+    Get,
+    /// POST
+    Post,
+    /// DELETE
+    Delete,
+}
+
+impl Method {
+    /// `GET`, `POST`, `DELETE`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Post => "POST",
+            Method::Delete => "DELETE",
+        }
+    }
+}
+
+/// Every endpoint of the API: one table for the server's router and the client's requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Route {
+    /// `GET /v1/health`: liveness, registry summary and limits; never needs a token.
+    Health,
+    /// `POST /v1/sessions`: create a session.
+    CreateSession,
+    /// `DELETE /v1/sessions/{id}`: end a session early.
+    DeleteSession,
+    /// `POST /v1/sessions/{id}/dh/query`: the DH-PSI query.
+    DhQuery,
+    /// `GET /v1/dh/encoded-set`: the DH-PSI encoded registry (ETag, `If-None-Match`).
+    DhEncodedSet,
+    /// `POST /v1/sessions/{id}/ot/round`: one OT-PSI round.
+    OtRound,
+    /// `POST /v1/sessions/{id}/labels/query`: the label OPRF query (OT-PSI sessions).
+    LabelQuery,
+    /// `POST /v1/sessions/{id}/labels/fetch`: fetch label buckets.
+    LabelFetch,
+}
+
+impl Route {
+    /// Every route.
+    pub const ALL: &'static [Route] = &[
+        Route::Health,
+        Route::CreateSession,
+        Route::DeleteSession,
+        Route::DhQuery,
+        Route::DhEncodedSet,
+        Route::OtRound,
+        Route::LabelQuery,
+        Route::LabelFetch,
+    ];
+
+    /// The method.
+    pub fn method(self) -> Method {
+        match self {
+            Route::Health | Route::DhEncodedSet => Method::Get,
+            Route::DeleteSession => Method::Delete,
+            _ => Method::Post,
+        }
+    }
+
+    /// The path template, `{id}` standing for the session id.
+    pub fn template(self) -> &'static str {
+        match self {
+            Route::Health => "/v1/health",
+            Route::CreateSession => "/v1/sessions",
+            Route::DeleteSession => "/v1/sessions/{id}",
+            Route::DhQuery => "/v1/sessions/{id}/dh/query",
+            Route::DhEncodedSet => "/v1/dh/encoded-set",
+            Route::OtRound => "/v1/sessions/{id}/ot/round",
+            Route::LabelQuery => "/v1/sessions/{id}/labels/query",
+            Route::LabelFetch => "/v1/sessions/{id}/labels/fetch",
+        }
+    }
+
+    /// The path with `{id}` replaced by `session` (ignored by routes without one).
+    pub fn path(self, session: &str) -> String {
+        self.template().replace("{id}", session)
+    }
+
+    /// The route a protocol's rounds go to.
+    pub fn protocol_round(protocol: Protocol) -> Route {
+        match protocol {
+            Protocol::Ot => Route::OtRound,
+            _ => Route::DhQuery,
+        }
+    }
+}
+
+/// Header carrying the registry's key epoch on the encoded-set download.
+pub const EPOCH_HEADER: &str = "x-psi-epoch";
+/// Content type of protocol messages.
+pub const BINARY: &str = "application/octet-stream";
+/// Content type of everything else.
+pub const JSON: &str = "application/json";
+
+/// `POST /v1/sessions` request body.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSession {
+    /// The protocol's API name ([`Protocol::api_name`]: `"dh-psi"`, `"ot-psi"`).
+    pub protocol: String,
+    /// Number of distinct items the client will query (a number above the server's
+    /// limit gets `too_many_items`, however large).
+    pub client_items: u64,
+}
+
+/// `POST /v1/sessions` response body (201).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SessionCreated {
+    /// Opaque session id (32 hex digits).
+    pub session_id: String,
+    /// The protocol of the session (API name).
+    pub protocol: String,
+    /// Current key epoch (DH-PSI queries must name it).
+    pub epoch: u32,
+    /// Entries in the registry.
+    pub registry_items: u64,
+    /// Largest client set accepted.
+    pub max_client_items: u32,
+    /// Largest request body accepted, in bytes.
+    pub max_body_bytes: u64,
+    /// ETag of the current DH-PSI encoded registry (quoted, as in the HTTP header): the
+    /// identity of the encoded set (the epoch alone is not: imports change the set
+    /// within an epoch).
+    pub encoded_set_etag: String,
+    /// Bits of the label tag used as the bucket id (0: one bucket).
+    pub label_bucket_bits: u8,
+    /// Seconds until the session expires.
+    pub expires_in_secs: u64,
+}
+
+/// `GET /v1/health` response body.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Health {
+    /// Always `"ok"`.
+    pub status: String,
+    /// Current key epoch.
+    pub epoch: u32,
+    /// Entries in the registry.
+    pub registry_items: u64,
+    /// Protocols this server runs (API names).
+    pub protocols: Vec<String>,
+    /// Largest client set a session accepts (so a client can split its contacts before
+    /// opening a session).
+    #[serde(default)]
+    pub max_client_items: u32,
+    /// Largest request body accepted, in bytes.
+    #[serde(default)]
+    pub max_body_bytes: u64,
+}
+
+/// Body of every 4xx/5xx response.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// Stable machine-readable code.
+    pub error: ErrorCode,
+    /// Human-readable explanation; never contains contact data or keys.
+    pub message: String,
+}
+
+macro_rules! error_codes {
+    ($( $(#[$doc:meta])* $variant:ident = ($name:literal, $status:literal) ),* $(,)?) => {
+        /// The error codes of the API (`docs/api.md`, "Errors"), each with its one HTTP status.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[non_exhaustive]
+        pub enum ErrorCode {
+            $( $(#[$doc])* #[serde(rename = $name)] $variant, )*
+            /// A code this client does not know (a newer server).
+            #[serde(other)]
+            Unknown,
+        }
+
+        impl ErrorCode {
+            /// Every known code.
+            pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$variant),*];
+
+            /// The code as sent (`"rate_limited"`).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(ErrorCode::$variant => $name,)*
+                    ErrorCode::Unknown => "unknown",
+                }
+            }
+
+            /// The HTTP status the server answers with.
+            pub fn status(self) -> u16 {
+                match self {
+                    $(ErrorCode::$variant => $status,)*
+                    ErrorCode::Unknown => 500,
+                }
+            }
+        }
+    };
+}
+
+error_codes! {
+    /// Malformed JSON, unknown fields, `client_items` 0.
+    BadRequest = ("bad_request", 400),
+    /// A protocol body psi-core rejects, a bad label fetch body or bucket id.
+    InvalidMessage = ("invalid_message", 400),
+    /// A DH query whose element count is not the session's.
+    CountMismatch = ("count_mismatch", 400),
+    /// More items than the server or the session allows.
+    TooManyItems = ("too_many_items", 400),
+    /// The protocol is not one this server runs.
+    UnsupportedProtocol = ("unsupported_protocol", 400),
+    /// Authentication is on and there is no `Authorization` header.
+    MissingToken = ("missing_token", 401),
+    /// The bearer token is not accepted.
+    InvalidToken = ("invalid_token", 401),
+    /// No such endpoint.
+    NotFound = ("not_found", 404),
+    /// No such session (or another caller's).
+    UnknownSession = ("unknown_session", 404),
+    /// Wrong method for the endpoint.
+    MethodNotAllowed = ("method_not_allowed", 405),
+    /// The request (body upload and handling) took too long.
+    RequestTimeout = ("request_timeout", 408),
+    /// A step out of order.
+    WrongPhase = ("wrong_phase", 409),
+    /// The key epoch or the registry changed during the session.
+    EpochMismatch = ("epoch_mismatch", 409),
+    /// The session's lifetime passed.
+    SessionExpired = ("session_expired", 410),
+    /// Body above the server's limit.
+    BodyTooLarge = ("body_too_large", 413),
+    /// Wrong content type.
+    UnsupportedMediaType = ("unsupported_media_type", 415),
+    /// The caller's items-per-hour budget is spent (`Retry-After`).
+    RateLimited = ("rate_limited", 429),
+    /// A bug on the server.
+    Internal = ("internal", 500),
+    /// Session limits reached (`Retry-After`).
+    TooManySessions = ("too_many_sessions", 503),
+}
+
+impl ErrorCode {
+    /// True if the same call may succeed later: rate limit, busy server, key rotated or
+    /// session expired (the next run opens a new session), a request that timed out.
+    pub fn is_retryable(self) -> bool {
+        matches!(
+            self,
+            ErrorCode::RateLimited
+                | ErrorCode::TooManySessions
+                | ErrorCode::EpochMismatch
+                | ErrorCode::SessionExpired
+                | ErrorCode::RequestTimeout
+                | ErrorCode::Internal
+        )
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_through_json_and_unknown_codes_are_kept_apart() {
+        for &c in ErrorCode::ALL {
+            let json = format!("{{\"error\":\"{}\",\"message\":\"m\"}}", c.as_str());
+            let body: ErrorBody = serde_json::from_str(&json).unwrap();
+            assert_eq!(body.error, c);
+            assert_eq!(serde_json::to_string(&body).unwrap(), json);
+        }
+        let body: ErrorBody =
+            serde_json::from_str(r#"{"error":"brand_new","message":"m"}"#).unwrap();
+        assert_eq!(body.error, ErrorCode::Unknown);
+    }
+
+    #[test]
+    fn routes() {
+        assert_eq!(Route::DhQuery.path("ab"), "/v1/sessions/ab/dh/query");
+        assert_eq!(Route::Health.path("ab"), "/v1/health");
+        assert_eq!(Route::DeleteSession.method(), Method::Delete);
+        for r in Route::ALL {
+            assert!(r.template().starts_with("/v1/"));
+        }
+    }
+}
