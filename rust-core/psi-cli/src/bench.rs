@@ -165,7 +165,8 @@ fn run_dh(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
 }
 
 fn run_ot(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
-    use psi_core::ot::{self, OtConfig, Step};
+    use psi_core::Phase as Step;
+    use psi_core::ot::{self, OtConfig};
     use psi_core::{ItemSet, Threads};
     use std::sync::Arc;
     let balanced: &[usize] = if quick {

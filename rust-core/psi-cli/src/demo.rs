@@ -1,9 +1,10 @@
 //! `psi demo`: private contact discovery on an embedded address book, over HTTP
 //! through a real `psi-server` on loopback.
 
-use crate::Protocol;
 use crate::measure::{ms, thousands};
 use crate::runner::run_dh;
+use psi_client::CancelToken;
+use psi_core::Protocol;
 
 /// The embedded address book: display name and normalized identifier per line.
 const SAMPLE: &str = include_str!("../data/sample-contacts.tsv");
@@ -96,13 +97,18 @@ pub fn run(
         psi_client::ClientConfig::default().with_threads(psi_core::Threads::new(threads)),
     );
     let report = client
-        .match_items(client_items.clone(), protocol.client(), &mut |_| {})
+        .match_items(
+            client_items.clone(),
+            protocol,
+            &mut |_| {},
+            &CancelToken::new(),
+        )
         .map_err(|e| e.to_string())?;
     srv.shutdown().map_err(|e| e.to_string())?;
     let s = &report.stats;
     if json {
         let v = serde_json::json!({
-            "protocol": report.protocol.name(),
+            "protocol": report.protocol.api_name(),
             "client_items": client_items.len(),
             "registry_items": report.server_items,
             "matches": report.matches.iter().map(|m| serde_json::json!({
@@ -112,7 +118,8 @@ pub fn run(
             })).collect::<Vec<_>>(),
             "expected_matches": expected,
             "server_encode_ms": encode.as_secs_f64() * 1e3,
-            "phases_ms": s.phases.iter().map(|(n, d)| (n.to_string(), serde_json::Value::from(d.as_secs_f64() * 1e3))).collect::<serde_json::Map<_, _>>(),
+            "phases_ms": s.phases.iter().map(|(p, d)| (p.name().to_string(), serde_json::Value::from(d.as_secs_f64() * 1e3))).collect::<serde_json::Map<_, _>>(),
+            "requests": s.requests,
             "server_compute_ms": s.server_time.as_secs_f64() * 1e3,
             "protocol_bytes_sent": s.protocol_bytes_sent,
             "protocol_bytes_received": s.protocol_bytes_received,
@@ -123,10 +130,7 @@ pub fn run(
         });
         println!("{v}");
     } else {
-        let name = match protocol {
-            Protocol::Dh => "DH-PSI (RFC 9497 OPRF, ristretto255-SHA512)",
-            Protocol::Ot => "OT-PSI (KKRT16 OT extension + Cuckoo hashing)",
-        };
+        let name = protocol.description();
         println!("psi demo: {name}, {threads} thread(s) per side, over HTTP on loopback");
         println!(
             "  client: {} contacts (embedded sample)   server: {} registry entries (generated)",
@@ -134,12 +138,14 @@ pub fn run(
             thousands(server.len() as u64)
         );
         println!("\n  phase                                          wall ms");
-        let encode_name = match protocol {
-            Protocol::Dh => "server  encode registry (once per key epoch)",
-            Protocol::Ot => "server  load registry (once per key epoch)",
+        let encode_name = if protocol == Protocol::Dh {
+            "server  encode registry (once per key epoch)"
+        } else {
+            "server  load registry (once per key epoch)"
         };
         println!("  {encode_name:<45} {:>8}", ms(encode));
-        for (name, t) in &s.phases {
+        for (phase, t) in &s.phases {
+            let name = phase.name();
             let name = name.strip_prefix("client ").unwrap_or(name);
             println!("  client  {name:<37} {:>8}", ms(*t));
         }
@@ -175,8 +181,13 @@ pub fn run(
             );
         }
         println!(
-            "  labels, both ways:      {:>10}  (OPRF over the matches + label buckets)",
-            thousands(s.label_bytes)
+            "  labels, both ways:      {:>10}  (label buckets{})",
+            thousands(s.label_bytes),
+            if protocol == Protocol::Dh {
+                ""
+            } else {
+                ", after an OPRF query over the matches"
+            }
         );
         println!(
             "  HTTP bodies total:      {:>10} sent, {} received in {} requests",

@@ -79,16 +79,18 @@ pub fn run(args: ImportArgs) -> Result<(), String> {
             read_rows(f)
         }
         .map_err(|e| format!("{}: {e}", path.display()))?;
-        let pb = crate::progress_bar(rows.len() as u64, "normalizing", args.json);
-        let mut good: Vec<(String, Option<String>)> = Vec::with_capacity(rows.len());
-        for row in &rows {
-            match normalizer.normalize(&row.identifier) {
-                Ok(c) => good.push((c.value, row.label.clone())),
-                Err(e) => rejected.push((row.line, e.to_string())),
-            }
-            pb.inc(1);
-        }
-        pb.finish_and_clear();
+        let normalized = normalizer.normalize_all(rows.iter().map(|r| r.identifier.as_str()));
+        rejected.extend(
+            normalized
+                .rejected
+                .iter()
+                .map(|&(i, reason)| (rows[i].line, reason.to_string())),
+        );
+        let good: Vec<(String, Option<String>)> = normalized
+            .accepted
+            .into_iter()
+            .map(|(i, c)| (c.value, rows[i].label.clone()))
+            .collect();
         if args.remove {
             removed = store
                 .remove_entries(good.iter().map(|(id, _)| id.as_str()))

@@ -2,8 +2,8 @@
 //! registry was filled with `psi import --synthetic N` (entries `+1202` + 7 digits,
 //! labels `user-N`), checking every result. Bounded by run count and wall time.
 
-use crate::Protocol;
-use psi_client::{Client, ClientConfig};
+use psi_client::{CancelToken, Client, ClientConfig};
+use psi_core::Protocol;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -31,8 +31,8 @@ pub struct LoadgenArgs {
     /// Stop starting runs after this many seconds.
     #[arg(long, default_value_t = 120)]
     max_secs: u64,
-    /// Protocol.
-    #[arg(long, value_enum, default_value_t = Protocol::Dh)]
+    /// Protocol: dh (DH-PSI) or ot (OT-PSI).
+    #[arg(long, default_value = "dh", value_parser = crate::parse_protocol)]
     protocol: Protocol,
     /// Skip labels.
     #[arg(long)]
@@ -131,7 +131,8 @@ pub fn run(args: LoadgenArgs) -> Result<(), String> {
                         })
                         .collect();
                     let t = Instant::now();
-                    match client.match_items(items, args.protocol.client(), &mut |_| {}) {
+                    match client.match_items(items, args.protocol, &mut |_| {}, &CancelToken::new())
+                    {
                         Ok(r) => {
                             latencies
                                 .lock()
@@ -175,7 +176,7 @@ pub fn run(args: LoadgenArgs) -> Result<(), String> {
     };
     let done = ok.load(Ordering::Relaxed) + wrong.load(Ordering::Relaxed);
     let v = serde_json::json!({
-        "protocol": args.protocol.client().name(),
+        "protocol": args.protocol.api_name(),
         "clients": args.clients,
         "contacts_per_run": args.contacts,
         "registry_size": args.registry_size,

@@ -14,11 +14,13 @@ mod import;
 mod loadgen;
 mod match_cmd;
 mod measure;
+mod output;
 mod runner;
 mod serve;
 mod tcp;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
+use psi_core::Protocol;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -33,22 +35,10 @@ struct Cli {
     command: Command,
 }
 
-/// Which PSI protocol to run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Protocol {
-    /// DH-PSI on the RFC 9497 OPRF over ristretto255: fewest bytes, cacheable server set.
-    Dh,
-    /// OT-extension PSI (KKRT16): less computation, more bytes.
-    Ot,
-}
-
-impl Protocol {
-    fn client(self) -> psi_client::Protocol {
-        match self {
-            Protocol::Dh => psi_client::Protocol::Dh,
-            Protocol::Ot => psi_client::Protocol::Ot,
-        }
-    }
+/// Parses `--protocol` (`dh`, `ot`, or the API names `dh-psi`, `ot-psi`).
+fn parse_protocol(s: &str) -> Result<Protocol, String> {
+    s.parse()
+        .map_err(|e: psi_core::protocol::UnknownProtocol| e.to_string())
 }
 
 /// Server limits shared by `psi serve` and `psi import` (the encoded set is sized for
@@ -67,8 +57,8 @@ struct ServerArgs {
 enum Command {
     /// Run a contact discovery on an embedded sample over HTTP on loopback (no setup).
     Demo {
-        /// Protocol to use.
-        #[arg(long, value_enum, default_value_t = Protocol::Dh)]
+        /// Protocol to use: dh (DH-PSI) or ot (OT-PSI).
+        #[arg(long, default_value = "dh", value_parser = parse_protocol)]
         protocol: Protocol,
         /// Entries in the generated registry.
         #[arg(long, default_value_t = 20_000)]
@@ -109,6 +99,9 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Output to a closed pipe (`psi match --json | head`) ends the program quietly, as
+    // for other command-line tools, instead of panicking in `println!`.
+    output::quiet_on_broken_pipe();
     let result = match cli.command {
         Command::Demo {
             protocol,

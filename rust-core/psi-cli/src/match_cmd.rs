@@ -1,9 +1,10 @@
 //! `psi match`: match a contact file against a server.
 
-use crate::Protocol;
-use psi_client::{CachedSet, Client, ClientConfig, Progress};
-use psi_contacts::{Normalizer, read_rows};
+use psi_client::{CancelToken, Client, ClientConfig, FileCache, Phase};
+use psi_contacts::read_rows;
+use psi_core::Protocol;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
@@ -16,8 +17,8 @@ pub struct MatchArgs {
     /// Default region for phone numbers without a country code.
     #[arg(long, default_value = "US")]
     region: String,
-    /// Protocol to use.
-    #[arg(long, value_enum, default_value_t = Protocol::Dh)]
+    /// Protocol to use: dh (DH-PSI) or ot (OT-PSI).
+    #[arg(long, default_value = "dh", value_parser = crate::parse_protocol)]
     protocol: Protocol,
     /// Bearer token (default: the PSI_TOKEN environment variable).
     #[arg(long)]
@@ -28,7 +29,7 @@ pub struct MatchArgs {
     /// Per-request timeout in seconds.
     #[arg(long, default_value_t = 60)]
     timeout: u64,
-    /// Directory caching the encoded registry between runs (per epoch, by ETag).
+    /// Directory caching the encoded registry between runs (per server, by ETag).
     #[arg(long)]
     cache_dir: Option<PathBuf>,
     /// Do not fetch labels.
@@ -39,44 +40,13 @@ pub struct MatchArgs {
     json: bool,
 }
 
-fn load_cache(dir: &std::path::Path) -> Option<CachedSet> {
-    let meta = std::fs::read_to_string(dir.join("encoded-set.meta")).ok()?;
-    let (epoch, etag) = meta.trim().split_once(' ')?;
-    Some(CachedSet {
-        epoch: epoch.parse().ok()?,
-        etag: etag.to_string(),
-        bytes: std::fs::read(dir.join("encoded-set.bin")).ok()?,
-    })
-}
-
-fn save_cache(dir: &std::path::Path, set: &CachedSet) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    std::fs::write(dir.join("encoded-set.bin"), &set.bytes)?;
-    std::fs::write(
-        dir.join("encoded-set.meta"),
-        format!("{} {}\n", set.epoch, set.etag),
-    )
-}
-
 pub fn run(args: MatchArgs) -> Result<(), String> {
-    let normalizer = Normalizer::new(&args.region).map_err(|e| e.to_string())?;
     let f = std::fs::File::open(&args.file).map_err(|e| format!("{}: {e}", args.file.display()))?;
     let rows = read_rows(f).map_err(|e| format!("{}: {e}", args.file.display()))?;
-    let mut items: Vec<Vec<u8>> = Vec::new();
-    let mut row_of: Vec<usize> = Vec::new();
-    let mut rejected: Vec<(usize, String)> = Vec::new();
-    for (i, row) in rows.iter().enumerate() {
-        match normalizer.normalize(&row.identifier) {
-            Ok(c) => {
-                items.push(c.value.into_bytes());
-                row_of.push(i);
-            }
-            Err(e) => rejected.push((row.line, e.to_string())),
-        }
-    }
     let mut config = ClientConfig::default()
         .with_timeout(Duration::from_secs(args.timeout.max(1)))
-        .with_labels(!args.no_labels);
+        .with_labels(!args.no_labels)
+        .with_default_region(args.region.clone());
     if let Some(t) = args
         .token
         .clone()
@@ -88,62 +58,63 @@ pub fn run(args: MatchArgs) -> Result<(), String> {
     if let Some(t) = args.threads {
         config = config.with_threads(psi_core::Threads::new(t));
     }
-    let client = Client::new(&args.server, config);
+    let mut client = Client::new(&args.server, config);
     if let Some(dir) = &args.cache_dir {
-        client.set_cache(load_cache(dir));
+        client = client.with_cache(Arc::new(FileCache::new(dir)));
     }
+    let identifiers: Vec<&str> = rows.iter().map(|r| r.identifier.as_str()).collect();
     let pb = crate::spinner(args.json);
     let report = client
-        .match_items(items, args.protocol.client(), &mut |p| {
-            pb.set_message(match p {
-                Progress::Session => "creating session".to_string(),
-                Progress::Blinding => "blinding contacts".to_string(),
-                Progress::Round(r) => format!("round {r}"),
-                Progress::Downloading => "fetching encoded registry".to_string(),
-                Progress::Matching => "matching".to_string(),
-                Progress::Labels => "fetching labels".to_string(),
-                _ => String::new(),
-            })
-        })
+        .match_contacts(
+            &identifiers,
+            args.protocol,
+            &mut |p| {
+                pb.set_message(if p.phase == Phase::RoundTrip {
+                    format!("round {}", p.round)
+                } else {
+                    p.phase.to_string()
+                })
+            },
+            &CancelToken::new(),
+        )
         .map_err(|e| e.to_string())?;
     pb.finish_and_clear();
-    if let (Some(dir), Some(set)) = (&args.cache_dir, client.cached_set()) {
-        save_cache(dir, &set).map_err(|e| format!("cache: {e}"))?;
-    }
-    let s = &report.stats;
+    let run = &report.run;
+    let s = &run.stats;
     if args.json {
         let v = serde_json::json!({
-            "protocol": report.protocol.name(),
-            "epoch": report.epoch,
+            "protocol": run.protocol.api_name(),
+            "epoch": run.epoch,
             "matches": report.matches.iter().map(|m| {
-                let row = &rows[row_of[m.index]];
+                let row = &rows[m.row];
                 serde_json::json!({
                     "line": row.line,
-                    "identifier": String::from_utf8_lossy(&m.item),
+                    "identifier": m.identifier,
                     "name": row.label,
                     "label": m.label,
                 })
             }).collect::<Vec<_>>(),
-            "rows": rows.len(),
-            "queried": report.client_items,
-            "duplicates": report.duplicates,
-            "rejected": rejected.iter().map(|(l, r)| serde_json::json!({"line": l, "reason": r})).collect::<Vec<_>>(),
-            "registry_items": report.server_items,
+            "rows": report.rows,
+            "queried": run.client_items,
+            "duplicates": run.duplicates,
+            "rejected": report.rejected.iter().map(|r| serde_json::json!({"line": rows[r.row].line, "reason": r.reason.to_string()})).collect::<Vec<_>>(),
+            "registry_items": run.server_items,
             "bytes_sent": s.bytes_sent,
             "bytes_received": s.bytes_received,
+            "requests": s.requests,
             "encoded_set_from_cache": s.set_from_cache,
-            "label_error": report.label_error,
-            "phases_ms": s.phases.iter().map(|(n, d)| (n.to_string(), serde_json::Value::from(d.as_secs_f64() * 1e3))).collect::<serde_json::Map<_, _>>(),
+            "label_error": run.label_error,
+            "phases_ms": s.phases.iter().map(|(p, d)| (p.name().to_string(), serde_json::Value::from(d.as_secs_f64() * 1e3))).collect::<serde_json::Map<_, _>>(),
         });
         println!("{v}");
         return Ok(());
     }
     for m in &report.matches {
-        let row = &rows[row_of[m.index]];
+        let row = &rows[m.row];
         println!(
             "  {:<24} {:<28} {}",
             row.label.as_deref().unwrap_or("-"),
-            String::from_utf8_lossy(&m.item),
+            m.identifier,
             m.label
                 .as_deref()
                 .map_or(String::from("(no label)"), |l| format!("label: {l}"))
@@ -152,24 +123,25 @@ pub fn run(args: MatchArgs) -> Result<(), String> {
     println!(
         "{} of {} contacts matched ({} queried, {} duplicates, {} rejected) against {} registry entries, {} (epoch {})",
         report.matches.len(),
-        rows.len(),
-        report.client_items,
-        report.duplicates,
-        rejected.len(),
-        report.server_items,
-        report.protocol.name(),
-        report.epoch
+        report.rows,
+        run.client_items,
+        run.duplicates,
+        report.rejected.len(),
+        run.server_items,
+        run.protocol,
+        run.epoch
     );
-    for (line, reason) in &rejected {
-        println!("  rejected line {line}: {reason}");
+    for r in &report.rejected {
+        println!("  rejected line {}: {}", rows[r.row].line, r.reason);
     }
-    if let Some(e) = &report.label_error {
+    if let Some(e) = &run.label_error {
         println!("  labels unavailable: {e}");
     }
     println!(
-        "bytes sent {}, received {} (encoded registry {})",
+        "bytes sent {}, received {} in {} requests (encoded registry {})",
         s.bytes_sent,
         s.bytes_received,
+        s.requests,
         if s.set_from_cache {
             "from cache".to_string()
         } else {

@@ -4,14 +4,10 @@
 use crate::measure::{Timing, timed};
 use psi_core::dh::{DhClient, DhServer, MatchOutput, ServerKey};
 use psi_core::{ItemSet, Threads};
-use rand_chacha::ChaCha20Rng;
-use rand_core::SeedableRng;
 
 /// A fresh ChaCha20 generator seeded from the operating system.
-pub fn os_rng() -> Result<ChaCha20Rng, String> {
-    let mut seed = [0u8; 32];
-    getrandom::fill(&mut seed).map_err(|e| format!("no OS randomness: {e}"))?;
-    Ok(ChaCha20Rng::from_seed(seed))
+pub fn os_rng() -> Result<rand_chacha::ChaCha20Rng, String> {
+    psi_core::rng::os_rng().map_err(|e| e.to_string())
 }
 
 /// Results of one DH-PSI run.
@@ -38,8 +34,10 @@ pub fn run_dh(client: &[Vec<u8>], server: &[Vec<u8>], threads: usize) -> Result<
     let server_set = ItemSet::new(server);
     let client_set = ItemSet::new(client);
     let srv = DhServer::new(key, client_set.len().max(1), threads);
-    let (set, encode) = timed(|| srv.encode_set(&server_set).map(|s| s.to_bytes()));
+    let (set, encode) = timed(|| srv.encode_set(&server_set));
     let set = set.map_err(|e| e.to_string())?;
+    let truncation_bits = set.truncation_bits;
+    let set = set.to_bytes();
     let ((mut c, query), blind) = {
         let (r, t) = timed(|| DhClient::start(client_set, srv.epoch(), threads, &mut rng));
         (r.map_err(|e| e.to_string())?, t)
@@ -59,7 +57,7 @@ pub fn run_dh(client: &[Vec<u8>], server: &[Vec<u8>], threads: usize) -> Result<
         query_bytes: query.len(),
         evaluation_bytes: evaluation.len(),
         set_bytes: set.len(),
-        truncation_bits: set[21],
+        truncation_bits,
         server_items: server_set.len(),
         output,
     })
@@ -68,7 +66,7 @@ pub fn run_dh(client: &[Vec<u8>], server: &[Vec<u8>], threads: usize) -> Result<
 /// Results of one OT-PSI run.
 pub struct OtRun {
     /// Wall time per step kind, in first-seen order (chunks summed).
-    pub steps: Vec<(psi_core::ot::Step, std::time::Duration)>,
+    pub steps: Vec<(psi_core::Phase, std::time::Duration)>,
     /// Process CPU time of the whole run.
     pub cpu: std::time::Duration,
     pub wall: std::time::Duration,
@@ -87,7 +85,7 @@ impl OtRun {
     }
 
     /// Wall time of one step kind.
-    pub fn step(&self, step: psi_core::ot::Step) -> std::time::Duration {
+    pub fn step(&self, step: psi_core::Phase) -> std::time::Duration {
         self.steps
             .iter()
             .filter(|(s, _)| *s == step)
@@ -105,7 +103,7 @@ pub fn run_ot(
 ) -> Result<OtRun, String> {
     use std::time::Instant;
     let mut rng = os_rng()?;
-    let mut steps: Vec<(psi_core::ot::Step, std::time::Duration)> = Vec::new();
+    let mut steps: Vec<(psi_core::Phase, std::time::Duration)> = Vec::new();
     let (result, t) = timed(|| {
         let mut last = Instant::now();
         psi_core::ot::run_in_memory(client.clone(), server.clone(), config, &mut rng, |step| {

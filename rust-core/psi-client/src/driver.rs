@@ -114,10 +114,12 @@ impl Client {
         }
         let mut run = Run::new(self, cancel, progress);
         let session = run.create_session(protocol, set.len())?;
-        let result = run.protocol(&session, set, protocol).map(|(output, source)| {
-            let (matches, label_error) = run.labels(&session, output.matches, source);
-            (output.client_items, output.duplicates, matches, label_error)
-        });
+        let result = run
+            .protocol(&session, set, protocol)
+            .map(|(output, source)| {
+                let (matches, label_error) = run.labels(&session, output.matches, source);
+                (output.client_items, output.duplicates, matches, label_error)
+            });
         // Free the server's slot whatever happened (cancelled runs included); an error
         // here changes nothing for the caller.
         let _ = run.delete_session(&session.session_id);
@@ -169,9 +171,8 @@ impl<'a> Run<'a> {
 
     fn rng(&mut self) -> Result<&mut ChaCha20Rng> {
         if self.rng.is_none() {
-            self.rng = Some(
-                psi_core::rng::os_rng().map_err(|e| ClientError::BadInput(e.to_string()))?,
-            );
+            self.rng =
+                Some(psi_core::rng::os_rng().map_err(|e| ClientError::BadInput(e.to_string()))?);
         }
         Ok(self.rng.as_mut().expect("set above"))
     }
@@ -269,13 +270,7 @@ impl<'a> Run<'a> {
             client_items: n as u64,
         })
         .map_err(|_| ClientError::BadInput("session request".into()))?;
-        let r = self.send(
-            Route::CreateSession,
-            "",
-            body,
-            Some(psi_http::JSON),
-            vec![],
-        )?;
+        let r = self.send(Route::CreateSession, "", body, Some(psi_http::JSON), vec![])?;
         let session: SessionCreated = serde_json::from_slice(&r.body)
             .map_err(|_| ClientError::BadResponse("session body".into()))?;
         self.leave(Phase::CreateSession, t);
@@ -312,11 +307,7 @@ impl<'a> Run<'a> {
         Ok(response)
     }
 
-    fn dh(
-        &mut self,
-        session: &SessionCreated,
-        set: ItemSet,
-    ) -> Result<(MatchOutput, LabelSource)> {
+    fn dh(&mut self, session: &SessionCreated, set: ItemSet) -> Result<(MatchOutput, LabelSource)> {
         let threads = self.client.config.threads;
         let t = self.enter(Phase::ClientStart)?;
         let (mut client, query) = DhClient::start(set, session.epoch, threads, self.rng()?)?;
@@ -381,11 +372,7 @@ impl<'a> Run<'a> {
         Ok(set)
     }
 
-    fn ot(
-        &mut self,
-        session: &SessionCreated,
-        set: ItemSet,
-    ) -> Result<(MatchOutput, LabelSource)> {
+    fn ot(&mut self, session: &SessionCreated, set: ItemSet) -> Result<(MatchOutput, LabelSource)> {
         let config = OtConfig::new(self.client.config.threads)
             .with_max_request_bytes(session.max_body_bytes);
         let t = self.enter(Phase::ClientStart)?;

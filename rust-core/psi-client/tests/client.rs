@@ -1,36 +1,31 @@
-//! The client driver: typed errors for each failure, the transport trait, the encoded
-//! registry cache, timeouts. The protocol itself is tested in psi-core and end to end
-//! in psi-server/tests.
+//! The client driver: typed errors for each failure, the transport seam (owned requests
+//! carrying their limits), the registry cache, cancellation, contact matching, and the
+//! exact requests of a run. The protocols themselves are tested in psi-core and end to
+//! end in psi-server/tests.
 
 use psi_client::{
-    Client, ClientConfig, ClientError, HttpTransport, Method, Protocol, Request, Response,
-    Transport, TransportError,
+    CancelToken, Client, ClientConfig, ClientError, ErrorCode, FileCache, HttpTransport, Method,
+    Phase, Protocol, Request, Response, Transport, TransportError,
 };
+use psi_server::{AppState, Config, Registry, RunningServer, Store};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Answers every request with the same response (or error) and records the paths.
+/// Answers every request with the same response (or error).
 struct Scripted {
     reply: Result<Response, TransportError>,
-    seen: Arc<Mutex<Vec<(Method, String)>>>,
 }
 
 impl Transport for Scripted {
-    fn send(&self, r: Request<'_>) -> Result<Response, TransportError> {
-        self.seen
-            .lock()
-            .unwrap()
-            .push((r.method, r.path.to_string()));
+    fn send(&self, _: Request) -> Result<Response, TransportError> {
         self.reply.clone()
     }
 }
 
 fn client(reply: Result<Response, TransportError>) -> Client {
     Client::with_transport(
-        Box::new(Scripted {
-            reply,
-            seen: Arc::default(),
-        }),
+        "http://test",
+        Arc::new(Scripted { reply }),
         ClientConfig::default(),
     )
 }
@@ -47,9 +42,18 @@ fn json(status: u16, body: &str, headers: &[(&str, &str)]) -> Response {
     }
 }
 
+fn none() -> CancelToken {
+    CancelToken::new()
+}
+
 fn run(c: &Client) -> ClientError {
-    c.match_items(vec![b"+14155550123".to_vec()], Protocol::Dh, &mut |_| {})
-        .unwrap_err()
+    c.match_items(
+        vec![b"+14155550123".to_vec()],
+        Protocol::Dh,
+        &mut |_| {},
+        &none(),
+    )
+    .unwrap_err()
 }
 
 #[test]
@@ -65,12 +69,10 @@ fn http_errors_are_typed_with_code_and_retry_after() {
             code,
             retry_after,
             ..
-        } => {
-            assert_eq!(
-                (*status, code.as_str(), *retry_after),
-                (429, "rate_limited", Some(7))
-            );
-        }
+        } => assert_eq!(
+            (*status, *code, *retry_after),
+            (429, ErrorCode::RateLimited, Some(7))
+        ),
         other => panic!("{other}"),
     }
     assert!(e.is_retryable());
@@ -79,10 +81,30 @@ fn http_errors_are_typed_with_code_and_retry_after() {
         r#"{"error":"invalid_token","message":"x"}"#,
         &[],
     ))));
-    assert!(matches!(&e, ClientError::Http { status: 401, code, .. } if code == "invalid_token"));
+    assert!(matches!(
+        &e,
+        ClientError::Http {
+            status: 401,
+            code: ErrorCode::InvalidToken,
+            ..
+        }
+    ));
     assert!(!e.is_retryable());
+    let e = run(&client(Ok(json(
+        410,
+        r#"{"error":"session_expired","message":"x"}"#,
+        &[],
+    ))));
+    assert!(e.is_retryable(), "a new run opens a new session");
     let e = run(&client(Ok(json(502, "<html>bad gateway</html>", &[]))));
-    assert!(matches!(&e, ClientError::Http { status: 502, code, .. } if code == "unknown"));
+    assert!(matches!(
+        &e,
+        ClientError::Http {
+            status: 502,
+            code: ErrorCode::Unknown,
+            ..
+        }
+    ));
     assert!(e.is_retryable());
 }
 
@@ -98,48 +120,107 @@ fn network_bad_response_and_bad_input_errors() {
     assert!(matches!(e, ClientError::BadResponse(_)), "{e}");
     let c = client(Ok(json(200, "{}", &[])));
     let e = c
-        .match_items(vec![], Protocol::Dh, &mut |_| {})
+        .match_items(vec![], Protocol::Dh, &mut |_| {}, &none())
         .unwrap_err();
     assert!(matches!(e, ClientError::BadInput(_)));
     let e = c
-        .match_items(vec![vec![0u8; 70_000]], Protocol::Dh, &mut |_| {})
+        .match_items(vec![vec![0u8; 70_000]], Protocol::Dh, &mut |_| {}, &none())
         .unwrap_err();
     assert!(matches!(e, ClientError::BadInput(_)));
 }
 
-/// A session whose query answer is not a protocol message: a protocol error, and the
-/// session is still deleted.
-#[test]
-fn malformed_protocol_answer_is_a_protocol_error() {
-    struct Fake(Arc<Mutex<Vec<(Method, String)>>>);
-    impl Transport for Fake {
-        fn send(&self, r: Request<'_>) -> Result<Response, TransportError> {
-            self.0.lock().unwrap().push((r.method, r.path.to_string()));
-            Ok(match (r.method, r.path) {
-                (Method::Post, "/v1/sessions") => json(
-                    201,
-                    r#"{"session_id":"ab","protocol":"dh-psi","epoch":1,"registry_items":5,
-                        "max_client_items":100,"max_body_bytes":1000000,"encoded_set_etag":"\"x\"",
-                        "label_bucket_bits":0,"expires_in_secs":300}"#,
-                    &[],
-                ),
-                (Method::Delete, _) => json(204, "", &[]),
-                _ => Response {
-                    status: 200,
-                    headers: vec![],
-                    body: b"PS\x01\x01\x02\x00\x00\x00\x00".to_vec(),
-                },
-            })
-        }
+/// Records every request (method, URL, timeout, size cap, token) and forwards it to a
+/// real transport, or answers with a fake session and a malformed protocol message.
+struct Recording {
+    inner: Option<HttpTransport>,
+    seen: Arc<Mutex<Vec<Request>>>,
+}
+
+impl Recording {
+    fn new(inner: Option<HttpTransport>) -> (Arc<Self>, Arc<Mutex<Vec<Request>>>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        (
+            Arc::new(Recording {
+                inner,
+                seen: seen.clone(),
+            }),
+            seen,
+        )
     }
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let c = Client::with_transport(Box::new(Fake(seen.clone())), ClientConfig::default());
+}
+
+impl Transport for Recording {
+    fn send(&self, r: Request) -> Result<Response, TransportError> {
+        self.seen.lock().unwrap().push(r.clone());
+        if let Some(t) = &self.inner {
+            return t.send(r);
+        }
+        Ok(match (r.method, r.url.as_str()) {
+            (Method::Post, "http://fake/v1/sessions") => json(
+                201,
+                r#"{"session_id":"ab","protocol":"dh-psi","epoch":1,"registry_items":5,
+                    "max_client_items":100,"max_body_bytes":1000000,"encoded_set_etag":"\"x\"",
+                    "label_bucket_bits":0,"expires_in_secs":300}"#,
+                &[],
+            ),
+            (Method::Delete, _) => json(204, "", &[]),
+            _ => Response {
+                status: 200,
+                headers: vec![],
+                body: b"PS\x01\x01\x02\x00\x00\x00\x00".to_vec(),
+            },
+        })
+    }
+}
+
+fn routes(seen: &[Request]) -> Vec<String> {
+    seen.iter()
+        .map(|r| {
+            let path = r.url.split_once("/v1/").map_or("", |(_, p)| p);
+            // Session ids vary: keep the route's shape.
+            let path: Vec<&str> = path
+                .split('/')
+                .map(|s| if s.len() == 32 { "{id}" } else { s })
+                .collect();
+            format!("{} /v1/{}", r.method.as_str(), path.join("/"))
+        })
+        .collect()
+}
+
+/// A malformed protocol answer is a protocol error; the session is still deleted; every
+/// request carries the configured timeout, size cap and token, with an absolute URL.
+#[test]
+fn requests_carry_the_config_and_a_bad_answer_is_a_protocol_error() {
+    let (t, seen) = Recording::new(None);
+    let config = ClientConfig::default()
+        .with_timeout(Duration::from_millis(1234))
+        .with_max_response_bytes(4321)
+        .with_token("t0k");
+    let c = Client::with_transport("http://fake/", t, config);
     let e = run(&c);
     assert!(matches!(e, ClientError::Protocol(_)), "{e}");
     let seen = seen.lock().unwrap();
     assert_eq!(
-        seen.last().unwrap(),
-        &(Method::Delete, "/v1/sessions/ab".to_string())
+        routes(&seen),
+        [
+            "POST /v1/sessions",
+            "POST /v1/sessions/ab/dh/query",
+            "DELETE /v1/sessions/ab"
+        ]
+    );
+    for r in seen.iter() {
+        assert!(r.url.starts_with("http://fake/v1/"), "{}", r.url);
+        assert_eq!(r.timeout, Duration::from_millis(1234));
+        assert_eq!(r.max_response_bytes, 4321);
+        assert_eq!(r.header("authorization"), Some("Bearer t0k"));
+    }
+    assert_eq!(
+        seen[1].header("content-type"),
+        Some("application/octet-stream")
+    );
+    assert!(
+        !format!("{:?}", seen[1]).contains("t0k"),
+        "Debug hides headers"
     );
 }
 
@@ -153,13 +234,9 @@ fn requests_time_out() {
         std::thread::sleep(Duration::from_secs(3));
         drop(conn);
     });
-    let c = Client::with_transport(
-        Box::new(HttpTransport::new(
-            &format!("http://{addr}"),
-            Duration::from_millis(500),
-            1 << 20,
-        )),
-        ClientConfig::default(),
+    let c = Client::new(
+        &format!("http://{addr}"),
+        ClientConfig::default().with_timeout(Duration::from_millis(500)),
     );
     let t = Instant::now();
     let e = run(&c);
@@ -171,64 +248,229 @@ fn requests_time_out() {
     hold.join().unwrap();
 }
 
-/// Against the real server: the second run takes the encoded registry from the cache
-/// (no request for it at all), the token is sent, and the transport sees every request.
-#[test]
-fn caches_the_encoded_registry_per_epoch() {
-    struct Counting(HttpTransport, Arc<Mutex<Vec<(Method, String)>>>);
-    impl Transport for Counting {
-        fn send(&self, r: Request<'_>) -> Result<Response, TransportError> {
-            assert!(
-                r.headers
-                    .iter()
-                    .any(|(k, v)| *k == "authorization" && v == "Bearer t0k")
-            );
-            self.1.lock().unwrap().push((r.method, r.path.to_string()));
-            self.0.send(r)
-        }
-    }
-    let mut config = psi_server::Config::default();
+/// A real server on loopback over an in-memory registry.
+fn server(entries: &[(&str, Option<&str>)], tune: impl FnOnce(&mut Config)) -> RunningServer {
+    let mut config = Config::default();
     config.db_path = ":memory:".into();
-    config.tokens = vec!["t0k".into()];
-    let mut store = psi_server::Store::open(std::path::Path::new(":memory:")).unwrap();
-    store
-        .add_entries([("+14155550123", Some("alice")), ("bob@example.com", None)])
-        .unwrap();
-    let registry = psi_server::Registry::from_store(&mut store, &config, &mut |_, _| {}).unwrap();
-    let server = psi_server::RunningServer::start(
-        psi_server::AppState::with_registry(config, registry),
+    config.build_threads = 2;
+    config.workers = 2;
+    tune(&mut config);
+    let mut store = Store::open(std::path::Path::new(":memory:")).unwrap();
+    store.add_entries(entries.iter().copied()).unwrap();
+    let registry = Registry::from_store(&mut store, &config, &mut |_, _| {}).unwrap();
+    RunningServer::start(
+        AppState::with_registry(config, registry),
         ([127, 0, 0, 1], 0).into(),
     )
-    .unwrap();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let c = Client::with_transport(
-        Box::new(Counting(
-            HttpTransport::new(&server.url(), Duration::from_secs(20), 1 << 24),
-            seen.clone(),
-        )),
-        ClientConfig::default().with_token("t0k"),
+    .unwrap()
+}
+
+/// A DH-PSI run with labels makes exactly: session, query, encoded set, label fetch,
+/// delete (no label OPRF query: the labels come from the run's own outputs). The second
+/// run takes the encoded registry from the cache and makes no request for it.
+#[test]
+fn a_dh_run_with_labels_makes_exactly_five_requests_and_the_cache_saves_one() {
+    let srv = server(
+        &[("+14155550123", Some("alice")), ("bob@example.com", None)],
+        |c| c.tokens = vec!["t0k".into()],
     );
+    let (t, seen) = Recording::new(Some(HttpTransport::new()));
+    let c = Client::with_transport(&srv.url(), t, ClientConfig::default().with_token("t0k"));
     let items = vec![
         b"bob@example.com".to_vec(),
         b"+14155550123".to_vec(),
         b"x@y.z".to_vec(),
     ];
     let r = c
-        .match_items(items.clone(), Protocol::Dh, &mut |_| {})
+        .match_items(items.clone(), Protocol::Dh, &mut |_| {}, &none())
         .unwrap();
     let labels: Vec<Option<&str>> = r.matches.iter().map(|m| m.label.as_deref()).collect();
     assert_eq!(labels, vec![None, Some("alice")]);
-    let downloads =
-        |s: &[(Method, String)]| s.iter().filter(|(_, p)| p == "/v1/dh/encoded-set").count();
-    assert_eq!(downloads(&seen.lock().unwrap()), 1);
-    let r2 = c.match_items(items, Protocol::Dh, &mut |_| {}).unwrap();
-    assert_eq!(r2.matches, r.matches);
     assert_eq!(
-        downloads(&seen.lock().unwrap()),
-        1,
-        "second run used the cache"
+        routes(&seen.lock().unwrap()),
+        [
+            "POST /v1/sessions",
+            "POST /v1/sessions/{id}/dh/query",
+            "GET /v1/dh/encoded-set",
+            "POST /v1/sessions/{id}/labels/fetch",
+            "DELETE /v1/sessions/{id}",
+        ]
     );
+    assert_eq!(r.stats.requests, 5);
+    assert_eq!(r.stats.round_trips, 1);
+    seen.lock().unwrap().clear();
+    let r2 = c
+        .match_items(items, Protocol::Dh, &mut |_| {}, &none())
+        .unwrap();
+    assert_eq!(r2.matches, r.matches);
     assert!(r2.stats.set_from_cache);
+    assert_eq!(
+        routes(&seen.lock().unwrap()),
+        [
+            "POST /v1/sessions",
+            "POST /v1/sessions/{id}/dh/query",
+            "POST /v1/sessions/{id}/labels/fetch",
+            "DELETE /v1/sessions/{id}",
+        ]
+    );
     assert_eq!(c.health().unwrap().registry_items, 2);
-    server.shutdown().unwrap();
+    assert_eq!(srv.state.live_sessions(), 0);
+    srv.shutdown().unwrap();
+}
+
+/// The file cache is shared by two client instances (as by two launches of an app): the
+/// second downloads nothing. A changed registry (new ETag, same epoch) is downloaded
+/// again: the ETag, not the epoch, names the set.
+#[test]
+fn a_file_cache_is_reused_across_clients_and_refreshed_on_a_new_etag() {
+    let srv = server(&[("+14155550123", Some("alice"))], |_| {});
+    let dir = std::env::temp_dir().join(format!("psi-client-file-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let items = vec![b"+14155550123".to_vec(), b"+14155550199".to_vec()];
+    let new_client = || {
+        Client::new(&srv.url(), ClientConfig::default()).with_cache(Arc::new(FileCache::new(&dir)))
+    };
+    let first = new_client()
+        .match_items(items.clone(), Protocol::Dh, &mut |_| {}, &none())
+        .unwrap();
+    assert!(!first.stats.set_from_cache && first.stats.set_bytes_downloaded > 0);
+    let second = new_client()
+        .match_items(items.clone(), Protocol::Dh, &mut |_| {}, &none())
+        .unwrap();
+    assert!(second.stats.set_from_cache);
+    assert_eq!(second.stats.set_bytes_downloaded, 0);
+    assert_eq!(second.matches, first.matches);
+    // The cached set's tag no longer names the server's set (as after an import, which
+    // keeps the epoch): the client asks with If-None-Match, gets the new set, stores it.
+    let etag_file = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "etag"))
+        .unwrap();
+    let real = std::fs::read_to_string(&etag_file).unwrap();
+    std::fs::write(&etag_file, "\"stale\"").unwrap();
+    let third = new_client()
+        .match_items(items, Protocol::Dh, &mut |_| {}, &none())
+        .unwrap();
+    assert!(!third.stats.set_from_cache);
+    assert!(third.stats.set_bytes_downloaded > 0);
+    assert_eq!(third.matches, first.matches);
+    assert_eq!(std::fs::read_to_string(&etag_file).unwrap(), real);
+    std::fs::remove_dir_all(&dir).unwrap();
+    srv.shutdown().unwrap();
+}
+
+/// Cancelling in the middle of a multi-round OT-PSI run: the run stops with `Cancelled`
+/// before its next request and the server session is deleted.
+#[test]
+fn cancelling_mid_ot_run_frees_the_server_session() {
+    let entries: Vec<(String, Option<String>)> = (0..300)
+        .map(|i| (format!("+1202555{i:04}"), None))
+        .collect();
+    let entries: Vec<(&str, Option<&str>)> = entries
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_deref()))
+        .collect();
+    // Small bodies: 128-row chunks, so 2,000 items take several rounds.
+    let srv = server(&entries, |c| {
+        c.max_body_bytes = 10_000;
+        c.max_client_items = 4_000;
+        c.items_per_hour = 0;
+    });
+    let (t, seen) = Recording::new(Some(HttpTransport::new()));
+    let c = Client::with_transport(&srv.url(), t, ClientConfig::default());
+    let items: Vec<Vec<u8>> = (0..2_000)
+        .map(|i| format!("+1303555{i:04}").into_bytes())
+        .collect();
+    let cancel = CancelToken::new();
+    let mut events = Vec::new();
+    let e = c
+        .match_items(
+            items,
+            Protocol::Ot,
+            &mut |p| {
+                events.push(p);
+                if p.phase == Phase::RoundTrip && p.round == 3 {
+                    cancel.cancel();
+                }
+            },
+            &cancel,
+        )
+        .unwrap_err();
+    assert!(matches!(e, ClientError::Cancelled), "{e}");
+    assert!(!e.is_retryable());
+    let routes = routes(&seen.lock().unwrap());
+    assert_eq!(routes.last().unwrap(), "DELETE /v1/sessions/{id}");
+    let rounds = routes.iter().filter(|r| r.ends_with("/ot/round")).count();
+    assert_eq!(rounds, 2, "the third round was never sent: {routes:?}");
+    assert_eq!(srv.state.live_sessions(), 0);
+    // Progress came in order: session, start, then alternating rounds and client steps.
+    let phases: Vec<Phase> = events.iter().map(|p| p.phase).collect();
+    assert_eq!(
+        phases[..5],
+        [
+            Phase::CreateSession,
+            Phase::ClientStart,
+            Phase::RoundTrip,
+            Phase::ClientSetup,
+            Phase::RoundTrip
+        ]
+    );
+    srv.shutdown().unwrap();
+}
+
+/// Raw contacts in: normalized, matched, mapped back to the rows (all rows of a repeated
+/// identifier), rejected rows with their reason; the region comes from the config.
+#[test]
+fn match_contacts_maps_results_to_rows() {
+    let srv = server(
+        &[
+            ("+14155550123", Some("alice")),
+            ("bob@example.com", None),
+            ("+442079460000", None),
+        ],
+        |_| {},
+    );
+    let c = Client::new(
+        &srv.url(),
+        ClientConfig::default().with_default_region("US"),
+    );
+    let rows = [
+        "(415) 555-0123",    // 0: US number, matches
+        "not a phone",       // 1: rejected
+        " Bob@Example.COM ", // 2: matches
+        "+1 415 555 0123",   // 3: same person as row 0
+        "carol@example.com", // 4: not registered
+        "",                  // 5: rejected
+        "+44 20 7946 0000",  // 6: matches
+    ];
+    let r = c
+        .match_contacts(&rows, Protocol::Dh, &mut |_| {}, &none())
+        .unwrap();
+    let got: Vec<(usize, &str, Option<&str>)> = r
+        .matches
+        .iter()
+        .map(|m| (m.row, m.identifier.as_str(), m.label.as_deref()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (0, "+14155550123", Some("alice")),
+            (2, "bob@example.com", None),
+            (3, "+14155550123", Some("alice")),
+            (6, "+442079460000", None),
+        ]
+    );
+    let rejected: Vec<usize> = r.rejected.iter().map(|x| x.row).collect();
+    assert_eq!(rejected, [1, 5]);
+    assert_eq!(r.rows, 7);
+    assert_eq!(r.run.client_items, 4);
+    let e = Client::new(
+        &srv.url(),
+        ClientConfig::default().with_default_region("ZZ"),
+    )
+    .match_contacts(&rows, Protocol::Dh, &mut |_| {}, &none())
+    .unwrap_err();
+    assert!(matches!(e, ClientError::BadInput(_)), "{e}");
+    srv.shutdown().unwrap();
 }

@@ -57,8 +57,12 @@ impl Protocol {
     /// A one-line description for people.
     pub fn description(self) -> &'static str {
         match self {
-            Protocol::Dh => "DH-PSI (RFC 9497 OPRF, ristretto255-SHA512): fewest bytes, cacheable registry",
-            Protocol::Ot => "OT-PSI (KKRT16 OT extension + Cuckoo hashing): less computation, more bytes",
+            Protocol::Dh => {
+                "DH-PSI (RFC 9497 OPRF, ristretto255-SHA512): fewest bytes, cacheable registry"
+            }
+            Protocol::Ot => {
+                "OT-PSI (KKRT16 OT extension + Cuckoo hashing): less computation, more bytes"
+            }
         }
     }
 }
@@ -86,7 +90,9 @@ impl FromStr for Protocol {
         Protocol::ALL
             .iter()
             .copied()
-            .find(|p| s.eq_ignore_ascii_case(p.short_name()) || s.eq_ignore_ascii_case(p.api_name()))
+            .find(|p| {
+                s.eq_ignore_ascii_case(p.short_name()) || s.eq_ignore_ascii_case(p.api_name())
+            })
             .ok_or(UnknownProtocol)
     }
 }
@@ -96,7 +102,11 @@ pub const STATISTICAL_SECURITY: u32 = 40;
 
 /// `ceil(log2 n)`, with `ceil(log2 0) = ceil(log2 1) = 0`.
 pub fn ceil_log2(n: u64) -> u32 {
-    if n <= 1 { 0 } else { 64 - (n - 1).leading_zeros() }
+    if n <= 1 {
+        0
+    } else {
+        64 - (n - 1).leading_zeros()
+    }
 }
 
 /// The false-match rule shared by every protocol: the number of bits of each compared

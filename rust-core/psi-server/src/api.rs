@@ -82,8 +82,7 @@ fn body_error(e: BytesRejection) -> ApiError {
             "request body exceeds the server's limit (see max_body_bytes)",
         )
     } else {
-        ApiError::new(ErrorCode::BadRequest, "could not read the request body",
-        )
+        ApiError::new(ErrorCode::BadRequest, "could not read the request body")
     }
 }
 
@@ -304,7 +303,10 @@ async fn create_session(
             let names: Vec<&str> = supported.iter().map(|p| p.api_name()).collect();
             ApiError::new(
                 ErrorCode::UnsupportedProtocol,
-                format!("unsupported protocol; this server runs: {}", names.join(", ")),
+                format!(
+                    "unsupported protocol; this server runs: {}",
+                    names.join(", ")
+                ),
             )
         })?;
     let n = req.client_items;
@@ -489,7 +491,10 @@ fn expect_protocol(g: &Session, protocol: Protocol, hint: &str) -> Result<(), Ap
 
 /// Decodes a DH-PSI QUERY and checks its element count with `check` before any
 /// multiplication.
-fn decode_query(body: &[u8], check: impl FnOnce(usize) -> Result<(), ApiError>) -> Result<Elements, ApiError> {
+fn decode_query(
+    body: &[u8],
+    check: impl FnOnce(usize) -> Result<(), ApiError>,
+) -> Result<Elements, ApiError> {
     let query = Elements::from_bytes(body, message_type::QUERY)?;
     check(query.len())?;
     Ok(query)
@@ -529,7 +534,12 @@ async fn dh_query(
             })
             .and_then(|q| Ok(registry.dh.evaluate(&q)?));
             match answer {
-                Ok(out) => (Phase::Matched { label_queried: false }, Ok(out)),
+                Ok(out) => (
+                    Phase::Matched {
+                        label_queried: false,
+                    },
+                    Ok(out),
+                ),
                 // A rejected query does not consume the session.
                 Err(e) => (phase, Err(e)),
             }
@@ -563,7 +573,9 @@ async fn ot_round(
             };
             let result = server.handle(&body).map_err(ApiError::from);
             let next = if server.is_done() {
-                Phase::Matched { label_queried: false }
+                Phase::Matched {
+                    label_queried: false,
+                }
             } else {
                 Phase::OtRunning(server)
             };
@@ -602,7 +614,9 @@ async fn label_query(
         &s,
         |g| {
             match g.phase {
-                Phase::Matched { label_queried: false } => {}
+                Phase::Matched {
+                    label_queried: false,
+                } => {}
                 Phase::Matched { .. } | Phase::Done => {
                     return Err(wrong_phase(
                         "the session's label query was already answered",
@@ -610,12 +624,15 @@ async fn label_query(
                 }
                 _ => return Err(wrong_phase("labels come after the protocol run")),
             }
-            limiter
-                .charge(&g.client, count)
-                .map_err(rate_limited)
+            limiter.charge(&g.client, count).map_err(rate_limited)
         },
         move |phase| match registry.dh.evaluate(&query) {
-            Ok(out) => (Phase::Matched { label_queried: true }, Ok(out)),
+            Ok(out) => (
+                Phase::Matched {
+                    label_queried: true,
+                },
+                Ok(out),
+            ),
             Err(e) => (phase, Err(e.into())),
         },
     )

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use psi_client::{Client, ClientConfig, Method, Protocol};
+use psi_client::{CancelToken, Client, ClientConfig, ErrorCode, Method, Protocol};
 use std::time::Duration;
 
 const BIN: (&str, &str) = ("content-type", "application/octet-stream");
@@ -252,6 +252,7 @@ fn bad_requests_get_documented_errors_and_the_server_keeps_serving() {
             ],
             Protocol::Dh,
             &mut |_| {},
+            &CancelToken::new(),
         )
         .unwrap();
     let labels: Vec<Option<&str>> = report.matches.iter().map(|m| m.label.as_deref()).collect();
@@ -321,12 +322,20 @@ fn rate_limit_auth_and_session_cap() {
     // The typed client error carries the code.
     let client = Client::new(&server.url(), ClientConfig::default().with_token("s3cret"));
     let e = client
-        .match_items(vec![id(1).into_bytes()], Protocol::Dh, &mut |_| {})
+        .match_items(
+            vec![id(1).into_bytes()],
+            Protocol::Dh,
+            &mut |_| {},
+            &CancelToken::new(),
+        )
         .unwrap_err();
     match e {
         psi_client::ClientError::Http { status, code, .. } => {
             assert!(status == 503 || status == 429, "{status}");
-            assert!(code == "too_many_sessions" || code == "rate_limited");
+            assert!(matches!(
+                code,
+                ErrorCode::TooManySessions | ErrorCode::RateLimited
+            ));
         }
         other => panic!("{other}"),
     }
@@ -387,8 +396,9 @@ fn per_caller_and_ot_session_caps_and_no_echo() {
 #[test]
 fn a_failed_label_step_keeps_the_matches() {
     let mut config = config("label-budget");
-    // The session (10 items) fits the hourly budget; the label query over the 5 matches
-    // does not, so the label step fails after matching succeeded.
+    // The OT session (10 items) fits the hourly budget; the label OPRF query over the 5
+    // matches does not, so the label step fails after matching succeeded. (DH-PSI runs
+    // need no label query: their labels come from the run's own outputs.)
     config.items_per_hour = 12;
     fill(&config, 100, |_| true);
     let server = start(config);
@@ -399,7 +409,7 @@ fn a_failed_label_step_keeps_the_matches() {
         .map(String::into_bytes)
         .collect();
     let report = client
-        .match_items(items, Protocol::Dh, &mut |_| {})
+        .match_items(items, Protocol::Ot, &mut |_| {}, &CancelToken::new())
         .unwrap();
     assert_eq!(report.matches.len(), 5);
     assert!(report.matches.iter().all(|m| m.label.is_none()));

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use psi_client::{Client, ClientConfig, Method, Protocol};
+use psi_client::{CancelToken, Client, ClientConfig, Method, Protocol};
 use psi_core::Threads;
 use std::collections::HashSet;
 
@@ -29,7 +29,7 @@ fn check(protocol: Protocol, registry: u64) {
         ClientConfig::default().with_threads(Threads::new(2)),
     );
     let report = client
-        .match_items(items.clone(), protocol, &mut |_| {})
+        .match_items(items.clone(), protocol, &mut |_| {}, &CancelToken::new())
         .unwrap();
     // The plain intersection.
     let reg: HashSet<Vec<u8>> = (0..registry).map(|i| id(i).into_bytes()).collect();
@@ -48,12 +48,14 @@ fn check(protocol: Protocol, registry: u64) {
         assert!(!report.stats.set_from_cache);
         assert!(report.stats.set_bytes_downloaded > 0);
         // Second run: the cached set is used, nothing downloaded.
-        let again = client.match_items(items, protocol, &mut |_| {}).unwrap();
+        let again = client
+            .match_items(items, protocol, &mut |_| {}, &CancelToken::new())
+            .unwrap();
         assert_eq!(again.matches, report.matches);
         assert!(again.stats.set_from_cache);
         assert_eq!(again.stats.set_bytes_downloaded, 0);
         // Conditional GET with the ETag: 304, empty body.
-        let etag = client.cached_set().unwrap().etag;
+        let etag = server.state.registry().etag().to_string();
         let t = raw(&server);
         let r = send(
             &t,
@@ -64,10 +66,24 @@ fn check(protocol: Protocol, registry: u64) {
         );
         assert_eq!(r.status, 304);
         assert!(r.body.is_empty());
+        // RFC 9110 weak comparison: a weak form of the same tag matches too.
+        let weak = format!("W/{etag}");
+        let r = send(
+            &t,
+            Method::Get,
+            "/v1/dh/encoded-set",
+            &[("if-none-match", &format!("\"other\", {weak}"))],
+            &[],
+        );
+        assert_eq!(r.status, 304);
         let r = send(&t, Method::Get, "/v1/dh/encoded-set", &[], &[]);
         assert_eq!(r.status, 200);
         assert_eq!(r.header("etag"), Some(etag.as_str()));
         assert_eq!(r.header("x-psi-epoch"), Some("1"));
+        assert!(
+            r.header("server-timing")
+                .is_some_and(|v| v.starts_with("psi;dur="))
+        );
     }
     assert_eq!(
         server.state.live_sessions(),
@@ -98,12 +114,13 @@ fn no_labels_when_disabled_and_empty_input_is_bad_input() {
             vec![id(5).into_bytes(), b"x".to_vec()],
             Protocol::Dh,
             &mut |_| {},
+            &CancelToken::new(),
         )
         .unwrap();
     assert_eq!(r.matches.len(), 1);
     assert_eq!(r.matches[0].label, None);
     let e = client
-        .match_items(vec![], Protocol::Dh, &mut |_| {})
+        .match_items(vec![], Protocol::Dh, &mut |_| {}, &CancelToken::new())
         .unwrap_err();
     assert!(matches!(e, psi_client::ClientError::BadInput(_)), "{e}");
 }

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use psi_client::{Client, ClientConfig, Protocol};
+use psi_client::{CancelToken, Client, ClientConfig, Protocol};
 use psi_core::Threads;
 use std::time::{Duration, Instant};
 
@@ -44,7 +44,7 @@ fn fifty_concurrent_clients_against_100k_entries() {
                         })
                         .collect();
                     let r = client
-                        .match_items(items, Protocol::Dh, &mut |_| {})
+                        .match_items(items, Protocol::Dh, &mut |_| {}, &CancelToken::new())
                         .unwrap();
                     assert_eq!(r.matches.len(), 100, "client {c}");
                     for m in &r.matches {

@@ -4,7 +4,23 @@
 mod common;
 
 use common::*;
-use psi_client::{Client, ClientConfig, Method, Protocol};
+use psi_client::{
+    CachedSet, CancelToken, Client, ClientConfig, MemoryCache, Method, Protocol, SetCache,
+};
+use std::sync::Arc;
+
+/// A cache that treats every server URL as the same server (a restart moves the port).
+#[derive(Default)]
+struct OneServer(MemoryCache);
+
+impl SetCache for OneServer {
+    fn load(&self, _: &str) -> Option<CachedSet> {
+        self.0.load("server")
+    }
+    fn store(&self, _: &str, set: &CachedSet) -> std::io::Result<()> {
+        self.0.store("server", set)
+    }
+}
 use psi_server::{Registry, Store};
 
 #[test]
@@ -18,9 +34,15 @@ fn registry_and_encoded_set_survive_a_restart_and_rotation_starts_an_epoch() {
     ];
 
     let server = start(config.clone());
-    let client = Client::new(&server.url(), ClientConfig::default());
+    let cache = Arc::new(OneServer::default());
+    let client = Client::new(&server.url(), ClientConfig::default()).with_cache(cache.clone());
     let first = client
-        .match_items(items.clone(), Protocol::Dh, &mut |_| {})
+        .match_items(
+            items.clone(),
+            Protocol::Dh,
+            &mut |_| {},
+            &CancelToken::new(),
+        )
         .unwrap();
     assert_eq!(first.matches.len(), 2);
     let etag = server.state.registry().etag().to_string();
@@ -33,12 +55,16 @@ fn registry_and_encoded_set_survive_a_restart_and_rotation_starts_an_epoch() {
     assert_eq!(registry.etag(), etag);
     drop(registry);
     let server = start(config.clone());
-    // A new port: a new client, seeded with the first one's cache.
-    let cache = client.cached_set();
-    let client = Client::new(&server.url(), ClientConfig::default());
-    client.set_cache(cache);
+    // A new port: a new client sharing the first one's cache (which keys sets by server
+    // URL, so the cache here stands for "the same server").
+    let client = Client::new(&server.url(), ClientConfig::default()).with_cache(cache.clone());
     let again = client
-        .match_items(items.clone(), Protocol::Dh, &mut |_| {})
+        .match_items(
+            items.clone(),
+            Protocol::Dh,
+            &mut |_| {},
+            &CancelToken::new(),
+        )
         .unwrap();
     assert_eq!(again.matches, first.matches);
     assert!(
@@ -53,7 +79,12 @@ fn registry_and_encoded_set_survive_a_restart_and_rotation_starts_an_epoch() {
     let stats = server.state.reload().unwrap();
     assert_eq!(stats.outputs_computed, 1);
     let r = client
-        .match_items(items.clone(), Protocol::Dh, &mut |_| {})
+        .match_items(
+            items.clone(),
+            Protocol::Dh,
+            &mut |_| {},
+            &CancelToken::new(),
+        )
         .unwrap();
     assert_eq!(r.matches.len(), 3);
     assert_eq!(r.matches[2].label.as_deref(), Some("new"));
@@ -87,7 +118,7 @@ fn registry_and_encoded_set_survive_a_restart_and_rotation_starts_an_epoch() {
     assert_eq!(r.status, 409);
     assert_eq!(error_code(&r), "epoch_mismatch");
     let r = client
-        .match_items(items, Protocol::Dh, &mut |_| {})
+        .match_items(items, Protocol::Dh, &mut |_| {}, &CancelToken::new())
         .unwrap();
     assert_eq!(r.epoch, 2);
     assert_eq!(r.matches.len(), 3);

@@ -136,7 +136,10 @@ pub fn parse_records(mut data: &[u8]) -> Result<Vec<Record<'_>>, DecodeError> {
         tag.copy_from_slice(&head[..TAG_LEN]);
         let mut nonce = [0u8; NONCE_LEN];
         nonce.copy_from_slice(&head[TAG_LEN..TAG_LEN + NONCE_LEN]);
-        let len = usize::from(u16::from_be_bytes([head[TAG_LEN + NONCE_LEN], head[TAG_LEN + NONCE_LEN + 1]]));
+        let len = usize::from(u16::from_be_bytes([
+            head[TAG_LEN + NONCE_LEN],
+            head[TAG_LEN + NONCE_LEN + 1],
+        ]));
         if len < AEAD_TAG_LEN || len > MAX_LABEL_LEN + AEAD_TAG_LEN {
             return Err(DecodeError::InvalidParameter {
                 what: "label ciphertext length",

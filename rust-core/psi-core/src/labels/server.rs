@@ -96,7 +96,10 @@ impl LabelStore {
                 limit: max_buckets as u64,
             });
         }
-        if ids.iter().any(|&b| u64::from(b) >= 1u64 << self.bucket_bits) {
+        if ids
+            .iter()
+            .any(|&b| u64::from(b) >= 1u64 << self.bucket_bits)
+        {
             return Err(DecodeError::InvalidParameter {
                 what: "bucket id (must be below 2^label_bucket_bits)",
             }

@@ -51,24 +51,39 @@ pub fn start(config: Config) -> RunningServer {
     .unwrap()
 }
 
-pub fn raw(server: &RunningServer) -> HttpTransport {
-    HttpTransport::new(&server.url(), Duration::from_secs(30), 64 << 20)
+/// Raw HTTP to one server, for requests the client driver would never make.
+pub struct Raw {
+    transport: HttpTransport,
+    base: String,
+}
+
+pub fn raw(server: &RunningServer) -> Raw {
+    Raw {
+        transport: HttpTransport::new(),
+        base: server.url(),
+    }
 }
 
 pub fn send(
-    t: &HttpTransport,
+    t: &Raw,
     method: Method,
     path: &str,
     headers: &[(&'static str, &str)],
     body: &[u8],
 ) -> Response {
-    t.send(Request {
-        method,
-        path,
-        headers: headers.iter().map(|(k, v)| (*k, v.to_string())).collect(),
-        body,
-    })
-    .unwrap()
+    t.transport
+        .send(Request {
+            method,
+            url: format!("{}{path}", t.base),
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            body: body.to_vec(),
+            timeout: Duration::from_secs(30),
+            max_response_bytes: 64 << 20,
+        })
+        .unwrap()
 }
 
 pub fn error_code(r: &Response) -> String {
@@ -78,12 +93,7 @@ pub fn error_code(r: &Response) -> String {
 }
 
 /// Creates a session and returns its JSON.
-pub fn session(
-    t: &HttpTransport,
-    protocol: &str,
-    n: u32,
-    auth: &[(&'static str, &str)],
-) -> Response {
+pub fn session(t: &Raw, protocol: &str, n: u32, auth: &[(&'static str, &str)]) -> Response {
     let body = format!(r#"{{"protocol":"{protocol}","client_items":{n}}}"#);
     let mut h = vec![("content-type", "application/json")];
     h.extend_from_slice(auth);
