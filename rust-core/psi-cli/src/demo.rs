@@ -2,7 +2,7 @@
 //! through a real `psi-server` on loopback.
 
 use crate::measure::{ms, thousands};
-use crate::runner::run_dh;
+use crate::runner::{run_dh, run_ot};
 use psi_client::CancelToken;
 use psi_core::Protocol;
 
@@ -42,17 +42,18 @@ fn registry(contacts: &[(&str, &str)], size: usize) -> Vec<Vec<u8>> {
     out
 }
 
-/// Starts a server on loopback with the generated registry (labels `member-<n>`), then
-/// matches the sample over HTTP with the real client driver.
-pub fn run(
-    protocol: Protocol,
-    registry_size: usize,
-    threads: Option<usize>,
-    json: bool,
-) -> Result<(), String> {
-    let threads = threads.unwrap_or_else(|| psi_core::Threads::available().get());
+/// The demo's inputs: the embedded address book, a generated registry holding every
+/// `OVERLAP_EVERY`-th of its contacts, and the number of matches to expect.
+struct Sample {
+    contacts: Vec<(&'static str, &'static str)>,
+    client: Vec<Vec<u8>>,
+    server: Vec<Vec<u8>>,
+    expected: usize,
+}
+
+fn sample(registry_size: usize) -> Sample {
     let contacts = sample_contacts();
-    let client_items: Vec<Vec<u8>> = contacts
+    let client = contacts
         .iter()
         .map(|(_, id)| id.as_bytes().to_vec())
         .collect();
@@ -62,6 +63,29 @@ pub fn run(
         .step_by(OVERLAP_EVERY)
         .take(registry_size)
         .count();
+    Sample {
+        contacts,
+        client,
+        server,
+        expected,
+    }
+}
+
+/// Starts a server on loopback with the generated registry (labels `member-<n>`), then
+/// matches the sample over HTTP with the real client driver.
+pub fn run(
+    protocol: Protocol,
+    registry_size: usize,
+    threads: Option<usize>,
+    json: bool,
+) -> Result<(), String> {
+    let threads = threads.unwrap_or_else(|| psi_core::Threads::available().get());
+    let Sample {
+        contacts,
+        client: client_items,
+        server,
+        expected,
+    } = sample(registry_size);
 
     // Server: an in-memory store, outputs and encoded set computed as on a first start.
     let mut config = psi_server::Config::default();
@@ -221,73 +245,98 @@ pub fn run(
 }
 
 /// The in-process run (no HTTP): both sides in this process through the real message
-/// encoding, with CPU times per phase.
+/// encoding, with times per phase.
 pub fn run_in_process(
     protocol: Protocol,
     registry_size: usize,
     threads: Option<usize>,
 ) -> Result<(), String> {
-    if protocol != Protocol::Dh {
-        return Err("--in-process runs DH-PSI only".into());
-    }
     let threads = threads.unwrap_or_else(|| psi_core::Threads::available().get());
-    let contacts = sample_contacts();
-    let client: Vec<Vec<u8>> = contacts
-        .iter()
-        .map(|(_, id)| id.as_bytes().to_vec())
-        .collect();
-    let server = registry(&contacts, registry_size);
-    let expected = contacts
-        .iter()
-        .step_by(OVERLAP_EVERY)
-        .take(registry_size)
-        .count();
+    let Sample {
+        contacts,
+        client,
+        server,
+        expected,
+    } = sample(registry_size);
     println!(
-        "psi demo: DH-PSI (RFC 9497 OPRF, ristretto255-SHA512), {threads} thread(s) per side, in process"
+        "psi demo: {}, {threads} thread(s) per side, in process",
+        protocol.description()
     );
-    let r = run_dh(&client, &server, threads)?;
     println!(
         "  client: {} contacts (embedded sample)   server: {} registry entries (generated)",
         thousands(client.len() as u64),
-        thousands(r.server_items as u64)
+        thousands(server.len() as u64)
     );
-    println!("\n  phase                                          wall ms    cpu ms");
-    for (name, t) in [
-        ("server  encode registry (once per key epoch)", r.encode),
-        ("client  blind contacts", r.blind),
-        ("server  evaluate blinded contacts", r.evaluate),
-        ("client  unblind + finalize", r.finalize),
-        ("client  match against encoded registry", r.matching),
-    ] {
-        println!("  {name:<45} {:>8} {:>9}", ms(t.wall), ms(t.cpu));
-    }
-    println!(
-        "\n  bytes client -> server: {:>10}  (query)",
-        thousands(r.query_bytes as u64)
-    );
-    println!(
-        "  bytes server -> client: {:>10}  (evaluation)",
-        thousands(r.evaluation_bytes as u64)
-    );
-    println!(
-        "                          {:>10}  (encoded registry, {}-bit values, {:.2} bytes/entry; cacheable per key epoch)",
-        thousands(r.set_bytes as u64),
-        r.truncation_bits,
-        r.set_bytes as f64 / r.server_items.max(1) as f64
-    );
+    let output = if protocol == Protocol::Dh {
+        let r = run_dh(&client, &server, threads)?;
+        println!("\n  phase                                          wall ms    cpu ms");
+        for (name, t) in [
+            ("server  encode registry (once per key epoch)", r.encode),
+            ("client  blind contacts", r.blind),
+            ("server  evaluate blinded contacts", r.evaluate),
+            ("client  unblind + finalize", r.finalize),
+            ("client  match against encoded registry", r.matching),
+        ] {
+            println!("  {name:<45} {:>8} {:>9}", ms(t.wall), ms(t.cpu));
+        }
+        println!(
+            "\n  bytes client -> server: {:>10}  (query)",
+            thousands(r.query_bytes as u64)
+        );
+        println!(
+            "  bytes server -> client: {:>10}  (evaluation)",
+            thousands(r.evaluation_bytes as u64)
+        );
+        println!(
+            "                          {:>10}  (encoded registry, {}-bit values, {:.2} bytes/entry; cacheable per key epoch)",
+            thousands(r.set_bytes as u64),
+            r.truncation_bits,
+            r.set_bytes as f64 / r.server_items.max(1) as f64
+        );
+        r.output
+    } else if protocol == Protocol::Ot {
+        let config = psi_core::ot::OtConfig::new(psi_core::Threads::new(threads));
+        let r = run_ot(
+            &psi_core::ItemSet::new(&client),
+            &std::sync::Arc::new(psi_core::ItemSet::new(&server)),
+            &config,
+        )?;
+        println!("\n  phase                                          wall ms");
+        for (phase, t) in &r.steps {
+            let side = if phase.is_client() {
+                "client"
+            } else {
+                "server"
+            };
+            println!("  {side}  {:<37} {:>8}", phase.name(), ms(*t));
+        }
+        println!(
+            "\n  bytes client -> server: {:>10}  ({} round trips, {} Cuckoo bins)",
+            thousands(r.stats.client_to_server_bytes),
+            r.stats.round_trips,
+            r.stats.bins
+        );
+        println!(
+            "  bytes server -> client: {:>10}",
+            thousands(r.stats.server_to_client_bytes)
+        );
+        r.output
+    } else {
+        return Err(format!("{protocol} has no in-process demo"));
+    };
     println!(
         "\n  {} of {} contacts are registered (expected {expected}):",
-        r.output.matches.len(),
+        output.matches.len(),
         client.len()
     );
-    for m in &r.output.matches {
+    for m in &output.matches {
         let (name, id) = contacts[m.index];
         println!("    {name:<24} {id}");
     }
-    if r.output.matches.len() != expected {
+    if output.matches.len() != expected {
         return Err(format!(
             "found {} matches, expected {expected}",
-            r.output.matches.len()
+            output.matches.len()
         ));
     }
     Ok(())

@@ -99,13 +99,8 @@ pub fn run(args: LoadgenArgs) -> Result<(), String> {
                     .with_threads(psi_core::Threads::ONE)
                     .with_labels(!args.no_labels)
                     .with_timeout(Duration::from_secs(120));
-                if let Some(t) = args
-                    .token
-                    .clone()
-                    .or_else(|| std::env::var("PSI_TOKEN").ok())
-                    .as_ref()
-                {
-                    config = config.with_token(t.clone());
+                if let Some(t) = crate::bearer_token(&args.token) {
+                    config = config.with_token(t);
                 }
                 let client = Client::new(&args.server, config);
                 loop {

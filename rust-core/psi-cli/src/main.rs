@@ -41,6 +41,11 @@ fn parse_protocol(s: &str) -> Result<Protocol, String> {
         .map_err(|e: psi_core::protocol::UnknownProtocol| e.to_string())
 }
 
+/// The bearer token: `--token`, else the `PSI_TOKEN` environment variable.
+fn bearer_token(arg: &Option<String>) -> Option<String> {
+    arg.clone().or_else(|| std::env::var("PSI_TOKEN").ok())
+}
+
 /// Server limits shared by `psi serve` and `psi import` (the encoded set is sized for
 /// `--max-client-items`).
 #[derive(clap::Args, Clone, Debug)]

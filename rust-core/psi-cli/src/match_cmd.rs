@@ -47,13 +47,8 @@ pub fn run(args: MatchArgs) -> Result<(), String> {
         .with_timeout(Duration::from_secs(args.timeout.max(1)))
         .with_labels(!args.no_labels)
         .with_default_region(args.region.clone());
-    if let Some(t) = args
-        .token
-        .clone()
-        .or_else(|| std::env::var("PSI_TOKEN").ok())
-        .as_ref()
-    {
-        config = config.with_token(t.clone());
+    if let Some(t) = crate::bearer_token(&args.token) {
+        config = config.with_token(t);
     }
     if let Some(t) = args.threads {
         config = config.with_threads(psi_core::Threads::new(t));

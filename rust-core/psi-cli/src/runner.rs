@@ -72,6 +72,7 @@ pub struct OtRun {
     pub wall: std::time::Duration,
     pub stats: psi_core::ot::RunStats,
     pub matches: usize,
+    pub output: psi_core::MatchOutput,
 }
 
 impl OtRun {
@@ -123,5 +124,6 @@ pub fn run_ot(
         wall: t.wall,
         stats,
         matches: output.matches.len(),
+        output,
     })
 }

@@ -52,3 +52,67 @@ fn bad_arguments_fail_with_usage() {
     assert!(!ok);
     assert!(err.contains("invalid value 'nope'"), "{err}");
 }
+
+#[test]
+fn demo_in_process_runs_both_protocols() {
+    for protocol in ["dh", "ot"] {
+        let (ok, out, err) = psi(&[
+            "demo",
+            "--in-process",
+            "--protocol",
+            protocol,
+            "--registry-size",
+            "2000",
+            "--threads",
+            "1",
+        ]);
+        assert!(ok, "{protocol}: {out}\n{err}");
+        assert!(
+            out.contains("36 of 250 contacts are registered (expected 36)"),
+            "{out}"
+        );
+    }
+}
+
+/// `psi ... --json | head`: output to a closed pipe ends the command quietly.
+#[test]
+fn a_closed_stdout_pipe_is_not_a_panic() {
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_psi"))
+        .args(["demo", "--registry-size", "100", "--threads", "1", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run psi");
+    drop(child.stdout.take()); // the reader goes away before the demo prints
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(out.status.success(), "{err}");
+}
+
+/// Rejected lines of a CRLF file are reported with their real line numbers.
+#[test]
+fn import_reports_rejected_lines_of_crlf_files() {
+    let dir = std::env::temp_dir().join(format!("psi-cli-crlf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let csv = dir.join("contacts.csv");
+    std::fs::write(
+        &csv,
+        "identifier,label\r\n+14155550123,alice\r\n\r\nnot a number,bad\r\nbob@example.com,bob\r\n",
+    )
+    .unwrap();
+    let db = dir.join("r.sqlite");
+    let (ok, out, err) = psi(&[
+        "import",
+        "--db",
+        db.to_str().unwrap(),
+        "--json",
+        csv.to_str().unwrap(),
+    ]);
+    assert!(ok, "{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["accepted"], 2);
+    assert_eq!(v["rejected_rows"][0]["line"], 4, "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

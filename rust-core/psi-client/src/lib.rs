@@ -25,12 +25,11 @@
 //! outputs, one fetch; OT-PSI: an OPRF query over the matches, then the fetch), delete
 //! the session.
 //!
-//! - [`driver`]: [`Client`], the HTTP choreography.
-//! - [`transport`]: [`Transport`] and the default [`HttpTransport`].
-//! - [`cache`]: [`SetCache`], [`MemoryCache`], [`FileCache`].
-//! - [`cancel`]: [`CancelToken`].
-//! - [`contacts`]: [`Client::match_contacts`], raw contacts in, rows out.
-//! - [`report`]: [`MatchReport`], [`RunStats`], [`Progress`].
+//! Modules, one concept each: [`driver`] holds [`Client`] and the HTTP choreography;
+//! [`transport`] the [`Transport`] seam and the default [`HttpTransport`]; [`cache`] the
+//! [`SetCache`] seam with [`MemoryCache`] and [`FileCache`]; [`cancel`] the
+//! [`CancelToken`]; [`contacts`] [`Client::match_contacts`] (raw contacts in, rows out);
+//! [`report`] [`MatchReport`], [`RunStats`] and [`Progress`].
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -5,7 +5,10 @@ use crate::AppState;
 use crate::sessions::{Full, Lookup, Phase, Session, lock};
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, JsonRejection};
-use axum::extract::{ConnectInfo, DefaultBodyLimit, MatchedPath, Path, Request, State as S};
+use axum::extract::{
+    ConnectInfo, DefaultBodyLimit, FromRequest, FromRequestParts, MatchedPath, Path, Request,
+    State as S,
+};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{Next, from_fn, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
@@ -440,6 +443,32 @@ async fn delete_session(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// A protocol or label request on a session: the caller's session (looked up first, so
+/// an unknown session is answered before its body is read) and its binary body.
+struct SessionCall {
+    session: Arc<Mutex<Session>>,
+    body: Bytes,
+}
+
+impl FromRequest<Arc<AppState>> for SessionCall {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
+        let (mut parts, body) = req.into_parts();
+        let Path(id) = Path::<String>::from_request_parts(&mut parts, state)
+            .await
+            .map_err(|_| ApiError::new(ErrorCode::UnknownSession, "no such session"))?;
+        let Some(ClientKey(client)) = parts.extensions.get::<ClientKey>().cloned() else {
+            return Err(internal());
+        };
+        let session = session(state, &id, &client)?;
+        let headers = parts.headers.clone();
+        let body = Bytes::from_request(Request::from_parts(parts, body), state).await;
+        let body = binary_body(&headers, body)?;
+        Ok(SessionCall { session, body })
+    }
+}
+
 /// What a step does with the phase it took: the phase to store and the answer.
 type Outcome = (Phase, Result<Vec<u8>, ApiError>);
 
@@ -502,13 +531,8 @@ fn decode_query(
 
 async fn dh_query(
     S(state): AppS,
-    Extension(ClientKey(client)): Extension<ClientKey>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    SessionCall { session: s, body }: SessionCall,
 ) -> Result<Response, ApiError> {
-    let s = session(&state, &id, &client)?;
-    let body = binary_body(&headers, body)?;
     let registry = state.registry();
     let n = lock(&s).client_items as usize;
     transition(
@@ -550,13 +574,8 @@ async fn dh_query(
 
 async fn ot_round(
     S(state): AppS,
-    Extension(ClientKey(client)): Extension<ClientKey>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    SessionCall { session: s, body }: SessionCall,
 ) -> Result<Response, ApiError> {
-    let s = session(&state, &id, &client)?;
-    let body = binary_body(&headers, body)?;
     transition(
         &state,
         &s,
@@ -587,13 +606,8 @@ async fn ot_round(
 
 async fn label_query(
     S(state): AppS,
-    Extension(ClientKey(client)): Extension<ClientKey>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    SessionCall { session: s, body }: SessionCall,
 ) -> Result<Response, ApiError> {
-    let s = session(&state, &id, &client)?;
-    let body = binary_body(&headers, body)?;
     let registry = state.registry();
     let n = lock(&s).client_items as usize;
     // Checked and charged before the transition: the budget is spent by the query's
@@ -641,13 +655,8 @@ async fn label_query(
 
 async fn label_fetch(
     S(state): AppS,
-    Extension(ClientKey(client)): Extension<ClientKey>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    SessionCall { session: s, body }: SessionCall,
 ) -> Result<Response, ApiError> {
-    let s = session(&state, &id, &client)?;
-    let body = binary_body(&headers, body)?;
     let registry = state.registry();
     let reg = registry.clone();
     let n = lock(&s).client_items as usize;

@@ -140,7 +140,7 @@ pub fn parse_records(mut data: &[u8]) -> Result<Vec<Record<'_>>, DecodeError> {
             head[TAG_LEN + NONCE_LEN],
             head[TAG_LEN + NONCE_LEN + 1],
         ]));
-        if len < AEAD_TAG_LEN || len > MAX_LABEL_LEN + AEAD_TAG_LEN {
+        if !(AEAD_TAG_LEN..=MAX_LABEL_LEN + AEAD_TAG_LEN).contains(&len) {
             return Err(DecodeError::InvalidParameter {
                 what: "label ciphertext length",
             });
