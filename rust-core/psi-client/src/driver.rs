@@ -116,9 +116,9 @@ impl Client {
         let session = run.create_session(protocol, set.len())?;
         let result = run
             .protocol(&session, set, protocol)
-            .map(|(output, source)| {
-                let (matches, label_error) = run.labels(&session, output.matches, source);
-                (output.client_items, output.duplicates, matches, label_error)
+            .and_then(|(output, source)| {
+                let (matches, label_error) = run.labels(&session, output.matches, source)?;
+                Ok((output.client_items, output.duplicates, matches, label_error))
             });
         // Free the server's slot whatever happened (cancelled runs included); an error
         // here changes nothing for the caller.
@@ -407,12 +407,13 @@ impl<'a> Run<'a> {
 
     /// The label step. A failure here (say, the hourly budget ran out) costs the labels,
     /// not the matches, which are computed and paid for: it is reported in the result.
+    /// Cancellation is not a failure of the step: the run ends with `Cancelled`.
     fn labels(
         &mut self,
         session: &SessionCreated,
         matches: Vec<psi_core::Match>,
         source: LabelSource,
-    ) -> (Vec<Matched>, Option<String>) {
+    ) -> Result<(Vec<Matched>, Option<String>)> {
         let mut out: Vec<Matched> = matches
             .into_iter()
             .map(|m| Matched {
@@ -422,16 +423,17 @@ impl<'a> Run<'a> {
             })
             .collect();
         if !self.client.config.fetch_labels || out.is_empty() {
-            return (out, None);
+            return Ok((out, None));
         }
         match self.fetch_labels(session, &out, source) {
             Ok(labels) => {
                 for (m, l) in out.iter_mut().zip(labels) {
                     m.label = l;
                 }
-                (out, None)
+                Ok((out, None))
             }
-            Err(e) => (out, Some(e.to_string())),
+            Err(ClientError::Cancelled) => Err(ClientError::Cancelled),
+            Err(e) => Ok((out, Some(e.to_string()))),
         }
     }
 

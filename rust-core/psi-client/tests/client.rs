@@ -474,3 +474,27 @@ fn match_contacts_maps_results_to_rows() {
     assert!(matches!(e, ClientError::BadInput(_)), "{e}");
     srv.shutdown().unwrap();
 }
+
+/// Cancelling during the label step ends the run with `Cancelled` (not matches with a
+/// label error), and the session is deleted.
+#[test]
+fn cancelling_during_labels_is_cancelled() {
+    let srv = server(&[("+14155550123", Some("alice"))], |_| {});
+    let c = Client::new(&srv.url(), ClientConfig::default());
+    let cancel = CancelToken::new();
+    let e = c
+        .match_items(
+            vec![b"+14155550123".to_vec()],
+            Protocol::Dh,
+            &mut |p| {
+                if p.phase == Phase::Labels {
+                    cancel.cancel();
+                }
+            },
+            &cancel,
+        )
+        .unwrap_err();
+    assert!(matches!(e, ClientError::Cancelled), "{e}");
+    assert_eq!(srv.state.live_sessions(), 0);
+    srv.shutdown().unwrap();
+}
