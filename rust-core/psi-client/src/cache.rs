@@ -6,8 +6,10 @@
 
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// An encoded registry as downloaded: the server's ETag and the ENCODED_SET message.
 #[derive(Clone, PartialEq, Eq)]
@@ -69,11 +71,13 @@ impl SetCache for MemoryCache {
     }
 }
 
-/// A cache in a directory (an app's cache directory, `psi match --cache-dir`): two files
-/// per server, `<h>.set` (the message) and `<h>.etag`, where `<h>` is the first 16 bytes
-/// of SHA-256 of the server URL in hex. Writes go to a temporary file first and are
-/// renamed into place, so a crash never leaves a torn set (and a torn set would be
-/// rejected by its decoder anyway). Sets above `max_bytes` are not stored.
+/// A cache in a directory (an app's cache directory, `psi match --cache-dir`): one file
+/// per server, `<h>.set`, where `<h>` is the first 16 bytes of SHA-256 of the server URL in
+/// hex, holding the ETag, a newline, then the ENCODED_SET message. A store writes a
+/// uniquely named temporary file, syncs it and renames it into place, so readers see the
+/// old entry or the new one, never a torn or mismatched one (a damaged file is rejected by
+/// the set's decoder, and the client then downloads the set again). Sets above `max_bytes`
+/// are not stored.
 #[derive(Debug, Clone)]
 pub struct FileCache {
     dir: PathBuf,
@@ -103,42 +107,54 @@ impl FileCache {
         &self.dir
     }
 
-    fn stem(&self, server: &str) -> PathBuf {
+    fn path(&self, server: &str) -> PathBuf {
         let h = Sha256::digest(server.trim_end_matches('/').as_bytes());
         let name: String = h[..16].iter().map(|b| format!("{b:02x}")).collect();
-        self.dir.join(name)
+        self.dir.join(name).with_extension("set")
     }
 }
 
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
-}
+/// Most bytes of an ETag line read back.
+const MAX_ETAG_LEN: usize = 1024;
 
 impl SetCache for FileCache {
     fn load(&self, server: &str) -> Option<CachedSet> {
-        let stem = self.stem(server);
-        let etag = std::fs::read_to_string(stem.with_extension("etag")).ok()?;
-        let bytes = std::fs::read(stem.with_extension("set")).ok()?;
+        let data = std::fs::read(self.path(server)).ok()?;
+        let nl = data.iter().take(MAX_ETAG_LEN).position(|&b| b == b'\n')?;
+        let etag = std::str::from_utf8(&data[..nl]).ok()?.to_string();
         Some(CachedSet {
-            etag: etag.trim().to_string(),
-            bytes,
+            etag,
+            bytes: data[nl + 1..].to_vec(),
         })
     }
 
     fn store(&self, server: &str, set: &CachedSet) -> std::io::Result<()> {
-        if set.bytes.len() as u64 > self.max_bytes {
+        if set.bytes.len() as u64 > self.max_bytes
+            || set.etag.len() >= MAX_ETAG_LEN
+            || set.etag.contains('\n')
+        {
             return Ok(());
         }
+        static NEXT: AtomicU64 = AtomicU64::new(0);
         std::fs::create_dir_all(&self.dir)?;
-        let stem = self.stem(server);
-        // The set first, then its tag: a crash in between leaves an old tag naming a new
-        // set, which the server's If-None-Match answer corrects on the next run.
-        write_atomically(&stem.with_extension("set"), &set.bytes)?;
-        write_atomically(&stem.with_extension("etag"), set.etag.as_bytes())
+        let path = self.path(server);
+        let tmp = path.with_extension(format!(
+            "tmp-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let written = (|| {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(set.etag.as_bytes())?;
+            f.write_all(b"\n")?;
+            f.write_all(&set.bytes)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &path)
+        })();
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written
     }
 }
 

@@ -331,7 +331,11 @@ impl<'a> Run<'a> {
     fn encoded_set(&mut self, session: &SessionCreated) -> Result<EncodedSet> {
         let cache = self.client.cache.clone();
         let base = self.client.base.clone();
-        let cached = cache.load(&base);
+        // A stored set that no longer decodes (a damaged file) counts as absent: it is
+        // downloaded again and replaced, instead of failing every run until the ETag moves.
+        let cached = cache
+            .load(&base)
+            .filter(|c| EncodedSet::from_bytes(&c.bytes).is_ok());
         let bytes = match cached {
             Some(c) if c.etag == session.encoded_set_etag => {
                 self.stats.set_from_cache = true;

@@ -342,20 +342,33 @@ fn a_file_cache_is_reused_across_clients_and_refreshed_on_a_new_etag() {
     assert_eq!(second.matches, first.matches);
     // The cached set's tag no longer names the server's set (as after an import, which
     // keeps the epoch): the client asks with If-None-Match, gets the new set, stores it.
-    let etag_file = std::fs::read_dir(&dir)
+    let set_file = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|x| x == "etag"))
+        .find(|p| p.extension().is_some_and(|x| x == "set"))
         .unwrap();
-    let real = std::fs::read_to_string(&etag_file).unwrap();
-    std::fs::write(&etag_file, "\"stale\"").unwrap();
+    let real = std::fs::read(&set_file).unwrap();
+    let nl = real.iter().position(|&b| b == b'\n').unwrap();
+    let mut stale = b"\"stale\"".to_vec();
+    stale.extend_from_slice(&real[nl..]);
+    std::fs::write(&set_file, &stale).unwrap();
     let third = new_client()
-        .match_items(items, Protocol::Dh, &mut |_| {}, &none())
+        .match_items(items.clone(), Protocol::Dh, &mut |_| {}, &none())
         .unwrap();
     assert!(!third.stats.set_from_cache);
     assert!(third.stats.set_bytes_downloaded > 0);
     assert_eq!(third.matches, first.matches);
-    assert_eq!(std::fs::read_to_string(&etag_file).unwrap(), real);
+    assert_eq!(std::fs::read(&set_file).unwrap(), real);
+    // A damaged cached set under the current tag: downloaded again, not a failed run.
+    let mut damaged = real.clone();
+    damaged.truncate(nl + 20);
+    std::fs::write(&set_file, &damaged).unwrap();
+    let fourth = new_client()
+        .match_items(items.clone(), Protocol::Dh, &mut |_| {}, &none())
+        .unwrap();
+    assert!(!fourth.stats.set_from_cache);
+    assert_eq!(fourth.matches, first.matches);
+    assert_eq!(std::fs::read(&set_file).unwrap(), real);
     std::fs::remove_dir_all(&dir).unwrap();
     srv.shutdown().unwrap();
 }

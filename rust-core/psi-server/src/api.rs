@@ -498,7 +498,10 @@ async fn transition(
     let t = Instant::now();
     let session = s.clone();
     let result = tokio::task::spawn_blocking(move || {
-        let (next, result) = work(taken);
+        // A panic in a step (a bug) ends the session rather than leaving it busy until its
+        // lifetime runs out; the server keeps serving.
+        let (next, result) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(taken)))
+            .unwrap_or_else(|_| (Phase::Done, Err(internal())));
         lock(&session).phase = next;
         result
     })

@@ -131,6 +131,9 @@ impl LabelClient {
     pub fn handle(&mut self, response: &[u8]) -> Result<LabelStep> {
         match &mut self.phase {
             Phase::AwaitEvaluation(dh) => {
+                // Only an EVALUATION answers the label query (the DH client would also take
+                // an encoded set, which has no place here).
+                crate::dh::Elements::from_bytes(response, crate::dh::message_type::EVALUATION)?;
                 dh.handle(response)?;
                 let Phase::AwaitEvaluation(dh) = std::mem::replace(&mut self.phase, Phase::Done)
                 else {
