@@ -165,7 +165,7 @@ fn run_dh(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
 }
 
 fn run_ot(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
-    use psi_core::Phase as Step;
+    use psi_core::Phase;
     use psi_core::ot::{self, OtConfig};
     use psi_core::{ItemSet, Threads};
     use std::sync::Arc;
@@ -216,13 +216,13 @@ fn run_ot(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
                 + ot::sizes::outputs(n_s as u64, ot::output_len(n_c, n_s) as u64);
             let total = r.stats.client_to_server_bytes + r.stats.server_to_client_bytes;
             let steps = [
-                Step::ClientStart,
-                Step::ServerHello,
-                Step::ClientSetup,
-                Step::ServerChunk,
-                Step::ClientChunk,
-                Step::ServerOutputs,
-                Step::ClientFinish,
+                Phase::ClientStart,
+                Phase::ServerHello,
+                Phase::ClientSetup,
+                Phase::ServerChunk,
+                Phase::ClientChunk,
+                Phase::ServerOutputs,
+                Phase::ClientFinish,
             ]
             .map(|s| ms(r.step(s)))
             .join(" | ");

@@ -331,47 +331,48 @@ impl<'a> Run<'a> {
     fn encoded_set(&mut self, session: &SessionCreated) -> Result<EncodedSet> {
         let cache = self.client.cache.clone();
         let base = self.client.base.clone();
-        // A stored set that no longer decodes (a damaged file) counts as absent: it is
-        // downloaded again and replaced, instead of failing every run until the ETag moves.
-        let cached = cache
-            .load(&base)
-            .filter(|c| EncodedSet::from_bytes(&c.bytes).is_ok());
-        let bytes = match cached {
-            Some(c) if c.etag == session.encoded_set_etag => {
+        // Each set is decoded once. A stored set that no longer decodes (a damaged file)
+        // counts as absent: it is downloaded again and replaced, instead of failing every
+        // run until the ETag moves.
+        let cached = cache.load(&base).and_then(|c| {
+            let set = EncodedSet::from_bytes(&c.bytes).ok()?;
+            Some((c.etag, c.bytes.len(), set))
+        });
+        let (set, len) = match cached {
+            Some((etag, len, set)) if etag == session.encoded_set_etag => {
                 self.stats.set_from_cache = true;
-                c.bytes
+                (set, len)
             }
             cached => {
                 let extra = cached
                     .as_ref()
-                    .map(|c| vec![("if-none-match".to_string(), c.etag.clone())])
+                    .map(|(etag, ..)| vec![("if-none-match".to_string(), etag.clone())])
                     .unwrap_or_default();
                 let r = self.send(Route::DhEncodedSet, "", Vec::new(), None, extra)?;
                 if r.status == 304 {
                     self.stats.set_from_cache = true;
-                    cached.map(|c| c.bytes).ok_or_else(|| {
+                    let (_, len, set) = cached.ok_or_else(|| {
                         ClientError::BadResponse("304 for a set not in the cache".into())
-                    })?
+                    })?;
+                    (set, len)
                 } else {
                     self.stats.set_bytes_downloaded = r.body.len() as u64;
-                    // Decode before caching: a malformed set is never stored.
-                    EncodedSet::from_bytes(&r.body)?;
+                    // Decoded before it is stored: a malformed set is never cached.
+                    let set = EncodedSet::from_bytes(&r.body)?;
                     if let Some(etag) = r.header("etag") {
-                        let set = CachedSet {
+                        let stored = CachedSet {
                             etag: etag.to_string(),
                             bytes: r.body,
                         };
                         // A cache that cannot store costs the next run a download, no more.
-                        let _ = cache.store(&base, &set);
-                        set.bytes
-                    } else {
-                        r.body
+                        let _ = cache.store(&base, &stored);
                     }
+                    let len = set.encoded_len();
+                    (set, len)
                 }
             }
         };
-        let set = EncodedSet::from_bytes(&bytes)?;
-        self.stats.set_bytes = bytes.len() as u64;
+        self.stats.set_bytes = len as u64;
         self.stats.truncation_bits = set.truncation_bits;
         Ok(set)
     }

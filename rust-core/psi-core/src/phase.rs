@@ -65,14 +65,6 @@ impl Phase {
                 | Phase::ClientFinish
         )
     }
-
-    /// True for phases that are the server's computation.
-    pub fn is_server(self) -> bool {
-        matches!(
-            self,
-            Phase::ServerHello | Phase::ServerChunk | Phase::ServerOutputs
-        )
-    }
 }
 
 impl std::fmt::Display for Phase {

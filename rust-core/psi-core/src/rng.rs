@@ -17,8 +17,3 @@ pub fn os_rng() -> Result<ChaCha20Rng, NoOsRandomness> {
     getrandom::fill(seed.as_mut()).map_err(|e| NoOsRandomness(e.to_string()))?;
     Ok(ChaCha20Rng::from_seed(*seed))
 }
-
-/// Fills `buf` directly from the operating system (ids, nonces kept by a driver).
-pub fn fill_os_random(buf: &mut [u8]) -> Result<(), NoOsRandomness> {
-    getrandom::fill(buf).map_err(|e| NoOsRandomness(e.to_string()))
-}

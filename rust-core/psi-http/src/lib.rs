@@ -7,7 +7,6 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-use psi_core::Protocol;
 use serde::{Deserialize, Serialize};
 
 /// HTTP method of a route (the API uses these three only).
@@ -94,14 +93,6 @@ impl Route {
     pub fn path(self, session: &str) -> String {
         self.template().replace("{id}", session)
     }
-
-    /// The route a protocol's rounds go to.
-    pub fn protocol_round(protocol: Protocol) -> Route {
-        match protocol {
-            Protocol::Ot => Route::OtRound,
-            _ => Route::DhQuery,
-        }
-    }
 }
 
 /// Header carrying the registry's key epoch on the encoded-set download.
@@ -115,7 +106,7 @@ pub const JSON: &str = "application/json";
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSession {
-    /// The protocol's API name ([`Protocol::api_name`]: `"dh-psi"`, `"ot-psi"`).
+    /// The protocol's API name (`psi_core::Protocol::api_name`: `"dh-psi"`, `"ot-psi"`).
     pub protocol: String,
     /// Number of distinct items the client will query (a number above the server's
     /// limit gets `too_many_items`, however large).

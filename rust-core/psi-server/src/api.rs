@@ -613,8 +613,8 @@ async fn label_query(
 ) -> Result<Response, ApiError> {
     let registry = state.registry();
     let n = lock(&s).client_items as usize;
-    // Checked and charged before the transition: the budget is spent by the query's
-    // element count whether or not the evaluation succeeds.
+    // Decoded and checked before the transition; the transition's check charges the
+    // budget by the element count, whether or not the evaluation then succeeds.
     let query = decode_query(&body, |count| {
         if count > n {
             return Err(ApiError::new(

@@ -133,7 +133,13 @@ impl LabelClient {
             Phase::AwaitEvaluation(dh) => {
                 // Only an EVALUATION answers the label query (the DH client would also take
                 // an encoded set, which has no place here).
-                crate::dh::Elements::from_bytes(response, crate::dh::message_type::EVALUATION)?;
+                let frame = crate::wire::parse_frame(response, crate::Protocol::Dh)?;
+                if frame.message_type != crate::dh::message_type::EVALUATION {
+                    return Err(Error::WrongPhase {
+                        phase: "labels awaiting evaluation",
+                        message: frame.message_type,
+                    });
+                }
                 dh.handle(response)?;
                 let Phase::AwaitEvaluation(dh) = std::mem::replace(&mut self.phase, Phase::Done)
                 else {
