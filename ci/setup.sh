@@ -30,3 +30,13 @@ if ! need cc || ! need make; then
     exit 1
   fi
 fi
+
+# The JVM SDK: a JDK 17+ and Maven (Debian packages); Maven fetches the rest from Maven Central.
+if ! need java || ! need mvn; then
+  if need apt-get; then
+    apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless maven >/dev/null
+  else
+    echo "ci/setup.sh: a JDK 17+ and Maven are needed for the Kotlin SDK." >&2
+    exit 1
+  fi
+fi

@@ -50,6 +50,14 @@ impl Default for ClientConfig {
 }
 
 impl ClientConfig {
+    /// Checks what can be checked before a run: the default region is one
+    /// libphonenumber knows. [`crate::Client::match_contacts`] fails the same way later.
+    pub fn validate(&self) -> Result<(), crate::ClientError> {
+        psi_contacts::Normalizer::new(&self.default_region)
+            .map(drop)
+            .map_err(|e| crate::ClientError::BadInput(e.to_string()))
+    }
+
     /// Sets the bearer token.
     pub fn with_token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(token.into());

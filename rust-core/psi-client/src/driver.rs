@@ -7,7 +7,7 @@ use crate::cancel::CancelToken;
 use crate::config::ClientConfig;
 use crate::error::ClientError;
 use crate::report::{MatchReport, Matched, Progress, RunStats};
-use crate::transport::{HttpTransport, Request, Response, Transport};
+use crate::transport::{Request, Response, Transport};
 use psi_core::dh::{DhClient, EncodedSet};
 use psi_core::labels::{LabelClient, LabelStep};
 use psi_core::ot::{ClientStep, OtClient, OtConfig};
@@ -42,9 +42,14 @@ impl std::fmt::Debug for Client {
 
 impl Client {
     /// A client for the server at `base_url` (e.g. `http://127.0.0.1:8080`) over the
-    /// default [`HttpTransport`], with an in-memory [`MemoryCache`].
+    /// default [`crate::HttpTransport`] (feature `http`), with an in-memory [`MemoryCache`].
+    #[cfg(feature = "http")]
     pub fn new(base_url: &str, config: ClientConfig) -> Client {
-        Client::with_transport(base_url, Arc::new(HttpTransport::new()), config)
+        Client::with_transport(
+            base_url,
+            Arc::new(crate::transport::HttpTransport::new()),
+            config,
+        )
     }
 
     /// A client over any transport (e.g. the platform HTTP stack).

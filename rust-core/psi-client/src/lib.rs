@@ -47,9 +47,12 @@ pub use cache::{CachedSet, FileCache, MemoryCache, SetCache};
 pub use cancel::CancelToken;
 pub use config::ClientConfig;
 pub use contacts::{ContactMatch, ContactReport, Rejected};
+pub use psi_contacts::Invalid;
 pub use driver::Client;
 pub use error::ClientError;
-pub use psi_core::{Phase, Protocol};
-pub use psi_http::ErrorCode;
+pub use psi_core::{Phase, Protocol, Threads};
+pub use psi_http::{ErrorCode, Health};
 pub use report::{MatchReport, Matched, Progress, RunStats};
-pub use transport::{HttpTransport, Method, Request, Response, Transport, TransportError};
+#[cfg(feature = "http")]
+pub use transport::HttpTransport;
+pub use transport::{Method, Request, Response, Transport, TransportError};

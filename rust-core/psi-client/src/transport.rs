@@ -89,25 +89,29 @@ pub trait Transport: Send + Sync {
     fn send(&self, request: Request) -> Result<Response, TransportError>;
 }
 
-/// Plain-HTTP transport on `ureq` (sync). For loopback, tests and the CLI; put TLS in
+/// Plain-HTTP transport on `ureq` (sync; feature `http`, on by default). For loopback, tests and the CLI; put TLS in
 /// front of the server (a reverse proxy) for real deployments, or use the platform's
 /// HTTP stack through [`Transport`].
+#[cfg(feature = "http")]
 pub struct HttpTransport {
     agent: ureq::Agent,
 }
 
+#[cfg(feature = "http")]
 impl std::fmt::Debug for HttpTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HttpTransport").finish_non_exhaustive()
     }
 }
 
+#[cfg(feature = "http")]
 impl Default for HttpTransport {
     fn default() -> Self {
         Self::new()
     }
 }
 
+#[cfg(feature = "http")]
 impl HttpTransport {
     /// A transport with a connection pool; limits come with each request.
     pub fn new() -> Self {
@@ -120,6 +124,7 @@ impl HttpTransport {
     }
 }
 
+#[cfg(feature = "http")]
 fn transport_error(e: ureq::Error) -> TransportError {
     let timeout = matches!(e, ureq::Error::Timeout(_));
     TransportError {
@@ -128,6 +133,7 @@ fn transport_error(e: ureq::Error) -> TransportError {
     }
 }
 
+#[cfg(feature = "http")]
 impl Transport for HttpTransport {
     fn send(&self, request: Request) -> Result<Response, TransportError> {
         let timeout = Some(request.timeout);

@@ -1,0 +1,92 @@
+package dev.psisdk
+
+/**
+ * Why a call failed. Each case says what the app can do; [isRetryable] says whether the
+ * same call may succeed later. Messages never contain contacts, labels or keys.
+ *
+ * A cancelled call throws `CancellationException` (coroutines) or completes its
+ * `CompletableFuture` as cancelled, not one of these.
+ */
+sealed class ContactDiscoveryException(message: String, cause: Throwable? = null) :
+    Exception(message, cause) {
+    /** True if the same call may succeed later. */
+    abstract val isRetryable: Boolean
+
+    /**
+     * The input or the settings cannot be used: no valid contact, more contacts than the
+     * server accepts in one run, an unknown region, a bad URL. Fix the input.
+     */
+    class InvalidInput(message: String) : ContactDiscoveryException(message) {
+        override val isRetryable get() = false
+    }
+
+    /**
+     * No response from the server: connection refused or reset, a timeout ([isTimeout]), a
+     * response larger than allowed. Retry later, on a better connection.
+     */
+    class Network(message: String, val isTimeout: Boolean, cause: Throwable? = null) :
+        ContactDiscoveryException(message, cause) {
+        override val isRetryable get() = true
+    }
+
+    /** The server refused the token (missing or not accepted). Get a new one. */
+    class Unauthorized(message: String) : ContactDiscoveryException(message) {
+        override val isRetryable get() = false
+    }
+
+    /**
+     * The server's limits are reached (this caller's contacts per hour, or its sessions).
+     * Retry after [retryAfterSeconds] if the server said, or later.
+     */
+    class RateLimited(message: String, val retryAfterSeconds: Long?) :
+        ContactDiscoveryException(message) {
+        override val isRetryable get() = true
+    }
+
+    /** The server answered with another error: [status] and its [code]. */
+    class Server(
+        message: String,
+        val status: Int,
+        val code: ServerErrorCode,
+        override val isRetryable: Boolean,
+    ) : ContactDiscoveryException(message)
+
+    /**
+     * The server's answer broke the protocol or the API: an incompatible or faulty server,
+     * or the registry changed during the run (then [isRetryable]).
+     */
+    class ProtocolViolation(message: String, override val isRetryable: Boolean) :
+        ContactDiscoveryException(message)
+
+    /** A bug in the SDK. Please report it. */
+    class Internal(message: String, cause: Throwable? = null) :
+        ContactDiscoveryException(message, cause) {
+        override val isRetryable get() = false
+    }
+}
+
+/** The server API's error codes (docs/api.md, "Errors"). */
+enum class ServerErrorCode {
+    BAD_REQUEST,
+    INVALID_MESSAGE,
+    COUNT_MISMATCH,
+    TOO_MANY_ITEMS,
+    UNSUPPORTED_PROTOCOL,
+    MISSING_TOKEN,
+    INVALID_TOKEN,
+    NOT_FOUND,
+    UNKNOWN_SESSION,
+    METHOD_NOT_ALLOWED,
+    REQUEST_TIMEOUT,
+    WRONG_PHASE,
+    EPOCH_MISMATCH,
+    SESSION_EXPIRED,
+    BODY_TOO_LARGE,
+    UNSUPPORTED_MEDIA_TYPE,
+    RATE_LIMITED,
+    INTERNAL,
+    TOO_MANY_SESSIONS,
+
+    /** A code this version of the SDK does not know (a newer server). */
+    UNKNOWN,
+}

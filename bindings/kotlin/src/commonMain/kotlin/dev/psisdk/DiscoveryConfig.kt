@@ -1,0 +1,79 @@
+package dev.psisdk
+
+import kotlin.jvm.JvmOverloads
+
+/**
+ * Settings of a [ContactDiscovery] client. Every property has a default; change them with
+ * the `with...` methods (from Java: `new DiscoveryConfig().withToken("...")`).
+ *
+ * @property token bearer token, if the server requires one. Kept out of [toString].
+ * @property defaultRegion region for phone numbers written without a country code
+ *   (ISO 3166 alpha-2, such as `US`, `GB`, `DE`).
+ * @property protocol the protocol runs use unless a call names another.
+ * @property threads worker threads for the protocol's computation; 0 means one per core.
+ * @property timeoutMillis limit on each HTTP request (connect, send, receive).
+ * @property maxResponseBytes largest response body accepted.
+ * @property fetchLabels whether to fetch the labels of matched contacts.
+ * @property cacheDirectory directory for the server's encoded registry (use the app's
+ *   cache directory), so a second run downloads nothing while the registry is unchanged.
+ *   `null` keeps it in memory for the life of the client.
+ * @property cacheMaxBytes largest encoded registry kept on disk.
+ */
+class DiscoveryConfig @JvmOverloads constructor(
+    val token: String? = null,
+    val defaultRegion: String = "US",
+    val protocol: Protocol = Protocol.DH,
+    val threads: Int = 0,
+    val timeoutMillis: Long = 60_000,
+    val maxResponseBytes: Long = 256L shl 20,
+    val fetchLabels: Boolean = true,
+    val cacheDirectory: String? = null,
+    val cacheMaxBytes: Long = 64L shl 20,
+) {
+    /** A copy with the bearer token [token]. */
+    fun withToken(token: String?) = copy(token = token)
+
+    /** A copy with the default region [region] for phone numbers. */
+    fun withDefaultRegion(region: String) = copy(defaultRegion = region)
+
+    /** A copy that runs [protocol] by default. */
+    fun withProtocol(protocol: Protocol) = copy(protocol = protocol)
+
+    /** A copy with [threads] worker threads (0: one per core). */
+    fun withThreads(threads: Int) = copy(threads = threads)
+
+    /** A copy with a per-request timeout of [millis] milliseconds. */
+    fun withTimeoutMillis(millis: Long) = copy(timeoutMillis = millis)
+
+    /** A copy that accepts response bodies up to [bytes] bytes. */
+    fun withMaxResponseBytes(bytes: Long) = copy(maxResponseBytes = bytes)
+
+    /** A copy that fetches labels or not. */
+    fun withLabels(fetch: Boolean) = copy(fetchLabels = fetch)
+
+    /** A copy that caches the encoded registry in [directory], up to [maxBytes] bytes. */
+    @JvmOverloads
+    fun withCacheDirectory(directory: String?, maxBytes: Long = cacheMaxBytes) =
+        copy(cacheDirectory = directory, cacheMaxBytes = maxBytes)
+
+    private fun copy(
+        token: String? = this.token,
+        defaultRegion: String = this.defaultRegion,
+        protocol: Protocol = this.protocol,
+        threads: Int = this.threads,
+        timeoutMillis: Long = this.timeoutMillis,
+        maxResponseBytes: Long = this.maxResponseBytes,
+        fetchLabels: Boolean = this.fetchLabels,
+        cacheDirectory: String? = this.cacheDirectory,
+        cacheMaxBytes: Long = this.cacheMaxBytes,
+    ) = DiscoveryConfig(
+        token, defaultRegion, protocol, threads, timeoutMillis, maxResponseBytes, fetchLabels,
+        cacheDirectory, cacheMaxBytes,
+    )
+
+    override fun toString() =
+        "DiscoveryConfig(token=${if (token == null) "none" else "set"}, defaultRegion=$defaultRegion, " +
+            "protocol=$protocol, threads=$threads, timeoutMillis=$timeoutMillis, " +
+            "maxResponseBytes=$maxResponseBytes, fetchLabels=$fetchLabels, " +
+            "cacheDirectory=$cacheDirectory, cacheMaxBytes=$cacheMaxBytes)"
+}

@@ -1,0 +1,77 @@
+package dev.psisdk
+
+/**
+ * The result of a match: which of the caller's contacts are in the server's registry, which
+ * could not be matched and why, and how the run went.
+ *
+ * @param C the caller's contact type (a `String` when matching plain identifiers).
+ * @property matches the matched contacts, in the order given.
+ * @property rejected the contacts that are not a valid phone number or email, in the order
+ *   given, each with the reason. They were not sent.
+ * @property protocol the protocol that ran.
+ * @property stats bytes, round trips and time per phase.
+ * @property labelError why labels are missing, if fetching them failed after the match
+ *   succeeded (the matches are still returned, without labels).
+ */
+class MatchResult<C>(
+    val matches: List<MatchedContact<C>>,
+    val rejected: List<RejectedContact<C>>,
+    val protocol: Protocol,
+    val stats: RunStats,
+    val labelError: String?,
+) {
+    override fun toString() =
+        "MatchResult(matches=${matches.size}, rejected=${rejected.size}, protocol=$protocol, stats=$stats)"
+}
+
+/**
+ * A contact that is in the registry.
+ *
+ * @property contact the caller's own contact object.
+ * @property index its position in the list given (0-based).
+ * @property identifier its normalized identifier (E.164 phone number or lower-case email).
+ * @property label its label in the registry (a display name, a user id), if it has one.
+ */
+data class MatchedContact<C>(
+    val contact: C,
+    val index: Int,
+    val identifier: String,
+    val label: String?,
+)
+
+/**
+ * A contact that could not be matched.
+ *
+ * @property contact the caller's own contact object.
+ * @property index its position in the list given (0-based).
+ * @property reason why it is not a valid identifier.
+ */
+data class RejectedContact<C>(
+    val contact: C,
+    val index: Int,
+    val reason: RejectReason,
+)
+
+/** Why a contact is not a valid identifier. */
+enum class RejectReason {
+    /** Nothing but whitespace. */
+    EMPTY,
+
+    /** Too long after normalization. */
+    TOO_LONG,
+
+    /** Contains an `@` but is not `local@domain.tld`. */
+    BAD_EMAIL,
+
+    /** Neither a phone number nor an email. */
+    NOT_A_PHONE_NUMBER,
+
+    /** The phone number could not be parsed (with the default region if it has no `+`). */
+    UNPARSABLE_PHONE,
+
+    /** Parsed, but not a valid number for its region. */
+    INVALID_PHONE,
+
+    /** A reason this version of the SDK does not know. */
+    OTHER,
+}

@@ -1,0 +1,13 @@
+package dev.psisdk
+
+/** The private-set-intersection protocol a run uses (docs/protocol/ in the repository). */
+enum class Protocol {
+    /**
+     * DH-PSI (RFC 9497 OPRF over ristretto255): the fewest bytes. The server's encoded
+     * registry is downloaded once and cached on disk until the registry changes.
+     */
+    DH,
+
+    /** OT-PSI (KKRT16 OT extension): far less computation, more bytes, several round trips. */
+    OT,
+}

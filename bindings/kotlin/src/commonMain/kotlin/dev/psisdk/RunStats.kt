@@ -1,0 +1,112 @@
+package dev.psisdk
+
+/**
+ * Traffic and time of one run, measured by the SDK.
+ *
+ * @property requests HTTP requests made.
+ * @property bytesSent request body bytes.
+ * @property bytesReceived response body bytes.
+ * @property setBytesDownloaded bytes of the encoded registry downloaded (0 when it came from
+ *   the cache).
+ * @property setFromCache whether the encoded registry came from the cache (DH-PSI).
+ * @property roundTrips protocol round trips.
+ * @property clientItems distinct identifiers sent.
+ * @property duplicates contacts that normalized to an identifier already sent.
+ * @property serverItems entries in the server's registry.
+ * @property epoch the server's key epoch.
+ * @property phases wall time per phase, in the order first entered.
+ * @property serverMicros computation time the server reported.
+ * @property totalMicros wall time of the whole run.
+ */
+data class RunStats(
+    val requests: Int,
+    val bytesSent: Long,
+    val bytesReceived: Long,
+    val setBytesDownloaded: Long,
+    val setFromCache: Boolean,
+    val roundTrips: Int,
+    val clientItems: Long,
+    val duplicates: Long,
+    val serverItems: Long,
+    val epoch: Long,
+    val phases: List<PhaseTime>,
+    val serverMicros: Long,
+    val totalMicros: Long,
+)
+
+/** Time spent in [phase], in microseconds (repeated phases summed). */
+data class PhaseTime(val phase: Phase, val micros: Long)
+
+/** A phase of a run, for progress displays and timings. */
+enum class Phase {
+    /** Opening the session with the server. */
+    CREATE_SESSION,
+
+    /** Preparing the first message (DH-PSI: blinding every contact). */
+    CLIENT_START,
+
+    /** Waiting for the server. */
+    ROUND_TRIP,
+
+    /** The server answering the first message (only timed when both sides run in one process). */
+    SERVER_HELLO,
+
+    /** DH-PSI: unblinding the server's answers. */
+    CLIENT_FINALIZE,
+
+    /** OT-PSI: the reply to the server's setup. */
+    CLIENT_SETUP,
+
+    /** OT-PSI: the server absorbing a chunk (only timed in one process). */
+    SERVER_CHUNK,
+
+    /** OT-PSI: producing a further chunk. */
+    CLIENT_CHUNK,
+
+    /** OT-PSI: the server's outputs (only timed in one process). */
+    SERVER_OUTPUTS,
+
+    /** DH-PSI: obtaining the encoded registry (download, or the cache). */
+    ENCODED_SET,
+
+    /** Comparing the client's values with the server's. */
+    CLIENT_FINISH,
+
+    /** Fetching and opening the labels of the matches. */
+    LABELS,
+
+    /** A phase this version of the SDK does not know. */
+    OTHER,
+}
+
+/**
+ * A progress event: the run entered [phase]; [round] counts the protocol's round trips
+ * started so far.
+ */
+data class Progress(val phase: Phase, val round: Int)
+
+/** What [ContactDiscovery.matchFlow] emits: progress, then the result. */
+sealed interface MatchEvent<C> {
+    /** The run entered a new phase. */
+    data class Progressed<C>(val progress: Progress) : MatchEvent<C>
+
+    /** The run finished; the flow completes after this event. */
+    data class Finished<C>(val result: MatchResult<C>) : MatchEvent<C>
+}
+
+/**
+ * What a server says about itself.
+ *
+ * @property epoch the current key epoch.
+ * @property registryItems entries in the registry.
+ * @property protocols the protocols the server runs (that this SDK knows).
+ * @property maxClientItems the most contacts one run may send.
+ * @property maxBodyBytes the largest request body the server accepts.
+ */
+data class ServerHealth(
+    val epoch: Long,
+    val registryItems: Long,
+    val protocols: List<Protocol>,
+    val maxClientItems: Long,
+    val maxBodyBytes: Long,
+)

@@ -1,0 +1,126 @@
+package dev.psisdk
+
+import dev.psisdk.ffi.DiscoveryClient
+import dev.psisdk.ffi.ProgressEvent
+import dev.psisdk.ffi.ProgressListener
+import dev.psisdk.ffi.PsiException
+import java.util.concurrent.CompletableFuture
+import java.util.function.Consumer
+import kotlinx.coroutines.CoroutineScope
+import kotlinx.coroutines.Dispatchers
+import kotlinx.coroutines.SupervisorJob
+import kotlinx.coroutines.cancel
+import kotlinx.coroutines.channels.Channel
+import kotlinx.coroutines.flow.Flow
+import kotlinx.coroutines.flow.buffer
+import kotlinx.coroutines.flow.channelFlow
+import kotlinx.coroutines.future.future
+import okhttp3.OkHttpClient
+
+actual class ContactDiscovery private constructor(
+    serverUrl: String,
+    actual val config: DiscoveryConfig,
+    transport: OkHttpTransport,
+) : AutoCloseable {
+    /** A client that sends its requests with a default [OkHttpClient]. */
+    actual constructor(serverUrl: String, config: DiscoveryConfig) :
+        this(serverUrl, config, OkHttpTransport(OkHttpTransport.defaultClient()))
+
+    /**
+     * A client that sends its requests with the app's own [httpClient] (its interceptors,
+     * certificate pinning, proxy and connection pool). The SDK sets each call's timeout
+     * from [DiscoveryConfig.timeoutMillis].
+     */
+    constructor(serverUrl: String, config: DiscoveryConfig, httpClient: OkHttpClient) :
+        this(serverUrl, config, OkHttpTransport(httpClient))
+
+    private val native: DiscoveryClient = NativeLibrary.call {
+        DiscoveryClient(serverUrl, config.toFfi(), transport)
+    }
+
+    /** Runs the futures of the Java API; [close] cancels them. */
+    private val futures = CoroutineScope(SupervisorJob() + Dispatchers.Default)
+
+    actual suspend fun match(contacts: List<String>, protocol: Protocol): MatchResult<String> =
+        match(contacts, protocol, {}) { it }
+
+    actual suspend fun <C> match(
+        contacts: List<C>,
+        protocol: Protocol,
+        onProgress: (Progress) -> Unit,
+        identifier: (C) -> String,
+    ): MatchResult<C> {
+        val identifiers = contacts.map(identifier)
+        val listener = object : ProgressListener {
+            override fun onProgress(event: ProgressEvent) {
+                // Called on the run's native thread; the app's callback must not break it.
+                runCatching { onProgress(event.toPublic()) }
+            }
+        }
+        val report = NativeLibrary.call {
+            native.matchContacts(identifiers, protocol.toFfi(), listener)
+        }
+        return report.toResult(contacts)
+    }
+
+    actual fun <C> matchFlow(
+        contacts: List<C>,
+        protocol: Protocol,
+        identifier: (C) -> String,
+    ): Flow<MatchEvent<C>> = channelFlow {
+        val result = match(contacts, protocol, { trySend(MatchEvent.Progressed(it)) }, identifier)
+        send(MatchEvent.Finished(result))
+    }.buffer(Channel.UNLIMITED)
+
+    actual suspend fun health(): ServerHealth = NativeLibrary.call { native.health() }.toPublic()
+
+    /**
+     * [match] for Java callers: the result as a [CompletableFuture]. Cancelling the future
+     * (`cancel(true)`) cancels the run; [close] cancels every future still running.
+     */
+    @JvmOverloads
+    fun matchAsync(
+        contacts: List<String>,
+        protocol: Protocol = config.protocol,
+        onProgress: Consumer<Progress>? = null,
+    ): CompletableFuture<MatchResult<String>> =
+        futures.future { match(contacts, protocol, { onProgress?.accept(it) }) { it } }
+
+    /** [match] of the caller's own contact objects, for Java callers. */
+    fun <C> matchAsync(
+        contacts: List<C>,
+        protocol: Protocol,
+        onProgress: Consumer<Progress>?,
+        identifier: java.util.function.Function<C, String>,
+    ): CompletableFuture<MatchResult<C>> =
+        futures.future { match(contacts, protocol, { onProgress?.accept(it) }) { identifier.apply(it) } }
+
+    /** [health] for Java callers. */
+    fun healthAsync(): CompletableFuture<ServerHealth> = futures.future { health() }
+
+    actual override fun close() {
+        futures.cancel()
+        native.close()
+    }
+
+    override fun toString() = "ContactDiscovery(${native.serverUrl()}, $config)"
+}
+
+/** Maps the native library's errors to the public ones, in one place. */
+internal object NativeLibrary {
+    inline fun <T> call(block: () -> T): T =
+        try {
+            block()
+        } catch (e: PsiException) {
+            throw e.toPublic()
+        } catch (e: UnsatisfiedLinkError) {
+            throw ContactDiscoveryException.Internal(
+                "the native library psi_ffi could not be loaded for ${platform()}: " +
+                    "the SDK jar carries it as a JNA resource (linux-x86-64/libpsi_ffi.so); " +
+                    "an Android app carries it in jniLibs",
+                e,
+            )
+        }
+
+    fun platform() = "${System.getProperty("os.name")} ${System.getProperty("os.arch")}"
+}

@@ -1,0 +1,146 @@
+package dev.psisdk
+
+import dev.psisdk.ffi.ContactReport
+import dev.psisdk.ffi.ProgressEvent
+import dev.psisdk.ffi.PsiException
+import kotlin.coroutines.cancellation.CancellationException
+import dev.psisdk.ffi.DiscoveryConfig as FfiConfig
+import dev.psisdk.ffi.Phase as FfiPhase
+import dev.psisdk.ffi.Protocol as FfiProtocol
+import dev.psisdk.ffi.RejectReason as FfiRejectReason
+import dev.psisdk.ffi.ServerErrorCode as FfiCode
+import dev.psisdk.ffi.ServerHealth as FfiHealth
+
+// Conversions between the generated bindings (dev.psisdk.ffi) and the public API. Every
+// `when` is exhaustive, so a case added on the Rust side fails this compilation.
+
+internal fun DiscoveryConfig.toFfi(): FfiConfig {
+    require(threads >= 0) { "threads must be 0 (one per core) or more" }
+    require(timeoutMillis > 0) { "timeoutMillis must be positive" }
+    require(maxResponseBytes > 0) { "maxResponseBytes must be positive" }
+    require(cacheMaxBytes >= 0) { "cacheMaxBytes must not be negative" }
+    return FfiConfig(
+        token = token,
+        defaultRegion = defaultRegion,
+        threads = threads.toUInt(),
+        timeoutMs = timeoutMillis.toULong(),
+        maxResponseBytes = maxResponseBytes.toULong(),
+        fetchLabels = fetchLabels,
+        cacheDir = cacheDirectory,
+        cacheMaxBytes = cacheMaxBytes.toULong(),
+    )
+}
+
+internal fun Protocol.toFfi() = when (this) {
+    Protocol.DH -> FfiProtocol.DH
+    Protocol.OT -> FfiProtocol.OT
+}
+
+internal fun FfiProtocol.toPublic() = when (this) {
+    FfiProtocol.DH -> Protocol.DH
+    FfiProtocol.OT -> Protocol.OT
+}
+
+internal fun FfiPhase.toPublic() = when (this) {
+    FfiPhase.CREATE_SESSION -> Phase.CREATE_SESSION
+    FfiPhase.CLIENT_START -> Phase.CLIENT_START
+    FfiPhase.ROUND_TRIP -> Phase.ROUND_TRIP
+    FfiPhase.SERVER_HELLO -> Phase.SERVER_HELLO
+    FfiPhase.CLIENT_FINALIZE -> Phase.CLIENT_FINALIZE
+    FfiPhase.CLIENT_SETUP -> Phase.CLIENT_SETUP
+    FfiPhase.SERVER_CHUNK -> Phase.SERVER_CHUNK
+    FfiPhase.CLIENT_CHUNK -> Phase.CLIENT_CHUNK
+    FfiPhase.SERVER_OUTPUTS -> Phase.SERVER_OUTPUTS
+    FfiPhase.ENCODED_SET -> Phase.ENCODED_SET
+    FfiPhase.CLIENT_FINISH -> Phase.CLIENT_FINISH
+    FfiPhase.LABELS -> Phase.LABELS
+    FfiPhase.OTHER -> Phase.OTHER
+}
+
+internal fun ProgressEvent.toPublic() = Progress(phase.toPublic(), round.toInt())
+
+internal fun FfiRejectReason.toPublic() = when (this) {
+    FfiRejectReason.EMPTY -> RejectReason.EMPTY
+    FfiRejectReason.TOO_LONG -> RejectReason.TOO_LONG
+    FfiRejectReason.BAD_EMAIL -> RejectReason.BAD_EMAIL
+    FfiRejectReason.NOT_A_PHONE_NUMBER -> RejectReason.NOT_A_PHONE_NUMBER
+    FfiRejectReason.UNPARSABLE_PHONE -> RejectReason.UNPARSABLE_PHONE
+    FfiRejectReason.INVALID_PHONE -> RejectReason.INVALID_PHONE
+    FfiRejectReason.OTHER -> RejectReason.OTHER
+}
+
+internal fun <C> ContactReport.toResult(contacts: List<C>): MatchResult<C> {
+    val s = stats
+    return MatchResult(
+        matches = matches.map {
+            val i = it.row.toInt()
+            MatchedContact(contacts[i], i, it.identifier, it.label)
+        },
+        rejected = rejected.map {
+            val i = it.row.toInt()
+            RejectedContact(contacts[i], i, it.reason.toPublic())
+        },
+        protocol = protocol.toPublic(),
+        stats = RunStats(
+            requests = s.requests.toInt(),
+            bytesSent = s.bytesSent.toLong(),
+            bytesReceived = s.bytesReceived.toLong(),
+            setBytesDownloaded = s.setBytesDownloaded.toLong(),
+            setFromCache = s.setFromCache,
+            roundTrips = s.roundTrips.toInt(),
+            clientItems = s.clientItems.toLong(),
+            duplicates = s.duplicates.toLong(),
+            serverItems = s.serverItems.toLong(),
+            epoch = s.epoch.toLong(),
+            phases = s.phases.map { PhaseTime(it.phase.toPublic(), it.micros.toLong()) },
+            serverMicros = s.serverMicros.toLong(),
+            totalMicros = s.totalMicros.toLong(),
+        ),
+        labelError = labelError,
+    )
+}
+
+internal fun FfiHealth.toPublic() = ServerHealth(
+    epoch = epoch.toLong(),
+    registryItems = registryItems.toLong(),
+    protocols = protocols.map { it.toPublic() },
+    maxClientItems = maxClientItems.toLong(),
+    maxBodyBytes = maxBodyBytes.toLong(),
+)
+
+internal fun FfiCode.toPublic() = when (this) {
+    FfiCode.BAD_REQUEST -> ServerErrorCode.BAD_REQUEST
+    FfiCode.INVALID_MESSAGE -> ServerErrorCode.INVALID_MESSAGE
+    FfiCode.COUNT_MISMATCH -> ServerErrorCode.COUNT_MISMATCH
+    FfiCode.TOO_MANY_ITEMS -> ServerErrorCode.TOO_MANY_ITEMS
+    FfiCode.UNSUPPORTED_PROTOCOL -> ServerErrorCode.UNSUPPORTED_PROTOCOL
+    FfiCode.MISSING_TOKEN -> ServerErrorCode.MISSING_TOKEN
+    FfiCode.INVALID_TOKEN -> ServerErrorCode.INVALID_TOKEN
+    FfiCode.NOT_FOUND -> ServerErrorCode.NOT_FOUND
+    FfiCode.UNKNOWN_SESSION -> ServerErrorCode.UNKNOWN_SESSION
+    FfiCode.METHOD_NOT_ALLOWED -> ServerErrorCode.METHOD_NOT_ALLOWED
+    FfiCode.REQUEST_TIMEOUT -> ServerErrorCode.REQUEST_TIMEOUT
+    FfiCode.WRONG_PHASE -> ServerErrorCode.WRONG_PHASE
+    FfiCode.EPOCH_MISMATCH -> ServerErrorCode.EPOCH_MISMATCH
+    FfiCode.SESSION_EXPIRED -> ServerErrorCode.SESSION_EXPIRED
+    FfiCode.BODY_TOO_LARGE -> ServerErrorCode.BODY_TOO_LARGE
+    FfiCode.UNSUPPORTED_MEDIA_TYPE -> ServerErrorCode.UNSUPPORTED_MEDIA_TYPE
+    FfiCode.RATE_LIMITED -> ServerErrorCode.RATE_LIMITED
+    FfiCode.INTERNAL -> ServerErrorCode.INTERNAL
+    FfiCode.TOO_MANY_SESSIONS -> ServerErrorCode.TOO_MANY_SESSIONS
+    FfiCode.UNKNOWN -> ServerErrorCode.UNKNOWN
+}
+
+/** The public exception for a native error; `Cancelled` becomes a [CancellationException]. */
+internal fun PsiException.toPublic(): Exception = when (this) {
+    is PsiException.InvalidInput -> ContactDiscoveryException.InvalidInput(reason)
+    is PsiException.Network -> ContactDiscoveryException.Network(reason, timeout)
+    is PsiException.Unauthorized -> ContactDiscoveryException.Unauthorized(reason)
+    is PsiException.RateLimited ->
+        ContactDiscoveryException.RateLimited(reason, retryAfterSecs?.toLong())
+    is PsiException.Server ->
+        ContactDiscoveryException.Server(reason, status.toInt(), code.toPublic(), retryable)
+    is PsiException.Protocol -> ContactDiscoveryException.ProtocolViolation(reason, retryable)
+    is PsiException.Cancelled -> CancellationException("the run was cancelled")
+    is PsiException.Internal -> ContactDiscoveryException.Internal(reason)
+}

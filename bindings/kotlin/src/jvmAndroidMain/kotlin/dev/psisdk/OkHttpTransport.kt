@@ -1,0 +1,104 @@
+package dev.psisdk
+
+import dev.psisdk.ffi.HttpHeader
+import dev.psisdk.ffi.HttpMethod
+import dev.psisdk.ffi.HttpRequest
+import dev.psisdk.ffi.HttpResponse
+import dev.psisdk.ffi.HttpTransport
+import dev.psisdk.ffi.TransportException
+import java.io.IOException
+import java.io.InterruptedIOException
+import java.util.concurrent.TimeUnit
+import kotlin.coroutines.resume
+import kotlin.coroutines.resumeWithException
+import kotlinx.coroutines.suspendCancellableCoroutine
+import okhttp3.Call
+import okhttp3.Callback
+import okhttp3.OkHttpClient
+import okhttp3.Request
+import okhttp3.RequestBody.Companion.toRequestBody
+import okhttp3.Response
+import okio.Buffer
+
+/**
+ * The SDK's transport: moves the requests the native client makes with OkHttp. It maps
+ * types only; each request carries its own timeout (applied as OkHttp's call timeout) and
+ * response size cap. Cancelling the coroutine (the native run was cancelled) cancels the
+ * OkHttp call. Calls are enqueued, so no thread waits on the network.
+ */
+internal class OkHttpTransport(private val client: OkHttpClient) : HttpTransport {
+    override suspend fun send(request: HttpRequest): HttpResponse {
+        val call = client.newCall(request.toOkHttp())
+        call.timeout().timeout(request.timeoutMs.toLong(), TimeUnit.MILLISECONDS)
+        val limit = request.maxResponseBytes.toLong()
+        return suspendCancellableCoroutine { cont ->
+            cont.invokeOnCancellation { call.cancel() }
+            call.enqueue(object : Callback {
+                override fun onFailure(call: Call, e: IOException) {
+                    cont.resumeWithException(e.toTransport(call))
+                }
+
+                override fun onResponse(call: Call, response: Response) {
+                    val result = runCatching { response.use { it.read(limit) } }
+                    result.fold(
+                        onSuccess = { cont.resume(it) },
+                        onFailure = {
+                            cont.resumeWithException(
+                                if (it is IOException) it.toTransport(call) else it,
+                            )
+                        },
+                    )
+                }
+            })
+        }
+    }
+
+    private fun HttpRequest.toOkHttp(): Request {
+        val builder = Request.Builder().url(url)
+        for (h in headers) builder.addHeader(h.name, h.value)
+        when (method) {
+            HttpMethod.GET -> builder.get()
+            HttpMethod.DELETE -> builder.delete()
+            HttpMethod.POST -> builder.post(body.toRequestBody(null))
+        }
+        return builder.build()
+    }
+
+    /** Reads the body, failing as soon as it exceeds [limit] bytes. */
+    private fun Response.read(limit: Long): HttpResponse {
+        val declared = body.contentLength()
+        if (declared > limit) throw TransportException.TooLarge(limit.toULong())
+        val source = body.source()
+        val buffer = Buffer()
+        while (!source.exhausted()) {
+            source.read(buffer, 64 * 1024)
+            if (buffer.size > limit) throw TransportException.TooLarge(limit.toULong())
+        }
+        return HttpResponse(
+            status = code.toUShort(),
+            headers = headers.map { (name, value) -> HttpHeader(name.lowercase(), value) },
+            body = buffer.readByteArray(),
+        )
+    }
+
+    private fun IOException.toTransport(call: Call): TransportException {
+        val what = this::class.java.simpleName
+        return if (this is InterruptedIOException && !call.isCanceled()) {
+            TransportException.Timeout("no response within the request timeout ($what)")
+        } else {
+            TransportException.Failed("$what: ${message ?: "I/O error"}")
+        }
+    }
+
+    companion object {
+        /**
+         * The client used when the app gives none: OkHttp's defaults, except that reads and
+         * writes have no idle timeout of their own (a large OT-PSI round can keep the server
+         * busy longer than OkHttp's 10 s before the first byte); each call's timeout bounds it.
+         */
+        fun defaultClient(): OkHttpClient = OkHttpClient.Builder()
+            .readTimeout(0, TimeUnit.MILLISECONDS)
+            .writeTimeout(0, TimeUnit.MILLISECONDS)
+            .build()
+    }
+}

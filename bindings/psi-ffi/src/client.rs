@@ -1,0 +1,141 @@
+//! The client object the platforms hold.
+
+use crate::config::DiscoveryConfig;
+use crate::error::PsiError;
+use crate::job::{guarded, spawn};
+use crate::report::{ContactReport, ProgressEvent, Protocol, ServerHealth};
+use crate::transport::{ForeignTransport, HttpTransport};
+use psi_client::{CancelToken, Client, ClientConfig, FileCache, MemoryCache, SetCache};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Hears a run's progress, on the run's thread: return quickly (hand the event to the UI
+/// thread) and do not throw.
+#[uniffi::export(with_foreign)]
+pub trait ProgressListener: Send + Sync {
+    /// The run entered a new phase.
+    fn on_progress(&self, event: ProgressEvent);
+}
+
+/// A contact-discovery client for one server. Cheap to share; runs may go on in parallel.
+/// Each run executes on its own thread; the platform's HTTP stack moves the bytes.
+#[derive(uniffi::Object)]
+pub struct DiscoveryClient {
+    base: String,
+    transport: Arc<dyn HttpTransport>,
+    cache: Arc<dyn SetCache>,
+    config: ClientConfig,
+}
+
+impl std::fmt::Debug for DiscoveryClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiscoveryClient")
+            .field("base", &self.base)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Cancels its token when dropped: a run whose future is dropped (the coroutine or task
+/// awaiting it was cancelled) stops at its next check and deletes its session.
+struct CancelOnDrop(CancelToken);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+#[uniffi::export]
+impl DiscoveryClient {
+    /// A client for the server at `server_url` (`http://` or `https://`, no query), with
+    /// `config`, sending requests through `transport`.
+    #[uniffi::constructor]
+    pub fn new(
+        server_url: String,
+        config: DiscoveryConfig,
+        transport: Arc<dyn HttpTransport>,
+    ) -> Result<Arc<Self>, PsiError> {
+        guarded("creating the client", || {
+            let url = server_url.trim();
+            let rest = url
+                .strip_prefix("https://")
+                .or_else(|| url.strip_prefix("http://"))
+                .ok_or_else(|| {
+                    PsiError::invalid("the server URL must start with http:// or https://")
+                })?;
+            if rest.is_empty() || rest.contains(['?', '#', ' ']) {
+                return Err(PsiError::invalid(
+                    "the server URL needs a host and no query, fragment or spaces",
+                ));
+            }
+            let client_config = config.client_config()?;
+            client_config.validate().map_err(PsiError::from)?;
+            let cache: Arc<dyn SetCache> = match &config.cache_dir {
+                Some(dir) => Arc::new(FileCache::new(dir).with_max_bytes(config.cache_max_bytes)),
+                None => Arc::new(MemoryCache::new()),
+            };
+            Ok(Arc::new(DiscoveryClient {
+                base: url.trim_end_matches('/').to_string(),
+                transport,
+                cache,
+                config: client_config,
+            }))
+        })
+    }
+
+    /// Normalizes `contacts` (phone numbers, emails), matches the valid ones against the
+    /// server's registry with `protocol`, fetches their labels, and maps the results back
+    /// to the rows. `listener` hears each phase. Dropping the returned future cancels the
+    /// run and deletes its server session.
+    pub async fn match_contacts(
+        self: Arc<Self>,
+        contacts: Vec<String>,
+        protocol: Protocol,
+        listener: Option<Arc<dyn ProgressListener>>,
+    ) -> Result<ContactReport, PsiError> {
+        let cancel = CancelToken::new();
+        let _cancel_on_drop = CancelOnDrop(cancel.clone());
+        let this = self.clone();
+        let run = spawn("psi-run", move || {
+            let started = Instant::now();
+            let client = this.run_client(&cancel);
+            let mut progress = |p: psi_client::Progress| {
+                if let Some(l) = &listener {
+                    l.on_progress(p.into());
+                }
+            };
+            let report = client.match_contacts(&contacts, protocol.into(), &mut progress, &cancel)?;
+            Ok(ContactReport::from_client(report, protocol, started.elapsed()))
+        })?;
+        run.await
+    }
+
+    /// The server's epoch, registry size, protocols and limits (`GET /v1/health`).
+    pub async fn health(self: Arc<Self>) -> Result<ServerHealth, PsiError> {
+        let cancel = CancelToken::new();
+        let _cancel_on_drop = CancelOnDrop(cancel.clone());
+        let this = self.clone();
+        let call = spawn("psi-health", move || {
+            Ok(this.run_client(&cancel).health()?.into())
+        })?;
+        call.await
+    }
+
+    /// The server's base URL.
+    pub fn server_url(&self) -> String {
+        self.base.clone()
+    }
+}
+
+impl DiscoveryClient {
+    /// psi-client's client for one run: the foreign transport, aware of the run's token.
+    fn run_client(&self, cancel: &CancelToken) -> Client {
+        let transport = ForeignTransport {
+            inner: self.transport.clone(),
+            cancel: cancel.clone(),
+        };
+        Client::with_transport(&self.base, Arc::new(transport), self.config.clone())
+            .with_cache(self.cache.clone())
+    }
+}

@@ -1,0 +1,77 @@
+//! The client's settings as the platform passes them.
+
+use crate::error::PsiError;
+use psi_client::{ClientConfig, Threads};
+use std::time::Duration;
+
+/// Settings of a [`crate::DiscoveryClient`]. The platform SDKs fill in the defaults
+/// documented on their own config types.
+#[derive(Clone, uniffi::Record)]
+pub struct DiscoveryConfig {
+    /// Bearer token, if the server requires one.
+    pub token: Option<String>,
+    /// Region for phone numbers without a country code (ISO 3166 alpha-2, e.g. `US`).
+    pub default_region: String,
+    /// Worker threads for the protocol's computation; 0 means one per core.
+    pub threads: u32,
+    /// Per-request timeout in milliseconds (1 or more).
+    pub timeout_ms: u64,
+    /// Largest response body accepted, in bytes (1 or more).
+    pub max_response_bytes: u64,
+    /// Whether to fetch the labels of the matches.
+    pub fetch_labels: bool,
+    /// Directory for the encoded-registry cache (the app's cache directory). `None` keeps
+    /// it in memory, for the life of the client.
+    pub cache_dir: Option<String>,
+    /// Largest encoded registry kept in the cache directory, in bytes.
+    pub cache_max_bytes: u64,
+}
+
+impl std::fmt::Debug for DiscoveryConfig {
+    // The token stays out of logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiscoveryConfig")
+            .field("has_token", &self.token.is_some())
+            .field("default_region", &self.default_region)
+            .field("threads", &self.threads)
+            .field("timeout_ms", &self.timeout_ms)
+            .field("max_response_bytes", &self.max_response_bytes)
+            .field("fetch_labels", &self.fetch_labels)
+            .field("cache_dir", &self.cache_dir)
+            .field("cache_max_bytes", &self.cache_max_bytes)
+            .finish()
+    }
+}
+
+impl DiscoveryConfig {
+    /// The psi-client settings, or why these are not valid.
+    pub(crate) fn client_config(&self) -> Result<ClientConfig, PsiError> {
+        if self.timeout_ms == 0 {
+            return Err(PsiError::invalid("the timeout must be at least 1 ms"));
+        }
+        if self.max_response_bytes == 0 {
+            return Err(PsiError::invalid("max_response_bytes must be at least 1"));
+        }
+        if let Some(t) = &self.token
+            && (t.is_empty() || t.chars().any(|c| c.is_control()))
+        {
+            return Err(PsiError::invalid(
+                "the token must be non-empty and have no control characters",
+            ));
+        }
+        let threads = match self.threads {
+            0 => Threads::available(),
+            n => Threads::new(n as usize),
+        };
+        let mut config = ClientConfig::default()
+            .with_threads(threads)
+            .with_timeout(Duration::from_millis(self.timeout_ms))
+            .with_max_response_bytes(self.max_response_bytes)
+            .with_labels(self.fetch_labels)
+            .with_default_region(self.default_region.clone());
+        if let Some(t) = &self.token {
+            config = config.with_token(t.clone());
+        }
+        Ok(config)
+    }
+}

@@ -1,0 +1,183 @@
+//! The one error of the bindings: each variant says what the app can do. Converted from
+//! psi-client's error in one place ([`From<ClientError>`]). Messages never contain
+//! contact data, labels or keys.
+
+use psi_client::{ClientError, ErrorCode};
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error, uniffi::Error)]
+#[non_exhaustive]
+pub enum PsiError {
+    /// The caller's input or settings cannot be used (no valid contact, too many contacts
+    /// for this server, unknown region, a bad URL or timeout). Fix the input; retrying
+    /// the same call fails the same way.
+    #[error("invalid input: {reason}")]
+    InvalidInput {
+        /// What is wrong (never the contact itself).
+        reason: String,
+    },
+    /// No response from the server: connection refused or reset, timeout, response too
+    /// large. Retrying later may help.
+    #[error("network error: {reason}")]
+    Network {
+        /// What went wrong.
+        reason: String,
+        /// True when a timeout expired.
+        timeout: bool,
+    },
+    /// The server refused the token (missing or not accepted).
+    #[error("unauthorized: {reason}")]
+    Unauthorized {
+        /// The server's explanation.
+        reason: String,
+    },
+    /// The server's limits are reached for this caller (items per hour) or for everyone
+    /// (too many sessions). Retry after `retry_after_secs`, if given.
+    #[error("rate limited: {reason}")]
+    RateLimited {
+        /// The server's explanation.
+        reason: String,
+        /// Seconds to wait, from the server's `Retry-After`.
+        retry_after_secs: Option<u64>,
+    },
+    /// The server answered with another error.
+    #[error("server error {status} ({code:?}): {reason}")]
+    Server {
+        /// HTTP status.
+        status: u16,
+        /// The API error code (docs/api.md, "Errors").
+        code: ServerErrorCode,
+        /// The server's explanation.
+        reason: String,
+        /// True if the same call may succeed later (key rotated, session expired, server
+        /// bug or overload).
+        retryable: bool,
+    },
+    /// The server's answer broke the protocol or the API (malformed message, wrong
+    /// epoch, unexpected response). `retryable` is true when the registry changed
+    /// during the run.
+    #[error("protocol error: {reason}")]
+    Protocol {
+        /// What was wrong.
+        reason: String,
+        /// True if a new run may succeed.
+        retryable: bool,
+    },
+    /// The run was cancelled; its server session was deleted.
+    #[error("cancelled")]
+    Cancelled,
+    /// A bug in the SDK (a panic in the native library was caught). Please report it.
+    #[error("internal error: {reason}")]
+    Internal {
+        /// What failed (no payload of the panic, which could hold data).
+        reason: String,
+    },
+}
+
+impl PsiError {
+    pub(crate) fn invalid(reason: impl Into<String>) -> PsiError {
+        PsiError::InvalidInput {
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn internal(reason: impl Into<String>) -> PsiError {
+        PsiError::Internal {
+            reason: reason.into(),
+        }
+    }
+}
+
+/// The API's error codes (docs/api.md, "Errors"), as psi-http's `ErrorCode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Enum)]
+#[allow(missing_docs)] // Documented on psi_http::ErrorCode.
+pub enum ServerErrorCode {
+    BadRequest,
+    InvalidMessage,
+    CountMismatch,
+    TooManyItems,
+    UnsupportedProtocol,
+    MissingToken,
+    InvalidToken,
+    NotFound,
+    UnknownSession,
+    MethodNotAllowed,
+    RequestTimeout,
+    WrongPhase,
+    EpochMismatch,
+    SessionExpired,
+    BodyTooLarge,
+    UnsupportedMediaType,
+    RateLimited,
+    Internal,
+    TooManySessions,
+    /// A code these bindings do not know (a newer server).
+    Unknown,
+}
+
+impl From<ErrorCode> for ServerErrorCode {
+    fn from(c: ErrorCode) -> Self {
+        match c {
+            ErrorCode::BadRequest => ServerErrorCode::BadRequest,
+            ErrorCode::InvalidMessage => ServerErrorCode::InvalidMessage,
+            ErrorCode::CountMismatch => ServerErrorCode::CountMismatch,
+            ErrorCode::TooManyItems => ServerErrorCode::TooManyItems,
+            ErrorCode::UnsupportedProtocol => ServerErrorCode::UnsupportedProtocol,
+            ErrorCode::MissingToken => ServerErrorCode::MissingToken,
+            ErrorCode::InvalidToken => ServerErrorCode::InvalidToken,
+            ErrorCode::NotFound => ServerErrorCode::NotFound,
+            ErrorCode::UnknownSession => ServerErrorCode::UnknownSession,
+            ErrorCode::MethodNotAllowed => ServerErrorCode::MethodNotAllowed,
+            ErrorCode::RequestTimeout => ServerErrorCode::RequestTimeout,
+            ErrorCode::WrongPhase => ServerErrorCode::WrongPhase,
+            ErrorCode::EpochMismatch => ServerErrorCode::EpochMismatch,
+            ErrorCode::SessionExpired => ServerErrorCode::SessionExpired,
+            ErrorCode::BodyTooLarge => ServerErrorCode::BodyTooLarge,
+            ErrorCode::UnsupportedMediaType => ServerErrorCode::UnsupportedMediaType,
+            ErrorCode::RateLimited => ServerErrorCode::RateLimited,
+            ErrorCode::Internal => ServerErrorCode::Internal,
+            ErrorCode::TooManySessions => ServerErrorCode::TooManySessions,
+            _ => ServerErrorCode::Unknown,
+        }
+    }
+}
+
+impl From<ClientError> for PsiError {
+    fn from(e: ClientError) -> Self {
+        let retryable = e.is_retryable();
+        let reason = e.to_string();
+        match e {
+            ClientError::Network { message, timeout } => PsiError::Network {
+                reason: message,
+                timeout,
+            },
+            ClientError::Http {
+                status,
+                code,
+                message,
+                retry_after,
+            } => match code {
+                ErrorCode::MissingToken | ErrorCode::InvalidToken => {
+                    PsiError::Unauthorized { reason: message }
+                }
+                ErrorCode::RateLimited | ErrorCode::TooManySessions => PsiError::RateLimited {
+                    reason: message,
+                    retry_after_secs: retry_after,
+                },
+                ErrorCode::TooManyItems => PsiError::InvalidInput { reason: message },
+                code => PsiError::Server {
+                    status,
+                    code: code.into(),
+                    reason: message,
+                    retryable,
+                },
+            },
+            ClientError::Protocol(_) | ClientError::BadResponse(_) => {
+                PsiError::Protocol { reason, retryable }
+            }
+            ClientError::BadInput(reason) => PsiError::InvalidInput { reason },
+            ClientError::Cancelled => PsiError::Cancelled,
+            _ => PsiError::Internal { reason },
+        }
+    }
+}

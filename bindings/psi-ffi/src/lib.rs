@@ -1,0 +1,42 @@
+//! # psi-ffi
+//!
+//! The uniffi bindings of the PSI SDK: [`psi_client`] for Kotlin (JVM, Android) and Swift.
+//! This crate is the bridge, not an API: it maps types and threads, and the platform SDKs
+//! (`bindings/kotlin`, `ios/`) wrap what it exports in idiomatic APIs. The protocols, the
+//! HTTP choreography, the registry cache and contact normalization all live in
+//! psi-client and below; nothing here looks at protocol bytes.
+//!
+//! What it adds:
+//! - [`DiscoveryClient`]: a psi-client `Client` whose runs are `async` for the foreign
+//!   language. A run executes on its own Rust thread (CPU work never runs on a Kotlin
+//!   dispatcher or an HTTP stack's thread); dropping the future (a cancelled coroutine or
+//!   Swift task) cancels the run: the in-flight request is abandoned, the run stops at its
+//!   next check and deletes its server session.
+//! - [`HttpTransport`]: an async trait the platform implements with its HTTP stack
+//!   (OkHttp, URLSession). It maps types only; the limits come with each request.
+//! - [`PsiError`]: one error whose variants say what the app can do. Panics (a rayon worker
+//!   included) are caught at the boundary and become [`PsiError::Internal`].
+//!
+//! Threading: runs block their own thread on the foreign future; the foreign side must
+//! not block waiting for the run on the thread that completes its HTTP calls (OkHttp's
+//! `enqueue` and URLSession's delegate queue satisfy this).
+
+#![warn(missing_docs)]
+
+uniffi::setup_scaffolding!();
+
+mod client;
+mod config;
+mod error;
+mod job;
+mod report;
+mod transport;
+
+pub use client::{DiscoveryClient, ProgressListener};
+pub use config::DiscoveryConfig;
+pub use error::{PsiError, ServerErrorCode};
+pub use report::{
+    ContactMatch, ContactReport, Phase, PhaseTime, ProgressEvent, Protocol, RejectReason,
+    RejectedContact, RunStats, ServerHealth,
+};
+pub use transport::{HttpHeader, HttpMethod, HttpRequest, HttpResponse, HttpTransport, TransportError};

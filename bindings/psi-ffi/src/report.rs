@@ -1,0 +1,305 @@
+//! What a run returns and reports, as records the platforms can hold. Converted from
+//! psi-client's types here, in one place.
+
+use std::time::Duration;
+
+/// A protocol (docs/protocol/). The SDK's automatic choice comes with issue 9.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Enum)]
+pub enum Protocol {
+    /// DH-PSI: the fewest bytes; the encoded registry is cached between runs.
+    Dh,
+    /// OT-PSI: far less computation, more bytes, several round trips.
+    Ot,
+}
+
+impl From<Protocol> for psi_client::Protocol {
+    fn from(p: Protocol) -> Self {
+        match p {
+            Protocol::Dh => psi_client::Protocol::Dh,
+            Protocol::Ot => psi_client::Protocol::Ot,
+        }
+    }
+}
+
+impl Protocol {
+    /// `None` for a protocol these bindings do not export yet.
+    pub(crate) fn from_core(p: psi_client::Protocol) -> Option<Protocol> {
+        match p {
+            psi_client::Protocol::Dh => Some(Protocol::Dh),
+            psi_client::Protocol::Ot => Some(Protocol::Ot),
+            _ => None,
+        }
+    }
+}
+
+/// A phase of a run (psi-core's `Phase`), for progress and timings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Enum)]
+#[allow(missing_docs)] // Documented on psi_core::Phase.
+pub enum Phase {
+    CreateSession,
+    ClientStart,
+    RoundTrip,
+    ServerHello,
+    ClientFinalize,
+    ClientSetup,
+    ServerChunk,
+    ClientChunk,
+    ServerOutputs,
+    EncodedSet,
+    ClientFinish,
+    Labels,
+    /// A phase added to the core after these bindings were built.
+    Other,
+}
+
+impl From<psi_client::Phase> for Phase {
+    fn from(p: psi_client::Phase) -> Self {
+        use psi_client::Phase as P;
+        match p {
+            P::CreateSession => Phase::CreateSession,
+            P::ClientStart => Phase::ClientStart,
+            P::RoundTrip => Phase::RoundTrip,
+            P::ServerHello => Phase::ServerHello,
+            P::ClientFinalize => Phase::ClientFinalize,
+            P::ClientSetup => Phase::ClientSetup,
+            P::ServerChunk => Phase::ServerChunk,
+            P::ClientChunk => Phase::ClientChunk,
+            P::ServerOutputs => Phase::ServerOutputs,
+            P::EncodedSet => Phase::EncodedSet,
+            P::ClientFinish => Phase::ClientFinish,
+            P::Labels => Phase::Labels,
+            _ => Phase::Other,
+        }
+    }
+}
+
+/// A progress event: the run entered `phase`; `round` counts the protocol's round trips
+/// so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Record)]
+pub struct ProgressEvent {
+    /// The phase entered.
+    pub phase: Phase,
+    /// Protocol round trips started so far.
+    pub round: u32,
+}
+
+impl From<psi_client::Progress> for ProgressEvent {
+    fn from(p: psi_client::Progress) -> Self {
+        ProgressEvent {
+            phase: p.phase.into(),
+            round: saturate(p.round),
+        }
+    }
+}
+
+/// A contact row that is in the registry.
+#[derive(Clone, PartialEq, Eq, uniffi::Record)]
+pub struct ContactMatch {
+    /// Index of the row in the caller's list (0-based).
+    pub row: u64,
+    /// The normalized identifier (E.164 phone number or lower-cased email).
+    pub identifier: String,
+    /// Its label in the registry, if it has one and labels were fetched.
+    pub label: Option<String>,
+}
+
+impl std::fmt::Debug for ContactMatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ContactMatch")
+            .field("row", &self.row)
+            .field("has_label", &self.label.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a row is not a valid identifier (psi-contacts' `Invalid`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Enum)]
+pub enum RejectReason {
+    /// Nothing but whitespace.
+    Empty,
+    /// Too long after normalization.
+    TooLong,
+    /// Contains an `@` but is not `local@domain.tld`.
+    BadEmail,
+    /// Neither a phone number nor an email.
+    NotAPhoneNumber,
+    /// The phone number could not be parsed (with the default region if it has no `+`).
+    UnparsablePhone,
+    /// Parsed, but not a valid number for its region.
+    InvalidPhone,
+    /// A reason added to the core after these bindings were built.
+    Other,
+}
+
+impl From<psi_client::Invalid> for RejectReason {
+    fn from(r: psi_client::Invalid) -> Self {
+        use psi_client::Invalid as I;
+        match r {
+            I::Empty => RejectReason::Empty,
+            I::TooLong => RejectReason::TooLong,
+            I::BadEmail => RejectReason::BadEmail,
+            I::NotAPhoneNumber => RejectReason::NotAPhoneNumber,
+            I::UnparsablePhone => RejectReason::UnparsablePhone,
+            I::InvalidPhone => RejectReason::InvalidPhone,
+            _ => RejectReason::Other,
+        }
+    }
+}
+
+/// A row that could not be matched, with the reason.
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+pub struct RejectedContact {
+    /// Index of the row in the caller's list (0-based).
+    pub row: u64,
+    /// Why.
+    pub reason: RejectReason,
+}
+
+/// Time spent in one phase.
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+pub struct PhaseTime {
+    /// The phase.
+    pub phase: Phase,
+    /// Microseconds (repeated phases summed).
+    pub micros: u64,
+}
+
+/// Traffic and time of a run, measured by psi-client.
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+pub struct RunStats {
+    /// HTTP requests made (the session delete included).
+    pub requests: u32,
+    /// Request body bytes.
+    pub bytes_sent: u64,
+    /// Response body bytes.
+    pub bytes_received: u64,
+    /// Bytes of the encoded registry downloaded (0 when it came from the cache).
+    pub set_bytes_downloaded: u64,
+    /// True if the encoded registry came from the cache (DH-PSI).
+    pub set_from_cache: bool,
+    /// Protocol round trips.
+    pub round_trips: u32,
+    /// Distinct identifiers queried.
+    pub client_items: u64,
+    /// Rows dropped because they normalized to an identifier already queried.
+    pub duplicates: u64,
+    /// Entries in the server's registry.
+    pub server_items: u64,
+    /// The server's key epoch.
+    pub epoch: u32,
+    /// Wall time per phase, in first-seen order.
+    pub phases: Vec<PhaseTime>,
+    /// Server compute time reported by the server, in microseconds.
+    pub server_micros: u64,
+    /// Wall time of the whole run, in microseconds.
+    pub total_micros: u64,
+}
+
+/// The result of [`crate::DiscoveryClient::match_contacts`].
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+pub struct ContactReport {
+    /// Matched rows, in row order.
+    pub matches: Vec<ContactMatch>,
+    /// Rows that are not valid identifiers, in row order.
+    pub rejected: Vec<RejectedContact>,
+    /// The protocol that ran.
+    pub protocol: Protocol,
+    /// Traffic and timings.
+    pub stats: RunStats,
+    /// Why labels are missing, if the label step failed after matching succeeded.
+    pub label_error: Option<String>,
+}
+
+impl ContactReport {
+    pub(crate) fn from_client(
+        r: psi_client::ContactReport,
+        protocol: Protocol,
+        total: Duration,
+    ) -> Self {
+        let run = r.run;
+        let s = run.stats;
+        ContactReport {
+            matches: r
+                .matches
+                .into_iter()
+                .map(|m| ContactMatch {
+                    row: m.row as u64,
+                    identifier: m.identifier,
+                    label: m.label,
+                })
+                .collect(),
+            rejected: r
+                .rejected
+                .into_iter()
+                .map(|x| RejectedContact {
+                    row: x.row as u64,
+                    reason: x.reason.into(),
+                })
+                .collect(),
+            protocol,
+            stats: RunStats {
+                requests: saturate(s.requests),
+                bytes_sent: s.bytes_sent,
+                bytes_received: s.bytes_received,
+                set_bytes_downloaded: s.set_bytes_downloaded,
+                set_from_cache: s.set_from_cache,
+                round_trips: saturate(s.round_trips),
+                client_items: run.client_items as u64,
+                duplicates: run.duplicates as u64,
+                server_items: run.server_items,
+                epoch: run.epoch,
+                phases: s
+                    .phases
+                    .iter()
+                    .map(|(p, d)| PhaseTime {
+                        phase: (*p).into(),
+                        micros: micros(*d),
+                    })
+                    .collect(),
+                server_micros: micros(s.server_time),
+                total_micros: micros(total),
+            },
+            label_error: run.label_error,
+        }
+    }
+}
+
+/// What the server says about itself (`GET /v1/health`).
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+pub struct ServerHealth {
+    /// Current key epoch.
+    pub epoch: u32,
+    /// Entries in the registry.
+    pub registry_items: u64,
+    /// Protocols the server runs that these bindings know.
+    pub protocols: Vec<Protocol>,
+    /// Largest contact list one run may send.
+    pub max_client_items: u32,
+    /// Largest request body the server accepts, in bytes.
+    pub max_body_bytes: u64,
+}
+
+impl From<psi_client::Health> for ServerHealth {
+    fn from(h: psi_client::Health) -> Self {
+        ServerHealth {
+            epoch: h.epoch,
+            registry_items: h.registry_items,
+            protocols: h
+                .protocols
+                .iter()
+                .filter_map(|p| psi_client::Protocol::from_api_name(p))
+                .filter_map(Protocol::from_core)
+                .collect(),
+            max_client_items: h.max_client_items,
+            max_body_bytes: h.max_body_bytes,
+        }
+    }
+}
+
+fn saturate(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}

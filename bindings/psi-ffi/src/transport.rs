@@ -1,0 +1,159 @@
+//! The transport the platform implements ([`HttpTransport`]: OkHttp on Kotlin, URLSession
+//! on Swift), and the adapter that lets psi-client's synchronous driver use it from a
+//! run's thread.
+
+use crate::job::{Wait, block_on};
+use psi_client::{CancelToken, Method, Request, Response, Transport};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One header.
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+pub struct HttpHeader {
+    /// Name (lower case in requests).
+    pub name: String,
+    /// Value. The `authorization` header carries the token: never log it.
+    pub value: String,
+}
+
+/// An HTTP method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Enum)]
+pub enum HttpMethod {
+    /// GET.
+    Get,
+    /// POST.
+    Post,
+    /// DELETE.
+    Delete,
+}
+
+/// One request, complete: the transport sends exactly this.
+#[derive(Clone, uniffi::Record)]
+pub struct HttpRequest {
+    /// Method.
+    pub method: HttpMethod,
+    /// Absolute URL.
+    pub url: String,
+    /// Headers to send.
+    pub headers: Vec<HttpHeader>,
+    /// Body (empty for GET and DELETE).
+    pub body: Vec<u8>,
+    /// The whole exchange must finish within this many milliseconds, or fail with
+    /// [`TransportError::Timeout`].
+    pub timeout_ms: u64,
+    /// A response body longer than this must fail with [`TransportError::TooLarge`],
+    /// without reading the rest.
+    pub max_response_bytes: u64,
+}
+
+/// A response with any status (an error status is not a transport error).
+#[derive(Clone, uniffi::Record)]
+pub struct HttpResponse {
+    /// Status code.
+    pub status: u16,
+    /// Headers.
+    pub headers: Vec<HttpHeader>,
+    /// Body.
+    pub body: Vec<u8>,
+}
+
+/// Why a request produced no response.
+#[derive(Debug, thiserror::Error, uniffi::Error)]
+pub enum TransportError {
+    /// Connection refused or reset, DNS, TLS, I/O.
+    #[error("{reason}")]
+    Failed {
+        /// What went wrong (no bodies, no headers).
+        reason: String,
+    },
+    /// The request's timeout expired.
+    #[error("timed out: {reason}")]
+    Timeout {
+        /// What timed out.
+        reason: String,
+    },
+    /// The response body is longer than the request's `max_response_bytes`.
+    #[error("response larger than {limit} bytes")]
+    TooLarge {
+        /// The limit.
+        limit: u64,
+    },
+}
+
+impl From<uniffi::UnexpectedUniFFICallbackError> for TransportError {
+    fn from(e: uniffi::UnexpectedUniFFICallbackError) -> Self {
+        TransportError::Failed {
+            reason: format!("the transport threw: {}", e.reason),
+        }
+    }
+}
+
+/// Sends requests to the server; implemented by the platform with its HTTP stack. It maps
+/// types only: every limit comes with the request. A cancelled call (the future dropped)
+/// must cancel the underlying request.
+#[uniffi::export(with_foreign)]
+#[async_trait::async_trait]
+pub trait HttpTransport: Send + Sync {
+    /// Sends `request` and returns the response, whatever its status.
+    async fn send(&self, request: HttpRequest) -> Result<HttpResponse, TransportError>;
+}
+
+/// Extra time the foreign transport gets beyond the request's own timeout before the run
+/// stops waiting for it (a transport that never answers must not hang the run).
+const GRACE: Duration = Duration::from_secs(5);
+
+/// psi-client's [`Transport`] over a foreign [`HttpTransport`], for one run: a request in
+/// flight when the run is cancelled is abandoned (its future dropped, which cancels the
+/// platform call); requests that start after the cancellation (the session delete, the
+/// only one psi-client still makes) run to completion within their timeout.
+pub(crate) struct ForeignTransport {
+    pub(crate) inner: Arc<dyn HttpTransport>,
+    pub(crate) cancel: CancelToken,
+}
+
+impl Transport for ForeignTransport {
+    fn send(&self, request: Request) -> Result<Response, psi_client::TransportError> {
+        let abortable = !self.cancel.is_cancelled();
+        let limit = request.max_response_bytes;
+        let wait = request.timeout.saturating_add(GRACE);
+        let request = HttpRequest {
+            method: match request.method {
+                Method::Get => HttpMethod::Get,
+                Method::Post => HttpMethod::Post,
+                Method::Delete => HttpMethod::Delete,
+            },
+            url: request.url,
+            headers: request
+                .headers
+                .into_iter()
+                .map(|(name, value)| HttpHeader { name, value })
+                .collect(),
+            body: request.body,
+            timeout_ms: u64::try_from(request.timeout.as_millis()).unwrap_or(u64::MAX),
+            max_response_bytes: limit,
+        };
+        let failed = |message: String, timeout| psi_client::TransportError { message, timeout };
+        match block_on(self.inner.send(request), wait, || {
+            abortable && self.cancel.is_cancelled()
+        }) {
+            Wait::Done(Ok(r)) if r.body.len() as u64 > limit => Err(failed(
+                TransportError::TooLarge { limit }.to_string(),
+                false,
+            )),
+            Wait::Done(Ok(r)) => Ok(Response {
+                status: r.status,
+                headers: r.headers.into_iter().map(|h| (h.name, h.value)).collect(),
+                body: r.body,
+            }),
+            Wait::Done(Err(e)) => {
+                let timeout = matches!(e, TransportError::Timeout { .. });
+                Err(failed(e.to_string(), timeout))
+            }
+            Wait::Aborted => Err(failed("request abandoned: run cancelled".into(), false)),
+            Wait::TimedOut => Err(failed(
+                "the platform transport did not answer within the request timeout".into(),
+                true,
+            )),
+        }
+    }
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Builds the native library and the Kotlin bindings, then builds and tests the JVM SDK
+# (desktop/), compiles the Android library's Kotlin against the Android 14 API jar
+# (android/), and builds and tests the desktop sample app (sample-apps/desktop).
+# Usage: bash ci/kotlin.sh [extra Maven arguments]   (PSI_PROFILE=release for a release library)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+source "$root/ci/setup.sh"
+profile="${PSI_PROFILE:-debug}"
+cargo_flags=(--locked)
+[ "$profile" = release ] && cargo_flags+=(--release)
+
+cd "$root/rust-core"
+# The native library, and the psi command the tests start as a real server.
+cargo build "${cargo_flags[@]}" -p psi-ffi -p psi-cli -p uniffi-bindgen
+lib="$root/rust-core/target/$profile/libpsi_ffi.so"
+
+# The bindings are generated from the library itself (uniffi library mode), so the two
+# always agree; they are not committed.
+rm -rf "$root/bindings/kotlin/generated"
+"$root/rust-core/target/$profile/uniffi-bindgen" generate --library "$lib" \
+  --language kotlin --out-dir "$root/bindings/kotlin/generated" --no-format >/dev/null
+
+# The native library as a JNA resource of the desktop jar (stripped: no debug info).
+native="$root/desktop/native/linux-x86-64"
+mkdir -p "$native"
+cp "$lib" "$native/libpsi_ffi.so"
+strip --strip-unneeded "$native/libpsi_ffi.so"
+
+# Kotlin Multiplatform without Gradle: kotlinc takes each file with the fragment
+# (source set) it belongs to: common <- jvm (JVM and Android) <- android.
+fragment() { find "$2" -name '*.kt' | sort | sed "s|^|$1:|" | paste -sd, -; }
+common="$(fragment common "$root/bindings/kotlin/src/commonMain")"
+jvm="$(fragment jvm "$root/bindings/kotlin/src/jvmAndroidMain"),$(fragment jvm "$root/bindings/kotlin/generated")"
+android="$(fragment android "$root/android/src/androidMain")"
+
+cd "$root"
+mvn -B -q -Dsdk.fragments.jvm="$common,$jvm" -Dsdk.fragments.android="$common,$jvm,$android" -Dpsi.bin="$root/rust-core/target/$profile/psi" install "$@"
