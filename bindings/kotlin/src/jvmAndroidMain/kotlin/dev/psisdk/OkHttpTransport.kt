@@ -35,7 +35,7 @@ internal class OkHttpTransport(private val client: OkHttpClient) : HttpTransport
             cont.invokeOnCancellation { call.cancel() }
             call.enqueue(object : Callback {
                 override fun onFailure(call: Call, e: IOException) {
-                    cont.resumeWithException(e.toTransport(call))
+                    cont.resumeWithException(e.toTransport())
                 }
 
                 override fun onResponse(call: Call, response: Response) {
@@ -44,7 +44,7 @@ internal class OkHttpTransport(private val client: OkHttpClient) : HttpTransport
                         onSuccess = { cont.resume(it) },
                         onFailure = {
                             cont.resumeWithException(
-                                if (it is IOException) it.toTransport(call) else it,
+                                if (it is IOException) it.toTransport() else it,
                             )
                         },
                     )
@@ -81,9 +81,11 @@ internal class OkHttpTransport(private val client: OkHttpClient) : HttpTransport
         )
     }
 
-    private fun IOException.toTransport(call: Call): TransportException {
+    private fun IOException.toTransport(): TransportException {
         val what = this::class.java.simpleName
-        return if (this is InterruptedIOException && !call.isCanceled()) {
+        // OkHttp's call timeout and socket timeouts are InterruptedIOExceptions; a
+        // cancelled call is a plain IOException ("Canceled").
+        return if (this is InterruptedIOException) {
             TransportException.Timeout("no response within the request timeout ($what)")
         } else {
             TransportException.Failed("$what: ${message ?: "I/O error"}")
