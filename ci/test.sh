@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Runs every test of the SDK. Usage: bash ci/test.sh
+# Runs every test of the SDK (Rust, then Kotlin/JVM). Usage: bash ci/test.sh
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 source "$root/ci/setup.sh"
 cd "$root/rust-core"
 cargo test --workspace --locked
+# The Kotlin SDK against the real native library and a real server; the Android Kotlin
+# compiled against the Android API; the desktop sample app.
+bash "$root/ci/kotlin.sh"

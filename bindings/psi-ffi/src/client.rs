@@ -105,8 +105,13 @@ impl DiscoveryClient {
                     l.on_progress(p.into());
                 }
             };
-            let report = client.match_contacts(&contacts, protocol.into(), &mut progress, &cancel)?;
-            Ok(ContactReport::from_client(report, protocol, started.elapsed()))
+            let report =
+                client.match_contacts(&contacts, protocol.into(), &mut progress, &cancel)?;
+            Ok(ContactReport::from_client(
+                report,
+                protocol,
+                started.elapsed(),
+            ))
         })?;
         run.await
     }

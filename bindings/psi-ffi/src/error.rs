@@ -181,3 +181,90 @@ impl From<ClientError> for PsiError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn http(code: ErrorCode, retry_after: Option<u64>) -> PsiError {
+        ClientError::Http {
+            status: code.status(),
+            code,
+            message: "m".into(),
+            retry_after,
+        }
+        .into()
+    }
+
+    #[test]
+    fn each_client_error_maps_to_what_the_app_can_do() {
+        assert!(matches!(
+            http(ErrorCode::InvalidToken, None),
+            PsiError::Unauthorized { .. }
+        ));
+        assert!(matches!(
+            http(ErrorCode::MissingToken, None),
+            PsiError::Unauthorized { .. }
+        ));
+        assert!(matches!(
+            http(ErrorCode::RateLimited, Some(9)),
+            PsiError::RateLimited {
+                retry_after_secs: Some(9),
+                ..
+            }
+        ));
+        assert!(matches!(
+            http(ErrorCode::TooManySessions, None),
+            PsiError::RateLimited { .. }
+        ));
+        assert!(matches!(
+            http(ErrorCode::TooManyItems, None),
+            PsiError::InvalidInput { .. }
+        ));
+        assert!(matches!(
+            http(ErrorCode::EpochMismatch, None),
+            PsiError::Server {
+                status: 409,
+                code: ServerErrorCode::EpochMismatch,
+                retryable: true,
+                ..
+            }
+        ));
+        assert!(matches!(
+            http(ErrorCode::Unknown, None),
+            PsiError::Server {
+                code: ServerErrorCode::Unknown,
+                ..
+            }
+        ));
+        assert!(matches!(
+            PsiError::from(ClientError::Network {
+                message: "x".into(),
+                timeout: true
+            }),
+            PsiError::Network { timeout: true, .. }
+        ));
+        assert!(matches!(
+            PsiError::from(ClientError::BadResponse("x".into())),
+            PsiError::Protocol {
+                retryable: false,
+                ..
+            }
+        ));
+        assert!(matches!(
+            PsiError::from(ClientError::Cancelled),
+            PsiError::Cancelled
+        ));
+    }
+
+    #[test]
+    fn every_known_code_has_its_own_ffi_code() {
+        for &code in ErrorCode::ALL {
+            assert_ne!(
+                ServerErrorCode::from(code),
+                ServerErrorCode::Unknown,
+                "{code:?}"
+            );
+        }
+    }
+}

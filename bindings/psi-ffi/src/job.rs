@@ -14,7 +14,10 @@ use std::time::{Duration, Instant};
 
 /// Runs `f`, turning a panic (its own, or one a rayon pool re-raised in it) into
 /// [`PsiError::Internal`]. The panic's payload is not kept: it could hold data.
-pub(crate) fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T, PsiError>) -> Result<T, PsiError> {
+pub(crate) fn guarded<T>(
+    what: &str,
+    f: impl FnOnce() -> Result<T, PsiError>,
+) -> Result<T, PsiError> {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
         Err(PsiError::internal(format!(
             "{what} panicked in the native library"
@@ -96,7 +99,11 @@ impl Wake for Unpark {
 
 /// Waits on this thread for `fut`, at most `limit`, giving up early when `abort` returns
 /// true (checked every 20 ms). The future is dropped when this returns.
-pub(crate) fn block_on<F: Future>(fut: F, limit: Duration, abort: impl Fn() -> bool) -> Wait<F::Output> {
+pub(crate) fn block_on<F: Future>(
+    fut: F,
+    limit: Duration,
+    abort: impl Fn() -> bool,
+) -> Wait<F::Output> {
     let waker = Waker::from(Arc::new(Unpark(thread::current())));
     let mut cx = Context::from_waker(&waker);
     let mut fut = pin!(fut);
@@ -137,7 +144,10 @@ mod tests {
     #[test]
     fn a_panic_in_a_rayon_worker_is_an_internal_error() {
         // rayon re-raises a worker's panic in the thread that waits for it.
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
         let r = guarded("test", || {
             pool.scope(|s| s.spawn(|_| panic!("worker")));
             Ok(())
@@ -158,13 +168,18 @@ mod tests {
         });
         stop.store(true, Ordering::SeqCst);
         assert!(matches!(
-            block_on(never, Duration::from_secs(10), || stop.load(Ordering::SeqCst)),
+            block_on(never, Duration::from_secs(10), || stop
+                .load(Ordering::SeqCst)),
             Wait::Aborted
         ));
         t.join().unwrap();
         let start = Instant::now();
         assert!(matches!(
-            block_on(std::future::pending::<()>(), Duration::from_millis(60), || false),
+            block_on(
+                std::future::pending::<()>(),
+                Duration::from_millis(60),
+                || false
+            ),
             Wait::TimedOut
         ));
         assert!(start.elapsed() >= Duration::from_millis(60));

@@ -39,4 +39,6 @@ pub use report::{
     ContactMatch, ContactReport, Phase, PhaseTime, ProgressEvent, Protocol, RejectReason,
     RejectedContact, RunStats, ServerHealth,
 };
-pub use transport::{HttpHeader, HttpMethod, HttpRequest, HttpResponse, HttpTransport, TransportError};
+pub use transport::{
+    HttpHeader, HttpMethod, HttpRequest, HttpResponse, HttpTransport, TransportError,
+};

@@ -157,3 +157,113 @@ impl Transport for ForeignTransport {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Instant;
+
+    /// Answers after `delay` with a body of `body_len` bytes; counts dropped futures.
+    struct Slow {
+        delay: Duration,
+        body_len: usize,
+        dropped: Arc<AtomicUsize>,
+    }
+
+    struct CountDrop(Arc<AtomicUsize>);
+    impl Drop for CountDrop {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl HttpTransport for Slow {
+        async fn send(&self, _request: HttpRequest) -> Result<HttpResponse, TransportError> {
+            let _guard = CountDrop(self.dropped.clone());
+            let until = Instant::now() + self.delay;
+            // Ready only after `delay`; block_on polls again every 20 ms on its own.
+            std::future::poll_fn(|_| {
+                if Instant::now() >= until {
+                    std::task::Poll::Ready(())
+                } else {
+                    std::task::Poll::Pending
+                }
+            })
+            .await;
+            Ok(HttpResponse {
+                status: 200,
+                headers: vec![],
+                body: vec![0; self.body_len],
+            })
+        }
+    }
+
+    fn request(timeout: Duration, max: u64) -> Request {
+        Request {
+            method: Method::Post,
+            url: "http://127.0.0.1:1/v1/sessions".into(),
+            headers: vec![],
+            body: vec![1, 2, 3],
+            timeout,
+            max_response_bytes: max,
+        }
+    }
+
+    fn transport(delay: Duration, body_len: usize) -> (ForeignTransport, Arc<AtomicUsize>) {
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let inner = Arc::new(Slow {
+            delay,
+            body_len,
+            dropped: dropped.clone(),
+        });
+        let t = ForeignTransport {
+            inner,
+            cancel: CancelToken::new(),
+        };
+        (t, dropped)
+    }
+
+    #[test]
+    fn a_request_in_flight_is_abandoned_when_the_run_is_cancelled() {
+        let (t, dropped) = transport(Duration::from_secs(30), 0);
+        let cancel = t.cancel.clone();
+        let canceller = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            cancel.cancel();
+        });
+        let start = Instant::now();
+        let err = t.send(request(Duration::from_secs(60), 100)).unwrap_err();
+        assert!(err.message.contains("cancelled"));
+        assert!(start.elapsed() < Duration::from_secs(5));
+        assert_eq!(
+            dropped.load(Ordering::SeqCst),
+            1,
+            "the foreign future was dropped"
+        );
+        canceller.join().unwrap();
+    }
+
+    #[test]
+    fn a_request_started_after_cancellation_completes() {
+        let (t, _) = transport(Duration::from_millis(30), 4);
+        t.cancel.cancel();
+        let r = t.send(request(Duration::from_secs(10), 100)).unwrap();
+        assert_eq!((r.status, r.body.len()), (200, 4));
+    }
+
+    #[test]
+    fn the_size_cap_and_the_timeout_hold_whatever_the_platform_does() {
+        let (t, _) = transport(Duration::ZERO, 101);
+        let err = t.send(request(Duration::from_secs(10), 100)).unwrap_err();
+        assert!(err.message.contains("larger than 100"));
+        assert!(!err.timeout);
+        // A platform transport that ignores the timeout is abandoned after the grace.
+        let (t, _) = transport(Duration::from_secs(600), 0);
+        let start = Instant::now();
+        let err = t.send(request(Duration::from_millis(10), 100)).unwrap_err();
+        assert!(err.timeout);
+        assert!(start.elapsed() < GRACE + Duration::from_secs(2));
+    }
+}

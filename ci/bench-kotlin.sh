@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The binding's overhead: the same match of 1,000 contacts against a 10^5-entry registry,
+# from Kotlin (the JVM SDK, in-process time of the call, new client per run, no cache) and
+# from `psi match` (wall time of the process, no cache), interleaved, 5 runs each per
+# protocol; prints the medians and their ratio. Also the sizes of the stripped native
+# library and of the JVM jar. Release builds. Usage: bash ci/bench-kotlin.sh [runs]
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+runs="${1:-5}"
+PSI_PROFILE=release bash "$root/ci/kotlin.sh" -pl desktop -am -DskipTests >/dev/null
+psi="$root/rust-core/target/release/psi"
+work="$(mktemp -d)"
+server_pid=""
+cleanup() { [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+
+# Registry: 10^5 emails with labels. Contacts: 1,000, of which 100 are registered.
+awk 'BEGIN { for (i = 1; i <= 100000; i++) printf "member%d@example.com,Member %d\n", i, i }' >"$work/registry.csv"
+awk 'BEGIN { for (i = 1; i <= 1000; i++) if (i % 10 == 0) printf "member%d@example.com\n", i * 7; else printf "outsider%d@example.org\n", i }' >"$work/contacts.txt"
+"$psi" import --db "$work/r.sqlite" --max-client-items 2000 "$work/registry.csv" >/dev/null
+"$psi" serve --db "$work/r.sqlite" --max-client-items 2000 --items-per-hour 0 \
+  --listen 127.0.0.1:0 >"$work/serve.out" 2>"$work/serve.log" &
+server_pid=$!
+for _ in $(seq 100); do grep -q listening "$work/serve.out" 2>/dev/null && break; sleep 0.1; done
+url="$(grep -o 'http://[^ ]*' "$work/serve.out")"
+
+cd "$root/desktop"
+cp="target/classes:target/test-classes:$(mvn -q -B dependency:build-classpath -Dmdep.outputFile=/dev/stdout)"
+for protocol in dh ot; do
+  for i in $(seq "$runs"); do
+    start=$(date +%s%N)
+    "$psi" match --server "$url" --protocol "$protocol" "$work/contacts.txt" >/dev/null
+    echo "cli $protocol $(( ($(date +%s%N) - start) / 1000000 ))"
+    java -cp "$cp" dev.psisdk.bench.BindingBenchKt "$url" "$work/contacts.txt" "$protocol" 1
+  done
+done | tee "$work/times.txt"
+echo
+echo "| protocol | psi match (ms, median of $runs) | Kotlin SDK (ms, median of $runs) | Kotlin / CLI |"
+echo "|---|---|---|---|"
+for protocol in dh ot; do
+  median() { grep "^$1 $protocol " "$work/times.txt" | awk '{print $3}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+  c=$(median cli); k=$(median kotlin)
+  echo "| $protocol | $c | $k | $(awk -v k="$k" -v c="$c" 'BEGIN { printf "%.2f", k / c }') |"
+done
+echo
+lib="$root/desktop/native/linux-x86-64/libpsi_ffi.so"
+jar="$(ls "$root"/desktop/target/psi-sdk-jvm-*.jar)"
+echo "stripped libpsi_ffi.so (release, linux-x86-64): $(stat -c %s "$lib") bytes"
+echo "psi-sdk-jvm jar (with the library): $(stat -c %s "$jar") bytes"
