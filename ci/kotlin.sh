@@ -12,13 +12,15 @@ cargo_flags=(--locked)
 
 cd "$root/rust-core"
 # The native library, and the psi command the tests start as a real server.
-cargo build "${cargo_flags[@]}" -p psi-ffi -p psi-cli -p uniffi-bindgen
+cargo build "${cargo_flags[@]}" -p psi-ffi -p psi-cli
+# The generator's output does not depend on the profile: build it once, unoptimized.
+cargo build --locked -p uniffi-bindgen
 lib="$root/rust-core/target/$profile/libpsi_ffi.so"
 
 # The bindings are generated from the library itself (uniffi library mode), so the two
 # always agree; they are not committed.
 rm -rf "$root/bindings/kotlin/generated"
-"$root/rust-core/target/$profile/uniffi-bindgen" generate --library "$lib" \
+"$root/rust-core/target/debug/uniffi-bindgen" generate --library "$lib" \
   --language kotlin --out-dir "$root/bindings/kotlin/generated" --no-format >/dev/null
 
 # The native library as a JNA resource of the desktop jar (stripped: no debug info).
