@@ -25,7 +25,8 @@ for _ in $(seq 100); do grep -q listening "$work/serve.out" 2>/dev/null && break
 url="$(grep -o 'http://[^ ]*' "$work/serve.out")"
 
 cd "$root/desktop"
-cp="target/classes:target/test-classes:$(mvn -q -B dependency:build-classpath -Dmdep.outputFile=/dev/stdout)"
+mvn -q -B dependency:build-classpath -Dmdep.outputFile="$work/cp.txt" >/dev/null
+cp="target/classes:target/test-classes:$(cat "$work/cp.txt")"
 for protocol in dh ot; do
   for i in $(seq "$runs"); do
     start=$(date +%s%N)

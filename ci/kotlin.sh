@@ -12,7 +12,10 @@ cargo_flags=(--locked)
 
 cd "$root/rust-core"
 # The native library, and the psi command the tests start as a real server.
-cargo build "${cargo_flags[@]}" -p psi-ffi -p psi-cli
+# Two builds: built together, psi-cli would switch on psi-client's ureq transport (feature
+# unification) in the library too, which needs none (the platform is the transport).
+cargo build "${cargo_flags[@]}" -p psi-ffi
+cargo build "${cargo_flags[@]}" -p psi-cli
 # The generator's output does not depend on the profile: build it once, unoptimized.
 cargo build --locked -p uniffi-bindgen
 lib="$root/rust-core/target/$profile/libpsi_ffi.so"

@@ -7,7 +7,18 @@ use crate::report::{ContactReport, ProgressEvent, Protocol, ServerHealth};
 use crate::transport::{ForeignTransport, HttpTransport};
 use psi_client::{CancelToken, Client, ClientConfig, FileCache, MemoryCache, SetCache};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
+
+/// Native clients alive now (created and not yet dropped).
+static LIVE_CLIENTS: AtomicU64 = AtomicU64::new(0);
+
+/// How many [`DiscoveryClient`]s are alive in the native library: a diagnostic that lets the
+/// platform tests check that closed or forgotten clients are released.
+#[uniffi::export]
+pub fn live_clients() -> u64 {
+    LIVE_CLIENTS.load(Ordering::SeqCst)
+}
 
 /// Hears a run's progress, on the run's thread: return quickly (hand the event to the UI
 /// thread) and do not throw.
@@ -33,6 +44,12 @@ impl std::fmt::Debug for DiscoveryClient {
             .field("base", &self.base)
             .field("config", &self.config)
             .finish_non_exhaustive()
+    }
+}
+
+impl Drop for DiscoveryClient {
+    fn drop(&mut self) {
+        LIVE_CLIENTS.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -75,6 +92,7 @@ impl DiscoveryClient {
                 Some(dir) => Arc::new(FileCache::new(dir).with_max_bytes(config.cache_max_bytes)),
                 None => Arc::new(MemoryCache::new()),
             };
+            LIVE_CLIENTS.fetch_add(1, Ordering::SeqCst);
             Ok(Arc::new(DiscoveryClient {
                 base: url.trim_end_matches('/').to_string(),
                 transport,

@@ -32,7 +32,7 @@ mod job;
 mod report;
 mod transport;
 
-pub use client::{DiscoveryClient, ProgressListener};
+pub use client::{DiscoveryClient, ProgressListener, live_clients};
 pub use config::DiscoveryConfig;
 pub use error::{PsiError, ServerErrorCode};
 pub use report::{

@@ -11,6 +11,7 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
+import dev.psisdk.testing.PsiServer;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -23,7 +24,7 @@ class JavaApiTest {
 
     @BeforeAll
     static void start() {
-        server = new PsiServer();
+        server = new PsiServer(TestData.REGISTRY);
     }
 
     @AfterAll
@@ -37,15 +38,15 @@ class JavaApiTest {
         List<Progress> progress = new CopyOnWriteArrayList<>();
         try (ContactDiscovery discovery = new ContactDiscovery(server.getUrl(), config)) {
             MatchResult<String> result = discovery
-                    .matchAsync(PsiServer.Companion.getCONTACTS(), Protocol.DH, progress::add)
+                    .matchAsync(TestData.CONTACTS, Protocol.DH, progress::add)
                     .get(60, TimeUnit.SECONDS);
             assertEquals(Protocol.DH, result.getProtocol());
-            assertEquals(PsiServer.Companion.getEXPECTED().size(), result.getMatches().size());
+            assertEquals(TestData.EXPECTED.size(), result.getMatches().size());
             assertEquals(Phase.CREATE_SESSION, progress.get(0).getPhase());
             assertEquals(Phase.LABELS, progress.get(progress.size() - 1).getPhase());
 
             ServerHealth health = discovery.healthAsync().get(30, TimeUnit.SECONDS);
-            assertEquals(PsiServer.Companion.getREGISTRY().size(), health.getRegistryItems());
+            assertEquals(TestData.REGISTRY.size(), health.getRegistryItems());
         }
     }
 
@@ -62,13 +63,13 @@ class JavaApiTest {
     void aFutureCanBeCancelled() throws Exception {
         try (ContactDiscovery discovery = new ContactDiscovery(server.getUrl(), new DiscoveryConfig())) {
             CompletableFuture<MatchResult<String>> f =
-                    discovery.matchAsync(PsiServer.Companion.getCONTACTS(), Protocol.OT, null);
+                    discovery.matchAsync(TestData.CONTACTS, Protocol.OT, null);
             f.cancel(true);
             assertTrue(f.isCancelled());
             assertThrows(CancellationException.class, () -> f.get(30, TimeUnit.SECONDS));
             // The client is still usable afterwards.
-            assertEquals(PsiServer.Companion.getEXPECTED().size(),
-                    discovery.matchAsync(PsiServer.Companion.getCONTACTS()).get(60, TimeUnit.SECONDS)
+            assertEquals(TestData.EXPECTED.size(),
+                    discovery.matchAsync(TestData.CONTACTS).get(60, TimeUnit.SECONDS)
                             .getMatches().size());
         }
     }

@@ -1,12 +1,15 @@
 package dev.psisdk
 
-import dev.psisdk.PsiServer.Companion.CONTACTS
-import dev.psisdk.PsiServer.Companion.EXPECTED
-import dev.psisdk.PsiServer.Companion.INVALID
+import dev.psisdk.TestData.CONTACTS
+import dev.psisdk.TestData.EXPECTED
+import dev.psisdk.TestData.INVALID
+import dev.psisdk.TestData.REGISTRY
+import dev.psisdk.testing.PsiServer
 import java.nio.file.Files
 import java.util.concurrent.CopyOnWriteArrayList
 import java.util.concurrent.CountDownLatch
 import java.util.concurrent.TimeUnit
+import dev.psisdk.ffi.liveClients
 import kotlinx.coroutines.CancellationException
 import kotlinx.coroutines.async
 import kotlinx.coroutines.coroutineScope
@@ -33,7 +36,7 @@ import org.junit.jupiter.api.assertThrows
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
 @Timeout(value = 120, unit = TimeUnit.SECONDS)
 class ContactDiscoveryTest {
-    private val server = PsiServer("--token", "secret-token")
+    private val server = PsiServer(REGISTRY, "--token", "secret-token")
     private val config = DiscoveryConfig(token = "secret-token")
 
     @AfterAll
@@ -48,7 +51,7 @@ class ContactDiscoveryTest {
         assertEquals(RejectReason.BAD_EMAIL, result.rejected.first { it.index == 117 }.reason)
         assertNull(result.labelError)
         assertEquals(115, result.stats.clientItems)
-        assertEquals(PsiServer.REGISTRY.size.toLong(), result.stats.serverItems)
+        assertEquals(REGISTRY.size.toLong(), result.stats.serverItems)
         assertTrue(result.stats.bytesSent > 0 && result.stats.bytesReceived > 0)
         assertTrue(result.stats.totalMicros > 0)
     }
@@ -141,7 +144,7 @@ class ContactDiscoveryTest {
 
     @Test
     fun `the server's rate limit comes with its Retry-After`(): Unit = runBlocking {
-        PsiServer("--items-per-hour", "50").use { limited ->
+        PsiServer(REGISTRY, "--items-per-hour", "50").use { limited ->
             ContactDiscovery(limited.url, DiscoveryConfig()).use { d ->
                 val e = assertThrows<ContactDiscoveryException.RateLimited> { d.match(CONTACTS) }
                 assertTrue(e.isRetryable)
@@ -240,10 +243,27 @@ class ContactDiscoveryTest {
     fun `health reports the registry and protocols`(): Unit = runBlocking {
         ContactDiscovery(server.url, config).use { d ->
             val h = d.health()
-            assertEquals(PsiServer.REGISTRY.size.toLong(), h.registryItems)
+            assertEquals(REGISTRY.size.toLong(), h.registryItems)
             assertEquals(setOf(Protocol.DH, Protocol.OT), h.protocols.toSet())
             assertTrue(h.maxClientItems > 0)
         }
+    }
+
+    @Test
+    fun `closed and forgotten clients release their native client`() {
+        val before = liveClients()
+        val d = ContactDiscovery(server.url, config)
+        assertEquals(before + 1u, liveClients())
+        d.close()
+        assertEquals(before, liveClients())
+        repeat(20) { ContactDiscovery(server.url, config) } // never closed
+        assertTrue(liveClients() >= before + 20u)
+        val deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30)
+        while (liveClients() > before && System.nanoTime() < deadline) {
+            System.gc()
+            Thread.sleep(50)
+        }
+        assertEquals(before, liveClients(), "forgotten clients were not released by the garbage collector")
     }
 
     @Test

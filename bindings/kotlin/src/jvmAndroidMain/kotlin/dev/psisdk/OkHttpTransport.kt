@@ -8,12 +8,14 @@ import dev.psisdk.ffi.HttpTransport
 import dev.psisdk.ffi.TransportException
 import java.io.IOException
 import java.io.InterruptedIOException
+import java.util.concurrent.Executors
 import java.util.concurrent.TimeUnit
 import kotlin.coroutines.resume
 import kotlin.coroutines.resumeWithException
 import kotlinx.coroutines.suspendCancellableCoroutine
 import okhttp3.Call
 import okhttp3.Callback
+import okhttp3.Dispatcher
 import okhttp3.OkHttpClient
 import okhttp3.Request
 import okhttp3.RequestBody.Companion.toRequestBody
@@ -96,9 +98,18 @@ internal class OkHttpTransport(private val client: OkHttpClient) : HttpTransport
         /**
          * The client used when the app gives none: OkHttp's defaults, except that reads and
          * writes have no idle timeout of their own (a large OT-PSI round can keep the server
-         * busy longer than OkHttp's 10 s before the first byte); each call's timeout bounds it.
+         * busy longer than OkHttp's 10 s before the first byte; each call's timeout bounds
+         * it), and its dispatcher threads are daemons, so they do not keep a JVM alive for
+         * OkHttp's idle minute after the app is done.
          */
         fun defaultClient(): OkHttpClient = OkHttpClient.Builder()
+            .dispatcher(
+                Dispatcher(
+                    Executors.newCachedThreadPool { task ->
+                        Thread(task, "psi-sdk OkHttp").apply { isDaemon = true }
+                    },
+                ),
+            )
             .readTimeout(0, TimeUnit.MILLISECONDS)
             .writeTimeout(0, TimeUnit.MILLISECONDS)
             .build()

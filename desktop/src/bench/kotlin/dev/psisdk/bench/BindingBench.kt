@@ -14,7 +14,7 @@ import kotlinx.coroutines.runBlocking
  *
  * Usage: BindingBench <server url> <contacts file> <dh|ot> <runs>
  */
-fun main(args: Array<String>) = runBlocking {
+fun main(args: Array<String>): Unit = runBlocking {
     val (url, file, protocolName, runs) = args
     val protocol = if (protocolName == "ot") Protocol.OT else Protocol.DH
     val contacts = File(file).readLines().filter { it.isNotBlank() }
