@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The binding's overhead: the same match of 1,000 contacts against a 10^5-entry registry,
-# from Kotlin (the JVM SDK, in-process time of the call, new client per run, no cache) and
-# from `psi match` (wall time of the process, no cache), interleaved, 5 runs each per
-# protocol; prints the medians and their ratio. Also the sizes of the stripped native
+# from Kotlin (the JVM SDK, in-process time of the call with a new client, so no registry
+# cache: in a fresh JVM after 1 untimed run, "cold", and after 10, "warm") and from
+# `psi match` (wall time of the process, no cache), interleaved, 5 runs each per protocol;
+# prints the medians and their ratios. Also the sizes of the stripped native
 # library and of the JVM jar. Release builds. Usage: bash ci/bench-kotlin.sh [runs]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -32,19 +33,22 @@ for protocol in dh ot; do
     start=$(date +%s%N)
     "$psi" match --server "$url" --protocol "$protocol" "$work/contacts.txt" >/dev/null
     echo "cli $protocol $(( ($(date +%s%N) - start) / 1000000 ))"
-    java -cp "$cp" dev.psisdk.bench.BindingBenchKt "$url" "$work/contacts.txt" "$protocol" 1
+    java -cp "$cp" dev.psisdk.bench.BindingBenchKt "$url" "$work/contacts.txt" "$protocol" 1 1
+    java -cp "$cp" dev.psisdk.bench.BindingBenchKt "$url" "$work/contacts.txt" "$protocol" 1 10
   done
 done | tee "$work/times.txt"
 echo
-echo "| protocol | psi match (ms, median of $runs) | Kotlin SDK (ms, median of $runs) | Kotlin / CLI |"
-echo "|---|---|---|---|"
+echo "| protocol | psi match ms | Kotlin cold ms | Kotlin warm ms | cold / CLI | warm / CLI | native run in the JVM, warm ms | warm / native run |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+ratio() { awk -v k="$1" -v c="$2" 'BEGIN { printf "%.2f", k / c }'; }
 for protocol in dh ot; do
-  median() { grep "^$1 $protocol " "$work/times.txt" | awk '{print $3}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-  c=$(median cli); k=$(median kotlin)
-  echo "| $protocol | $c | $k | $(awk -v k="$k" -v c="$c" 'BEGIN { printf "%.2f", k / c }') |"
+  median() { grep "^$1 $protocol " "$work/times.txt" | awk -v f="${2:-3}" '{print $f}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+  c=$(median cli); k1=$(median kotlin-1); k10=$(median kotlin-10); r10=$(median kotlin-10 7)
+  echo "| $protocol | $c | $k1 | $k10 | $(ratio "$k1" "$c") | $(ratio "$k10" "$c") | $r10 | $(ratio "$k10" "$r10") |"
 done
+echo "(medians of $runs runs each, interleaved)"
 echo
 lib="$root/desktop/native/linux-x86-64/libpsi_ffi.so"
-jar="$(ls "$root"/desktop/target/psi-sdk-jvm-*.jar)"
+jar="$root/desktop/target/psi-sdk-jvm-0.1.0.jar"
 echo "stripped libpsi_ffi.so (release, linux-x86-64): $(stat -c %s "$lib") bytes"
 echo "psi-sdk-jvm jar (with the library): $(stat -c %s "$jar") bytes"

@@ -184,6 +184,10 @@ pub async fn serve(
         })
     };
     let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
+    // Request/response traffic: no Nagle delay on a response's last segment.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let result = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await;

@@ -29,10 +29,12 @@ actual class ContactDiscovery private constructor(
     /**
      * A client that sends its requests with the app's own [httpClient] (its interceptors,
      * certificate pinning, proxy and connection pool). The SDK sets each call's timeout
-     * from [DiscoveryConfig.timeoutMillis].
+     * from [DiscoveryConfig.timeoutMillis]; the client's read timeout must outlast the
+     * server's longest computation (OkHttp's default is 10 s). Nagle's algorithm is turned
+     * off on its sockets unless it has its own socket factory.
      */
     constructor(serverUrl: String, config: DiscoveryConfig, httpClient: OkHttpClient) :
-        this(serverUrl, config, OkHttpTransport(httpClient))
+        this(serverUrl, config, OkHttpTransport(OkHttpTransport.adopt(httpClient)))
 
     private val native: DiscoveryClient = NativeLibrary.call {
         DiscoveryClient(serverUrl, config.toFfi(), transport)

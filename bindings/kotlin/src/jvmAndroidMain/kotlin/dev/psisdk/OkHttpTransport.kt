@@ -8,8 +8,11 @@ import dev.psisdk.ffi.HttpTransport
 import dev.psisdk.ffi.TransportException
 import java.io.IOException
 import java.io.InterruptedIOException
+import java.net.InetAddress
+import java.net.Socket
 import java.util.concurrent.Executors
 import java.util.concurrent.TimeUnit
+import javax.net.SocketFactory
 import kotlin.coroutines.resume
 import kotlin.coroutines.resumeWithException
 import kotlinx.coroutines.suspendCancellableCoroutine
@@ -71,15 +74,21 @@ internal class OkHttpTransport(private val client: OkHttpClient) : HttpTransport
         val declared = body.contentLength()
         if (declared > limit) throw TransportException.TooLarge(limit.toULong())
         val source = body.source()
-        val buffer = Buffer()
-        while (!source.exhausted()) {
-            source.read(buffer, 64 * 1024)
-            if (buffer.size > limit) throw TransportException.TooLarge(limit.toULong())
+        val bytes = if (declared >= 0) {
+            // The usual case: one array of the announced size (a shorter body is an error).
+            source.readByteArray(declared)
+        } else {
+            val buffer = Buffer()
+            while (!source.exhausted()) {
+                source.read(buffer, 64 * 1024)
+                if (buffer.size > limit) throw TransportException.TooLarge(limit.toULong())
+            }
+            buffer.readByteArray()
         }
         return HttpResponse(
             status = code.toUShort(),
             headers = headers.map { (name, value) -> HttpHeader(name.lowercase(), value) },
-            body = buffer.readByteArray(),
+            body = bytes,
         )
     }
 
@@ -96,6 +105,18 @@ internal class OkHttpTransport(private val client: OkHttpClient) : HttpTransport
 
     companion object {
         /**
+         * The app's [client], with Nagle's algorithm turned off if it uses the default socket
+         * factory (a client with its own socket factory is used as it is). Shares the app's
+         * connection pool, dispatcher and interceptors.
+         */
+        fun adopt(client: OkHttpClient): OkHttpClient =
+            if (client.socketFactory === SocketFactory.getDefault()) {
+                client.newBuilder().socketFactory(NoDelaySocketFactory).build()
+            } else {
+                client
+            }
+
+        /**
          * The client used when the app gives none: OkHttp's defaults, except that reads and
          * writes have no idle timeout of their own (a large OT-PSI round can keep the server
          * busy longer than OkHttp's 10 s before the first byte; each call's timeout bounds
@@ -110,8 +131,32 @@ internal class OkHttpTransport(private val client: OkHttpClient) : HttpTransport
                     },
                 ),
             )
+            .socketFactory(NoDelaySocketFactory)
             .readTimeout(0, TimeUnit.MILLISECONDS)
             .writeTimeout(0, TimeUnit.MILLISECONDS)
             .build()
     }
+}
+
+/**
+ * Sockets with Nagle's algorithm off. OkHttp writes a request's headers and body separately;
+ * with Nagle on, the body's last segment waits for the server's delayed ACK (40 ms on Linux)
+ * on every POST, which doubled the time of a DH-PSI run over loopback.
+ */
+internal object NoDelaySocketFactory : SocketFactory() {
+    private val default = getDefault()
+
+    private fun Socket.noDelay() = apply { tcpNoDelay = true }
+
+    override fun createSocket(): Socket = default.createSocket().noDelay()
+
+    override fun createSocket(host: String, port: Int): Socket = default.createSocket(host, port).noDelay()
+
+    override fun createSocket(host: String, port: Int, localHost: InetAddress, localPort: Int): Socket =
+        default.createSocket(host, port, localHost, localPort).noDelay()
+
+    override fun createSocket(host: InetAddress, port: Int): Socket = default.createSocket(host, port).noDelay()
+
+    override fun createSocket(address: InetAddress, port: Int, localAddress: InetAddress, localPort: Int): Socket =
+        default.createSocket(address, port, localAddress, localPort).noDelay()
 }

@@ -7,26 +7,30 @@ import java.io.File
 import kotlinx.coroutines.runBlocking
 
 /**
- * One timed match through the Kotlin SDK, for ci/bench-kotlin.sh: reads the contact file
- * (one identifier per line), runs `runs` matches, each with a new client and no registry
- * cache (as `psi match` without --cache-dir), after one warm-up run, and prints one line
- * per run: `kotlin <protocol> <millis> <matches> <bytes sent> <bytes received>`.
+ * Timed matches through the Kotlin SDK, for ci/bench-kotlin.sh: reads the contact file
+ * (one identifier per line), runs `warmups` untimed matches (class loading, JIT, the native
+ * library), then `runs` timed ones, each with a new client and so no registry cache (as
+ * `psi match` without --cache-dir), and prints one line per timed run:
+ * `kotlin-<warmups> <protocol> <millis> <matches> <bytes sent> <bytes received> <run millis>`,
+ * where the last is the native run's own wall time (RunStats.totalMicros): the difference
+ * is what crossing the binding costs.
  *
- * Usage: BindingBench <server url> <contacts file> <dh|ot> <runs>
+ * Usage: BindingBench <server url> <contacts file> <dh|ot> <runs> <warmups>
  */
 fun main(args: Array<String>): Unit = runBlocking {
-    val (url, file, protocolName, runs) = args
+    val (url, file, protocolName, runs, warmups) = args
     val protocol = if (protocolName == "ot") Protocol.OT else Protocol.DH
     val contacts = File(file).readLines().filter { it.isNotBlank() }
     suspend fun once(): Pair<Long, String> {
         val started = System.nanoTime()
         val result = ContactDiscovery(url, DiscoveryConfig(protocol = protocol)).use { it.match(contacts) }
         val millis = (System.nanoTime() - started) / 1_000_000
-        return millis to "${result.matches.size} ${result.stats.bytesSent} ${result.stats.bytesReceived}"
+        val s = result.stats
+        return millis to "${result.matches.size} ${s.bytesSent} ${s.bytesReceived} ${s.totalMicros / 1000}"
     }
-    once() // warm-up: class loading, JIT, native library load
+    repeat(warmups.toInt()) { once() }
     repeat(runs.toInt()) {
         val (millis, rest) = once()
-        println("kotlin $protocolName $millis $rest")
+        println("kotlin-$warmups $protocolName $millis $rest")
     }
 }

@@ -1,0 +1,35 @@
+package dev.psisdk
+
+import javax.net.SocketFactory
+import okhttp3.OkHttpClient
+import org.junit.jupiter.api.Assertions.assertSame
+import org.junit.jupiter.api.Assertions.assertTrue
+import org.junit.jupiter.api.Test
+
+/** The OkHttp client settings the SDK relies on. */
+class OkHttpTransportTest {
+    @Test
+    fun `the SDK's sockets have Nagle's algorithm off`() {
+        NoDelaySocketFactory.createSocket().use { assertTrue(it.tcpNoDelay) }
+        assertSame(NoDelaySocketFactory, OkHttpTransport.defaultClient().socketFactory)
+    }
+
+    @Test
+    fun `an app's client keeps its interceptors and its own socket factory`() {
+        val app = OkHttpClient.Builder().addInterceptor { it.proceed(it.request()) }.build()
+        val adopted = OkHttpTransport.adopt(app)
+        assertSame(NoDelaySocketFactory, adopted.socketFactory)
+        assertSame(app.interceptors.single(), adopted.interceptors.single())
+        assertSame(app.connectionPool, adopted.connectionPool)
+        val custom = object : SocketFactory() {
+            override fun createSocket() = java.net.Socket()
+            override fun createSocket(h: String, p: Int) = throw UnsupportedOperationException()
+            override fun createSocket(h: String, p: Int, l: java.net.InetAddress, lp: Int) = throw UnsupportedOperationException()
+            override fun createSocket(h: java.net.InetAddress, p: Int) = throw UnsupportedOperationException()
+            override fun createSocket(a: java.net.InetAddress, p: Int, l: java.net.InetAddress, lp: Int) =
+                throw UnsupportedOperationException()
+        }
+        val own = OkHttpClient.Builder().socketFactory(custom).build()
+        assertSame(own, OkHttpTransport.adopt(own))
+    }
+}
