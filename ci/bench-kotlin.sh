@@ -9,7 +9,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 runs="${1:-5}"
 PSI_PROFILE=release bash "$root/ci/kotlin.sh" -pl desktop -am -DskipTests >/dev/null
-psi="$root/rust-core/target/release/psi"
+psi="${CARGO_TARGET_DIR:-$root/rust-core/target}/release/psi"
 work="$(mktemp -d)"
 server_pid=""
 cleanup() { [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; rm -rf "$work"; }
@@ -48,7 +48,7 @@ for protocol in dh ot; do
 done
 echo "(medians of $runs runs each, interleaved)"
 echo
-lib="$root/desktop/native/linux-x86-64/libpsi_ffi.so"
+lib="$(ls "$root"/desktop/native/*/libpsi_ffi.so | head -1)"
 jar="$root/desktop/target/psi-sdk-jvm-0.1.0.jar"
-echo "stripped libpsi_ffi.so (release, linux-x86-64): $(stat -c %s "$lib") bytes"
+echo "stripped libpsi_ffi.so (release, $(basename "$(dirname "$lib")")): $(stat -c %s "$lib") bytes"
 echo "psi-sdk-jvm jar (with the library): $(stat -c %s "$jar") bytes"

@@ -18,16 +18,23 @@ cargo build "${cargo_flags[@]}" -p psi-ffi
 cargo build "${cargo_flags[@]}" -p psi-cli
 # The generator's output does not depend on the profile: build it once, unoptimized.
 cargo build --locked -p uniffi-bindgen
-lib="$root/rust-core/target/$profile/libpsi_ffi.so"
+target="${CARGO_TARGET_DIR:-$root/rust-core/target}"
+lib="$target/$profile/libpsi_ffi.so"
 
 # The bindings are generated from the library itself (uniffi library mode), so the two
 # always agree; they are not committed.
 rm -rf "$root/bindings/kotlin/generated"
-"$root/rust-core/target/debug/uniffi-bindgen" generate --library "$lib" \
+"$target/debug/uniffi-bindgen" generate --library "$lib" \
   --language kotlin --out-dir "$root/bindings/kotlin/generated" --no-format >/dev/null
 
-# The native library as a JNA resource of the desktop jar (stripped: no debug info).
-native="$root/desktop/native/linux-x86-64"
+# The native library as a JNA resource of the desktop jar (stripped: no debug info), in
+# JNA's folder for this platform.
+case "$(uname -m)" in
+  x86_64) jna_platform=linux-x86-64 ;;
+  aarch64) jna_platform=linux-aarch64 ;;
+  *) echo "ci/kotlin.sh: no JNA platform name for $(uname -m)" >&2; exit 1 ;;
+esac
+native="$root/desktop/native/$jna_platform"
 mkdir -p "$native"
 cp "$lib" "$native/libpsi_ffi.so"
 strip --strip-unneeded "$native/libpsi_ffi.so"
@@ -40,4 +47,4 @@ jvm="$(fragment jvm "$root/bindings/kotlin/src/jvmAndroidMain"),$(fragment jvm "
 android="$(fragment android "$root/android/src/androidMain")"
 
 cd "$root"
-mvn -B -q -Dsdk.fragments.jvm="$common,$jvm" -Dsdk.fragments.android="$common,$jvm,$android" -Dpsi.bin="$root/rust-core/target/$profile/psi" install "$@"
+mvn -B -q -Dsdk.fragments.jvm="$common,$jvm" -Dsdk.fragments.android="$common,$jvm,$android" -Dpsi.bin="$target/$profile/psi" install "$@"

@@ -11,7 +11,12 @@ if ! need cargo && [ -x "$HOME/.cargo/bin/cargo" ]; then
   export PATH="$HOME/.cargo/bin:$PATH"
 fi
 if ! need cargo; then
-  echo "ci/setup.sh: cargo not found. Install Rust (https://rustup.rs) 1.85 or newer." >&2
+  echo "ci/setup.sh: cargo not found. Install Rust (https://rustup.rs) 1.88 or newer." >&2
+  exit 1
+fi
+rust_minor="$(rustc --version | sed -E 's/^rustc 1\.([0-9]+).*/\1/')"
+if [ "$rust_minor" -lt 88 ]; then
+  echo "ci/setup.sh: Rust 1.88 or newer is needed ($(rustc --version))." >&2
   exit 1
 fi
 if need rustup; then
@@ -39,4 +44,9 @@ if ! need java || ! need mvn; then
     echo "ci/setup.sh: a JDK 17+ and Maven are needed for the Kotlin SDK." >&2
     exit 1
   fi
+fi
+java_major="$(java -XshowSettings:properties -version 2>&1 | sed -nE 's/^ *java\.specification\.version = ([0-9]+).*/\1/p')"
+if [ "${java_major:-0}" -lt 17 ]; then
+  echo "ci/setup.sh: the Kotlin SDK needs a JDK 17 or newer (found ${java_major:-none})." >&2
+  exit 1
 fi

@@ -53,10 +53,10 @@ impl DiscoveryConfig {
             return Err(PsiError::invalid("max_response_bytes must be at least 1"));
         }
         if let Some(t) = &self.token
-            && (t.is_empty() || t.chars().any(|c| c.is_control()))
+            && (t.is_empty() || !t.bytes().all(|b| b.is_ascii_graphic()))
         {
             return Err(PsiError::invalid(
-                "the token must be non-empty and have no control characters",
+                "the token must be non-empty visible ASCII (no spaces or control characters)",
             ));
         }
         let threads = match self.threads {

@@ -41,9 +41,14 @@ pub(crate) fn spawn<T: Send + 'static>(
         .name(name.to_string())
         .spawn(move || {
             let result = guarded(&what, f);
-            let mut s = theirs.lock().unwrap_or_else(|e| e.into_inner());
-            s.result = Some(result);
-            if let Some(w) = s.waker.take() {
+            let waker = {
+                let mut s = theirs.lock().unwrap_or_else(|e| e.into_inner());
+                s.result = Some(result);
+                s.waker.take()
+            };
+            // Woken outside the lock: the foreign side may poll again synchronously, on
+            // this very thread (a Kotlin coroutine on an unconfined dispatcher does).
+            if let Some(w) = waker {
                 w.wake();
             }
         })

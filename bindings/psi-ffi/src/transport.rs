@@ -104,8 +104,9 @@ const GRACE: Duration = Duration::from_secs(5);
 
 /// psi-client's [`Transport`] over a foreign [`HttpTransport`], for one run: a request in
 /// flight when the run is cancelled is abandoned (its future dropped, which cancels the
-/// platform call); requests that start after the cancellation (the session delete, the
-/// only one psi-client still makes) run to completion within their timeout.
+/// platform call), unless psi-client marks it as not abandonable (creating and deleting
+/// the session: those run to completion within their timeout, so that the session is
+/// deleted).
 pub(crate) struct ForeignTransport {
     pub(crate) inner: Arc<dyn HttpTransport>,
     pub(crate) cancel: CancelToken,
@@ -113,7 +114,7 @@ pub(crate) struct ForeignTransport {
 
 impl Transport for ForeignTransport {
     fn send(&self, request: Request) -> Result<Response, psi_client::TransportError> {
-        let abortable = !self.cancel.is_cancelled();
+        let abortable = request.abandon_on_cancel;
         let limit = request.max_response_bytes;
         let wait = request.timeout.saturating_add(GRACE);
         let request = HttpRequest {
@@ -201,7 +202,12 @@ mod tests {
     }
 
     fn request(timeout: Duration, max: u64) -> Request {
+        abandonable(timeout, max, true)
+    }
+
+    fn abandonable(timeout: Duration, max: u64, abandon_on_cancel: bool) -> Request {
         Request {
+            abandon_on_cancel,
             method: Method::Post,
             url: "http://127.0.0.1:1/v1/sessions".into(),
             headers: vec![],
@@ -246,11 +252,23 @@ mod tests {
     }
 
     #[test]
-    fn a_request_started_after_cancellation_completes() {
-        let (t, _) = transport(Duration::from_millis(30), 4);
-        t.cancel.cancel();
-        let r = t.send(request(Duration::from_secs(10), 100)).unwrap();
+    fn creating_and_deleting_the_session_are_not_abandoned() {
+        let (t, _) = transport(Duration::from_millis(100), 4);
+        let cancel = t.cancel.clone();
+        let canceller = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            cancel.cancel();
+        });
+        let r = t
+            .send(abandonable(Duration::from_secs(10), 100, false))
+            .unwrap();
         assert_eq!((r.status, r.body.len()), (200, 4));
+        canceller.join().unwrap();
+        // Also when the run was cancelled before the request started.
+        let r = t
+            .send(abandonable(Duration::from_secs(10), 100, false))
+            .unwrap();
+        assert_eq!(r.status, 200);
     }
 
     #[test]

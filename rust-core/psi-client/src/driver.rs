@@ -232,6 +232,7 @@ impl<'a> Run<'a> {
             body,
             timeout: config.timeout,
             max_response_bytes: config.max_response_bytes,
+            abandon_on_cancel: !matches!(route, Route::CreateSession | Route::DeleteSession),
         })?;
         self.stats.requests += 1;
         self.stats.bytes_sent += sent;

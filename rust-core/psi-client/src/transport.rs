@@ -25,6 +25,11 @@ pub struct Request {
     pub timeout: Duration,
     /// A response body longer than this must fail (not be truncated).
     pub max_response_bytes: u64,
+    /// Whether a transport that can abandon requests may abandon this one when the run is
+    /// cancelled. False for creating and deleting the session: the driver needs their
+    /// outcome to free the server's session (a created session is deleted after the
+    /// cancellation; an abandoned creation would leave it to the server's TTL).
+    pub abandon_on_cancel: bool,
 }
 
 impl std::fmt::Debug for Request {
@@ -36,6 +41,7 @@ impl std::fmt::Debug for Request {
             .field("body_len", &self.body.len())
             .field("timeout", &self.timeout)
             .field("max_response_bytes", &self.max_response_bytes)
+            .field("abandon_on_cancel", &self.abandon_on_cancel)
             .finish_non_exhaustive()
     }
 }

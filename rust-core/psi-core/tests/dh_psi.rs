@@ -31,7 +31,7 @@ fn run(client: &[Vec<u8>], server_items: &[Vec<u8>], threads: usize, seed: u64) 
     .unwrap();
     let evaluation = srv.handle_query(&query).unwrap();
     // The encoded set may arrive before or after the evaluation.
-    if seed % 2 == 0 {
+    if seed.is_multiple_of(2) {
         c.handle(&set_bytes).unwrap();
         c.handle(&evaluation).unwrap();
     } else {

@@ -41,7 +41,7 @@ fn check(protocol: Protocol, registry: u64) {
     assert_eq!(report.server_items, registry);
     for m in &report.matches {
         let i: u64 = std::str::from_utf8(&m.item).unwrap()[5..].parse().unwrap();
-        let want = (i % 3 != 0).then(|| format!("user-{i}"));
+        let want = (!i.is_multiple_of(3)).then(|| format!("user-{i}"));
         assert_eq!(m.label, want, "label of entry {i}");
     }
     if protocol == Protocol::Dh {

@@ -50,7 +50,7 @@ fn fifty_concurrent_clients_against_100k_entries() {
                     for m in &r.matches {
                         assert_eq!(m.index % 10, 0);
                         let i = (c * 1999 + m.index as u64 * 7) % N;
-                        let want = (i % 2 == 0).then(|| format!("user-{i}"));
+                        let want = i.is_multiple_of(2).then(|| format!("user-{i}"));
                         assert_eq!(m.label, want);
                     }
                 })

@@ -15,7 +15,7 @@ pub fn encode_request(buckets: &[u32]) -> Vec<u8> {
 
 /// Decodes a fetch request (its length must be a multiple of 4).
 pub fn decode_request(body: &[u8]) -> Result<Vec<u32>, DecodeError> {
-    if body.len() % BUCKET_ID_LEN != 0 {
+    if !body.len().is_multiple_of(BUCKET_ID_LEN) {
         return Err(DecodeError::LengthMismatch {
             what: "label fetch request (4 bytes per bucket id)",
             declared: body.len() as u64,

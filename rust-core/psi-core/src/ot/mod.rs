@@ -153,7 +153,7 @@ const BLOCK_ROWS: usize = 1024;
 /// Rows `j0 .. j0 + n` (padded to a multiple of 128) of the matrix whose column `i` is
 /// the AES-CTR stream of `prgs[i]`, i.e. the transpose of the 512 PRG columns.
 fn matrix_rows(prgs: &[prc::Prg], j0: usize, n: usize) -> zeroize::Zeroizing<Vec<u8>> {
-    debug_assert!(j0 % 128 == 0 && prgs.len() == prc::CODE_BITS);
+    debug_assert!(j0.is_multiple_of(128) && prgs.len() == prc::CODE_BITS);
     let n_pad = n.div_ceil(128) * 128;
     let col_bytes = n_pad / 8;
     let first_block = (j0 / 128) as u64;

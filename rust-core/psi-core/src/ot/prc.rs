@@ -70,7 +70,10 @@ impl Prg {
 
     /// Fills `out` (a multiple of 16 bytes) with stream blocks `first_block, first_block + 1, ...`.
     pub(crate) fn fill(&self, first_block: u64, out: &mut [u8]) {
-        assert!(out.len() % 16 == 0, "PRG output must be whole blocks");
+        assert!(
+            out.len().is_multiple_of(16),
+            "PRG output must be whole blocks"
+        );
         for (k, chunk) in out.chunks_exact_mut(16).enumerate() {
             chunk.copy_from_slice(&((first_block as u128) + k as u128).to_le_bytes());
         }

@@ -203,7 +203,7 @@ impl OtServer {
         if a != ev.next_row {
             return Err(DecodeError::InvalidParameter { what: "row offset" }.into());
         }
-        if a + r > ev.bins || (a + r < ev.bins && r % 128 != 0) {
+        if a + r > ev.bins || (a + r < ev.bins && !r.is_multiple_of(128)) {
             return Err(DecodeError::InvalidParameter { what: "chunk rows" }.into());
         }
         self.config.threads.install(|| ev.evaluate(&chunk))?;

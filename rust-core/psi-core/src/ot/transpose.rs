@@ -30,13 +30,16 @@ pub(crate) fn transpose_cols(
     c1: usize,
     out: &mut [u8],
 ) {
-    assert!(rows % 8 == 0, "transpose needs a multiple of 8 rows");
+    assert!(
+        rows.is_multiple_of(8),
+        "transpose needs a multiple of 8 rows"
+    );
     assert_eq!(input.len(), rows * row_bytes, "input size");
     assert!(c0 <= c1 && c1 <= row_bytes, "column range");
     assert_eq!(out.len(), (c1 - c0) * rows, "output size");
     #[cfg(target_arch = "x86_64")]
     {
-        if rows % 16 == 0 {
+        if rows.is_multiple_of(16) {
             x86::transpose_cols(input, rows, row_bytes, c0, c1, out);
             return;
         }

@@ -82,6 +82,7 @@ pub fn send(
             body: body.to_vec(),
             timeout: Duration::from_secs(30),
             max_response_bytes: 64 << 20,
+            abandon_on_cancel: true,
         })
         .unwrap()
 }

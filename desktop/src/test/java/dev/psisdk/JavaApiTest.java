@@ -9,6 +9,7 @@ import java.util.List;
 import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import dev.psisdk.testing.PsiServer;
@@ -60,13 +61,30 @@ class JavaApiTest {
     }
 
     @Test
-    void aFutureCanBeCancelled() throws Exception {
+    void aFutureCanBeCancelledWhileItsRunIsUnderWay() throws Exception {
         try (ContactDiscovery discovery = new ContactDiscovery(server.getUrl(), new DiscoveryConfig())) {
-            CompletableFuture<MatchResult<String>> f =
-                    discovery.matchAsync(TestData.CONTACTS, Protocol.OT, null);
+            CountDownLatch started = new CountDownLatch(1);
+            CountDownLatch cancelled = new CountDownLatch(1);
+            List<Progress> progress = new CopyOnWriteArrayList<>();
+            CompletableFuture<MatchResult<String>> f = discovery.matchAsync(TestData.CONTACTS, Protocol.OT, p -> {
+                progress.add(p);
+                started.countDown();
+                try {
+                    // Holds the run at its first phase until the future is cancelled (a test
+                    // device: real listeners must not block the run's thread).
+                    cancelled.await(30, TimeUnit.SECONDS);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            });
+            assertTrue(started.await(30, TimeUnit.SECONDS), "the run did not start");
             f.cancel(true);
-            assertTrue(f.isCancelled());
+            Thread.sleep(200); // the coroutine releases the native future on its dispatcher
+            cancelled.countDown();
             assertThrows(CancellationException.class, () -> f.get(30, TimeUnit.SECONDS));
+            // The native run stopped: it never reached the label phase.
+            Thread.sleep(500);
+            assertTrue(progress.stream().noneMatch(p -> p.getPhase() == Phase.LABELS), progress.toString());
             // The client is still usable afterwards.
             assertEquals(TestData.EXPECTED.size(),
                     discovery.matchAsync(TestData.CONTACTS).get(60, TimeUnit.SECONDS)

@@ -1,6 +1,7 @@
 package dev.psisdk
 
 import dev.psisdk.ffi.DiscoveryClient
+import dev.psisdk.ffi.InternalException
 import dev.psisdk.ffi.ProgressEvent
 import dev.psisdk.ffi.ProgressListener
 import dev.psisdk.ffi.PsiException
@@ -18,13 +19,13 @@ import kotlinx.coroutines.future.future
 import okhttp3.OkHttpClient
 
 actual class ContactDiscovery private constructor(
-    serverUrl: String,
+    private val serverUrl: String,
     actual val config: DiscoveryConfig,
     transport: OkHttpTransport,
 ) : AutoCloseable {
     /** A client that sends its requests with a default [OkHttpClient]. */
     actual constructor(serverUrl: String, config: DiscoveryConfig) :
-        this(serverUrl, config, OkHttpTransport(OkHttpTransport.defaultClient()))
+        this(serverUrl, config, OkHttpTransport(OkHttpTransport.sharedClient))
 
     /**
      * A client that sends its requests with the app's own [httpClient] (its interceptors,
@@ -43,6 +44,11 @@ actual class ContactDiscovery private constructor(
     /** Runs the futures of the Java API; [close] cancels them. */
     private val futures = CoroutineScope(SupervisorJob() + Dispatchers.Default)
 
+    @Volatile
+    private var closed = false
+
+    private fun checkOpen() = check(!closed) { "this ContactDiscovery is closed" }
+
     actual suspend fun match(contacts: List<String>, protocol: Protocol): MatchResult<String> =
         match(contacts, protocol, {}) { it }
 
@@ -52,6 +58,7 @@ actual class ContactDiscovery private constructor(
         onProgress: (Progress) -> Unit,
         identifier: (C) -> String,
     ): MatchResult<C> {
+        checkOpen()
         val identifiers = contacts.map(identifier)
         val listener = object : ProgressListener {
             override fun onProgress(event: ProgressEvent) {
@@ -74,38 +81,53 @@ actual class ContactDiscovery private constructor(
         send(MatchEvent.Finished(result))
     }.buffer(Channel.UNLIMITED)
 
-    actual suspend fun health(): ServerHealth = NativeLibrary.call { native.health() }.toPublic()
+    actual suspend fun health(): ServerHealth {
+        checkOpen()
+        return NativeLibrary.call { native.health() }.toPublic()
+    }
 
     /**
-     * [match] for Java callers: the result as a [CompletableFuture]. Cancelling the future
-     * (`cancel(true)`) cancels the run; [close] cancels every future still running.
+     * [match] for Java callers: the result as a [CompletableFuture]; a failure completes it
+     * with a [ContactDiscoveryException]. Cancelling the future (`cancel(true)`) cancels
+     * the run; [close] cancels every future still running. [onProgress] is called on the
+     * SDK's run thread: return quickly and do not block.
+     *
+     * @throws IllegalStateException if the client is closed.
      */
     @JvmOverloads
     fun matchAsync(
         contacts: List<String>,
         protocol: Protocol = config.protocol,
         onProgress: Consumer<Progress>? = null,
-    ): CompletableFuture<MatchResult<String>> =
-        futures.future { match(contacts, protocol, { onProgress?.accept(it) }) { it } }
+    ): CompletableFuture<MatchResult<String>> {
+        checkOpen()
+        return futures.future { match(contacts, protocol, { onProgress?.accept(it) }) { it } }
+    }
 
-    /** [match] of the caller's own contact objects, for Java callers. */
+    /** [matchAsync] of the caller's own contact objects. */
     fun <C> matchAsync(
         contacts: List<C>,
         protocol: Protocol,
         onProgress: Consumer<Progress>?,
         identifier: java.util.function.Function<C, String>,
-    ): CompletableFuture<MatchResult<C>> =
-        futures.future { match(contacts, protocol, { onProgress?.accept(it) }) { identifier.apply(it) } }
+    ): CompletableFuture<MatchResult<C>> {
+        checkOpen()
+        return futures.future { match(contacts, protocol, { onProgress?.accept(it) }) { identifier.apply(it) } }
+    }
 
     /** [health] for Java callers. */
-    fun healthAsync(): CompletableFuture<ServerHealth> = futures.future { health() }
+    fun healthAsync(): CompletableFuture<ServerHealth> {
+        checkOpen()
+        return futures.future { health() }
+    }
 
     actual override fun close() {
+        closed = true
         futures.cancel()
         native.close()
     }
 
-    override fun toString() = "ContactDiscovery(${native.serverUrl()}, $config)"
+    override fun toString() = "ContactDiscovery($serverUrl, $config)"
 }
 
 /** Maps the native library's errors to the public ones, in one place. */
@@ -115,6 +137,9 @@ internal object NativeLibrary {
             block()
         } catch (e: PsiException) {
             throw e.toPublic()
+        } catch (e: InternalException) {
+            // uniffi's own failure (a panic it caught, a broken call): a bug.
+            throw ContactDiscoveryException.Internal(e.message ?: "internal error in the native library", e)
         } catch (e: UnsatisfiedLinkError) {
             throw ContactDiscoveryException.Internal(
                 "the native library psi_ffi could not be loaded for ${platform()}: " +

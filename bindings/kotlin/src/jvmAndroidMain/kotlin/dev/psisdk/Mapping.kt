@@ -15,10 +15,11 @@ import dev.psisdk.ffi.ServerHealth as FfiHealth
 // `when` is exhaustive, so a case added on the Rust side fails this compilation.
 
 internal fun DiscoveryConfig.toFfi(): FfiConfig {
-    require(threads >= 0) { "threads must be 0 (one per core) or more" }
-    require(timeoutMillis > 0) { "timeoutMillis must be positive" }
-    require(maxResponseBytes > 0) { "maxResponseBytes must be positive" }
-    require(cacheMaxBytes >= 0) { "cacheMaxBytes must not be negative" }
+    fun invalid(what: String): Nothing = throw ContactDiscoveryException.InvalidInput(what)
+    if (threads < 0) invalid("threads must be 0 (one per core) or more")
+    if (timeoutMillis <= 0) invalid("timeoutMillis must be positive")
+    if (maxResponseBytes <= 0) invalid("maxResponseBytes must be positive")
+    if (cacheMaxBytes < 0) invalid("cacheMaxBytes must not be negative")
     return FfiConfig(
         token = token,
         defaultRegion = defaultRegion,

@@ -116,12 +116,16 @@ internal class OkHttpTransport(private val client: OkHttpClient) : HttpTransport
                 client
             }
 
+        /** The client every [ContactDiscovery] without an app client shares (one pool). */
+        val sharedClient: OkHttpClient by lazy { defaultClient() }
+
         /**
          * The client used when the app gives none: OkHttp's defaults, except that reads and
          * writes have no idle timeout of their own (a large OT-PSI round can keep the server
          * busy longer than OkHttp's 10 s before the first byte; each call's timeout bounds
-         * it), and its dispatcher threads are daemons, so they do not keep a JVM alive for
-         * OkHttp's idle minute after the app is done.
+         * it), up to 64 calls at once to one server (OkHttp's default of 5 would queue
+         * parallel runs, and a queued call's time counts against its timeout), and daemon
+         * dispatcher threads, so they do not keep a JVM alive for OkHttp's idle minute.
          */
         fun defaultClient(): OkHttpClient = OkHttpClient.Builder()
             .dispatcher(
@@ -129,7 +133,10 @@ internal class OkHttpTransport(private val client: OkHttpClient) : HttpTransport
                     Executors.newCachedThreadPool { task ->
                         Thread(task, "psi-sdk OkHttp").apply { isDaemon = true }
                     },
-                ),
+                ).apply {
+                    maxRequests = 256
+                    maxRequestsPerHost = 64
+                },
             )
             .socketFactory(NoDelaySocketFactory)
             .readTimeout(0, TimeUnit.MILLISECONDS)
