@@ -35,6 +35,8 @@ kotlin {
             kotlin.srcDir(generated)
             dependencies {
                 implementation("com.squareup.okhttp3:okhttp:5.5.1")
+                // The generated bindings use JNA; each platform adds its own artifact below.
+                compileOnly("net.java.dev.jna:jna:5.19.1")
             }
         }
         val androidMain by getting {
