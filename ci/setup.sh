@@ -5,6 +5,18 @@ set -euo pipefail
 
 need() { command -v "$1" >/dev/null 2>&1; }
 
+# apt_install WHY PACKAGE...: installs Debian packages, or stops with WHY where there is no apt-get.
+apt_install() {
+  local why="$1"
+  shift
+  if need apt-get; then
+    apt-get update -qq && apt-get install -y -qq "$@" >/dev/null
+  else
+    echo "ci/setup.sh: $why" >&2
+    exit 1
+  fi
+}
+
 # Rust: the machine image ships rustup with a stable toolchain. rustup's own download
 # server is not reachable from this workplace, so we can only use what is there.
 if ! need cargo && [ -x "$HOME/.cargo/bin/cargo" ]; then
@@ -28,22 +40,12 @@ fi
 
 # A C compiler and make build the bundled libsodium used as a test oracle.
 if ! need cc || ! need make; then
-  if need apt-get; then
-    apt-get update -qq && apt-get install -y -qq build-essential >/dev/null
-  else
-    echo "ci/setup.sh: a C compiler and make are needed (libsodium test oracle)." >&2
-    exit 1
-  fi
+  apt_install "a C compiler and make are needed (libsodium test oracle)." build-essential
 fi
 
 # The JVM SDK: a JDK 17+ and Maven (Debian packages); Maven fetches the rest from Maven Central.
 if ! need java || ! need mvn; then
-  if need apt-get; then
-    apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless maven >/dev/null
-  else
-    echo "ci/setup.sh: a JDK 17+ and Maven are needed for the Kotlin SDK." >&2
-    exit 1
-  fi
+  apt_install "a JDK 17+ and Maven are needed for the Kotlin SDK." openjdk-17-jdk-headless maven
 fi
 java_major="$(java -XshowSettings:properties -version 2>&1 | sed -nE 's/^ *java\.specification\.version = ([0-9]+).*/\1/p')"
 if [ "${java_major:-0}" -lt 17 ]; then
