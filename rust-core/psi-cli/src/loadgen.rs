@@ -37,9 +37,8 @@ pub struct LoadgenArgs {
     /// Skip labels.
     #[arg(long)]
     no_labels: bool,
-    /// Bearer token (default: the PSI_TOKEN environment variable).
-    #[arg(long)]
-    token: Option<String>,
+    #[command(flatten)]
+    token: crate::TokenArgs,
     /// PID of the server process, to sample its memory (Linux /proc).
     #[arg(long)]
     server_pid: Option<u32>,
@@ -76,6 +75,7 @@ pub fn run(args: LoadgenArgs) -> Result<(), String> {
     let peak_rss = AtomicU64::new(0);
     let t0 = Instant::now();
     let deadline = t0 + Duration::from_secs(args.max_secs);
+    let token = args.token.resolve()?;
     std::thread::scope(|s| {
         if let Some(pid) = args.server_pid {
             let stop = stop.clone();
@@ -92,15 +92,22 @@ pub fn run(args: LoadgenArgs) -> Result<(), String> {
         let mut workers = Vec::new();
         for c in 0..args.clients {
             let args = &args;
-            let (started, ok, wrong, failed, latencies, first_error) =
-                (&started, &ok, &wrong, &failed, &latencies, &first_error);
+            let (started, ok, wrong, failed, latencies, first_error, token) = (
+                &started,
+                &ok,
+                &wrong,
+                &failed,
+                &latencies,
+                &first_error,
+                &token,
+            );
             workers.push(s.spawn(move || {
                 let mut config = ClientConfig::default()
                     .with_threads(psi_core::Threads::ONE)
                     .with_labels(!args.no_labels)
                     .with_timeout(Duration::from_secs(120));
-                if let Some(t) = crate::bearer_token(&args.token) {
-                    config = config.with_token(t);
+                if let Some(t) = &token {
+                    config = config.with_token(t.clone());
                 }
                 let client = Client::new(&args.server, config);
                 loop {

@@ -41,9 +41,48 @@ fn parse_protocol(s: &str) -> Result<Protocol, String> {
         .map_err(|e: psi_core::protocol::UnknownProtocol| e.to_string())
 }
 
-/// The bearer token: `--token`, else the `PSI_TOKEN` environment variable.
-fn bearer_token(arg: &Option<String>) -> Option<String> {
-    arg.clone().or_else(|| std::env::var("PSI_TOKEN").ok())
+/// How a client command gets its bearer token. Prefer `--token-file` or `PSI_TOKEN`:
+/// `--token` shows the secret in the process list.
+#[derive(clap::Args, Clone, Debug)]
+struct TokenArgs {
+    /// Bearer token (visible in the process list: prefer --token-file or PSI_TOKEN).
+    #[arg(long, conflicts_with = "token_file")]
+    token: Option<String>,
+    /// File holding the bearer token (its first line that is not empty or a # comment).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+}
+
+impl TokenArgs {
+    /// `--token`, else the token in `--token-file`, else the `PSI_TOKEN` environment
+    /// variable, else none.
+    fn resolve(&self) -> Result<Option<String>, String> {
+        if let Some(t) = &self.token {
+            return Ok(Some(t.clone()));
+        }
+        if let Some(path) = &self.token_file {
+            let first = read_token_file(path)?.into_iter().next();
+            return Ok(first);
+        }
+        Ok(std::env::var("PSI_TOKEN").ok())
+    }
+}
+
+/// The tokens in `path`, one per line; empty lines and lines starting with `#` are skipped.
+/// A file with no token is an error. Messages never contain the file's content.
+fn read_token_file(path: &std::path::Path) -> Result<Vec<String>, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("token file {}: {e}", path.display()))?;
+    let tokens: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(String::from)
+        .collect();
+    if tokens.is_empty() {
+        return Err(format!("token file {}: no token in it", path.display()));
+    }
+    Ok(tokens)
 }
 
 /// Server limits shared by `psi serve` and `psi import` (the encoded set is sized for

@@ -20,9 +20,8 @@ pub struct MatchArgs {
     /// Protocol to use: dh (DH-PSI) or ot (OT-PSI).
     #[arg(long, default_value = "dh", value_parser = crate::parse_protocol)]
     protocol: Protocol,
-    /// Bearer token (default: the PSI_TOKEN environment variable).
-    #[arg(long)]
-    token: Option<String>,
+    #[command(flatten)]
+    token: crate::TokenArgs,
     /// Worker threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
@@ -47,7 +46,7 @@ pub fn run(args: MatchArgs) -> Result<(), String> {
         .with_timeout(Duration::from_secs(args.timeout.max(1)))
         .with_labels(!args.no_labels)
         .with_default_region(args.region.clone());
-    if let Some(t) = crate::bearer_token(&args.token) {
+    if let Some(t) = args.token.resolve()? {
         config = config.with_token(t);
     }
     if let Some(t) = args.threads {

@@ -33,10 +33,13 @@ pub struct ServeArgs {
     /// Items one client (token or IP) may query per hour; 0 = unlimited.
     #[arg(long, default_value_t = 20_000)]
     items_per_hour: u64,
-    /// Accepted bearer token (repeat for several). Also read from PSI_TOKENS
-    /// (comma separated). None: no authentication.
+    /// Accepted bearer token (repeat for several; visible in the process list: prefer
+    /// --token-file). Also read from PSI_TOKENS (comma separated). None: no authentication.
     #[arg(long = "token")]
     tokens: Vec<String>,
+    /// File of accepted bearer tokens, one per line (empty lines and # comments skipped).
+    #[arg(long)]
+    token_file: Option<std::path::PathBuf>,
     /// Concurrent CPU-heavy jobs (default: cores).
     #[arg(long)]
     workers: Option<usize>,
@@ -63,6 +66,9 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     config.request_timeout = Duration::from_secs(args.request_timeout.max(1));
     config.items_per_hour = args.items_per_hour;
     config.tokens = args.tokens.clone();
+    if let Some(path) = &args.token_file {
+        config.tokens.extend(crate::read_token_file(path)?);
+    }
     if let Ok(env) = std::env::var("PSI_TOKENS") {
         config.tokens.extend(
             env.split(',')

@@ -116,3 +116,89 @@ fn import_reports_rejected_lines_of_crlf_files() {
     assert_eq!(v["rejected_rows"][0]["line"], 4, "{out}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `--token-file` keeps the token out of the process list: the server reads its tokens from
+/// a file, the client its token from another, and a wrong token is refused.
+#[test]
+fn tokens_come_from_files() {
+    use std::io::BufRead;
+    let dir = std::env::temp_dir().join(format!("psi-cli-token-file-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    std::fs::write(
+        path("reg.csv"),
+        "alice@example.com,Alice\nbob@example.com,Bob\n",
+    )
+    .unwrap();
+    std::fs::write(
+        path("contacts.csv"),
+        "alice@example.com\ncarol@example.com\n",
+    )
+    .unwrap();
+    std::fs::write(
+        path("server-tokens"),
+        "# accepted tokens\n\nfirst-token\nsecond-token\n",
+    )
+    .unwrap();
+    std::fs::write(path("good"), "second-token\n").unwrap();
+    std::fs::write(path("bad"), "not-a-token\n").unwrap();
+    std::fs::write(path("empty"), "# nothing\n\n").unwrap();
+    let db = path("r.sqlite");
+    let (ok, _, err) = psi(&["import", "--db", &db, &path("reg.csv")]);
+    assert!(ok, "{err}");
+    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_psi"))
+        .args([
+            "serve",
+            "--db",
+            &db,
+            "--listen",
+            "127.0.0.1:0",
+            "--token-file",
+        ])
+        .arg(path("server-tokens"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line.split_whitespace().last().unwrap().to_string();
+    let run = |token_file: &str| {
+        psi(&[
+            "match",
+            "--server",
+            &url,
+            "--token-file",
+            &path(token_file),
+            &path("contacts.csv"),
+        ])
+    };
+    let good = run("good");
+    let bad = run("bad");
+    let empty = run("empty");
+    let missing = run("missing");
+    server.kill().unwrap();
+    server.wait().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(good.0, "{}", good.2);
+    assert!(good.1.contains("alice@example.com"), "{}", good.1);
+    assert!(!bad.0 && bad.2.contains("401"), "{}", bad.2);
+    assert!(
+        !empty.0 && empty.2.contains("no token in it"),
+        "{}",
+        empty.2
+    );
+    assert!(
+        !missing.0 && missing.2.contains("token file"),
+        "{}",
+        missing.2
+    );
+    assert!(
+        !bad.2.contains("not-a-token"),
+        "the token leaked into an error: {}",
+        bad.2
+    );
+}

@@ -23,6 +23,8 @@
 //! [`DhClient`] produces the query and consumes the evaluation and the encoded set.
 
 mod messages;
+#[cfg(test)]
+mod transcript_tests;
 
 pub use messages::{Elements, EncodedSet, message_type};
 
@@ -296,7 +298,13 @@ impl std::fmt::Debug for DhClient {
 
 impl DhClient {
     /// Blinds the items with fresh blinds from `rng` and returns the query message for
-    /// key epoch `epoch` (from the server's encoded set or its API).
+    /// key epoch `epoch` (from the server's encoded set or its API). Blinds are always fresh:
+    /// the API offers no way to choose or reuse them (that would link queries).
+    ///
+    /// ```compile_fail
+    /// // Test-only, not part of the API:
+    /// let _ = psi_core::dh::DhClient::start_with_blinds;
+    /// ```
     pub fn start<R: rand_core::CryptoRng + ?Sized>(
         items: ItemSet,
         epoch: u32,
@@ -305,13 +313,23 @@ impl DhClient {
     ) -> Result<(Self, Vec<u8>)> {
         check_client_items(&items)?;
         let blinds = oprf::random_blinds(items.len(), rng);
-        Self::start_with_blinds(items, epoch, threads, blinds)
+        Self::start_blinded(items, epoch, threads, blinds)
     }
 
-    /// [`DhClient::start`] with caller-chosen blinds. Only for reproducible test
-    /// vectors: reusing or choosing blinds breaks the client's privacy.
-    #[doc(hidden)]
-    pub fn start_with_blinds(
+    /// [`DhClient::start`] with caller-chosen blinds, for the reproducible transcript
+    /// vector only: chosen or reused blinds link a client's queries, so this does not exist
+    /// outside this crate's unit tests.
+    #[cfg(test)]
+    pub(crate) fn start_with_blinds(
+        items: ItemSet,
+        epoch: u32,
+        threads: Threads,
+        blinds: Zeroizing<Vec<Scalar>>,
+    ) -> Result<(Self, Vec<u8>)> {
+        Self::start_blinded(items, epoch, threads, blinds)
+    }
+
+    fn start_blinded(
         items: ItemSet,
         epoch: u32,
         threads: Threads,

@@ -1,13 +1,15 @@
 //! The shared DH-PSI transcript in tests/vectors/dh-psi-transcript.json: fixed key,
-//! fixed blinds, every message byte for byte. The Kotlin and Swift tests reuse it.
+//! fixed blinds, every message byte for byte, for implementations in other languages. A unit
+//! test, not an integration test, because choosing the blinds is test-only
+//! ([`DhClient::start_with_blinds`] exists only under `cfg(test)`).
 //!
 //! Regenerate (only when the wire format changes on purpose):
-//! `PSI_REGENERATE_VECTORS=1 cargo test -p psi-core --test dh_vectors`
+//! `PSI_REGENERATE_VECTORS=1 cargo test -p psi-core --lib dh::transcript_tests`
 
+use crate::dh::{DhClient, DhServer, ServerKey};
+use crate::oprf::{self, OprfKey};
+use crate::{ItemSet, Threads};
 use curve25519_dalek::scalar::Scalar;
-use psi_core::dh::{DhClient, DhServer, ServerKey};
-use psi_core::oprf::{self, OprfKey};
-use psi_core::{ItemSet, Threads};
 use serde_json::{Value, json};
 use zeroize::Zeroizing;
 
@@ -54,7 +56,7 @@ fn transcript() -> Value {
     let out = c.finish().unwrap();
     let key2 = OprfKey::derive(&seed, info).unwrap();
     json!({
-        "description": "DH-PSI (docs/protocol/dh-psi.md) full transcript. Items are UTF-8 strings. The client list contains a duplicate (index 5) that is removed before blinding; blinds are listed per distinct item in first-seen order. Produced by rust-core/psi-core/tests/dh_vectors.rs.",
+        "description": "DH-PSI (docs/protocol/dh-psi.md) full transcript. Items are UTF-8 strings. The client list contains a duplicate (index 5) that is removed before blinding; blinds are listed per distinct item in first-seen order. Produced by rust-core/psi-core/src/dh/transcript_tests.rs.",
         "suite": "OPRF(ristretto255, SHA-512) mode 0x00 (RFC 9497)",
         "key_derivation": {"seed": hex::encode(seed), "info": hex::encode(info), "skS": sk_hex},
         "epoch": 1,
