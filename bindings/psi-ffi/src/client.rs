@@ -74,27 +74,16 @@ impl DiscoveryClient {
         transport: Arc<dyn HttpTransport>,
     ) -> Result<Arc<Self>, PsiError> {
         guarded("creating the client", || {
-            let url = server_url.trim();
-            let rest = url
-                .strip_prefix("https://")
-                .or_else(|| url.strip_prefix("http://"))
-                .ok_or_else(|| {
-                    PsiError::invalid("the server URL must start with http:// or https://")
-                })?;
-            if rest.is_empty() || rest.contains(['?', '#', ' ']) {
-                return Err(PsiError::invalid(
-                    "the server URL needs a host and no query, fragment or spaces",
-                ));
-            }
-            let client_config = config.client_config()?;
-            client_config.validate().map_err(PsiError::from)?;
+            let base = Client::check_base_url(&server_url)?;
+            let client_config = config.client_config();
+            client_config.validate()?;
             let cache: Arc<dyn SetCache> = match &config.cache_dir {
                 Some(dir) => Arc::new(FileCache::new(dir).with_max_bytes(config.cache_max_bytes)),
                 None => Arc::new(MemoryCache::new()),
             };
             LIVE_CLIENTS.fetch_add(1, Ordering::SeqCst);
             Ok(Arc::new(DiscoveryClient {
-                base: url.trim_end_matches('/').to_string(),
+                base,
                 transport,
                 cache,
                 config: client_config,

@@ -1,6 +1,5 @@
 //! The client's settings as the platform passes them.
 
-use crate::error::PsiError;
 use psi_client::{ClientConfig, Threads};
 use std::time::Duration;
 
@@ -44,21 +43,8 @@ impl std::fmt::Debug for DiscoveryConfig {
 }
 
 impl DiscoveryConfig {
-    /// The psi-client settings, or why these are not valid.
-    pub(crate) fn client_config(&self) -> Result<ClientConfig, PsiError> {
-        if self.timeout_ms == 0 {
-            return Err(PsiError::invalid("the timeout must be at least 1 ms"));
-        }
-        if self.max_response_bytes == 0 {
-            return Err(PsiError::invalid("max_response_bytes must be at least 1"));
-        }
-        if let Some(t) = &self.token
-            && (t.is_empty() || !t.bytes().all(|b| b.is_ascii_graphic()))
-        {
-            return Err(PsiError::invalid(
-                "the token must be non-empty visible ASCII (no spaces or control characters)",
-            ));
-        }
+    /// The psi-client settings (checked by `ClientConfig::validate`).
+    pub(crate) fn client_config(&self) -> ClientConfig {
         let threads = match self.threads {
             0 => Threads::available(),
             n => Threads::new(n as usize),
@@ -72,6 +58,6 @@ impl DiscoveryConfig {
         if let Some(t) = &self.token {
             config = config.with_token(t.clone());
         }
-        Ok(config)
+        config
     }
 }

@@ -75,12 +75,6 @@ pub enum PsiError {
 }
 
 impl PsiError {
-    pub(crate) fn invalid(reason: impl Into<String>) -> PsiError {
-        PsiError::InvalidInput {
-            reason: reason.into(),
-        }
-    }
-
     pub(crate) fn internal(reason: impl Into<String>) -> PsiError {
         PsiError::Internal {
             reason: reason.into(),

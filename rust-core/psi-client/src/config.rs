@@ -50,9 +50,24 @@ impl Default for ClientConfig {
 }
 
 impl ClientConfig {
-    /// Checks what can be checked before a run: the default region is one
-    /// libphonenumber knows. [`crate::Client::match_contacts`] fails the same way later.
+    /// Checks what can be checked before a run: a timeout and a response cap of at least
+    /// 1, a token of visible ASCII (it goes into an HTTP header), and a default region
+    /// libphonenumber knows ([`crate::Client::match_contacts`] fails the same way later).
     pub fn validate(&self) -> Result<(), crate::ClientError> {
+        let bad = |m: &str| Err(crate::ClientError::BadInput(m.to_string()));
+        if self.timeout.is_zero() {
+            return bad("the timeout must be at least 1 ms");
+        }
+        if self.max_response_bytes == 0 {
+            return bad("max_response_bytes must be at least 1");
+        }
+        if let Some(t) = &self.token
+            && (t.is_empty() || !t.bytes().all(|b| b.is_ascii_graphic()))
+        {
+            return bad(
+                "the token must be non-empty visible ASCII (no spaces or control characters)",
+            );
+        }
         psi_contacts::Normalizer::new(&self.default_region)
             .map(drop)
             .map_err(|e| crate::ClientError::BadInput(e.to_string()))

@@ -66,6 +66,24 @@ impl Client {
         }
     }
 
+    /// `url` as a server base URL (`http://` or `https://`, a host, no query, fragment or
+    /// spaces), without surrounding spaces and trailing slashes.
+    pub fn check_base_url(url: &str) -> Result<String> {
+        let url = url.trim();
+        let rest = url
+            .strip_prefix("https://")
+            .or_else(|| url.strip_prefix("http://"))
+            .ok_or_else(|| {
+                ClientError::BadInput("the server URL must start with http:// or https://".into())
+            })?;
+        if rest.is_empty() || rest.contains(['?', '#', ' ']) {
+            return Err(ClientError::BadInput(
+                "the server URL needs a host and no query, fragment or spaces".into(),
+            ));
+        }
+        Ok(url.trim_end_matches('/').to_string())
+    }
+
     /// Uses `cache` for the encoded registry (e.g. a [`crate::FileCache`] in the app's
     /// cache directory, shared by every client of the app).
     pub fn with_cache(mut self, cache: Arc<dyn SetCache>) -> Client {

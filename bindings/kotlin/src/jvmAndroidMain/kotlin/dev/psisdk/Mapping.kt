@@ -14,12 +14,16 @@ import dev.psisdk.ffi.ServerHealth as FfiHealth
 // Conversions between the generated bindings (dev.psisdk.ffi) and the public API. Every
 // `when` is exhaustive, so a case added on the Rust side fails this compilation.
 
+/** The settings for the native client, which checks them; negative numbers cannot cross as unsigned. */
 internal fun DiscoveryConfig.toFfi(): FfiConfig {
-    fun invalid(what: String): Nothing = throw ContactDiscoveryException.InvalidInput(what)
-    if (threads < 0) invalid("threads must be 0 (one per core) or more")
-    if (timeoutMillis <= 0) invalid("timeoutMillis must be positive")
-    if (maxResponseBytes <= 0) invalid("maxResponseBytes must be positive")
-    if (cacheMaxBytes < 0) invalid("cacheMaxBytes must not be negative")
+    for ((name, value) in listOf(
+        "threads" to threads.toLong(),
+        "timeoutMillis" to timeoutMillis,
+        "maxResponseBytes" to maxResponseBytes,
+        "cacheMaxBytes" to cacheMaxBytes,
+    )) {
+        if (value < 0) throw ContactDiscoveryException.InvalidInput("$name must not be negative")
+    }
     return FfiConfig(
         token = token,
         defaultRegion = defaultRegion,
