@@ -445,9 +445,10 @@ impl<'a> Run<'a> {
     ) -> Result<(Vec<Matched>, Option<String>)> {
         let mut out: Vec<Matched> = matches
             .into_iter()
-            .map(|m| Matched {
+            .map(|mut m| Matched {
                 index: m.index,
-                item: m.item,
+                // `Match` zeroizes its item on drop: take it out.
+                item: std::mem::take(&mut m.item),
                 label: None,
             })
             .collect();

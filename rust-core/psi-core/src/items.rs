@@ -1,9 +1,13 @@
 //! Input sets: arbitrary byte strings, de-duplicated before use.
 
 use std::collections::HashSet;
+use zeroize::{Zeroize, ZeroizeOnDrop};
 
 /// A de-duplicated input set. Keeps the first occurrence of each item and the
 /// index it had in the caller's list, so results can point back to it.
+///
+/// The items are contact data: they are zeroized when the set is dropped (and repeats
+/// dropped by [`ItemSet::new`] are zeroized at once).
 #[derive(Clone, Default)]
 pub struct ItemSet {
     items: Vec<Vec<u8>>,
@@ -32,10 +36,12 @@ impl ItemSet {
             original_index: Vec::with_capacity(distinct),
             duplicates: all.len() - distinct,
         };
-        for (i, (item, k)) in all.into_iter().zip(keep).enumerate() {
+        for (i, (mut item, k)) in all.into_iter().zip(keep).enumerate() {
             if k {
                 set.items.push(item);
                 set.original_index.push(i);
+            } else {
+                item.zeroize();
             }
         }
         set
@@ -66,6 +72,17 @@ impl ItemSet {
         self.original_index[i]
     }
 }
+
+impl Drop for ItemSet {
+    fn drop(&mut self) {
+        // `Vec<u8>::zeroize` wipes each item's whole allocation, not just its length.
+        for item in &mut self.items {
+            item.zeroize();
+        }
+    }
+}
+
+impl ZeroizeOnDrop for ItemSet {}
 
 impl std::fmt::Debug for ItemSet {
     // Never print the items themselves: they are contact data.

@@ -322,56 +322,75 @@ pub fn blind_evaluate_batch(
 
 /// Batched Finalize. `evaluated[i]` is the server's answer to `blind(inputs[i], blinds[i])`.
 /// On an invalid element returns `Err(index)` of the first one.
+///
+/// The outputs are secret to the client: they are written in place into one buffer of
+/// exact size that is zeroized on drop, and every intermediate (inverted blinds,
+/// unblinded points and their encodings) is zeroized before it is freed.
 pub fn finalize_batch(
     inputs: &[Vec<u8>],
     blinds: &[Scalar],
     evaluated: &[[u8; ELEMENT_LEN]],
-) -> Result<Vec<[u8; OUTPUT_LEN]>, usize> {
+) -> Result<Zeroizing<Vec<[u8; OUTPUT_LEN]>>, usize> {
     assert!(inputs.len() == blinds.len() && inputs.len() == evaluated.len());
+    // Decode everything first (the evaluated elements are public), so a bad element
+    // costs no multiplication and leaves no partial output behind.
+    let decoded: Vec<Result<Vec<RistrettoPoint>, usize>> = evaluated
+        .par_chunks(CHUNK)
+        .enumerate()
+        .map(|(c, elems)| {
+            elems
+                .iter()
+                .enumerate()
+                .map(|(i, e)| decode_element(e).ok_or(c * CHUNK + i))
+                .collect()
+        })
+        .collect();
+    let points = flatten(decoded)?;
     // One batched inversion for all blinds, then halve for double-and-encode.
     let mut inv_halves: Zeroizing<Vec<Scalar>> = Zeroizing::new(blinds.to_vec());
     if !inv_halves.is_empty() {
         Scalar::invert_batch_alloc(&mut inv_halves);
     }
     inv_halves.par_iter_mut().for_each(|s| *s = s.div_by_2());
-    let chunks: Vec<Result<Vec<[u8; OUTPUT_LEN]>, usize>> = evaluated
-        .par_chunks(CHUNK)
+    let mut out = Zeroizing::new(vec![[0u8; OUTPUT_LEN]; inputs.len()]);
+    out.par_chunks_mut(CHUNK)
+        .zip(points.par_chunks(CHUNK))
         .zip(inv_halves.par_chunks(CHUNK))
         .zip(inputs.par_chunks(CHUNK))
-        .enumerate()
-        .map(|(c, ((elems, inv_halves), inputs))| {
-            let mut pts = Vec::with_capacity(elems.len());
-            for (i, (e, s)) in elems.iter().zip(inv_halves).enumerate() {
-                let z = decode_element(e).ok_or(c * CHUNK + i)?;
-                pts.push(s * z);
+        .for_each(|(((out, points), inv_halves), inputs)| {
+            let pts: Zeroizing<Vec<RistrettoPoint>> = Zeroizing::new(
+                points.iter().zip(inv_halves).map(|(z, s)| s * z).collect(),
+            );
+            let unblinded = Zeroizing::new(double_and_encode(&pts));
+            for ((o, input), n) in out.iter_mut().zip(inputs).zip(unblinded.iter()) {
+                *o = finalize_hash(input, n);
             }
-            let unblinded = double_and_encode(&pts);
-            Ok(inputs
-                .iter()
-                .zip(&unblinded)
-                .map(|(input, n)| finalize_hash(input, n))
-                .collect())
-        })
-        .collect();
-    flatten(chunks)
+        });
+    Ok(out)
 }
 
 /// The PRF on many inputs, evaluated directly with the key (the server's own set).
+///
+/// The outputs are written in place into one buffer of exact size (no intermediate
+/// copies), and the points and encodings computed on the way are zeroized.
 pub fn evaluate_batch(key: &OprfKey, inputs: &[Vec<u8>]) -> Vec<[u8; OUTPUT_LEN]> {
     let half = key.half();
-    inputs
-        .par_chunks(CHUNK)
-        .flat_map_iter(|inputs| {
-            let pts: Vec<RistrettoPoint> =
-                inputs.iter().map(|x| *half * hash_to_group(x)).collect();
-            let encoded = double_and_encode(&pts);
-            inputs
-                .iter()
-                .zip(encoded)
-                .map(|(x, n)| finalize_hash(x, &n))
-                .collect::<Vec<_>>()
-        })
-        .collect()
+    let mut out = vec![[0u8; OUTPUT_LEN]; inputs.len()];
+    out.par_chunks_mut(CHUNK)
+        .zip(inputs.par_chunks(CHUNK))
+        .for_each(|(out, inputs)| {
+            let pts: Zeroizing<Vec<RistrettoPoint>> = Zeroizing::new(
+                inputs
+                    .iter()
+                    .map(|x| *half * hash_to_group(x))
+                    .collect(),
+            );
+            let encoded = Zeroizing::new(double_and_encode(&pts));
+            for ((o, x), n) in out.iter_mut().zip(inputs).zip(encoded.iter()) {
+                *o = finalize_hash(x, n);
+            }
+        });
+    out
 }
 
 fn flatten<T, E>(chunks: Vec<Result<Vec<T>, E>>) -> Result<Vec<T>, E> {

@@ -1,6 +1,7 @@
 //! What a finished PSI run tells the client, for every protocol.
 
-/// One of the client's items found in the server's set.
+/// One of the client's items found in the server's set. The item is zeroized on drop
+/// (take it with `std::mem::take(&mut m.item)` to keep it).
 #[derive(Clone, PartialEq, Eq)]
 pub struct Match {
     /// Index of the item in the list the client started with (first occurrence).
@@ -8,6 +9,14 @@ pub struct Match {
     /// The item.
     pub item: Vec<u8>,
 }
+
+impl Drop for Match {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.item);
+    }
+}
+
+impl zeroize::ZeroizeOnDrop for Match {}
 
 impl std::fmt::Debug for Match {
     // Contact data stays out of logs.

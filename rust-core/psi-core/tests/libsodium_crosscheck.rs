@@ -163,7 +163,7 @@ fn oprf_agrees_with_libsodium() {
     let blinded = oprf::blind_batch(&inputs, &blinds).unwrap();
     let evaluated = oprf::blind_evaluate_batch(&key, &blinded).unwrap();
     assert_eq!(
-        oprf::finalize_batch(&inputs, &blinds, &evaluated).unwrap(),
+        *oprf::finalize_batch(&inputs, &blinds, &evaluated).unwrap(),
         expected
     );
 

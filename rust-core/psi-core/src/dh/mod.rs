@@ -401,7 +401,7 @@ impl DhClient {
                 oprf::finalize_batch(self.items.items(), &self.blinds, &evaluation.elements)
             })?
             .map_err(|index| DecodeError::InvalidElement { index })?;
-        self.outputs = Zeroizing::new(outputs);
+        self.outputs = outputs;
         self.blinds = Zeroizing::new(Vec::new());
         self.phase = Phase::Evaluated;
         Ok(())
@@ -473,8 +473,11 @@ impl DhClient {
                 .collect(),
         );
         mine.sort_unstable();
-        // Merge the sorted client values with the sorted server stream.
-        let mut hits = Vec::new();
+        // Merge the sorted client values with the sorted server stream. Which items
+        // matched is secret: the index list is zeroized on drop, and holds at most one hit
+        // per item, reserved up front so it never reallocates (a reallocation would free
+        // a copy unzeroized).
+        let mut hits = Zeroizing::new(Vec::with_capacity(mine.len()));
         let mut values = set.values();
         let mut next = values.next_value()?;
         for &(v, i) in mine.iter() {
@@ -498,8 +501,8 @@ impl DhClient {
             hits.iter().map(|&i| self.outputs[i]).collect(),
         ));
         let matches = hits
-            .into_iter()
-            .map(|i| Match {
+            .iter()
+            .map(|&i| Match {
                 index: self.items.original_index(i),
                 item: self.items.items()[i].clone(),
             })

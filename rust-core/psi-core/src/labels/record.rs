@@ -6,7 +6,7 @@ use crate::oprf::OUTPUT_LEN;
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
 use sha2::{Digest, Sha512};
-use zeroize::Zeroize;
+use zeroize::Zeroizing;
 
 /// Bytes of a label tag.
 pub const TAG_LEN: usize = 16;
@@ -34,15 +34,15 @@ pub fn tag(output: &[u8; OUTPUT_LEN]) -> [u8; TAG_LEN] {
 }
 
 /// The record key of an OPRF output: `SHA-512("psi-label-key-v1" || o)[0..32]`.
+/// The hash state and the digest are zeroized (sha2's `zeroize` feature, and a
+/// digest written straight into a wiped buffer); the cipher wipes its key on drop.
 fn key(output: &[u8; OUTPUT_LEN]) -> ChaCha20Poly1305 {
-    let mut h: [u8; 64] = Sha512::new()
-        .chain_update(KEY_DST)
-        .chain_update(output)
-        .finalize()
-        .into();
-    let cipher = ChaCha20Poly1305::new(Key::from_slice(&h[..32]));
-    h.zeroize();
-    cipher
+    let mut h = Sha512::new();
+    h.update(KEY_DST);
+    h.update(output);
+    let mut digest = Zeroizing::new([0u8; 64]);
+    h.finalize_into((&mut *digest).into());
+    ChaCha20Poly1305::new(Key::from_slice(&digest[..32]))
 }
 
 /// The bucket of a tag: its first `bits` bits as a big-endian integer (`bits` 0..=24;

@@ -13,8 +13,7 @@ use crate::items::ItemSet;
 use crate::wire;
 use rand_core::CryptoRng;
 use rayon::prelude::*;
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::Hasher;
 use zeroize::{Zeroize, Zeroizing};
 
 /// What the client does next. Deliberately exhaustive: a driver's loop matches on it.
@@ -73,7 +72,8 @@ struct AwaitSetup {
     dummy_key: Zeroizing<Block>,
 }
 
-/// State while the OT-extension matrix is being sent.
+/// State while the OT-extension matrix is being sent. Everything derived from the
+/// client's items (digests, placement, OPRF values) is zeroized on drop.
 struct Extending {
     sid: [u8; 32],
     out_len: usize,
@@ -87,12 +87,22 @@ struct Extending {
     prg1: Vec<Prg>,
     /// Codewords for empty bins.
     dummy: Prg,
-    table: Vec<u32>,
+    table: Zeroizing<Vec<u32>>,
+    /// Zeroized by `Drop` (`ItemDigest` is `Copy`, so it cannot be `ZeroizeOnDrop`).
     digests: Vec<ItemDigest>,
     /// The client's OPRF value (first `out_len` bytes, packed) per item.
-    values: Vec<u128>,
+    values: Zeroizing<Vec<u128>>,
     /// The hash function that placed each item.
-    hash_index: Vec<u8>,
+    hash_index: Zeroizing<Vec<u8>>,
+}
+
+impl Drop for Extending {
+    fn drop(&mut self) {
+        for d in &mut self.digests {
+            d.block.zeroize();
+            d.bins.zeroize();
+        }
+    }
 }
 
 impl std::fmt::Debug for OtClient {
@@ -264,9 +274,9 @@ impl OtClient {
             prg0: seeds.iter().map(|s| Prg::new(&s[0])).collect(),
             prg1: seeds.iter().map(|s| Prg::new(&s[1])).collect(),
             dummy: Prg::new(&st.dummy_key),
-            table,
-            values: vec![0; digests.len()],
-            hash_index: vec![0; digests.len()],
+            table: Zeroizing::new(table),
+            values: Zeroizing::new(vec![0; digests.len()]),
+            hash_index: Zeroizing::new(vec![0; digests.len()]),
             digests,
         };
         self.phase = Phase::AwaitAck(Box::new(ext));
@@ -294,8 +304,8 @@ impl OtClient {
         };
         let matched = self.config.threads.install(|| ext.matches(&out))?;
         let matches = matched
-            .into_iter()
-            .map(|x| Match {
+            .iter()
+            .map(|&x| Match {
                 index: self.items.original_index(x),
                 item: self.items.items()[x].clone(),
             })
@@ -376,12 +386,13 @@ impl Extending {
         msg.resize(body_start + r * CODE_BYTES, 0);
         let prefix = out_prefix(&self.sid);
         let this = &*self;
-        let values: Vec<(u32, u128)> = msg[body_start..]
+        // One zeroized list per block (an indexed collect: no intermediate copies).
+        let blocks: Vec<Zeroizing<Vec<(u32, u128)>>> = msg[body_start..]
             .par_chunks_mut(BLOCK_ROWS * CODE_BYTES)
             .enumerate()
-            .flat_map_iter(|(bi, out)| this.block(a + bi * BLOCK_ROWS, out, &prefix))
+            .map(|(bi, out)| this.block(a + bi * BLOCK_ROWS, out, &prefix))
             .collect();
-        for (e, v) in values {
+        for &(e, v) in blocks.iter().flat_map(|b| b.iter()) {
             self.values[(e >> 2) as usize] = v;
             self.hash_index[(e >> 2) as usize] = (e & 3) as u8;
         }
@@ -391,11 +402,17 @@ impl Extending {
 
     /// One block of rows starting at `j0` (a multiple of 128): writes the rows of `U`
     /// into `out` and returns `(item, value)` for the items in these bins.
-    fn block(&self, j0: usize, out: &mut [u8], prefix: &sha2::Sha256) -> Vec<(u32, u128)> {
+    fn block(
+        &self,
+        j0: usize,
+        out: &mut [u8],
+        prefix: &sha2::Sha256,
+    ) -> Zeroizing<Vec<(u32, u128)>> {
         let n = out.len() / CODE_BYTES;
         let rows0 = matrix_rows(&self.prg0, j0, n);
         let rows1 = matrix_rows(&self.prg1, j0, n);
-        let mut vals = Vec::new();
+        // At most one value per row: reserved up front so the list never reallocates.
+        let mut vals = Zeroizing::new(Vec::with_capacity(n));
         let mut inputs = [[0u8; 16]; PRC_BATCH];
         let mut codes = [[0u8; CODE_BYTES]; PRC_BATCH];
         for start in (0..n).step_by(PRC_BATCH) {
@@ -432,52 +449,72 @@ impl Extending {
                     o[i] = t0[i] ^ t1[i] ^ code[i];
                 }
                 if e != EMPTY {
-                    let f = out_hash(prefix, j as u32, t0);
+                    let mut f = out_hash(prefix, j as u32, t0);
                     vals.push((e, pack(&f, self.out_len)));
+                    f.zeroize();
                 }
             }
         }
         codes.zeroize();
+        inputs.zeroize();
         vals
     }
 
     /// Indices (into the de-duplicated set) of the items whose value the server sent,
     /// in increasing order.
     ///
-    /// Per hash function: a hash map from the client's values, and in front of it a bit
-    /// array with about 32 bits per client value that rejects most non-matching server
-    /// values with one cache-friendly lookup.
-    fn matches(&self, out: &Outputs<'_>) -> Vec<usize> {
-        let mut per_h: [Vec<(u128, u32)>; 3] = Default::default();
+    /// Per hash function: the client's values sorted, and in front of them a bit array
+    /// with about 32 bits per client value that rejects most non-matching server values
+    /// with one cache-friendly lookup; the few that pass are looked up by binary search.
+    /// Every buffer that holds client values or match indices is zeroized on drop and
+    /// sized before it is filled (no reallocation leaves a copy behind).
+    fn matches(&self, out: &Outputs<'_>) -> Zeroizing<Vec<usize>> {
+        let mut counts = [0usize; 3];
+        for &h in self.hash_index.iter() {
+            counts[h as usize] += 1;
+        }
+        let mut per_h: [Zeroizing<Vec<(u128, u32)>>; 3] =
+            core::array::from_fn(|h| Zeroizing::new(Vec::with_capacity(counts[h])));
         for (x, &v) in self.values.iter().enumerate() {
             per_h[self.hash_index[x] as usize].push((v, x as u32));
         }
         let len = self.out_len;
         let per_list = self.server_items as usize * len;
-        let mut found: Vec<usize> = per_h
+        let parts: Vec<Zeroizing<Vec<usize>>> = per_h
             .into_par_iter()
             .enumerate()
-            .flat_map(|(h, vals)| {
+            .flat_map(|(h, mut vals)| {
+                vals.sort_unstable();
                 let filter = Filter::new(vals.iter().map(|&(v, _)| v), vals.len());
-                let mut map: HashMap<u128, u32, BuildHasherDefault<Fold>> =
-                    HashMap::with_capacity_and_hasher(vals.len(), Default::default());
-                map.extend(vals);
                 let list = &out.lists[h * per_list..(h + 1) * per_list];
                 list.par_chunks(len * 4096)
-                    .flat_map_iter(|part| {
-                        part.chunks_exact(len)
-                            .filter_map(|rec| {
-                                let v = pack(rec, len);
-                                if !filter.contains(v) {
-                                    return None;
+                    .map(|part| {
+                        // At most one hit per record: never reallocates.
+                        let mut hits = Zeroizing::new(Vec::with_capacity(part.len() / len));
+                        for rec in part.chunks_exact(len) {
+                            let v = pack(rec, len);
+                            if !filter.contains(v) {
+                                continue;
+                            }
+                            // Client values are distinct with overwhelming probability;
+                            // take every client item with this value all the same.
+                            let start = vals.partition_point(|&(c, _)| c < v);
+                            for &(c, x) in &vals[start..] {
+                                if c != v {
+                                    break;
                                 }
-                                map.get(&v).map(|&x| x as usize)
-                            })
-                            .collect::<Vec<_>>()
+                                hits.push(x as usize);
+                            }
+                        }
+                        hits
                     })
                     .collect::<Vec<_>>()
             })
             .collect();
+        let mut found = Zeroizing::new(Vec::with_capacity(parts.iter().map(|p| p.len()).sum()));
+        for p in &parts {
+            found.extend_from_slice(p);
+        }
         found.sort_unstable();
         found.dedup();
         found
@@ -516,6 +553,13 @@ fn mix(v: u128) -> u64 {
 struct Filter {
     bits: Vec<u64>,
     shift: u32,
+}
+
+impl Drop for Filter {
+    fn drop(&mut self) {
+        // The bits are a function of the client's values.
+        self.bits.zeroize();
+    }
 }
 
 impl Filter {
