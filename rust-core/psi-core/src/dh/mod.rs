@@ -200,7 +200,8 @@ impl DhServer {
                 limit: MAX_SERVER_ITEMS as u64,
             });
         }
-        let outputs = self.outputs(items)?;
+        // The full outputs are the server's PRF values of its registry: wiped after use.
+        let outputs = Zeroizing::new(self.outputs(items)?);
         self.threads.install(|| self.encode_outputs(&outputs))?
     }
 
