@@ -358,9 +358,8 @@ pub fn finalize_batch(
         .zip(inv_halves.par_chunks(CHUNK))
         .zip(inputs.par_chunks(CHUNK))
         .for_each(|(((out, points), inv_halves), inputs)| {
-            let pts: Zeroizing<Vec<RistrettoPoint>> = Zeroizing::new(
-                points.iter().zip(inv_halves).map(|(z, s)| s * z).collect(),
-            );
+            let pts: Zeroizing<Vec<RistrettoPoint>> =
+                Zeroizing::new(points.iter().zip(inv_halves).map(|(z, s)| s * z).collect());
             let unblinded = Zeroizing::new(double_and_encode(&pts));
             for ((o, input), n) in out.iter_mut().zip(inputs).zip(unblinded.iter()) {
                 *o = finalize_hash(input, n);
@@ -379,12 +378,8 @@ pub fn evaluate_batch(key: &OprfKey, inputs: &[Vec<u8>]) -> Vec<[u8; OUTPUT_LEN]
     out.par_chunks_mut(CHUNK)
         .zip(inputs.par_chunks(CHUNK))
         .for_each(|(out, inputs)| {
-            let pts: Zeroizing<Vec<RistrettoPoint>> = Zeroizing::new(
-                inputs
-                    .iter()
-                    .map(|x| *half * hash_to_group(x))
-                    .collect(),
-            );
+            let pts: Zeroizing<Vec<RistrettoPoint>> =
+                Zeroizing::new(inputs.iter().map(|x| *half * hash_to_group(x)).collect());
             let encoded = Zeroizing::new(double_and_encode(&pts));
             for ((o, x), n) in out.iter_mut().zip(inputs).zip(encoded.iter()) {
                 *o = finalize_hash(x, n);

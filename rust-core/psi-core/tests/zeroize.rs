@@ -134,11 +134,8 @@ fn dh_client_wipes_items_unblinded_elements_outputs_and_matches() {
     let mut rng = ChaCha20Rng::seed_from_u64(12);
     let key = ServerKey::random(1, &mut rng);
     // What the client computes for its matched item, on the stack of this test.
-    let unblinded = oprf::blind_evaluate(
-        key.oprf_key(),
-        &oprf::blind(MATCHED, &Scalar::ONE).unwrap(),
-    )
-    .unwrap();
+    let unblinded =
+        oprf::blind_evaluate(key.oprf_key(), &oprf::blind(MATCHED, &Scalar::ONE).unwrap()).unwrap();
     let output = oprf::evaluate(key.oprf_key(), MATCHED);
     let server = DhServer::new(key, 16, Threads::new(2));
     let server_items = ItemSet::new([MATCHED, b"+15559999999 zeroize-test server".as_slice()]);
@@ -157,7 +154,9 @@ fn dh_client_wipes_items_unblinded_elements_outputs_and_matches() {
         &mut rng,
     )
     .unwrap();
-    client.handle(&server.handle_query(&query).unwrap()).unwrap();
+    client
+        .handle(&server.handle_query(&query).unwrap())
+        .unwrap();
     client.use_encoded_set(set).unwrap();
     let (result, outputs) = client.finish_with_outputs().unwrap();
     assert_eq!(result.matches.len(), 1);
