@@ -463,9 +463,9 @@ impl Extending {
     /// Indices (into the de-duplicated set) of the items whose value the server sent,
     /// in increasing order.
     ///
-    /// Per hash function: the client's values sorted, and in front of them a bit array
-    /// with about 32 bits per client value that rejects most non-matching server values
-    /// with one cache-friendly lookup; the few that pass are looked up by binary search.
+    /// Per hash function: an open-addressing table of the client's values, and in front
+    /// of it a bit array with about 32 bits per client value that rejects most
+    /// non-matching server values with one cache-friendly lookup.
     /// Every buffer that holds client values or match indices is zeroized on drop and
     /// sized before it is filled (no reallocation leaves a copy behind).
     fn matches(&self, out: &Outputs<'_>) -> Zeroizing<Vec<usize>> {
@@ -483,27 +483,21 @@ impl Extending {
         let parts: Vec<Zeroizing<Vec<usize>>> = per_h
             .into_par_iter()
             .enumerate()
-            .flat_map(|(h, mut vals)| {
-                vals.sort_unstable();
+            .flat_map(|(h, vals)| {
                 let filter = Filter::new(vals.iter().map(|&(v, _)| v), vals.len());
+                let table = Table::new(&vals);
+                // Hits in one part: at most one per record and (values being distinct with
+                // overwhelming probability) one per client value.
+                let cap = vals.len();
                 let list = &out.lists[h * per_list..(h + 1) * per_list];
                 list.par_chunks(len * 4096)
                     .map(|part| {
-                        // At most one hit per record: never reallocates.
-                        let mut hits = Zeroizing::new(Vec::with_capacity(part.len() / len));
+                        let mut hits =
+                            Zeroizing::new(Vec::with_capacity(cap.min(part.len() / len)));
                         for rec in part.chunks_exact(len) {
                             let v = pack(rec, len);
-                            if !filter.contains(v) {
-                                continue;
-                            }
-                            // Client values are distinct with overwhelming probability;
-                            // take every client item with this value all the same.
-                            let start = vals.partition_point(|&(c, _)| c < v);
-                            for &(c, x) in &vals[start..] {
-                                if c != v {
-                                    break;
-                                }
-                                hits.push(x as usize);
+                            if filter.contains(v) {
+                                table.each(v, |x| hits.push(x as usize));
                             }
                         }
                         hits
@@ -553,6 +547,50 @@ fn mix(v: u128) -> u64 {
 struct Filter {
     bits: Vec<u64>,
     shift: u32,
+}
+
+/// Open addressing with linear probing over the client's values of one hash function
+/// (load at most 1/2). Unlike a `HashMap`, its memory can be wiped: it is zeroized on drop.
+struct Table {
+    /// `(value, item + 1)`; item 0 marks an empty slot.
+    slots: Zeroizing<Vec<(u128, u32)>>,
+    shift: u32,
+}
+
+impl Table {
+    fn new(vals: &[(u128, u32)]) -> Self {
+        let log = (2 * vals.len().max(1))
+            .next_power_of_two()
+            .trailing_zeros()
+            .max(1);
+        let mut slots = Zeroizing::new(vec![(0u128, 0u32); 1 << log]);
+        let mask = slots.len() - 1;
+        let shift = 64 - log;
+        for &(v, x) in vals {
+            let mut i = (mix(v) >> shift) as usize;
+            while slots[i].1 != 0 {
+                i = (i + 1) & mask;
+            }
+            slots[i] = (v, x + 1);
+        }
+        Table { slots, shift }
+    }
+
+    /// Calls `f(item)` for every client item whose value is `v`.
+    fn each(&self, v: u128, mut f: impl FnMut(u32)) {
+        let mask = self.slots.len() - 1;
+        let mut i = (mix(v) >> self.shift) as usize;
+        loop {
+            let (c, x) = self.slots[i];
+            if x == 0 {
+                return;
+            }
+            if c == v {
+                f(x - 1);
+            }
+            i = (i + 1) & mask;
+        }
+    }
 }
 
 impl Drop for Filter {
