@@ -381,13 +381,14 @@ mod tests {
         assert_eq!(table_size(0), 3);
         assert_eq!(table_size(3), 3);
         assert_eq!(table_size(1 << 20), 1_331_692);
-        // The server's cap admits every default table size.
+        // The server's cap is the default table size, exactly (one owner).
         for n in (0..64)
             .chain((64..4200).step_by(37))
             .chain([4095, 4096, 1 << 20, 1 << 24])
         {
-            assert!(
-                table_size(n) <= super::super::messages::max_bins_for(n as u32) as usize,
+            assert_eq!(
+                table_size(n),
+                super::super::messages::max_bins_for(n as u32) as usize,
                 "n={n}"
             );
         }
