@@ -284,3 +284,60 @@ impl Drop for RunningServer {
         let _ = self.stop_and_join();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use psi_client::{CancelToken, Client, ClientConfig, Protocol};
+
+    /// OT-PSI rounds take workers from their own pool: with every OT worker busy (held
+    /// here, as a long OT round would hold it), a DH-PSI run still completes, while an
+    /// OT-PSI run waits for the OT pool. (With one shared pool, as before, the DH run
+    /// would wait too.)
+    #[test]
+    fn dh_is_served_while_every_ot_worker_is_busy() {
+        let dir = std::env::temp_dir().join(format!(
+            "psi-server-pools-{}-{:?}",
+            std::process::id(),
+            std::time::SystemTime::now()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut config = Config::default();
+        config.db_path = dir.join("registry.sqlite");
+        config.workers = 1;
+        config.ot_workers = 1;
+        config.build_threads = 1;
+        config.items_per_hour = 0;
+        let entry = "+12025550100";
+        Store::open(&config.db_path)
+            .unwrap()
+            .add_entries([(entry, None)])
+            .unwrap();
+        let registry = Registry::load(&config, &mut |_, _| {}).unwrap();
+        let server = RunningServer::start(
+            AppState::with_registry(config, registry),
+            ([127, 0, 0, 1], 0).into(),
+        )
+        .unwrap();
+        let items = || vec![entry.as_bytes().to_vec(), b"+13035550199".to_vec()];
+        let held = server.state.ot_workers.try_acquire().unwrap();
+        let quick = ClientConfig::default().with_timeout(Duration::from_secs(2));
+        let dh = Client::new(&server.url(), quick.clone())
+            .match_items(items(), Protocol::Dh, &mut |_| {}, &CancelToken::new())
+            .expect("DH-PSI is served while the OT pool is saturated");
+        assert_eq!(dh.matches.len(), 1);
+        // The OT pool really is saturated: an OT run cannot get its round answered.
+        assert!(
+            Client::new(&server.url(), quick)
+                .match_items(items(), Protocol::Ot, &mut |_| {}, &CancelToken::new())
+                .is_err()
+        );
+        drop(held);
+        let ot = Client::new(&server.url(), ClientConfig::default())
+            .match_items(items(), Protocol::Ot, &mut |_| {}, &CancelToken::new())
+            .unwrap();
+        assert_eq!(ot.matches.len(), 1);
+        server.shutdown().unwrap();
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
