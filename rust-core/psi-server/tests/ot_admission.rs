@@ -146,7 +146,7 @@ fn one_caller_cannot_hold_every_ot_slot() {
     let a = [("authorization", "Bearer a")];
     let b = [("authorization", "Bearer b")];
     let a1 = session_id(&session(&t, "ot-psi", 2, &a));
-    session_id(&session(&t, "ot-psi", 2, &a));
+    let a2 = session_id(&session(&t, "ot-psi", 2, &a));
     // Caller a has 2 runs in progress: its cap.
     expect(&session(&t, "ot-psi", 2, &a), 503, "too_many_sessions");
     // DH-PSI is not affected, nor is caller b.
@@ -156,8 +156,9 @@ fn one_caller_cannot_hold_every_ot_slot() {
     run_to_outputs(&t, &a1, 2, &a);
     session_id(&session(&t, "ot-psi", 2, &a));
     // ...but its hourly OT budget (3) is now spent, whatever slots are free.
-    let r = send(&t, Method::Delete, &format!("/v1/sessions/{a1}"), &a, &[]);
+    let r = send(&t, Method::Delete, &format!("/v1/sessions/{a2}"), &a, &[]);
     assert_eq!(r.status, 204);
+    assert_eq!(server.state.ot_runs_in_progress(), 2);
     let r = session(&t, "ot-psi", 2, &a);
     expect(&r, 429, "rate_limited");
     assert!(!String::from_utf8_lossy(&r.body).contains("+1202"));
