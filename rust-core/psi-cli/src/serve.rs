@@ -21,9 +21,17 @@ pub struct ServeArgs {
     /// Most live sessions of one caller (token, or IP address / IPv6 /64 without tokens).
     #[arg(long, default_value_t = 16)]
     max_sessions_per_client: usize,
-    /// Most live OT-PSI sessions (each holds about 90 bytes per registry entry).
+    /// Most OT-PSI runs in progress (each holds about 90 bytes per registry entry until
+    /// its run ends).
     #[arg(long, default_value_t = 8)]
     max_ot_sessions: usize,
+    /// Most OT-PSI runs in progress of one caller.
+    #[arg(long, default_value_t = 2)]
+    max_ot_sessions_per_client: usize,
+    /// OT-PSI sessions one caller may start per hour (each costs the server work in
+    /// proportion to the registry); 0 = unlimited.
+    #[arg(long, default_value_t = 30)]
+    ot_sessions_per_hour: u64,
     /// Session lifetime in seconds.
     #[arg(long, default_value_t = 300)]
     session_ttl: u64,
@@ -40,9 +48,13 @@ pub struct ServeArgs {
     /// File of accepted bearer tokens, one per line (empty lines and # comments skipped).
     #[arg(long)]
     token_file: Option<std::path::PathBuf>,
-    /// Concurrent CPU-heavy jobs (default: cores).
+    /// Concurrent CPU-heavy jobs other than OT-PSI rounds (default: cores).
     #[arg(long)]
     workers: Option<usize>,
+    /// Concurrent OT-PSI rounds, a separate pool so DH-PSI stays served (default: half
+    /// the cores, at least 1).
+    #[arg(long)]
+    ot_workers: Option<usize>,
     /// Serve DH-PSI only.
     #[arg(long)]
     no_ot: bool,
@@ -62,6 +74,8 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     config.max_sessions = args.max_sessions;
     config.max_sessions_per_client = args.max_sessions_per_client;
     config.max_ot_sessions = args.max_ot_sessions;
+    config.max_ot_sessions_per_client = args.max_ot_sessions_per_client;
+    config.ot_sessions_per_hour = args.ot_sessions_per_hour;
     config.session_ttl = Duration::from_secs(args.session_ttl.max(1));
     config.request_timeout = Duration::from_secs(args.request_timeout.max(1));
     config.items_per_hour = args.items_per_hour;
@@ -79,6 +93,9 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     }
     if let Some(w) = args.workers {
         config.workers = w.max(1);
+    }
+    if let Some(w) = args.ot_workers {
+        config.ot_workers = w.max(1);
     }
     config.enable_ot = !args.no_ot;
     let pb = crate::progress_bar(0, "computing OPRF outputs", false);

@@ -2,7 +2,7 @@
 //! code; nothing here panics on input, and nothing logs contact data.
 
 use crate::AppState;
-use crate::sessions::{Full, Lookup, Phase, Session, lock};
+use crate::sessions::{Full, Lookup, OtRun, Phase, Session, lock};
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, JsonRejection};
 use axum::extract::{
@@ -348,25 +348,50 @@ async fn create_session(
             _ => Phase::DhAwaitingQuery,
         },
     };
-    if let Err(full) = state.sessions.insert(id.clone(), session) {
-        let mut e = ApiError::new(
-            ErrorCode::TooManySessions,
-            match full {
-                Full::Total => "the server is at its session limit; retry later",
-                Full::Client => "this caller has too many live sessions; finish or delete one",
-                Full::Ot => "the server is at its OT-PSI session limit; retry later or use dh-psi",
-            },
-        );
-        e.retry_after = Some(5);
-        return Err(e);
-    }
-    if let Err(wait) = state.limiter.charge(&client, u64::from(n)) {
-        state.sessions.remove(&id);
+    let slot = match state.sessions.insert(id.clone(), session) {
+        Ok(slot) => slot,
+        Err(Full::OtBudget(wait)) => {
+            let mut e = ApiError::new(
+                ErrorCode::RateLimited,
+                format!(
+                    "OT-PSI sessions-per-hour limit reached; retry in {wait} s or use dh-psi"
+                ),
+            );
+            e.retry_after = Some(wait);
+            return Err(e);
+        }
+        Err(full) => {
+            let mut e = ApiError::new(
+                ErrorCode::TooManySessions,
+                match full {
+                    Full::Total => "the server is at its session limit; retry later",
+                    Full::Client => {
+                        "this caller has too many live sessions; finish or delete one"
+                    }
+                    Full::OtClient => {
+                        "this caller has too many OT-PSI runs in progress; finish or delete one"
+                    }
+                    _ => "the server is at its OT-PSI session limit; retry later or use dh-psi",
+                },
+            );
+            e.retry_after = Some(5);
+            return Err(e);
+        }
+    };
+    // Charged what the protocol can give: DH-PSI evaluates exactly `n` elements (the query
+    // must have `n`); an OT-PSI client gets one OPRF evaluation per Cuckoo bin, at most
+    // `max_bins_for(n)` (the hello must declare `n` items; psi-core enforces both).
+    let charge = match protocol {
+        Protocol::Ot => u64::from(psi_core::ot::messages::max_bins_for(n)),
+        _ => u64::from(n),
+    };
+    if let Err(wait) = state.limiter.charge(&client, charge) {
+        state.sessions.undo_insert(&id, protocol, &client);
         return Err(rate_limited(wait));
     }
-    if protocol == Protocol::Ot {
+    if let (Protocol::Ot, Some(slot)) = (protocol, slot) {
         let items = registry.items.clone();
-        let config = OtConfig::new(Threads::ONE).with_max_client_items(n as usize);
+        let config = OtConfig::new(Threads::ONE).with_expected_client_items(n as usize);
         let built = tokio::task::spawn_blocking(move || {
             OtServer::new(
                 items,
@@ -387,7 +412,10 @@ async fn create_session(
             }
         };
         if let Lookup::Live(s) = state.sessions.get(&id) {
-            lock(&s).phase = Phase::OtRunning(Box::new(server));
+            lock(&s).phase = Phase::OtRunning(Box::new(OtRun {
+                server,
+                _slot: slot,
+            }));
         }
     }
     tracing::info!(session = %id, protocol = protocol.api_name(), client_items = n, "session created");
@@ -484,7 +512,19 @@ async fn transition(
     accept: impl FnOnce(&Session) -> Result<(), ApiError>,
     work: impl FnOnce(Phase) -> Outcome + Send + 'static,
 ) -> Result<Response, ApiError> {
-    let permit = state.workers.acquire().await.map_err(|_| internal())?;
+    transition_in(&state.workers, s, accept, work).await
+}
+
+/// [`transition`] with a worker from `pool`: OT-PSI rounds take theirs from
+/// `AppState::ot_workers`, everything else from `AppState::workers`, so DH-PSI queries
+/// and label steps keep being served while every OT worker is busy.
+async fn transition_in(
+    pool: &tokio::sync::Semaphore,
+    s: &Arc<Mutex<Session>>,
+    accept: impl FnOnce(&Session) -> Result<(), ApiError>,
+    work: impl FnOnce(Phase) -> Outcome + Send + 'static,
+) -> Result<Response, ApiError> {
+    let permit = pool.acquire().await.map_err(|_| internal())?;
     let taken = {
         let mut g = lock(s);
         accept(&g)?;
@@ -579,8 +619,8 @@ async fn ot_round(
     S(state): AppS,
     SessionCall { session: s, body }: SessionCall,
 ) -> Result<Response, ApiError> {
-    transition(
-        &state,
+    transition_in(
+        &state.ot_workers,
         &s,
         |g| {
             expect_protocol(g, Protocol::Ot, "use /dh/query")?;
@@ -590,16 +630,21 @@ async fn ot_round(
             }
         },
         move |phase| {
-            let Phase::OtRunning(mut server) = phase else {
+            let Phase::OtRunning(mut run) = phase else {
                 return (phase, Err(internal()));
             };
-            let result = server.handle(&body).map_err(ApiError::from);
-            let next = if server.is_done() {
+            let result = run.server.handle(&body).map_err(ApiError::from);
+            // Once the run is over (outputs sent, or failed), its state and OT slot are
+            // dropped here: the slot is free for the next OT session at once, not when this
+            // session expires.
+            let next = if run.server.is_done() {
                 Phase::Matched {
                     label_queried: false,
                 }
+            } else if run.server.is_finished() {
+                Phase::Done
             } else {
-                Phase::OtRunning(server)
+                Phase::OtRunning(run)
             };
             (next, result)
         },

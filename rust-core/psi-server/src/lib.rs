@@ -44,9 +44,16 @@ pub struct Config {
     pub max_sessions: usize,
     /// Most live sessions of one caller, token or IP (default 16).
     pub max_sessions_per_client: usize,
-    /// Most live OT-PSI sessions (default 8): each holds state of about 90 bytes per
-    /// registry entry until it ends or expires.
+    /// Most OT-PSI runs in progress (default 8): each holds state of about 90 bytes per
+    /// registry entry until its run ends (outputs sent or failed), it is deleted or it
+    /// expires.
     pub max_ot_sessions: usize,
+    /// Most OT-PSI runs in progress of one caller, token or IP (default 2).
+    pub max_ot_sessions_per_client: usize,
+    /// OT-PSI sessions one caller may start per hour (default 30; 0 = no limit): each costs
+    /// the server O(registry size) work and memory whatever its `n`
+    /// (`docs/adr/0015-ot-psi-admission-and-charging.md`).
+    pub ot_sessions_per_hour: u64,
     /// Session lifetime (default 300 s).
     pub session_ttl: Duration,
     /// Longest a request may take, body upload included (default 120 s): slow or stalled
@@ -56,8 +63,12 @@ pub struct Config {
     pub items_per_hour: u64,
     /// Accepted bearer tokens; empty = no authentication.
     pub tokens: Vec<String>,
-    /// Concurrent CPU-heavy jobs (query evaluations, OT rounds); default: cores.
+    /// Concurrent CPU-heavy jobs other than OT rounds (DH queries, label steps); default:
+    /// cores.
     pub workers: usize,
+    /// Concurrent OT-PSI rounds, a pool of their own so DH-PSI stays served while OT
+    /// sessions are busy (default: half the cores, at least 1).
+    pub ot_workers: usize,
     /// Threads for building the encoded set at start (default: cores).
     pub build_threads: usize,
     /// Serve OT-PSI sessions (default true).
@@ -77,11 +88,14 @@ impl Default for Config {
             max_sessions: 1024,
             max_sessions_per_client: 16,
             max_ot_sessions: 8,
+            max_ot_sessions_per_client: 2,
+            ot_sessions_per_hour: 30,
             session_ttl: Duration::from_secs(300),
             request_timeout: Duration::from_secs(120),
             items_per_hour: 20_000,
             tokens: Vec::new(),
             workers: cores,
+            ot_workers: (cores / 2).max(1),
             build_threads: cores,
             enable_ot: true,
             label_bucket_size: 32,
@@ -96,6 +110,8 @@ pub struct AppState {
     pub(crate) sessions: sessions::Sessions,
     pub(crate) limiter: limits::RateLimiter,
     pub(crate) workers: tokio::sync::Semaphore,
+    /// Workers for OT-PSI rounds only.
+    pub(crate) ot_workers: tokio::sync::Semaphore,
 }
 
 impl AppState {
@@ -115,11 +131,14 @@ impl AppState {
                     total: config.max_sessions,
                     per_client: config.max_sessions_per_client,
                     ot: config.max_ot_sessions,
+                    ot_per_client: config.max_ot_sessions_per_client,
+                    ot_per_hour: config.ot_sessions_per_hour,
                 },
                 config.session_ttl,
             ),
             limiter: limits::RateLimiter::new(config.items_per_hour),
             workers: tokio::sync::Semaphore::new(config.workers.max(1)),
+            ot_workers: tokio::sync::Semaphore::new(config.ot_workers.max(1)),
             registry: RwLock::new(Arc::new(registry)),
             config,
         })
@@ -159,6 +178,11 @@ impl AppState {
     /// Live sessions (for tests and metrics).
     pub fn live_sessions(&self) -> usize {
         self.sessions.len()
+    }
+
+    /// OT-PSI runs in progress, i.e. OT slots taken (for tests and metrics).
+    pub fn ot_runs_in_progress(&self) -> usize {
+        self.sessions.ot_running()
     }
 }
 
@@ -258,5 +282,62 @@ impl RunningServer {
 impl Drop for RunningServer {
     fn drop(&mut self) {
         let _ = self.stop_and_join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use psi_client::{CancelToken, Client, ClientConfig, Protocol};
+
+    /// OT-PSI rounds take workers from their own pool: with every OT worker busy (held
+    /// here, as a long OT round would hold it), a DH-PSI run still completes, while an
+    /// OT-PSI run waits for the OT pool. (With one shared pool, as before, the DH run
+    /// would wait too.)
+    #[test]
+    fn dh_is_served_while_every_ot_worker_is_busy() {
+        let dir = std::env::temp_dir().join(format!(
+            "psi-server-pools-{}-{:?}",
+            std::process::id(),
+            std::time::SystemTime::now()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut config = Config::default();
+        config.db_path = dir.join("registry.sqlite");
+        config.workers = 1;
+        config.ot_workers = 1;
+        config.build_threads = 1;
+        config.items_per_hour = 0;
+        let entry = "+12025550100";
+        Store::open(&config.db_path)
+            .unwrap()
+            .add_entries([(entry, None)])
+            .unwrap();
+        let registry = Registry::load(&config, &mut |_, _| {}).unwrap();
+        let server = RunningServer::start(
+            AppState::with_registry(config, registry),
+            ([127, 0, 0, 1], 0).into(),
+        )
+        .unwrap();
+        let items = || vec![entry.as_bytes().to_vec(), b"+13035550199".to_vec()];
+        let held = server.state.ot_workers.try_acquire().unwrap();
+        let quick = ClientConfig::default().with_timeout(Duration::from_secs(2));
+        let dh = Client::new(&server.url(), quick.clone())
+            .match_items(items(), Protocol::Dh, &mut |_| {}, &CancelToken::new())
+            .expect("DH-PSI is served while the OT pool is saturated");
+        assert_eq!(dh.matches.len(), 1);
+        // The OT pool really is saturated: an OT run cannot get its round answered.
+        assert!(
+            Client::new(&server.url(), quick)
+                .match_items(items(), Protocol::Ot, &mut |_| {}, &CancelToken::new())
+                .is_err()
+        );
+        drop(held);
+        let ot = Client::new(&server.url(), ClientConfig::default())
+            .match_items(items(), Protocol::Ot, &mut |_| {}, &CancelToken::new())
+            .unwrap();
+        assert_eq!(ot.matches.len(), 1);
+        server.shutdown().unwrap();
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -1,4 +1,6 @@
-//! Live sessions: id -> state, with expiry and a cap on their number.
+//! Live sessions: id -> state, with expiry and caps on their number; OT-PSI admission
+//! (slots held only while a run is in progress, per-caller caps, a per-caller hourly
+//! budget of OT-PSI sessions). Design: `docs/adr/0015-ot-psi-admission-and-charging.md`.
 
 use psi_core::Protocol;
 use psi_core::ot::OtServer;
@@ -15,8 +17,9 @@ const TOMBSTONE: Duration = Duration::from_secs(120);
 pub(crate) enum Phase {
     /// DH-PSI: waiting for the query.
     DhAwaitingQuery,
-    /// OT-PSI: waiting for the next round; the session's server state machine.
-    OtRunning(Box<OtServer>),
+    /// OT-PSI: waiting for the next round; the session's server state machine and its OT
+    /// slot (both freed as soon as the phase moves on).
+    OtRunning(Box<OtRun>),
     /// A request of this session is being handled (or its OT state is being built).
     Busy,
     /// The protocol run is over; labels may follow (`label_queried`: an OT session's
@@ -24,6 +27,51 @@ pub(crate) enum Phase {
     Matched { label_queried: bool },
     /// Labels fetched: the session has nothing more to give.
     Done,
+}
+
+/// An OT-PSI run in progress: the server state (about 90 bytes per registry entry) and
+/// the slot that counts it against the OT caps. Dropping it frees both.
+pub(crate) struct OtRun {
+    pub server: OtServer,
+    pub _slot: OtSlot,
+}
+
+/// One admitted OT-PSI run, counted against the global and the caller's OT caps until
+/// dropped (when the run ends, fails, is deleted or expires).
+pub(crate) struct OtSlot {
+    ot: Arc<Mutex<OtState>>,
+    client: String,
+}
+
+impl Drop for OtSlot {
+    fn drop(&mut self) {
+        let mut ot = lock_ot(&self.ot);
+        ot.running = ot.running.saturating_sub(1);
+        if let Some(c) = ot.per_client.get_mut(&self.client) {
+            *c = c.saturating_sub(1);
+            if *c == 0 {
+                ot.per_client.remove(&self.client);
+            }
+        }
+    }
+}
+
+/// OT-PSI runs in progress, in all and per caller, and each caller's hourly budget of
+/// OT-PSI sessions (a token bucket of `ot_per_hour`, refilled continuously).
+#[derive(Default)]
+struct OtState {
+    running: usize,
+    per_client: HashMap<String, usize>,
+    budgets: HashMap<String, Budget>,
+}
+
+struct Budget {
+    tokens: f64,
+    last: Instant,
+}
+
+fn lock_ot(m: &Mutex<OtState>) -> std::sync::MutexGuard<'_, OtState> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 pub(crate) struct Session {
@@ -44,9 +92,8 @@ pub(crate) enum Lookup {
 
 struct Entry {
     expires: Instant,
-    /// Copies of the session's caller key and protocol, for the per-caller and OT caps.
+    /// Copy of the session's caller key, for the per-caller cap.
     client: String,
-    protocol: Protocol,
     /// `None` once expired (state freed, id kept as a tombstone).
     session: Option<Arc<Mutex<Session>>>,
 }
@@ -54,7 +101,9 @@ struct Entry {
 pub(crate) struct Sessions {
     limits: SessionLimits,
     ttl: Duration,
+    /// Lock order: `map` before `ot` (an [`OtSlot`] can be dropped while `map` is held).
     map: Mutex<HashMap<String, Entry>>,
+    ot: Arc<Mutex<OtState>>,
 }
 
 /// Caps on live sessions.
@@ -64,8 +113,13 @@ pub(crate) struct SessionLimits {
     pub total: usize,
     /// Sessions of one caller (token or IP): one caller cannot take every slot.
     pub per_client: usize,
-    /// OT-PSI sessions, each holding per-session state proportional to the registry.
+    /// OT-PSI runs in progress, each holding state proportional to the registry.
     pub ot: usize,
+    /// OT-PSI runs in progress of one caller.
+    pub ot_per_client: usize,
+    /// OT-PSI sessions one caller may start per hour (token bucket; 0 = no limit): each
+    /// costs the server O(registry size) work whatever its `n`.
+    pub ot_per_hour: u64,
 }
 
 /// Why a session was not admitted.
@@ -74,6 +128,9 @@ pub(crate) enum Full {
     Total,
     Client,
     Ot,
+    OtClient,
+    /// The caller's hourly OT-PSI session budget is spent; seconds until one is back.
+    OtBudget(u64),
 }
 
 impl Sessions {
@@ -82,6 +139,7 @@ impl Sessions {
             limits,
             ttl,
             map: Mutex::new(HashMap::new()),
+            ot: Arc::default(),
         }
     }
 
@@ -93,8 +151,10 @@ impl Sessions {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Inserts a session unless a cap is reached.
-    pub(crate) fn insert(&self, id: String, session: Session) -> Result<(), Full> {
+    /// Inserts a session unless a cap is reached. An OT-PSI session also takes an OT slot
+    /// and one unit of its caller's hourly OT budget: the slot is returned, for the
+    /// caller to keep in the session's [`OtRun`] (or drop, to free it).
+    pub(crate) fn insert(&self, id: String, session: Session) -> Result<Option<OtSlot>, Full> {
         let now = Instant::now();
         let mut map = self.lock();
         let live: Vec<&Entry> = map.values().filter(|e| e.expires > now).collect();
@@ -104,21 +164,75 @@ impl Sessions {
         if live.iter().filter(|e| e.client == session.client).count() >= self.limits.per_client {
             return Err(Full::Client);
         }
-        if session.protocol == Protocol::Ot
-            && live.iter().filter(|e| e.protocol == Protocol::Ot).count() >= self.limits.ot
-        {
-            return Err(Full::Ot);
-        }
+        let slot = if session.protocol == Protocol::Ot {
+            let mut ot = lock_ot(&self.ot);
+            if ot.running >= self.limits.ot {
+                return Err(Full::Ot);
+            }
+            if ot.per_client.get(&session.client).copied().unwrap_or(0)
+                >= self.limits.ot_per_client
+            {
+                return Err(Full::OtClient);
+            }
+            self.take_ot_budget(&mut ot, &session.client, now)?;
+            ot.running += 1;
+            *ot.per_client.entry(session.client.clone()).or_default() += 1;
+            Some(OtSlot {
+                ot: self.ot.clone(),
+                client: session.client.clone(),
+            })
+        } else {
+            None
+        };
         map.insert(
             id,
             Entry {
                 expires: now + self.ttl,
                 client: session.client.clone(),
-                protocol: session.protocol,
                 session: Some(Arc::new(Mutex::new(session))),
             },
         );
-        Ok(())
+        Ok(slot)
+    }
+
+    /// Takes one OT-PSI session from `client`'s hourly budget, or says how long to wait.
+    fn take_ot_budget(&self, ot: &mut OtState, client: &str, now: Instant) -> Result<(), Full> {
+        let per_hour = self.limits.ot_per_hour;
+        if per_hour == 0 {
+            return Ok(());
+        }
+        let cap = per_hour as f64;
+        let rate = cap / 3600.0;
+        let b = ot.budgets.entry(client.to_string()).or_insert(Budget {
+            tokens: cap,
+            last: now,
+        });
+        b.tokens = (b.tokens + now.duration_since(b.last).as_secs_f64() * rate).min(cap);
+        b.last = now;
+        if b.tokens >= 1.0 {
+            b.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Full::OtBudget(((1.0 - b.tokens) / rate).ceil().max(1.0) as u64))
+        }
+    }
+
+    /// Removes a session that was just inserted and gives back the OT budget unit its
+    /// insertion took (for a session refused after admission, e.g. by the item budget).
+    pub(crate) fn undo_insert(&self, id: &str, protocol: Protocol, client: &str) {
+        self.remove(id);
+        if protocol == Protocol::Ot && self.limits.ot_per_hour > 0 {
+            let mut ot = lock_ot(&self.ot);
+            let cap = self.limits.ot_per_hour as f64;
+            if let Some(b) = ot.budgets.get_mut(client) {
+                b.tokens = (b.tokens + 1.0).min(cap);
+            }
+        }
+    }
+
+    /// OT-PSI runs in progress (for tests and metrics).
+    pub(crate) fn ot_running(&self) -> usize {
+        lock_ot(&self.ot).running
     }
 
     pub(crate) fn get(&self, id: &str) -> Lookup {
@@ -144,7 +258,8 @@ impl Sessions {
         self.lock().values().filter(|e| e.expires > now).count()
     }
 
-    /// Frees the state of expired sessions; forgets them after the tombstone period.
+    /// Frees the state of expired sessions; forgets them after the tombstone period;
+    /// forgets OT budgets that are full again.
     pub(crate) fn sweep(&self) -> usize {
         let now = Instant::now();
         let mut map = self.lock();
@@ -155,7 +270,14 @@ impl Sessions {
             }
             e.expires + TOMBSTONE > now
         });
-        before - map.len()
+        let removed = before - map.len();
+        drop(map);
+        let cap = self.limits.ot_per_hour as f64;
+        let rate = cap / 3600.0;
+        lock_ot(&self.ot)
+            .budgets
+            .retain(|_, b| b.tokens + now.duration_since(b.last).as_secs_f64() * rate < cap);
+        removed
     }
 }
 

@@ -396,10 +396,11 @@ fn per_caller_and_ot_session_caps_and_no_echo() {
 #[test]
 fn a_failed_label_step_keeps_the_matches() {
     let mut config = config("label-budget");
-    // The OT session (10 items) fits the hourly budget; the label OPRF query over the 5
-    // matches does not, so the label step fails after matching succeeded. (DH-PSI runs
-    // need no label query: their labels come from the run's own outputs.)
-    config.items_per_hour = 12;
+    // The OT session (10 items, charged its table size m(10) = 76 bins) fits the hourly
+    // budget; the label OPRF query over the 5 matches does not, so the label step fails
+    // after matching succeeded. (DH-PSI runs need no label query: their labels come from
+    // the run's own outputs.)
+    config.items_per_hour = u64::from(psi_core::ot::messages::max_bins_for(10)) + 2;
     fill(&config, 100, |_| true);
     let server = start(config);
     let client = Client::new(&server.url(), ClientConfig::default());

@@ -58,13 +58,21 @@ pub(crate) fn digest(prefix: &sha2::Sha256, item: &[u8], m: u32) -> ItemDigest {
     h.update(item);
     let d: [u8; 32] = h.finalize().into();
     let le = |r: core::ops::Range<usize>| u64::from_le_bytes(d[r].try_into().expect("8 bytes"));
+    let bins = bins_of([le(16..24), le(24..32), le(8..16)], m);
+    let mut block: Block = d[..16].try_into().expect("16 bytes");
+    block[15] &= 0xfc;
+    ItemDigest { block, bins }
+}
+
+/// The three distinct bins for the digest words `u = [u0, u1, u2]` and table size `m >= 3`.
+fn bins_of(u: [u64; HASHES], m: u32) -> [u32; HASHES] {
     let m = m as u64;
-    let b0 = reduce(le(16..24), m);
-    let mut b1 = reduce(le(24..32), m - 1);
+    let b0 = reduce(u[0], m);
+    let mut b1 = reduce(u[1], m - 1);
     if b1 >= b0 {
         b1 += 1;
     }
-    let mut b2 = reduce(le(8..16), m - 2);
+    let mut b2 = reduce(u[2], m - 2);
     let (lo, hi) = if b0 < b1 { (b0, b1) } else { (b1, b0) };
     if b2 >= lo {
         b2 += 1;
@@ -72,12 +80,7 @@ pub(crate) fn digest(prefix: &sha2::Sha256, item: &[u8], m: u32) -> ItemDigest {
     if b2 >= hi {
         b2 += 1;
     }
-    let mut block: Block = d[..16].try_into().expect("16 bytes");
-    block[15] &= 0xfc;
-    ItemDigest {
-        block,
-        bins: [b0 as u32, b1 as u32, b2 as u32],
-    }
+    [b0 as u32, b1 as u32, b2 as u32]
 }
 
 /// Digests of all items (in parallel inside the caller's pool).
@@ -381,13 +384,14 @@ mod tests {
         assert_eq!(table_size(0), 3);
         assert_eq!(table_size(3), 3);
         assert_eq!(table_size(1 << 20), 1_331_692);
-        // The server's cap admits every default table size.
+        // The server's cap is the default table size, exactly (one owner).
         for n in (0..64)
             .chain((64..4200).step_by(37))
             .chain([4095, 4096, 1 << 20, 1 << 24])
         {
-            assert!(
-                table_size(n) <= super::super::messages::max_bins_for(n as u32) as usize,
+            assert_eq!(
+                table_size(n),
+                super::super::messages::max_bins_for(n as u32) as usize,
                 "n={n}"
             );
         }
@@ -475,5 +479,72 @@ mod tests {
             }
         }
         assert_eq!(seen, 3 * ds.len());
+    }
+
+    /// Failure rates of the code's placement (`place`: random walk, then complete
+    /// breadth-first augmenting paths) near the 3-ary Cuckoo threshold, for
+    /// `docs/protocol/ot-psi.md` §6.1. Bins come from `bins_of` (the digest's own mapping)
+    /// on SplitMix64 words, so no SHA-256 per item. Run in a release build:
+    /// `CUCKOO_SIM_TRIALS=2000 cargo test --release -p psi-core --lib cuckoo_failure_rates -- --ignored --nocapture`
+    /// (optionally `CUCKOO_SIM_N=256,1024,4096` and `CUCKOO_SIM_RATIOS=1.10,1.12,...`).
+    /// Prints one row per (n, m/n): failures / trials, the rate and log2 of the rate.
+    #[test]
+    #[ignore = "simulation, minutes in a release build"]
+    fn cuckoo_failure_rates() {
+        let env = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
+        let trials: u64 = env("CUCKOO_SIM_TRIALS", "2000").parse().unwrap();
+        let ns: Vec<usize> = env("CUCKOO_SIM_N", "256,1024,4096,16384")
+            .split(',')
+            .map(|x| x.trim().parse().unwrap())
+            .collect();
+        let ratios: Vec<f64> = env(
+            "CUCKOO_SIM_RATIOS",
+            "1.09,1.10,1.11,1.12,1.13,1.14,1.15,1.16,1.18,1.20",
+        )
+        .split(',')
+        .map(|x| x.trim().parse().unwrap())
+        .collect();
+        let mut state = 0x243f_6a88_85a3_08d3u64;
+        let mut splitmix = move || {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        println!("| n | m/n | m | failures / trials | rate | log2 rate |");
+        println!("|---:|---:|---:|---:|---:|---:|");
+        for &n in &ns {
+            for &r in &ratios {
+                let m = (n as f64 * r).ceil() as usize;
+                let t0 = std::time::Instant::now();
+                let mut fails = 0u64;
+                let mut ds = vec![
+                    ItemDigest {
+                        block: [0; 16],
+                        bins: [0; HASHES]
+                    };
+                    n
+                ];
+                for t in 0..trials {
+                    for d in ds.iter_mut() {
+                        d.bins = bins_of([splitmix(), splitmix(), splitmix()], m as u32);
+                    }
+                    if place(&ds, m, t + 1).is_err() {
+                        fails += 1;
+                    }
+                }
+                let rate = fails as f64 / trials as f64;
+                println!(
+                    "| {n} | {r:.2} | {m} | {fails} / {trials} | {rate:.4} | {} |  ({:.1} s)",
+                    if fails == 0 {
+                        format!("< {:.1}", -(trials as f64).log2())
+                    } else {
+                        format!("{:.2}", rate.log2())
+                    },
+                    t0.elapsed().as_secs_f64()
+                );
+            }
+        }
     }
 }

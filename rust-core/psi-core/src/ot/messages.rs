@@ -41,18 +41,15 @@ pub const MIN_OUT_LEN: u8 = 5;
 /// See [`MIN_OUT_LEN`].
 pub const MAX_OUT_LEN: u8 = 16;
 
-/// Highest table size a server accepts for `n` client items: `⌈1.27 n⌉` (exactly the
-/// default [`super::table_size`]) from `n = 4096` on, `16 n + 64` below (which covers the
-/// small-`n` table sizes), never above [`MAX_BINS`]. The table size bounds how many OPRF
-/// inputs a client can query (one per bin), so servers should meter sessions by it.
+/// Highest table size a server accepts for `n` client items: exactly the default
+/// [`super::table_size`]`(n)`, never above [`MAX_BINS`]. One owner: the client's default
+/// table and the server's cap are the same function, so a client cannot ask for more bins
+/// than the default table has. Each bin is one OPRF evaluation a (malicious) client can
+/// direct at any input, so this is also what a server charges an OT-PSI session of `n`
+/// items (`docs/api.md`, "Limits"). A client may use fewer bins (its own risk of a Cuckoo
+/// failure), never more.
 pub fn max_bins_for(client_items: u32) -> u32 {
-    let n = client_items as u64;
-    let cap = if n >= super::cuckoo::LARGE_N as u64 {
-        (127 * n).div_ceil(100)
-    } else {
-        16 * n + 64
-    };
-    cap.min(MAX_BINS as u64) as u32
+    (super::cuckoo::table_size(client_items as usize) as u64).min(MAX_BINS as u64) as u32
 }
 
 /// A decoded message.
@@ -343,7 +340,7 @@ mod tests {
         Hello {
             client_nonce: [1; 32],
             client_items: 10,
-            bins: 100,
+            bins: 76, // table_size(10)
             base_ot: vec![[2; RECEIVER_MSG_LEN]; BASE_OTS],
         }
     }
@@ -403,6 +400,15 @@ mod tests {
             decode(&h.encode()),
             Err(DecodeError::InvalidParameter { what: "bins" })
         ));
+        h.bins = 77; // one above table_size(10): the cap is the default table, exactly
+        assert_eq!(
+            decode(&h.encode()).unwrap_err(),
+            DecodeError::LimitExceeded {
+                what: "bins",
+                value: 77,
+                limit: 76
+            }
+        );
         h.bins = 10_000;
         assert!(matches!(
             decode(&h.encode()),

@@ -56,6 +56,12 @@ pub struct OtConfig {
     pub chunk_rows: usize,
     /// Server: largest client set it accepts (at most [`messages::MAX_ITEMS`]).
     pub max_client_items: usize,
+    /// Server: the exact client set size the hello must declare, if set (a server that
+    /// admitted and charged a session for `n` items sets `n`): any other count is
+    /// [`crate::Error::CountMismatch`]. With the hello's table size capped at
+    /// [`messages::max_bins_for`]`(n)`, the session then evaluates at most that many OPRF
+    /// inputs.
+    pub expected_client_items: Option<usize>,
     /// Tests only: forces the client's Cuckoo table size.
     #[doc(hidden)]
     pub table_size_override: Option<usize>,
@@ -74,6 +80,7 @@ impl OtConfig {
             threads,
             chunk_rows: DEFAULT_CHUNK_ROWS,
             max_client_items: messages::MAX_ITEMS as usize,
+            expected_client_items: None,
             table_size_override: None,
         }
     }
@@ -87,6 +94,15 @@ impl OtConfig {
     /// Sets the largest client set a server accepts.
     pub fn with_max_client_items(mut self, n: usize) -> Self {
         self.max_client_items = n.min(messages::MAX_ITEMS as usize);
+        self
+    }
+
+    /// Server: the hello must declare exactly `n` client items (see
+    /// [`OtConfig::expected_client_items`]); also caps the client set at `n`.
+    pub fn with_expected_client_items(mut self, n: usize) -> Self {
+        let n = n.min(messages::MAX_ITEMS as usize);
+        self.expected_client_items = Some(n);
+        self.max_client_items = n;
         self
     }
 

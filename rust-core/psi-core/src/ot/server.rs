@@ -135,7 +135,25 @@ impl OtServer {
         matches!(self.phase, Phase::Done)
     }
 
+    /// True once the run is over, successfully ([`OtServer::is_done`]) or not (an internal
+    /// failure while answering the hello): the state machine accepts no further message, so
+    /// a driver can free the session's state and slot.
+    pub fn is_finished(&self) -> bool {
+        matches!(self.phase, Phase::Done | Phase::Failed)
+    }
+
     fn on_hello(&mut self, hello: Hello) -> Result<Vec<u8>> {
+        // The table size was checked against the hello's own count by the decoder
+        // (`bins <= max_bins_for(client_items)`); pinning the count to the one the session
+        // was admitted for bounds the OPRF evaluations by `max_bins_for(expected)`.
+        if let Some(expected) = self.config.expected_client_items
+            && hello.client_items as usize != expected
+        {
+            return Err(Error::CountMismatch {
+                expected: expected as u64,
+                found: hello.client_items as u64,
+            });
+        }
         if hello.client_items as usize > self.config.max_client_items {
             return Err(DecodeError::LimitExceeded {
                 what: "client items",
@@ -332,5 +350,100 @@ impl Evaluating {
         }
         v.zeroize();
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ot::OtClient;
+    use crate::parallel::Threads;
+    use rand_chacha::ChaCha20Rng;
+    use rand_core::SeedableRng;
+
+    /// Frame offsets of the hello's `n_c` and `m` fields (9-byte header, then suite and
+    /// the 32-byte nonce; `docs/protocol/ot-psi.md` §4.1).
+    const N_C: core::ops::Range<usize> = 42..46;
+    const BINS: core::ops::Range<usize> = 46..50;
+
+    fn hello(n: u32, seed: u64) -> Vec<u8> {
+        let items = ItemSet::new((0..n).map(|i| i.to_be_bytes()));
+        let mut rng = ChaCha20Rng::seed_from_u64(seed);
+        OtClient::start(items, OtConfig::new(Threads::ONE), &mut rng)
+            .unwrap()
+            .1
+    }
+
+    fn server(expected: usize) -> OtServer {
+        let config = OtConfig::new(Threads::ONE).with_expected_client_items(expected);
+        let mut rng = ChaCha20Rng::seed_from_u64(99);
+        OtServer::new(ItemSet::new(["a", "b"]), config, &mut rng).unwrap()
+    }
+
+    #[test]
+    fn hello_count_must_equal_the_expected_count() {
+        let mut s = server(5);
+        // Fewer items than admitted (a client that declared 5 to get a bigger table, or
+        // one that shrinks its count after being charged): refused, session unchanged.
+        assert_eq!(
+            s.handle(&hello(4, 1)).unwrap_err(),
+            Error::CountMismatch {
+                expected: 5,
+                found: 4
+            }
+        );
+        assert!(!s.is_finished());
+        // The exact count is accepted afterwards.
+        s.handle(&hello(5, 2)).unwrap();
+        // A hand-built hello with 0 items for a 1-item session: with 64 bins (accepted
+        // before: 64 ≤ 16·0 + 64) the table cap refuses it; with 3 bins the count does.
+        let mut h = hello(1, 3);
+        h[N_C].copy_from_slice(&0u32.to_be_bytes());
+        h[BINS].copy_from_slice(&64u32.to_be_bytes());
+        let mut s = server(1);
+        assert!(matches!(
+            s.handle(&h),
+            Err(Error::Decode(DecodeError::LimitExceeded { what: "bins", .. }))
+        ));
+        h[BINS].copy_from_slice(&3u32.to_be_bytes());
+        assert_eq!(
+            s.handle(&h).unwrap_err(),
+            Error::CountMismatch {
+                expected: 1,
+                found: 0
+            }
+        );
+        assert!(!s.is_finished());
+    }
+
+    #[test]
+    fn bins_are_capped_at_the_default_table_size() {
+        // The reported bypass: 1 item declared, 80 bins (16·1 + 64) asked for.
+        let mut h = hello(1, 4);
+        assert_eq!(u32::from_be_bytes(h[BINS].try_into().unwrap()), 3);
+        h[BINS].copy_from_slice(&80u32.to_be_bytes());
+        let mut s = server(1);
+        assert_eq!(
+            s.handle(&h).unwrap_err(),
+            Error::Decode(DecodeError::LimitExceeded {
+                what: "bins",
+                value: 80,
+                limit: 3
+            })
+        );
+        // One bin more than the default table, at a size where the table is not tiny.
+        let n = 300u32;
+        let mut h = hello(n, 5);
+        let m = cuckoo::table_size(n as usize) as u32;
+        assert_eq!(u32::from_be_bytes(h[BINS].try_into().unwrap()), m);
+        h[BINS].copy_from_slice(&(m + 1).to_be_bytes());
+        let mut s = server(n as usize);
+        assert!(matches!(
+            s.handle(&h),
+            Err(Error::Decode(DecodeError::LimitExceeded { what: "bins", .. }))
+        ));
+        // A smaller table than the default is the client's own risk, and accepted.
+        h[BINS].copy_from_slice(&(m - 1).to_be_bytes());
+        assert!(server(n as usize).handle(&h).is_ok());
     }
 }
