@@ -303,3 +303,183 @@ fn open_all(
         })
         .collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dh::{DhServer, ServerKey};
+    use crate::labels::{LabelStore, fetch_buckets, label_slots};
+    use crate::oprf::OUTPUT_LEN;
+    use rand_chacha::ChaCha20Rng;
+    use rand_core::{Rng, SeedableRng};
+
+    fn rng(seed: u64) -> ChaCha20Rng {
+        ChaCha20Rng::seed_from_u64(seed)
+    }
+
+    fn outputs(v: Vec<[u8; OUTPUT_LEN]>) -> MatchedOutputs {
+        MatchedOutputs(zeroize::Zeroizing::new(v))
+    }
+
+    fn random_outputs(count: usize, r: &mut ChaCha20Rng) -> Vec<[u8; OUTPUT_LEN]> {
+        (0..count)
+            .map(|_| {
+                let mut o = [0u8; OUTPUT_LEN];
+                r.fill_bytes(&mut o);
+                o
+            })
+            .collect()
+    }
+
+    fn decode(request: &[u8]) -> Vec<u32> {
+        messages::decode_request(request).unwrap()
+    }
+
+    /// The fetch names exactly `fetch_buckets(n, b)` distinct ascending buckets, its
+    /// own among them, with 0, some or all of the `n` items matched.
+    #[test]
+    fn the_fetch_has_a_fixed_size_and_holds_the_real_buckets() {
+        let mut r = rng(1);
+        for (n, bits) in [(1, 11), (10, 0), (10, 3), (100, 14), (1_000, 14), (300, 6)] {
+            let want = fetch_buckets(n, bits);
+            for m in [0, 1, n / 3, n] {
+                let outs = random_outputs(m, &mut r);
+                let real: BTreeSet<u32> = outs
+                    .iter()
+                    .map(|o| record::bucket(&record::tag(o), bits))
+                    .collect();
+                let (client, request) =
+                    LabelClient::from_outputs(outputs(outs), n, bits, &mut r).unwrap();
+                assert_eq!(request.len(), 4 * want, "n {n} bits {bits} matches {m}");
+                let ids = decode(&request);
+                assert!(ids.windows(2).all(|w| w[0] < w[1]), "distinct, ascending");
+                assert!(ids.iter().all(|&b| u64::from(b) < 1u64 << bits));
+                if real.len() <= want {
+                    assert!(real.iter().all(|b| ids.binary_search(b).is_ok()));
+                    assert_eq!(client.skipped(), 0);
+                } else {
+                    assert!(ids.iter().all(|b| real.contains(b)));
+                    assert!(client.skipped() > 0);
+                }
+            }
+        }
+    }
+
+    /// With one real bucket among 16 and 4 fetched, every bucket is fetched with the
+    /// same frequency as the real one would be under a uniform choice (the padding does
+    /// not cluster): each other bucket in about 3/15 of the runs.
+    #[test]
+    fn padding_buckets_are_uniform() {
+        let mut r = rng(2);
+        let trials = 30_000;
+        let mut hits = [0u32; 16];
+        for _ in 0..trials {
+            for b in choose_buckets(vec![5], 4, 4, &mut r) {
+                hits[b as usize] += 1;
+            }
+        }
+        assert_eq!(hits[5], trials);
+        let expect = f64::from(trials) * 3.0 / 15.0;
+        for (b, &h) in hits.iter().enumerate().filter(|(b, _)| *b != 5) {
+            assert!(
+                (f64::from(h) - expect).abs() < 0.05 * expect,
+                "bucket {b}: {h} hits, expected about {expect}"
+            );
+        }
+        // More real buckets than slots: a uniform subset of them.
+        let mut hits = [0u32; 16];
+        for _ in 0..trials {
+            let ids = choose_buckets(vec![1, 2, 3, 4, 5, 6], 3, 4, &mut r);
+            assert_eq!(ids.len(), 3);
+            for b in ids {
+                hits[b as usize] += 1;
+            }
+        }
+        for (b, &h) in hits.iter().enumerate() {
+            if (1..=6).contains(&b) {
+                let expect = f64::from(trials) / 2.0;
+                assert!((f64::from(h) - expect).abs() < 0.05 * expect, "{b}: {h}");
+            } else {
+                assert_eq!(h, 0);
+            }
+        }
+    }
+
+    /// Labels come back right with the padding: the client's own labels, `None` for its
+    /// unlabeled matches, every dummy bucket answered and ignored.
+    #[test]
+    fn padded_fetch_opens_the_right_labels() {
+        let mut r = rng(3);
+        let registry = random_outputs(4_000, &mut r);
+        let labels: Vec<String> = (0..registry.len()).map(|i| format!("user-{i}")).collect();
+        // Every other entry labeled.
+        let labeled: Vec<(&[u8; OUTPUT_LEN], &str)> = registry
+            .iter()
+            .zip(&labels)
+            .step_by(2)
+            .map(|(o, l)| (o, l.as_str()))
+            .collect();
+        let store = LabelStore::build(labeled.into_iter(), 32, &mut r);
+        let bits = store.bucket_bits();
+        assert_eq!(bits, 5);
+        let n = 300; // 64 label slots, 32 buckets: the fetch names all of them
+        for (n, picks) in [(n, vec![0usize, 1, 2, 7, 100]), (20, vec![]), (20, vec![6])] {
+            let mine = outputs(picks.iter().map(|&i| registry[i]).collect());
+            let (mut c, request) = LabelClient::from_outputs(mine, n, bits, &mut r).unwrap();
+            assert_eq!(decode(&request).len(), fetch_buckets(n, bits));
+            let response = store.answer_fetch(&request, fetch_buckets(n, bits)).unwrap();
+            let LabelStep::Done(got) = c.handle(&response, &mut r).unwrap() else {
+                panic!("done after the fetch")
+            };
+            let want: Vec<Option<String>> = picks
+                .iter()
+                .map(|&i| (i % 2 == 0).then(|| labels[i].clone()))
+                .collect();
+            assert_eq!(got, want);
+        }
+    }
+
+    /// The OT-PSI label query has exactly `label_slots(n)` elements however many items
+    /// matched; dummy outputs are dropped, the real matches' labels open; matches beyond
+    /// the slots get `None` and are counted as skipped.
+    #[test]
+    fn the_label_query_is_padded_and_its_labels_open() {
+        let mut r = rng(4);
+        let server = DhServer::new(ServerKey::random(1, &mut r), 10_000, Threads::ONE);
+        let ids: Vec<Vec<u8>> = (0..400).map(|i| format!("+1202{i:07}").into_bytes()).collect();
+        let outs = server.outputs(&ItemSet::new(&ids)).unwrap();
+        let names: Vec<String> = (0..ids.len()).map(|i| format!("user-{i}")).collect();
+        let store = LabelStore::build(
+            outs.iter().zip(&names).map(|(o, l)| (o, l.as_str())),
+            8,
+            &mut r,
+        );
+        let bits = store.bucket_bits();
+        for (n, matched) in [(10, 0usize), (10, 3), (10, 10), (300, 0), (300, 80)] {
+            let items = &ids[..matched];
+            let (mut c, query) =
+                LabelClient::start_query(items, n, 1, bits, Threads::ONE, &mut r).unwrap();
+            let slots = label_slots(n);
+            assert_eq!(query.len(), 17 + 32 * slots, "n {n}, {matched} matched");
+            let evaluation = server.handle_query(&query).unwrap();
+            let LabelStep::Send(request) = c.handle(&evaluation, &mut r).unwrap() else {
+                panic!("a fetch request after the evaluation")
+            };
+            assert_eq!(request.len(), 4 * fetch_buckets(n, bits));
+            let response = store.answer_fetch(&request, fetch_buckets(n, bits)).unwrap();
+            let LabelStep::Done(got) = c.handle(&response, &mut r).unwrap() else {
+                panic!("done after the fetch")
+            };
+            assert_eq!(got.len(), matched);
+            let fetched = matched.min(slots);
+            for (i, l) in got.iter().enumerate() {
+                if i < fetched {
+                    assert_eq!(l.as_deref(), Some(names[i].as_str()), "match {i}");
+                } else {
+                    assert_eq!(l, &None);
+                }
+            }
+            assert_eq!(c.skipped(), matched - fetched);
+        }
+    }
+}
