@@ -422,7 +422,7 @@ mod tests {
         let store = LabelStore::build(labeled.into_iter(), 32, &mut r);
         let bits = store.bucket_bits();
         assert_eq!(bits, 5);
-        let n = 300; // 64 label slots, 32 buckets: the fetch names all of them
+        let n = 300; // 75 label slots, 32 buckets: the fetch names all of them
         for (n, picks) in [(n, vec![0usize, 1, 2, 7, 100]), (20, vec![]), (20, vec![6])] {
             let mine = outputs(picks.iter().map(|&i| registry[i]).collect());
             let (mut c, request) = LabelClient::from_outputs(mine, n, bits, &mut r).unwrap();
