@@ -498,14 +498,8 @@ impl<'a> Run<'a> {
             LabelSource::Query => {
                 let items: Vec<Vec<u8>> = matches.iter().map(|m| m.item.clone()).collect();
                 let threads = self.client.config.threads;
-                let (c, r) = LabelClient::start_query(
-                    &items,
-                    n,
-                    session.epoch,
-                    bits,
-                    threads,
-                    self.rng()?,
-                )?;
+                let (c, r) =
+                    LabelClient::start_query(&items, n, session.epoch, bits, threads, self.rng()?)?;
                 (c, r, Route::LabelQuery)
             }
         };

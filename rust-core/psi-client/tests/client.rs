@@ -589,8 +589,7 @@ fn label_traffic_does_not_depend_on_the_matches() {
 #[test]
 fn a_too_fine_label_layout_is_refused() {
     let ids: Vec<String> = (0..512).map(|i| format!("+1202{i:07}")).collect();
-    let entries: Vec<(&str, Option<&str>)> =
-        ids.iter().map(|i| (i.as_str(), Some("x"))).collect();
+    let entries: Vec<(&str, Option<&str>)> = ids.iter().map(|i| (i.as_str(), Some("x"))).collect();
     let srv = server(&entries, |c| c.label_bucket_size = 1);
     let items = vec![ids[3].clone().into_bytes(), b"+13030000000".to_vec()];
     let (t, seen) = Recording::new(Some(HttpTransport::new()));

@@ -226,7 +226,10 @@ fn labels_md_example() {
     // stated registry size passes the occupancy check.
     let n = number_field(&s, "client_items:") as usize;
     let registry_items = number_field(&s, "registry_items:");
-    assert_eq!(labels::label_slots(n) as u64, number_field(&s, "label slots:"));
+    assert_eq!(
+        labels::label_slots(n) as u64,
+        number_field(&s, "label slots:")
+    );
     assert_eq!(labels::fetch_buckets(n, bits), 1);
     labels::check_layout(n, registry_items, bits).expect("the example's layout passes");
 

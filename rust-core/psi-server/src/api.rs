@@ -622,7 +622,9 @@ async fn label_query(
         if count > slots {
             return Err(ApiError::new(
                 ErrorCode::TooManyItems,
-                format!("label query has {count} elements, more than the session's {slots} label slots"),
+                format!(
+                    "label query has {count} elements, more than the session's {slots} label slots"
+                ),
             ));
         }
         Ok(())

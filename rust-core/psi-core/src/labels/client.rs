@@ -25,7 +25,10 @@ enum Phase {
     /// Waiting for the evaluation of the label OPRF query (protocols whose run does not
     /// give the client full OPRF outputs, e.g. OT-PSI). The first `real` items of the
     /// query are matches, the rest dummies.
-    AwaitEvaluation { dh: Box<DhClient>, real: usize },
+    AwaitEvaluation {
+        dh: Box<DhClient>,
+        real: usize,
+    },
     /// Waiting for the fetch response. `outputs` are those of the first
     /// `outputs.len()` matches.
     AwaitBuckets {
@@ -251,9 +254,8 @@ impl LabelClient {
                 };
                 let all = dh.into_outputs()?;
                 // The dummies' outputs are dropped (zeroized with `all`).
-                let outputs = MatchedOutputs(zeroize::Zeroizing::new(
-                    all.as_slice()[..real].to_vec(),
-                ));
+                let outputs =
+                    MatchedOutputs(zeroize::Zeroizing::new(all.as_slice()[..real].to_vec()));
                 let (requested, request) = self.fetch_request(&outputs, rng);
                 self.phase = Phase::AwaitBuckets { outputs, requested };
                 Ok(LabelStep::Send(request))
@@ -427,7 +429,9 @@ mod tests {
             let mine = outputs(picks.iter().map(|&i| registry[i]).collect());
             let (mut c, request) = LabelClient::from_outputs(mine, n, bits, &mut r).unwrap();
             assert_eq!(decode(&request).len(), fetch_buckets(n, bits));
-            let response = store.answer_fetch(&request, fetch_buckets(n, bits)).unwrap();
+            let response = store
+                .answer_fetch(&request, fetch_buckets(n, bits))
+                .unwrap();
             let LabelStep::Done(got) = c.handle(&response, &mut r).unwrap() else {
                 panic!("done after the fetch")
             };
@@ -446,7 +450,9 @@ mod tests {
     fn the_label_query_is_padded_and_its_labels_open() {
         let mut r = rng(4);
         let server = DhServer::new(ServerKey::random(1, &mut r), 10_000, Threads::ONE);
-        let ids: Vec<Vec<u8>> = (0..400).map(|i| format!("+1202{i:07}").into_bytes()).collect();
+        let ids: Vec<Vec<u8>> = (0..400)
+            .map(|i| format!("+1202{i:07}").into_bytes())
+            .collect();
         let outs = server.outputs(&ItemSet::new(&ids)).unwrap();
         let names: Vec<String> = (0..ids.len()).map(|i| format!("user-{i}")).collect();
         let store = LabelStore::build(
@@ -466,7 +472,9 @@ mod tests {
                 panic!("a fetch request after the evaluation")
             };
             assert_eq!(request.len(), 4 * fetch_buckets(n, bits));
-            let response = store.answer_fetch(&request, fetch_buckets(n, bits)).unwrap();
+            let response = store
+                .answer_fetch(&request, fetch_buckets(n, bits))
+                .unwrap();
             let LabelStep::Done(got) = c.handle(&response, &mut r).unwrap() else {
                 panic!("done after the fetch")
             };
