@@ -139,7 +139,7 @@ impl Client {
         let n = set.len();
         let session = run.create_session(protocol, n)?;
         // A layout that would pin matched entries down is refused before anything is
-        // matched (docs/protocol/labels.md §6): the caller asked for labels.
+        // matched (docs/protocol/labels.md §5.1): the caller asked for labels.
         let layout = if self.config.fetch_labels {
             psi_core::labels::check_layout(n, session.registry_items, session.label_bucket_bits)
         } else {
