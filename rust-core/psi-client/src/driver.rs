@@ -136,19 +136,29 @@ impl Client {
             ));
         }
         let mut run = Run::new(self, cancel, progress);
-        let session = run.create_session(protocol, set.len())?;
-        let result = run
-            .protocol(&session, set, protocol)
+        let n = set.len();
+        let session = run.create_session(protocol, n)?;
+        // A layout that would pin matched entries down is refused before anything is
+        // matched (docs/protocol/labels.md §5.1): the caller asked for labels.
+        let layout = if self.config.fetch_labels {
+            psi_core::labels::check_layout(n, session.registry_items, session.label_bucket_bits)
+        } else {
+            Ok(())
+        };
+        let result = layout
+            .map_err(ClientError::from)
+            .and_then(|()| run.protocol(&session, set, protocol))
             .and_then(|(output, source)| {
-                let (matches, label_error) = run.labels(&session, output.matches, source)?;
-                Ok((output.client_items, output.duplicates, matches, label_error))
+                let labels = run.labels(&session, output.client_items, output.matches, source)?;
+                Ok((output.client_items, output.duplicates, labels))
             });
         // Free the server's slot whatever happened (cancelled runs included); an error
         // here changes nothing for the caller.
         let _ = run.delete_session(&session.session_id);
-        let (client_items, duplicates, matches, label_error) = result?;
+        let (client_items, duplicates, (matches, label_error, labels_skipped)) = result?;
         Ok(MatchReport {
             label_error,
+            labels_skipped,
             matches,
             client_items,
             duplicates,
@@ -434,15 +444,19 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// The label step. A failure here (say, the hourly budget ran out) costs the labels,
-    /// not the matches, which are computed and paid for: it is reported in the result.
-    /// Cancellation is not a failure of the step: the run ends with `Cancelled`.
+    /// The label step, run whenever labels are on, matches or not: its requests and their
+    /// sizes depend on `n` and the session's layout only (docs/protocol/labels.md §6). A
+    /// failure here (say, the hourly budget ran out) costs the labels, not the matches,
+    /// which are computed and paid for: it is reported in the result. Cancellation is not
+    /// a failure of the step: the run ends with `Cancelled`. Returns the matches, the
+    /// failure and the number of matches whose label did not fit the step.
     fn labels(
         &mut self,
         session: &SessionCreated,
+        n: usize,
         matches: Vec<psi_core::Match>,
         source: LabelSource,
-    ) -> Result<(Vec<Matched>, Option<String>)> {
+    ) -> Result<(Vec<Matched>, Option<String>, usize)> {
         let mut out: Vec<Matched> = matches
             .into_iter()
             .map(|mut m| Matched {
@@ -452,40 +466,41 @@ impl<'a> Run<'a> {
                 label: None,
             })
             .collect();
-        if !self.client.config.fetch_labels || out.is_empty() {
-            return Ok((out, None));
+        if !self.client.config.fetch_labels {
+            return Ok((out, None, 0));
         }
-        match self.fetch_labels(session, &out, source) {
-            Ok(labels) => {
+        match self.fetch_labels(session, n, &out, source) {
+            Ok((labels, skipped)) => {
                 for (m, l) in out.iter_mut().zip(labels) {
                     m.label = l;
                 }
-                Ok((out, None))
+                Ok((out, None, skipped))
             }
             Err(ClientError::Cancelled) => Err(ClientError::Cancelled),
-            Err(e) => Ok((out, Some(e.to_string()))),
+            Err(e) => Ok((out, Some(e.to_string()), 0)),
         }
     }
 
     fn fetch_labels(
         &mut self,
         session: &SessionCreated,
+        n: usize,
         matches: &[Matched],
         source: LabelSource,
-    ) -> Result<Vec<Option<String>>> {
+    ) -> Result<(Vec<Option<String>>, usize)> {
         let t = self.enter(Phase::Labels)?;
         let id = session.session_id.clone();
         let bits = session.label_bucket_bits;
         let (mut client, mut request, mut route) = match source {
             LabelSource::Outputs(outputs) => {
-                let (c, r) = LabelClient::from_outputs(outputs, bits)?;
+                let (c, r) = LabelClient::from_outputs(outputs, n, bits, self.rng()?)?;
                 (c, r, Route::LabelFetch)
             }
             LabelSource::Query => {
                 let items: Vec<Vec<u8>> = matches.iter().map(|m| m.item.clone()).collect();
                 let threads = self.client.config.threads;
                 let (c, r) =
-                    LabelClient::start_query(&items, session.epoch, bits, threads, self.rng()?)?;
+                    LabelClient::start_query(&items, n, session.epoch, bits, threads, self.rng()?)?;
                 (c, r, Route::LabelQuery)
             }
         };
@@ -493,7 +508,7 @@ impl<'a> Run<'a> {
             let sent = request.len() as u64;
             let response = self.post_binary(route, &id, request)?;
             self.stats.label_bytes += sent + response.len() as u64;
-            match client.handle(&response)? {
+            match client.handle(&response, self.rng()?)? {
                 LabelStep::Send(next) => {
                     request = next;
                     route = Route::LabelFetch;
@@ -503,6 +518,6 @@ impl<'a> Run<'a> {
             }
         };
         self.leave(Phase::Labels, t);
-        Ok(labels)
+        Ok((labels, client.skipped()))
     }
 }

@@ -96,6 +96,11 @@ pub struct MatchReport {
     /// Why labels are missing, if the label step failed after matching succeeded (the
     /// matches are still returned, with `label: None`). Log-safe: no contact data.
     pub label_error: Option<String>,
+    /// Matches whose label was not fetched because the label step's fixed size is too
+    /// small for them (more matches than the session's label slots, or their buckets
+    /// more than its fetch names: docs/protocol/labels.md §6); their `label` is `None`.
+    /// 0 when labels are off or the step failed.
+    pub labels_skipped: usize,
 }
 
 /// A progress event: the run entered `phase`. `round` counts the protocol's round

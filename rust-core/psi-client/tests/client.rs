@@ -511,3 +511,113 @@ fn cancelling_during_labels_is_cancelled() {
     assert_eq!(srv.state.live_sessions(), 0);
     srv.shutdown().unwrap();
 }
+
+/// `(route, request body bytes)` of the label requests among `seen`.
+fn label_traffic(seen: &[Request]) -> Vec<(String, usize)> {
+    routes(seen)
+        .into_iter()
+        .zip(seen)
+        .filter(|(route, _)| route.contains("/labels/"))
+        .map(|(route, r)| (route, r.body.len()))
+        .collect()
+}
+
+/// The label step sends the same requests with the same sizes whether nothing or
+/// everything matched (same `n`, same server layout): the server cannot count matches
+/// from it (docs/protocol/labels.md §6-§7). Both protocols, real server on loopback,
+/// with labels right for the run that matched.
+#[test]
+fn label_traffic_does_not_depend_on_the_matches() {
+    // 4,096 labeled entries at the default 32 per bucket: 2^7 buckets, more than the 20
+    // label slots of a 20-item run, so the fetch does not simply name every bucket.
+    let ids: Vec<String> = (0..4096).map(|i| format!("+1202{i:07}")).collect();
+    let names: Vec<String> = (0..4096).map(|i| format!("user-{i}")).collect();
+    let entries: Vec<(&str, Option<&str>)> = ids
+        .iter()
+        .zip(&names)
+        .map(|(i, l)| (i.as_str(), Some(l.as_str())))
+        .collect();
+    let srv = server(&entries, |_| {});
+    let n = 20;
+    let hits: Vec<Vec<u8>> = ids[..n].iter().map(|s| s.clone().into_bytes()).collect();
+    let misses: Vec<Vec<u8>> = (0..n)
+        .map(|i| format!("+1303{i:07}").into_bytes())
+        .collect();
+    for protocol in [Protocol::Dh, Protocol::Ot] {
+        let mut traffic = Vec::new();
+        for items in [&misses, &hits] {
+            let (t, seen) = Recording::new(Some(HttpTransport::new()));
+            let c = Client::with_transport(&srv.url(), t, ClientConfig::default());
+            let r = c
+                .match_items(items.clone(), protocol, &mut |_| {}, &none())
+                .unwrap();
+            assert_eq!(r.label_error, None);
+            assert_eq!(r.labels_skipped, 0);
+            if std::ptr::eq(items, &hits) {
+                assert_eq!(r.matches.len(), n);
+                for m in &r.matches {
+                    assert_eq!(m.label.as_deref(), Some(names[m.index].as_str()));
+                }
+            } else {
+                assert!(r.matches.is_empty());
+            }
+            let seen = seen.lock().unwrap();
+            traffic.push((routes(&seen), label_traffic(&seen)));
+        }
+        let (routes_none, labels_none) = &traffic[0];
+        let (routes_all, labels_all) = &traffic[1];
+        let want = match protocol {
+            Protocol::Dh => vec![("POST /v1/sessions/{id}/labels/fetch".to_string(), 4 * n)],
+            _ => vec![
+                (
+                    "POST /v1/sessions/{id}/labels/query".to_string(),
+                    17 + 32 * n,
+                ),
+                ("POST /v1/sessions/{id}/labels/fetch".to_string(), 4 * n),
+            ],
+        };
+        assert_eq!(labels_none, &want, "{protocol}: no match");
+        assert_eq!(labels_all, &want, "{protocol}: all matched");
+        assert_eq!(routes_none, routes_all, "{protocol}: same requests");
+    }
+    srv.shutdown().unwrap();
+}
+
+/// A session whose layout puts fewer than 16 registry entries in a bucket on average
+/// (here 1: `label_bucket_size` 1) is refused before anything is matched when labels are
+/// on, with a typed error; the session is deleted. With labels off the run works.
+#[test]
+fn a_too_fine_label_layout_is_refused() {
+    let ids: Vec<String> = (0..512).map(|i| format!("+1202{i:07}")).collect();
+    let entries: Vec<(&str, Option<&str>)> = ids.iter().map(|i| (i.as_str(), Some("x"))).collect();
+    let srv = server(&entries, |c| c.label_bucket_size = 1);
+    let items = vec![ids[3].clone().into_bytes(), b"+13030000000".to_vec()];
+    let (t, seen) = Recording::new(Some(HttpTransport::new()));
+    let c = Client::with_transport(&srv.url(), t, ClientConfig::default());
+    let e = c
+        .match_items(items.clone(), Protocol::Dh, &mut |_| {}, &none())
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ClientError::Protocol(psi_core::Error::LabelLayoutTooFine {
+                registry_items: 512,
+                buckets: 512,
+                minimum: 16,
+            })
+        ),
+        "{e}"
+    );
+    assert!(!e.is_retryable());
+    assert_eq!(
+        routes(&seen.lock().unwrap()),
+        ["POST /v1/sessions", "DELETE /v1/sessions/{id}"]
+    );
+    let c = Client::new(&srv.url(), ClientConfig::default().with_labels(false));
+    let r = c
+        .match_items(items, Protocol::Dh, &mut |_| {}, &none())
+        .unwrap();
+    assert_eq!(r.matches.len(), 1);
+    assert_eq!(srv.state.live_sessions(), 0);
+    srv.shutdown().unwrap();
+}

@@ -87,6 +87,18 @@ pub enum Error {
         needed: u8,
         client_items: u64,
     },
+    /// The session's label layout hides a fetched bucket among too few registry entries:
+    /// fetching labels would narrow the matches down (docs/protocol/labels.md §6).
+    #[error(
+        "label layout too fine: {registry_items} registry entries in {buckets} buckets, \
+         below the minimum of {minimum} entries per bucket (match without labels, or ask \
+         the operator for a larger label bucket size)"
+    )]
+    LabelLayoutTooFine {
+        registry_items: u64,
+        buckets: u64,
+        minimum: u64,
+    },
     /// A run needs both the server's evaluation and its encoded set before it can finish.
     #[error("not finished: still waiting for {0}")]
     Incomplete(&'static str),

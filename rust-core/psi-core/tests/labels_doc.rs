@@ -222,6 +222,17 @@ fn labels_md_example() {
     );
     assert_eq!(labels::bucket(&tag2, bits), labels::bucket(&tag, bits));
 
+    // The session's shape: one item, so one label slot and one bucket fetched; the
+    // stated registry size passes the occupancy check.
+    let n = number_field(&s, "client_items:") as usize;
+    let registry_items = number_field(&s, "registry_items:");
+    assert_eq!(
+        labels::label_slots(n) as u64,
+        number_field(&s, "label slots:")
+    );
+    assert_eq!(labels::fetch_buckets(n, bits), 1);
+    labels::check_layout(n, registry_items, bits).expect("the example's layout passes");
+
     // Fetch request: the bucket id, u32 big-endian.
     let request = hex_field(&s, "fetch request:");
     assert_eq!(

@@ -657,14 +657,19 @@ async fn label_query(
     SessionCall { session: s, body }: SessionCall,
 ) -> Result<Response, ApiError> {
     let registry = state.registry();
-    let n = lock(&s).client_items as usize;
+    // At most the session's label slots (a fixed function of its `n`, below `n` for
+    // large sessions; docs/protocol/labels.md §1): the reference client always sends
+    // exactly that many.
+    let slots = psi_core::labels::label_slots(lock(&s).client_items as usize);
     // Decoded and checked before the transition; the transition's check charges the
     // budget by the element count, whether or not the evaluation then succeeds.
     let query = decode_query(&body, |count| {
-        if count > n {
+        if count > slots {
             return Err(ApiError::new(
                 ErrorCode::TooManyItems,
-                format!("label query has {count} elements, more than the session's {n}"),
+                format!(
+                    "label query has {count} elements, more than the session's {slots} label slots"
+                ),
             ));
         }
         Ok(())
@@ -707,7 +712,12 @@ async fn label_fetch(
 ) -> Result<Response, ApiError> {
     let registry = state.registry();
     let reg = registry.clone();
-    let n = lock(&s).client_items as usize;
+    // At most the buckets the reference client always names: its label slots, or every
+    // bucket if there are fewer (docs/protocol/labels.md §4).
+    let max_buckets = psi_core::labels::fetch_buckets(
+        lock(&s).client_items as usize,
+        registry.labels.bucket_bits(),
+    );
     transition(
         &state,
         &s,
@@ -734,7 +744,7 @@ async fn label_fetch(
             }
             Ok(())
         },
-        move |phase| match registry.labels.answer_fetch(&body, n) {
+        move |phase| match registry.labels.answer_fetch(&body, max_buckets) {
             Ok(out) => (Phase::Done, Ok(out)),
             Err(e) => (phase, Err(e.into())),
         },

@@ -448,3 +448,53 @@ fn stalled_uploads_time_out() {
         200
     );
 }
+
+/// A label query and a label fetch are capped at the session's label slots (75 for
+/// `n = 300`), not at `n`: a client cannot buy more label lookups or name more buckets
+/// than the fixed shape the reference client always sends (docs/protocol/labels.md §1,
+/// §4).
+#[test]
+fn label_query_and_fetch_are_capped_at_the_sessions_label_slots() {
+    let mut config = config("label-slots");
+    // 256 labeled entries, one per bucket on average: 2^8 buckets, more than the slots.
+    config.label_bucket_size = 1;
+    fill(&config, 256, |_| true);
+    let server = start(config);
+    let t = raw(&server);
+    let n = 300;
+    let slots = psi_core::labels::label_slots(n);
+    assert_eq!(slots, 75);
+    assert_eq!(psi_core::labels::fetch_buckets(n, 8), slots);
+    let created = session(&t, "dh-psi", n as u32, &[]);
+    let id = session_id(&created);
+    let v: serde_json::Value = serde_json::from_slice(&created.body).unwrap();
+    assert_eq!(v["label_bucket_bits"], 8);
+    let ok = |r: psi_client::Response| {
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        r
+    };
+    let too_many = |r: psi_client::Response| {
+        assert_eq!(r.status, 400, "{}", String::from_utf8_lossy(&r.body));
+        assert_eq!(error_code(&r), "too_many_items");
+    };
+    ok(send(
+        &t,
+        Method::Post,
+        &format!("/v1/sessions/{id}/dh/query"),
+        &[BIN],
+        &query(1, n),
+    ));
+    let lq = format!("/v1/sessions/{id}/labels/query");
+    too_many(send(&t, Method::Post, &lq, &[BIN], &query(1, slots + 1)));
+    let r = ok(send(&t, Method::Post, &lq, &[BIN], &query(1, slots)));
+    assert_eq!(r.body.len(), 17 + 32 * slots);
+    let lf = format!("/v1/sessions/{id}/labels/fetch");
+    let ids = |k: u32| -> Vec<u8> { (0..k).flat_map(|b| b.to_be_bytes()).collect() };
+    too_many(send(&t, Method::Post, &lf, &[BIN], &ids(slots as u32 + 1)));
+    // Repeats count once: 75 distinct ids in 76 is within the cap.
+    let mut repeat = ids(slots as u32);
+    repeat.extend_from_slice(&0u32.to_be_bytes());
+    let r = ok(send(&t, Method::Post, &lf, &[BIN], &repeat));
+    let sections = psi_core::labels::messages::split_response(&r.body).unwrap();
+    assert_eq!(sections.len(), slots);
+}

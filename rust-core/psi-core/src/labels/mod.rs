@@ -16,13 +16,23 @@
 //! the full outputs of their matches ([`crate::dh::DhClient::finish_with_outputs`]);
 //! OT-PSI clients get them with one OPRF query over the matches
 //! ([`LabelClient::start_query`]).
+//!
+//! The label traffic has a fixed shape for a session's `client_items` and bucket layout
+//! ([`label_slots`], [`fetch_buckets`]): the client pads the query with dummy items and
+//! the fetch with random buckets, and refuses a layout with too few entries per bucket
+//! ([`check_layout`]).
 
 mod client;
+mod layout;
 pub mod messages;
 mod record;
 mod server;
 
 pub use client::{LabelClient, LabelStep};
+pub use layout::{
+    LABEL_SLOTS_DIVISOR, MIN_BUCKET_OCCUPANCY, MIN_LABEL_SLOTS, check_layout, fetch_buckets,
+    label_slots,
+};
 pub use record::{
     AEAD_TAG_LEN, MAX_LABEL_LEN, NONCE_LEN, RECORD_HEADER_LEN, Record, TAG_LEN, bucket, open,
     parse_records, seal, tag,
