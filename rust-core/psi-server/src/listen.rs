@@ -228,7 +228,9 @@ async fn serve_http<IO>(
                 shutting_down = true;
                 conn.as_mut().graceful_shutdown();
             }
-            () = tokio::time::sleep_until(deadline.unwrap_or_else(|| Instant::now() + limits.idle_timeout)) => {
+            // A request head started or a request ended: the deadline moved.
+            () = clock.changed.notified() => {}
+            () = sleep_until_or_forever(deadline) => {
                 if let Some(d) = clock.deadline(&limits) && d <= Instant::now() {
                     tracing::debug!("connection closed: idle or slow request head");
                     return;
@@ -238,9 +240,18 @@ async fn serve_http<IO>(
     }
 }
 
+async fn sleep_until_or_forever(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// What a connection's time limits watch: bytes moving, and requests in progress.
 struct Clock {
     state: Mutex<ClockState>,
+    /// Woken when the deadline moves earlier (a head starts) or appears (a request ends).
+    changed: tokio::sync::Notify,
 }
 
 struct ClockState {
@@ -260,6 +271,7 @@ impl Clock {
                 last_activity: Instant::now(),
                 head_started: None,
             }),
+            changed: tokio::sync::Notify::new(),
         }
     }
 
@@ -280,6 +292,8 @@ impl Clock {
         s.last_activity = now;
         if s.in_flight == 0 && s.head_started.is_none() {
             s.head_started = Some(now);
+            drop(s);
+            self.changed.notify_one();
         }
     }
 
@@ -318,6 +332,8 @@ impl Drop for InFlight {
         s.in_flight -= 1;
         s.last_activity = Instant::now();
         s.head_started = None;
+        drop(s);
+        self.0.changed.notify_one();
     }
 }
 
