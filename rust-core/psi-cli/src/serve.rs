@@ -104,11 +104,14 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         // Before the registry build, so a bad file fails fast.
         config.tls = Some(
-            psi_server::ServerTls::from_pem_files(cert, key)
-                .map_err(|e| format!("TLS: {e}"))?,
+            psi_server::ServerTls::from_pem_files(cert, key).map_err(|e| format!("TLS: {e}"))?,
         );
     }
-    let scheme = if config.tls.is_some() { "https" } else { "http" };
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let pb = crate::progress_bar(0, "computing OPRF outputs", false);
     let registry = Registry::load(&config, &mut |done, total| {
         pb.set_length(total);

@@ -227,7 +227,11 @@ fn serve_and_match_over_tls() {
     std::fs::write(path("cert.pem"), cert.pem()).unwrap();
     std::fs::write(path("key.pem"), key.serialize_pem()).unwrap();
     std::fs::write(path("reg.csv"), "alice@example.com,Alice\n").unwrap();
-    std::fs::write(path("contacts.csv"), "alice@example.com\ncarol@example.com\n").unwrap();
+    std::fs::write(
+        path("contacts.csv"),
+        "alice@example.com\ncarol@example.com\n",
+    )
+    .unwrap();
     let db = path("r.sqlite");
     let (ok, _, err) = psi(&["import", "--db", &db, &path("reg.csv")]);
     assert!(ok, "{err}");
@@ -235,8 +239,20 @@ fn serve_and_match_over_tls() {
     assert!(!ok && err.contains("--tls-key"), "{err}");
     let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_psi"))
         .args(["serve", "--db", &db, "--listen", "127.0.0.1:0"])
-        .args(["--tls-cert", &path("cert.pem"), "--tls-key", &path("key.pem")])
-        .args(["--header-read-timeout", "5", "--idle-timeout", "5", "--max-connections", "8"])
+        .args([
+            "--tls-cert",
+            &path("cert.pem"),
+            "--tls-key",
+            &path("key.pem"),
+        ])
+        .args([
+            "--header-read-timeout",
+            "5",
+            "--idle-timeout",
+            "5",
+            "--max-connections",
+            "8",
+        ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -247,9 +263,21 @@ fn serve_and_match_over_tls() {
         .unwrap();
     let url = line.split_whitespace().last().unwrap().to_string();
     let contacts = path("contacts.csv");
-    let trusted = psi(&["match", "--server", &url, "--tls-ca", &path("ca.pem"), &contacts]);
+    let trusted = psi(&[
+        "match",
+        "--server",
+        &url,
+        "--tls-ca",
+        &path("ca.pem"),
+        &contacts,
+    ]);
     let untrusted = psi(&["match", "--server", &url, &contacts]);
-    let plain = psi(&["match", "--server", &url.replace("https", "http"), &contacts]);
+    let plain = psi(&[
+        "match",
+        "--server",
+        &url.replace("https", "http"),
+        &contacts,
+    ]);
     server.kill().unwrap();
     server.wait().unwrap();
     let remote = psi(&["match", "--server", "http://192.0.2.1:8080", &contacts]);
@@ -257,7 +285,15 @@ fn serve_and_match_over_tls() {
     assert!(url.starts_with("https://127.0.0.1:"), "{line}");
     assert!(trusted.0, "{}", trusted.2);
     assert!(trusted.1.contains("alice@example.com"), "{}", trusted.1);
-    assert!(!untrusted.0 && untrusted.2.contains("network error"), "{}", untrusted.2);
+    assert!(
+        !untrusted.0 && untrusted.2.contains("network error"),
+        "{}",
+        untrusted.2
+    );
     assert!(!plain.0 && plain.2.contains("https://"), "{}", plain.2);
-    assert!(!remote.0 && remote.2.contains("refusing plain http://"), "{}", remote.2);
+    assert!(
+        !remote.0 && remote.2.contains("refusing plain http://"),
+        "{}",
+        remote.2
+    );
 }

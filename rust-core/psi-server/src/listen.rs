@@ -77,7 +77,14 @@ pub(crate) async fn run(
         };
         // Request/response traffic: no Nagle delay on a response's last segment.
         let _ = tcp.set_nodelay(true);
-        let conn = connection(tcp, peer, app.clone(), tls.clone(), limits, stopping.clone());
+        let conn = connection(
+            tcp,
+            peer,
+            app.clone(),
+            tls.clone(),
+            limits,
+            stopping.clone(),
+        );
         tokio::spawn(async move {
             conn.await;
             drop(permit);
@@ -166,8 +173,7 @@ async fn refuse_plain_http(mut tcp: TcpStream, wait: Duration) {
                 Ok(n) => seen.extend_from_slice(&buf[..n]),
             }
         }
-        if tcp.write_all(head.as_bytes()).await.is_err() || tcp.write_all(&body).await.is_err()
-        {
+        if tcp.write_all(head.as_bytes()).await.is_err() || tcp.write_all(&body).await.is_err() {
             return;
         }
         let _ = tcp.shutdown().await;

@@ -52,10 +52,12 @@ impl ServerTls {
     /// key. The key file's bytes are wiped from memory after parsing.
     pub fn from_pem_files(cert: &Path, key: &Path) -> Result<ServerTls, TlsError> {
         let read = |p: &Path| {
-            std::fs::read(p).map(Zeroizing::new).map_err(|source| TlsError::Read {
-                path: p.display().to_string(),
-                source,
-            })
+            std::fs::read(p)
+                .map(Zeroizing::new)
+                .map_err(|source| TlsError::Read {
+                    path: p.display().to_string(),
+                    source,
+                })
         };
         let cert_pem = read(cert)?;
         let key_pem = read(key)?;

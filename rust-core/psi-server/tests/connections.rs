@@ -171,7 +171,9 @@ fn connections_beyond_the_cap_wait_until_one_closes() {
     );
     // One closes: the queued one is served.
     drop(first);
-    third.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    third
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
     assert_eq!(read_response(&mut third), 200);
     drop(second);
 }
@@ -229,7 +231,10 @@ fn bad_certificates_and_keys_are_typed_errors_without_key_material() {
     ));
     let e = ServerTls::from_pem(cert.as_bytes(), other_key.as_bytes()).unwrap_err();
     assert!(matches!(e, TlsError::Rejected(_)), "{e}");
-    let body: String = other_key.lines().filter(|l| !l.starts_with("-----")).collect();
+    let body: String = other_key
+        .lines()
+        .filter(|l| !l.starts_with("-----"))
+        .collect();
     assert!(!e.to_string().contains(&body[..20]), "{e}");
     let missing = std::path::Path::new("/nonexistent/key.pem");
     assert!(matches!(
