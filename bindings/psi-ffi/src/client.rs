@@ -74,9 +74,9 @@ impl DiscoveryClient {
         transport: Arc<dyn HttpTransport>,
     ) -> Result<Arc<Self>, PsiError> {
         guarded("creating the client", || {
-            let base = Client::check_base_url(&server_url)?;
             let client_config = config.client_config();
             client_config.validate()?;
+            let base = Client::check_base_url(&server_url, &client_config)?;
             let cache: Arc<dyn SetCache> = match &config.cache_dir {
                 Some(dir) => Arc::new(FileCache::new(dir).with_max_bytes(config.cache_max_bytes)),
                 None => Arc::new(MemoryCache::new()),

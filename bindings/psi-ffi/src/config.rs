@@ -24,6 +24,9 @@ pub struct DiscoveryConfig {
     pub cache_dir: Option<String>,
     /// Largest encoded registry kept in the cache directory, in bytes.
     pub cache_max_bytes: u64,
+    /// Allow `http://` to a host that is not loopback (development only; see
+    /// `psi_client::ClientConfig::allow_insecure_http`).
+    pub allow_insecure_http: bool,
 }
 
 impl std::fmt::Debug for DiscoveryConfig {
@@ -38,6 +41,7 @@ impl std::fmt::Debug for DiscoveryConfig {
             .field("fetch_labels", &self.fetch_labels)
             .field("cache_dir", &self.cache_dir)
             .field("cache_max_bytes", &self.cache_max_bytes)
+            .field("allow_insecure_http", &self.allow_insecure_http)
             .finish()
     }
 }
@@ -54,7 +58,8 @@ impl DiscoveryConfig {
             .with_timeout(Duration::from_millis(self.timeout_ms))
             .with_max_response_bytes(self.max_response_bytes)
             .with_labels(self.fetch_labels)
-            .with_default_region(self.default_region.clone());
+            .with_default_region(self.default_region.clone())
+            .with_insecure_http(self.allow_insecure_http);
         if let Some(t) = &self.token {
             config = config.with_token(t.clone());
         }

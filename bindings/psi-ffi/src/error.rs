@@ -170,6 +170,7 @@ impl From<ClientError> for PsiError {
                 PsiError::Protocol { reason, retryable }
             }
             ClientError::BadInput(reason) => PsiError::InvalidInput { reason },
+            ClientError::InsecureUrl { .. } => PsiError::InvalidInput { reason },
             ClientError::Cancelled => PsiError::Cancelled,
             _ => PsiError::Internal { reason },
         }

@@ -1,6 +1,6 @@
 //! `psi match`: match a contact file against a server.
 
-use psi_client::{CancelToken, Client, ClientConfig, FileCache, Phase};
+use psi_client::{CancelToken, Client, ClientConfig, FileCache, HttpTransport, Phase};
 use psi_contacts::read_rows;
 use psi_core::Protocol;
 use std::path::PathBuf;
@@ -9,9 +9,18 @@ use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
 pub struct MatchArgs {
-    /// Server base URL, e.g. http://127.0.0.1:8080.
+    /// Server base URL, e.g. https://discovery.example.com or http://127.0.0.1:8080
+    /// (plain http:// only to loopback unless --allow-insecure-http).
     #[arg(long)]
     server: String,
+    /// Trust only the CA certificates in this PEM file for https:// (a private CA or a
+    /// self-signed server certificate); default: Mozilla's root certificates.
+    #[arg(long)]
+    tls_ca: Option<PathBuf>,
+    /// Allow plain http:// to a host that is not loopback (development only: the token
+    /// and the protocol messages travel in the clear).
+    #[arg(long)]
+    allow_insecure_http: bool,
     /// Contact file: CSV (identifier[,name] or with a header) or one per line.
     file: PathBuf,
     /// Default region for phone numbers without a country code.
@@ -45,14 +54,23 @@ pub fn run(args: MatchArgs) -> Result<(), String> {
     let mut config = ClientConfig::default()
         .with_timeout(Duration::from_secs(args.timeout.max(1)))
         .with_labels(!args.no_labels)
-        .with_default_region(args.region.clone());
+        .with_default_region(args.region.clone())
+        .with_insecure_http(args.allow_insecure_http);
     if let Some(t) = args.token.resolve()? {
         config = config.with_token(t);
     }
     if let Some(t) = args.threads {
         config = config.with_threads(psi_core::Threads::new(t));
     }
-    let mut client = Client::new(&args.server, config);
+    let mut client = match &args.tls_ca {
+        None => Client::new(&args.server, config),
+        Some(path) => {
+            let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let transport = HttpTransport::with_root_certificates(&pem)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            Client::with_transport(&args.server, Arc::new(transport), config)
+        }
+    };
     if let Some(dir) = &args.cache_dir {
         client = client.with_cache(Arc::new(FileCache::new(dir)));
     }

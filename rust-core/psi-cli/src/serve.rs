@@ -58,6 +58,23 @@ pub struct ServeArgs {
     /// Serve DH-PSI only.
     #[arg(long)]
     no_ot: bool,
+    /// TLS certificate chain (PEM, leaf first): serve HTTPS. Needs --tls-key.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// TLS private key (PEM: PKCS#8, PKCS#1 or SEC1; keep it secret). Needs --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
+    /// Seconds a request head may take from its first byte (and a TLS handshake from
+    /// accept): slow-header clients are cut off.
+    #[arg(long, default_value_t = 20)]
+    header_read_timeout: u64,
+    /// Seconds a connection with no request in progress may stay silent (new or
+    /// keep-alive) before it is closed.
+    #[arg(long, default_value_t = 30)]
+    idle_timeout: u64,
+    /// Most open connections; further ones wait in the listen backlog until one closes.
+    #[arg(long, default_value_t = 512)]
+    max_connections: usize,
 }
 
 pub fn run(args: ServeArgs) -> Result<(), String> {
@@ -98,6 +115,20 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         config.ot_workers = w.max(1);
     }
     config.enable_ot = !args.no_ot;
+    config.header_read_timeout = Duration::from_secs(args.header_read_timeout.max(1));
+    config.idle_timeout = Duration::from_secs(args.idle_timeout.max(1));
+    config.max_connections = args.max_connections.max(1);
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        // Before the registry build, so a bad file fails fast.
+        config.tls = Some(
+            psi_server::ServerTls::from_pem_files(cert, key).map_err(|e| format!("TLS: {e}"))?,
+        );
+    }
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let pb = crate::progress_bar(0, "computing OPRF outputs", false);
     let registry = Registry::load(&config, &mut |done, total| {
         pb.set_length(total);
@@ -125,7 +156,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
-        println!("psi serve: listening on http://{addr}");
+        println!("psi serve: listening on {scheme}://{addr}");
         spawn_reload_on_sighup(state.clone());
         psi_server::serve(listener, state, shutdown_signal())
             .await

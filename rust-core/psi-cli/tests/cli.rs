@@ -202,3 +202,98 @@ fn tokens_come_from_files() {
         bad.2
     );
 }
+
+/// `psi serve --tls-cert/--tls-key` and `psi match --tls-ca`: a match over HTTPS with a
+/// private CA generated here; without `--tls-ca` the certificate is not trusted; plain
+/// `http://` to a host that is not loopback is refused before any connection.
+#[test]
+fn serve_and_match_over_tls() {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    use std::io::BufRead;
+    let dir = std::env::temp_dir().join(format!("psi-cli-tls-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    let mut ca = CertificateParams::new(Vec::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().unwrap();
+    std::fs::write(path("ca.pem"), ca.self_signed(&ca_key).unwrap().pem()).unwrap();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["127.0.0.1".into()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    std::fs::write(path("cert.pem"), cert.pem()).unwrap();
+    std::fs::write(path("key.pem"), key.serialize_pem()).unwrap();
+    std::fs::write(path("reg.csv"), "alice@example.com,Alice\n").unwrap();
+    std::fs::write(
+        path("contacts.csv"),
+        "alice@example.com\ncarol@example.com\n",
+    )
+    .unwrap();
+    let db = path("r.sqlite");
+    let (ok, _, err) = psi(&["import", "--db", &db, &path("reg.csv")]);
+    assert!(ok, "{err}");
+    let (ok, _, err) = psi(&["serve", "--db", &db, "--tls-cert", &path("cert.pem")]);
+    assert!(!ok && err.contains("--tls-key"), "{err}");
+    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_psi"))
+        .args(["serve", "--db", &db, "--listen", "127.0.0.1:0"])
+        .args([
+            "--tls-cert",
+            &path("cert.pem"),
+            "--tls-key",
+            &path("key.pem"),
+        ])
+        .args([
+            "--header-read-timeout",
+            "5",
+            "--idle-timeout",
+            "5",
+            "--max-connections",
+            "8",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line.split_whitespace().last().unwrap().to_string();
+    let contacts = path("contacts.csv");
+    let trusted = psi(&[
+        "match",
+        "--server",
+        &url,
+        "--tls-ca",
+        &path("ca.pem"),
+        &contacts,
+    ]);
+    let untrusted = psi(&["match", "--server", &url, &contacts]);
+    let plain = psi(&[
+        "match",
+        "--server",
+        &url.replace("https", "http"),
+        &contacts,
+    ]);
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let remote = psi(&["match", "--server", "http://192.0.2.1:8080", &contacts]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(url.starts_with("https://127.0.0.1:"), "{line}");
+    assert!(trusted.0, "{}", trusted.2);
+    assert!(trusted.1.contains("alice@example.com"), "{}", trusted.1);
+    assert!(
+        !untrusted.0 && untrusted.2.contains("network error"),
+        "{}",
+        untrusted.2
+    );
+    assert!(!plain.0 && plain.2.contains("https://"), "{}", plain.2);
+    assert!(
+        !remote.0 && remote.2.contains("refusing plain http://"),
+        "{}",
+        remote.2
+    );
+}

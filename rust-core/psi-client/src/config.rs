@@ -21,6 +21,12 @@ pub struct ClientConfig {
     /// Region for phone numbers without a country code in
     /// [`crate::Client::match_contacts`] (ISO 3166 alpha-2, default `US`).
     pub default_region: String,
+    /// Allow `http://` to a host that is not loopback (default false: such URLs are
+    /// refused with [`crate::ClientError::InsecureUrl`] before any connection). For
+    /// development against a test server on another machine; tokens and protocol
+    /// messages then travel in the clear. Loopback (`127.0.0.0/8`, `::1`, `localhost`)
+    /// is always allowed. See [`crate::Client::check_base_url`].
+    pub allow_insecure_http: bool,
 }
 
 impl std::fmt::Debug for ClientConfig {
@@ -32,6 +38,7 @@ impl std::fmt::Debug for ClientConfig {
             .field("max_response_bytes", &self.max_response_bytes)
             .field("fetch_labels", &self.fetch_labels)
             .field("default_region", &self.default_region)
+            .field("allow_insecure_http", &self.allow_insecure_http)
             .finish()
     }
 }
@@ -45,6 +52,7 @@ impl Default for ClientConfig {
             max_response_bytes: 256 << 20,
             fetch_labels: true,
             default_region: "US".to_string(),
+            allow_insecure_http: false,
         }
     }
 }
@@ -101,6 +109,11 @@ impl ClientConfig {
     /// Sets the default region for phone numbers.
     pub fn with_default_region(mut self, region: impl Into<String>) -> Self {
         self.default_region = region.into();
+        self
+    }
+    /// Allows `http://` to hosts that are not loopback (development only).
+    pub fn with_insecure_http(mut self, allow: bool) -> Self {
+        self.allow_insecure_http = allow;
         self
     }
 }

@@ -40,6 +40,16 @@ pub enum ClientError {
     /// region...).
     #[error("bad input: {0}")]
     BadInput(String),
+    /// A plain `http://` server URL whose host is not loopback, refused before any
+    /// connection: use `https://`, or set
+    /// [`crate::ClientConfig::allow_insecure_http`] for development.
+    #[error(
+        "refusing plain http:// to {host}, which is not a loopback address: use https:// (or allow insecure HTTP for development)"
+    )]
+    InsecureUrl {
+        /// The URL's host.
+        host: String,
+    },
     /// The run was cancelled through its [`crate::CancelToken`]; the server session was
     /// deleted.
     #[error("cancelled")]

@@ -1,5 +1,5 @@
-//! The transport: how requests reach the server. [`HttpTransport`] (ureq, plain HTTP) is
-//! the default; the platform SDKs implement [`Transport`] over OkHttp and URLSession
+//! The transport: how requests reach the server. [`HttpTransport`] (ureq; HTTPS with
+//! rustls, or plain HTTP to loopback) is the default; the platform SDKs implement [`Transport`] over OkHttp and URLSession
 //! (docs/adr/0010-http-stack.md). A transport maps types only: every request carries
 //! its absolute URL, headers, body and the limits ([`Request::timeout`],
 //! [`Request::max_response_bytes`]) it must honour, so a platform transport needs no
@@ -95,9 +95,11 @@ pub trait Transport: Send + Sync {
     fn send(&self, request: Request) -> Result<Response, TransportError>;
 }
 
-/// Plain-HTTP transport on `ureq` (sync; feature `http`, on by default). For loopback, tests and the CLI; put TLS in
-/// front of the server (a reverse proxy) for real deployments, or use the platform's
-/// HTTP stack through [`Transport`].
+/// The default transport, on `ureq` (sync; feature `http`, on by default): HTTPS through
+/// rustls (ring provider, TLS 1.3 and 1.2) trusting Mozilla's root certificates
+/// (webpki-roots) or, with [`HttpTransport::with_root_certificates`], only the given CAs;
+/// plain HTTP where [`crate::Client::check_base_url`] allows it. The platform SDKs use
+/// their own HTTP stack through [`Transport`] instead.
 #[cfg(feature = "http")]
 pub struct HttpTransport {
     agent: ureq::Agent,
@@ -119,10 +121,38 @@ impl Default for HttpTransport {
 
 #[cfg(feature = "http")]
 impl HttpTransport {
-    /// A transport with a connection pool; limits come with each request.
+    /// A transport with a connection pool, trusting Mozilla's root certificates; limits
+    /// come with each request.
     pub fn new() -> Self {
+        Self::with_tls(ureq::tls::TlsConfig::default())
+    }
+
+    /// A transport that trusts only the CA certificates in `pem` (one or more PEM
+    /// `CERTIFICATE` blocks): a private CA of a self-hosted server, or a test CA. Like
+    /// curl's `--cacert`, they replace the built-in roots.
+    pub fn with_root_certificates(pem: &[u8]) -> Result<Self, crate::ClientError> {
+        let bad = |m: &str| crate::ClientError::BadInput(m.to_string());
+        let mut roots = Vec::new();
+        for item in ureq::tls::parse_pem(pem) {
+            if let ureq::tls::PemItem::Certificate(c) =
+                item.map_err(|_| bad("the CA file is not valid PEM"))?
+            {
+                roots.push(c);
+            }
+        }
+        if roots.is_empty() {
+            return Err(bad("the CA file holds no PEM certificate"));
+        }
+        let tls = ureq::tls::TlsConfig::builder()
+            .root_certs(ureq::tls::RootCerts::from(roots))
+            .build();
+        Ok(Self::with_tls(tls))
+    }
+
+    fn with_tls(tls: ureq::tls::TlsConfig) -> Self {
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
+            .tls_config(tls)
             .build();
         HttpTransport {
             agent: config.into(),

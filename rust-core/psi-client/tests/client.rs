@@ -26,7 +26,7 @@ fn client(reply: Result<Response, TransportError>) -> Client {
     Client::with_transport(
         "http://test",
         Arc::new(Scripted { reply }),
-        ClientConfig::default(),
+        ClientConfig::default().with_insecure_http(true),
     )
 }
 
@@ -195,7 +195,8 @@ fn requests_carry_the_config_and_a_bad_answer_is_a_protocol_error() {
     let config = ClientConfig::default()
         .with_timeout(Duration::from_millis(1234))
         .with_max_response_bytes(4321)
-        .with_token("t0k");
+        .with_token("t0k")
+        .with_insecure_http(true);
     let c = Client::with_transport("http://fake/", t, config);
     let e = run(&c);
     assert!(matches!(e, ClientError::Protocol(_)), "{e}");

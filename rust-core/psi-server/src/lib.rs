@@ -16,13 +16,16 @@
 
 mod api;
 mod limits;
+mod listen;
 mod registry;
 mod sessions;
 pub mod store;
+mod tls;
 
 pub use api::router;
 pub use registry::{Registry, RegistryStats};
 pub use store::{ImportCounts, Store, StoreError};
+pub use tls::{ServerTls, TlsError};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -76,6 +79,21 @@ pub struct Config {
     /// Average label records per bucket a client fetches (default 32): more hides
     /// better which entries matched, at more bytes.
     pub label_bucket_size: usize,
+    /// Longest a request head may take from its first byte to its end, and a TLS
+    /// handshake from accept to its end (default 20 s, Apache's `RequestReadTimeout`
+    /// header default): a client trickling a request head is cut off.
+    pub header_read_timeout: Duration,
+    /// A connection with no request in progress is closed after this long without a byte
+    /// from the client (default 30 s): above the pause between the requests of one run,
+    /// above ureq's 15 s pool age, so the client never reuses a connection being closed.
+    pub idle_timeout: Duration,
+    /// Most open connections (default 512, below the usual 1,024 open-file limit so
+    /// the SQLite file and the listener always get descriptors). At the cap the server
+    /// stops accepting: further connections queue in the listen backlog until one closes.
+    pub max_connections: usize,
+    /// TLS certificate and key; `None` serves plain HTTP (loopback, or behind a TLS
+    /// proxy).
+    pub tls: Option<ServerTls>,
 }
 
 impl Default for Config {
@@ -99,6 +117,10 @@ impl Default for Config {
             build_threads: cores,
             enable_ot: true,
             label_bucket_size: 32,
+            header_read_timeout: Duration::from_secs(20),
+            idle_timeout: Duration::from_secs(30),
+            max_connections: 512,
+            tls: None,
         }
     }
 }
@@ -187,13 +209,19 @@ impl AppState {
 }
 
 /// Serves `state` on `listener` until `shutdown` resolves, then finishes the requests in
-/// flight (graceful shutdown). Expired sessions are swept every few seconds.
+/// flight (graceful shutdown). HTTPS when [`Config::tls`] is set. Connections are limited
+/// by [`Config::header_read_timeout`], [`Config::idle_timeout`] and
+/// [`Config::max_connections`] (docs/adr/0019-tls-and-connection-limits.md).
+/// Background tasks run beside the accept loop and stop with it.
 pub async fn serve(
     listener: TcpListener,
     state: Arc<AppState>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let sweeper = {
+    // Background tasks: aborted when the server stops.
+    let mut background = Vec::new();
+    // Expired sessions and idle rate-limit entries.
+    background.push({
         let state = state.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(5));
@@ -206,16 +234,18 @@ pub async fn serve(
                 }
             }
         })
-    };
-    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
-    // Request/response traffic: no Nagle delay on a response's last segment.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
     });
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await;
-    sweeper.abort();
+    // (Further background tasks, e.g. scheduled key rotation, are pushed here.)
+    let limits = listen::Limits {
+        header_read_timeout: state.config.header_read_timeout,
+        idle_timeout: state.config.idle_timeout,
+        max_connections: state.config.max_connections,
+    };
+    let tls = state.config.tls.as_ref().map(ServerTls::acceptor);
+    let result = listen::run(listener, router(state), tls, limits, shutdown).await;
+    for task in background {
+        task.abort();
+    }
     result
 }
 
@@ -256,9 +286,14 @@ impl RunningServer {
         })
     }
 
-    /// `http://ADDR`.
+    /// `http://ADDR`, or `https://ADDR` with [`Config::tls`].
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.state.config.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// Stops accepting, finishes requests in flight and joins the server thread.

@@ -18,6 +18,10 @@ import kotlin.jvm.JvmOverloads
  *   cache directory), so a second run downloads nothing while the registry is unchanged.
  *   `null` keeps it in memory for the life of the client.
  * @property cacheMaxBytes largest encoded registry kept on disk.
+ * @property allowInsecureHttp allow an `http://` server URL whose host is not loopback
+ *   (default false: such a URL is refused with [ContactDiscoveryException.InvalidInput]
+ *   before any connection). For development only: the token and the protocol messages then
+ *   travel in the clear. `http://` to `localhost`, `127.0.0.0/8` and `::1` is always allowed.
  */
 class DiscoveryConfig @JvmOverloads constructor(
     val token: String? = null,
@@ -29,6 +33,7 @@ class DiscoveryConfig @JvmOverloads constructor(
     val fetchLabels: Boolean = true,
     val cacheDirectory: String? = null,
     val cacheMaxBytes: Long = 64L shl 20,
+    val allowInsecureHttp: Boolean = false,
 ) {
     /** A copy with the bearer token [token]. */
     fun withToken(token: String?) = copy(token = token)
@@ -56,6 +61,9 @@ class DiscoveryConfig @JvmOverloads constructor(
     fun withCacheDirectory(directory: String?, maxBytes: Long = cacheMaxBytes) =
         copy(cacheDirectory = directory, cacheMaxBytes = maxBytes)
 
+    /** A copy that allows `http://` to hosts that are not loopback (development only). */
+    fun withInsecureHttp(allow: Boolean) = copy(allowInsecureHttp = allow)
+
     private fun copy(
         token: String? = this.token,
         defaultRegion: String = this.defaultRegion,
@@ -66,14 +74,16 @@ class DiscoveryConfig @JvmOverloads constructor(
         fetchLabels: Boolean = this.fetchLabels,
         cacheDirectory: String? = this.cacheDirectory,
         cacheMaxBytes: Long = this.cacheMaxBytes,
+        allowInsecureHttp: Boolean = this.allowInsecureHttp,
     ) = DiscoveryConfig(
         token, defaultRegion, protocol, threads, timeoutMillis, maxResponseBytes, fetchLabels,
-        cacheDirectory, cacheMaxBytes,
+        cacheDirectory, cacheMaxBytes, allowInsecureHttp,
     )
 
     override fun toString() =
         "DiscoveryConfig(token=${if (token == null) "none" else "set"}, defaultRegion=$defaultRegion, " +
             "protocol=$protocol, threads=$threads, timeoutMillis=$timeoutMillis, " +
             "maxResponseBytes=$maxResponseBytes, fetchLabels=$fetchLabels, " +
-            "cacheDirectory=$cacheDirectory, cacheMaxBytes=$cacheMaxBytes)"
+            "cacheDirectory=$cacheDirectory, cacheMaxBytes=$cacheMaxBytes, " +
+            "allowInsecureHttp=$allowInsecureHttp)"
 }

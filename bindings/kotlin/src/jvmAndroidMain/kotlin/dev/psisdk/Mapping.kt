@@ -33,6 +33,7 @@ internal fun DiscoveryConfig.toFfi(): FfiConfig {
         fetchLabels = fetchLabels,
         cacheDir = cacheDirectory,
         cacheMaxBytes = cacheMaxBytes.toULong(),
+        allowInsecureHttp = allowInsecureHttp,
     )
 }
 
