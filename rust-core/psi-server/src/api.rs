@@ -353,9 +353,7 @@ async fn create_session(
         Err(Full::OtBudget(wait)) => {
             let mut e = ApiError::new(
                 ErrorCode::RateLimited,
-                format!(
-                    "OT-PSI sessions-per-hour limit reached; retry in {wait} s or use dh-psi"
-                ),
+                format!("OT-PSI sessions-per-hour limit reached; retry in {wait} s or use dh-psi"),
             );
             e.retry_after = Some(wait);
             return Err(e);
@@ -365,9 +363,7 @@ async fn create_session(
                 ErrorCode::TooManySessions,
                 match full {
                     Full::Total => "the server is at its session limit; retry later",
-                    Full::Client => {
-                        "this caller has too many live sessions; finish or delete one"
-                    }
+                    Full::Client => "this caller has too many live sessions; finish or delete one",
                     Full::OtClient => {
                         "this caller has too many OT-PSI runs in progress; finish or delete one"
                     }

@@ -337,12 +337,14 @@ mod tests {
             std::time::SystemTime::now()
         ));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut config = Config::default();
-        config.db_path = dir.join("registry.sqlite");
-        config.workers = 1;
-        config.ot_workers = 1;
-        config.build_threads = 1;
-        config.items_per_hour = 0;
+        let config = Config {
+            db_path: dir.join("registry.sqlite"),
+            workers: 1,
+            ot_workers: 1,
+            build_threads: 1,
+            items_per_hour: 0,
+            ..Config::default()
+        };
         let entry = "+12025550100";
         Store::open(&config.db_path)
             .unwrap()

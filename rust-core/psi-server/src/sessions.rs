@@ -169,8 +169,7 @@ impl Sessions {
             if ot.running >= self.limits.ot {
                 return Err(Full::Ot);
             }
-            if ot.per_client.get(&session.client).copied().unwrap_or(0)
-                >= self.limits.ot_per_client
+            if ot.per_client.get(&session.client).copied().unwrap_or(0) >= self.limits.ot_per_client
             {
                 return Err(Full::OtClient);
             }
@@ -213,7 +212,9 @@ impl Sessions {
             b.tokens -= 1.0;
             Ok(())
         } else {
-            Err(Full::OtBudget(((1.0 - b.tokens) / rate).ceil().max(1.0) as u64))
+            Err(Full::OtBudget(
+                ((1.0 - b.tokens) / rate).ceil().max(1.0) as u64
+            ))
         }
     }
 

@@ -27,7 +27,13 @@ fn expect(r: &Response, status: u16, code: &str) {
 fn round(t: &Raw, id: &str, body: &[u8], auth: &[(&'static str, &str)]) -> Response {
     let mut h = vec![BIN];
     h.extend_from_slice(auth);
-    send(t, Method::Post, &format!("/v1/sessions/{id}/ot/round"), &h, body)
+    send(
+        t,
+        Method::Post,
+        &format!("/v1/sessions/{id}/ot/round"),
+        &h,
+        body,
+    )
 }
 
 fn client(n: u32, seed: u64) -> (OtClient, Vec<u8>) {
@@ -126,7 +132,13 @@ fn a_finished_ot_run_frees_its_slot_at_once() {
     let (_, hello) = client(3, 3);
     expect(&round(&t, &first, &hello, &[]), 409, "wrong_phase");
     // Deleting a session whose run is in progress frees its slot too.
-    let r = send(&t, Method::Delete, &format!("/v1/sessions/{second}"), &[], &[]);
+    let r = send(
+        &t,
+        Method::Delete,
+        &format!("/v1/sessions/{second}"),
+        &[],
+        &[],
+    );
     assert_eq!(r.status, 204);
     assert_eq!(server.state.ot_runs_in_progress(), 0);
     session_id(&session(&t, "ot-psi", 3, &[]));

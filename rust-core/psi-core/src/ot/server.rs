@@ -403,7 +403,10 @@ mod tests {
         let mut s = server(1);
         assert!(matches!(
             s.handle(&h),
-            Err(Error::Decode(DecodeError::LimitExceeded { what: "bins", .. }))
+            Err(Error::Decode(DecodeError::LimitExceeded {
+                what: "bins",
+                ..
+            }))
         ));
         h[BINS].copy_from_slice(&3u32.to_be_bytes());
         assert_eq!(
@@ -440,7 +443,10 @@ mod tests {
         let mut s = server(n as usize);
         assert!(matches!(
             s.handle(&h),
-            Err(Error::Decode(DecodeError::LimitExceeded { what: "bins", .. }))
+            Err(Error::Decode(DecodeError::LimitExceeded {
+                what: "bins",
+                ..
+            }))
         ));
         // A smaller table than the default is the client's own risk, and accepted.
         h[BINS].copy_from_slice(&(m - 1).to_be_bytes());
