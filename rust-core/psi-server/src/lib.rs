@@ -7,20 +7,25 @@
 //! - Registry: SQLite ([`store::Store`]); the DH-PSI encoded set is built once per key
 //!   epoch (and after changes, from stored per-entry outputs) and served with an ETag.
 //! - Limits: body size, client set size, concurrent sessions, items per client per hour
-//!   (per bearer token or per peer IP), optional bearer-token authentication.
+//!   (per bearer token, else per client IP address or IPv6 prefix, behind trusted proxies
+//!   taken from their forwarding header), budgets saved in the database; optional
+//!   bearer-token authentication (static tokens, and tokens issued into the database).
 //! - Logs carry counts, sizes, session ids and status codes only: never contact data,
 //!   labels or keys.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod accounts;
 mod api;
+mod caller;
 mod limits;
 mod registry;
 mod sessions;
 pub mod store;
 
 pub use api::router;
+pub use caller::{ClientIpHeader, InvalidIpNet, IpNet};
 pub use registry::{Registry, RegistryStats};
 pub use store::{ImportCounts, Store, StoreError};
 
@@ -53,9 +58,21 @@ pub struct Config {
     /// uploads cannot pin memory and connections for long.
     pub request_timeout: Duration,
     /// Items one client (token or IP) may query per hour (default 20,000; 0 = no limit).
+    /// Tokens issued with their own budget (`psi token add --items-per-hour`) use theirs.
     pub items_per_hour: u64,
-    /// Accepted bearer tokens; empty = no authentication.
+    /// Static bearer tokens (shared budgets: each token is one client). Authentication is
+    /// on when this is not empty or when the database holds an issued token (`psi token`).
     pub tokens: Vec<String>,
+    /// Peers whose forwarding header names the client (default: none, the TCP peer is
+    /// the client). Only for proxies that append to `client_ip_header`.
+    pub trusted_proxies: Vec<IpNet>,
+    /// The header trusted proxies append the client address to (default X-Forwarded-For).
+    pub client_ip_header: ClientIpHeader,
+    /// Prefix length by which IPv4 clients share a budget (default 32: per address).
+    pub ipv4_prefix: u8,
+    /// Prefix length by which IPv6 clients share a budget (default 56: RIPE-690 §4.2
+    /// recommends /56 for residential and /48 for business customers).
+    pub ipv6_prefix: u8,
     /// Concurrent CPU-heavy jobs (query evaluations, OT rounds); default: cores.
     pub workers: usize,
     /// Threads for building the encoded set at start (default: cores).
@@ -81,6 +98,10 @@ impl Default for Config {
             request_timeout: Duration::from_secs(120),
             items_per_hour: 20_000,
             tokens: Vec::new(),
+            trusted_proxies: Vec::new(),
+            client_ip_header: ClientIpHeader::XForwardedFor,
+            ipv4_prefix: 32,
+            ipv6_prefix: 56,
             workers: cores,
             build_threads: cores,
             enable_ot: true,
@@ -95,6 +116,8 @@ pub struct AppState {
     pub(crate) registry: RwLock<Arc<Registry>>,
     pub(crate) sessions: sessions::Sessions,
     pub(crate) limiter: limits::RateLimiter,
+    /// Issued tokens and saved budgets (its own database connection).
+    pub(crate) accounts: accounts::Accounts,
     pub(crate) workers: tokio::sync::Semaphore,
 }
 
@@ -107,8 +130,11 @@ impl AppState {
         Ok(Self::with_registry(config, registry))
     }
 
-    /// State around an already loaded registry.
+    /// State around an already loaded registry. Opens its own connection to the
+    /// database for issued tokens and budgets (blocking) and restores the saved budgets.
     pub fn with_registry(config: Config, registry: Registry) -> Arc<AppState> {
+        let limiter = limits::RateLimiter::new(config.items_per_hour);
+        let accounts = accounts::Accounts::open(&config.db_path, &limiter);
         Arc::new(AppState {
             sessions: sessions::Sessions::new(
                 sessions::SessionLimits {
@@ -118,7 +144,8 @@ impl AppState {
                 },
                 config.session_ttl,
             ),
-            limiter: limits::RateLimiter::new(config.items_per_hour),
+            limiter,
+            accounts,
             workers: tokio::sync::Semaphore::new(config.workers.max(1)),
             registry: RwLock::new(Arc::new(registry)),
             config,
@@ -172,10 +199,13 @@ pub async fn serve(
     let sweeper = {
         let state = state.clone();
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            let mut tick = tokio::time::interval(accounts::SAVE_EVERY);
             loop {
                 tick.tick().await;
                 let removed = state.sessions.sweep();
+                let st = state.clone();
+                let _ = tokio::task::spawn_blocking(move || st.accounts.save_budgets(&st.limiter))
+                    .await;
                 state.limiter.sweep();
                 if removed > 0 {
                     tracing::debug!(removed, "expired sessions removed");
@@ -183,7 +213,7 @@ pub async fn serve(
             }
         })
     };
-    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
+    let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
     // Request/response traffic: no Nagle delay on a response's last segment.
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         let _ = tcp.set_nodelay(true);
@@ -192,6 +222,8 @@ pub async fn serve(
         .with_graceful_shutdown(shutdown)
         .await;
     sweeper.abort();
+    // The budgets charged since the last save survive a shutdown.
+    let _ = tokio::task::spawn_blocking(move || state.accounts.save_budgets(&state.limiter)).await;
     result
 }
 
