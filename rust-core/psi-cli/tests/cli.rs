@@ -299,9 +299,16 @@ fn tokens_are_issued_and_revoked_while_the_server_runs() {
         "revoked without a restart: {}",
         revoked.2
     );
-    assert!(!revoked.2.contains(&token), "the token leaked: {}", revoked.2);
     assert!(
-        table.lines().nth(1).is_some_and(|l| l.contains("revoked") && l.contains("alice app")),
+        !revoked.2.contains(&token),
+        "the token leaked: {}",
+        revoked.2
+    );
+    assert!(
+        table
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.contains("revoked") && l.contains("alice app")),
         "{table}"
     );
 }

@@ -216,9 +216,7 @@ fn parse_node(s: &str) -> Option<IpAddr> {
 /// IPv4-mapped IPv6 addresses (a dual-stack listener's view of IPv4 peers) as IPv4.
 fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
-        IpAddr::V6(v6) => v6
-            .to_ipv4_mapped()
-            .map_or(IpAddr::V6(v6), IpAddr::V4),
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
         v4 => v4,
     }
 }
@@ -230,7 +228,9 @@ fn max_prefix(ip: IpAddr) -> u8 {
 fn mask(ip: IpAddr, prefix: u8) -> IpAddr {
     match ip {
         IpAddr::V4(v4) => {
-            let m = u32::MAX.checked_shl(32 - u32::from(prefix.min(32))).unwrap_or(0);
+            let m = u32::MAX
+                .checked_shl(32 - u32::from(prefix.min(32)))
+                .unwrap_or(0);
             IpAddr::V4(Ipv4Addr::from(u32::from(v4) & m))
         }
         IpAddr::V6(v6) => {
@@ -246,7 +246,11 @@ fn mask(ip: IpAddr, prefix: u8) -> IpAddr {
 /// the prefix is shorter than the address (`ip:203.0.113.0/24`, `ip:2001:db8:0:100::/56`).
 pub(crate) fn rate_key_ip(ip: IpAddr, ipv4_prefix: u8, ipv6_prefix: u8) -> String {
     let ip = canonical(ip);
-    let prefix = if ip.is_ipv4() { ipv4_prefix } else { ipv6_prefix };
+    let prefix = if ip.is_ipv4() {
+        ipv4_prefix
+    } else {
+        ipv6_prefix
+    };
     let net = IpNet::new(ip, prefix);
     if net.prefix == max_prefix(ip) {
         format!("ip:{}", net.addr)
@@ -286,8 +290,19 @@ mod tests {
         let v6: IpNet = "2001:db8::/32".parse().unwrap();
         assert!(v6.contains(ip("2001:db8:ffff::1")));
         assert!(!v6.contains(ip("10.0.0.1")));
-        assert_eq!("127.0.0.1".parse::<IpNet>().unwrap().to_string(), "127.0.0.1/32");
-        for bad in ["", "10.0.0.0/33", "::/129", "10.0.0.0/", "x", "10.0.0.0/+8", "1.2.3.4/8/8"] {
+        assert_eq!(
+            "127.0.0.1".parse::<IpNet>().unwrap().to_string(),
+            "127.0.0.1/32"
+        );
+        for bad in [
+            "",
+            "10.0.0.0/33",
+            "::/129",
+            "10.0.0.0/",
+            "x",
+            "10.0.0.0/+8",
+            "1.2.3.4/8/8",
+        ] {
             assert_eq!(bad.parse::<IpNet>(), Err(InvalidIpNet), "{bad}");
         }
     }
@@ -296,12 +311,18 @@ mod tests {
     fn rate_keys_group_by_prefix() {
         assert_eq!(rate_key_ip(ip("203.0.113.7"), 32, 56), "ip:203.0.113.7");
         assert_eq!(rate_key_ip(ip("203.0.113.7"), 24, 56), "ip:203.0.113.0/24");
-        assert_eq!(rate_key_ip(ip("::ffff:203.0.113.7"), 32, 56), "ip:203.0.113.7");
+        assert_eq!(
+            rate_key_ip(ip("::ffff:203.0.113.7"), 32, 56),
+            "ip:203.0.113.7"
+        );
         let a = rate_key_ip(ip("2001:db8:0:1::1"), 32, 56);
         assert_eq!(a, "ip:2001:db8::/56");
         assert_eq!(a, rate_key_ip(ip("2001:db8:0:ff:1:2:3:4"), 32, 56));
         assert_ne!(a, rate_key_ip(ip("2001:db8:0:100::1"), 32, 56));
-        assert_eq!(rate_key_ip(ip("2001:db8:0:1::1"), 32, 64), "ip:2001:db8:0:1::/64");
+        assert_eq!(
+            rate_key_ip(ip("2001:db8:0:1::1"), 32, 64),
+            "ip:2001:db8:0:1::/64"
+        );
         assert_eq!(rate_key_ip(ip("2001:db8::1"), 32, 128), "ip:2001:db8::1");
     }
 
@@ -311,23 +332,38 @@ mod tests {
         let xff = ClientIpHeader::XForwardedFor;
         let h = headers("x-forwarded-for", &["198.51.100.9, 203.0.113.5, 10.0.0.2"]);
         // An untrusted peer: its headers are ignored.
-        assert_eq!(client_ip(ip("192.0.2.1"), &h, &trusted, xff), Ok(ip("192.0.2.1")));
+        assert_eq!(
+            client_ip(ip("192.0.2.1"), &h, &trusted, xff),
+            Ok(ip("192.0.2.1"))
+        );
         // A trusted peer: skip the trusted hop 10.0.0.2, take 203.0.113.5 (the spoofable
         // 198.51.100.9 to its left is never read).
-        assert_eq!(client_ip(ip("10.0.0.1"), &h, &trusted, xff), Ok(ip("203.0.113.5")));
+        assert_eq!(
+            client_ip(ip("10.0.0.1"), &h, &trusted, xff),
+            Ok(ip("203.0.113.5"))
+        );
         // Several header lines are one list.
         let h = headers("x-forwarded-for", &["garbage, 203.0.113.5", "10.0.0.3"]);
-        assert_eq!(client_ip(ip("10.0.0.1"), &h, &trusted, xff), Ok(ip("203.0.113.5")));
+        assert_eq!(
+            client_ip(ip("10.0.0.1"), &h, &trusted, xff),
+            Ok(ip("203.0.113.5"))
+        );
         // Ports and brackets as some proxies write them.
         let h = headers("x-forwarded-for", &["[2001:db8::7]:443"]);
-        assert_eq!(client_ip(ip("10.0.0.1"), &h, &trusted, xff), Ok(ip("2001:db8::7")));
+        assert_eq!(
+            client_ip(ip("10.0.0.1"), &h, &trusted, xff),
+            Ok(ip("2001:db8::7"))
+        );
         // No header, or trusted hops only: the leftmost trusted hop.
         assert_eq!(
             client_ip(ip("10.0.0.1"), &HeaderMap::new(), &trusted, xff),
             Ok(ip("10.0.0.1"))
         );
         let h = headers("x-forwarded-for", &["10.0.0.9, 10.0.0.2"]);
-        assert_eq!(client_ip(ip("10.0.0.1"), &h, &trusted, xff), Ok(ip("10.0.0.9")));
+        assert_eq!(
+            client_ip(ip("10.0.0.1"), &h, &trusted, xff),
+            Ok(ip("10.0.0.9"))
+        );
         // Malformed where the walk needs an address.
         for bad in ["203.0.113.5, nonsense", "", "203.0.113.5,", "unknown"] {
             let h = headers("x-forwarded-for", &[bad]);
@@ -339,7 +375,10 @@ mod tests {
         }
         // The other header is not read.
         let h = headers("forwarded", &["for=203.0.113.5"]);
-        assert_eq!(client_ip(ip("10.0.0.1"), &h, &trusted, xff), Ok(ip("10.0.0.1")));
+        assert_eq!(
+            client_ip(ip("10.0.0.1"), &h, &trusted, xff),
+            Ok(ip("10.0.0.1"))
+        );
     }
 
     #[test]
@@ -349,9 +388,14 @@ mod tests {
         // RFC 7239 §4 and §7.1 examples.
         let h = headers(
             "forwarded",
-            &[r#"for=192.0.2.43, For="[2001:db8:cafe::17]:4711";proto=https, for=10.0.0.4;by=10.0.0.1"#],
+            &[
+                r#"for=192.0.2.43, For="[2001:db8:cafe::17]:4711";proto=https, for=10.0.0.4;by=10.0.0.1"#,
+            ],
         );
-        assert_eq!(client_ip(ip("10.0.0.1"), &h, &trusted, fwd), Ok(ip("2001:db8:cafe::17")));
+        assert_eq!(
+            client_ip(ip("10.0.0.1"), &h, &trusted, fwd),
+            Ok(ip("2001:db8:cafe::17"))
+        );
         let h = headers("forwarded", &[r#"for="_gazonk", for=10.0.0.4"#]);
         assert_eq!(
             client_ip(ip("10.0.0.1"), &h, &trusted, fwd),
@@ -363,6 +407,9 @@ mod tests {
         assert!(client_ip(ip("10.0.0.1"), &h, &trusted, fwd).is_err());
         // A quoted comma does not split elements.
         let h = headers("forwarded", &[r#"for=192.0.2.1;ext="a,b""#]);
-        assert_eq!(client_ip(ip("10.0.0.1"), &h, &trusted, fwd), Ok(ip("192.0.2.1")));
+        assert_eq!(
+            client_ip(ip("10.0.0.1"), &h, &trusted, fwd),
+            Ok(ip("192.0.2.1"))
+        );
     }
 }

@@ -210,7 +210,10 @@ mod tests {
         assert!(r.take_dirty().is_empty(), "saved rows are clean");
         let restored = RateLimiter::new(3600);
         restored.restore(rows.clone());
-        assert!(restored.charge("a", 1000).is_err(), "a restart keeps the spent budget");
+        assert!(
+            restored.charge("a", 1000).is_err(),
+            "a restart keeps the spent budget"
+        );
         // Saved 10 minutes ago at 3600/h: 600 items came back.
         let mut old = rows[0].clone();
         old.updated_ms -= 600_000;

@@ -513,7 +513,8 @@ fn check_token_name(name: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-const TOKEN_COLUMNS: &str = "id, name, strftime('%Y-%m-%dT%H:%M:%SZ', created, 'unixepoch'), revoked, items_per_hour";
+const TOKEN_COLUMNS: &str =
+    "id, name, strftime('%Y-%m-%dT%H:%M:%SZ', created, 'unixepoch'), revoked, items_per_hour";
 
 fn token_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TokenInfo> {
     Ok(TokenInfo {
@@ -721,5 +722,68 @@ mod tests {
         let r = s.refresh(100, Threads::ONE, &mut |_, _| {}).unwrap();
         assert_eq!(r.outputs_computed, 2);
         assert_eq!(s.entries().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn tokens_are_stored_as_digests_and_revoked_in_place() {
+        let mut s = Store::open(Path::new(":memory:")).unwrap();
+        assert!(!s.has_tokens().unwrap());
+        let a = s.add_token(Some("alice"), Some(100)).unwrap();
+        let b = s.add_token(None, None).unwrap();
+        assert!(a.token.starts_with("psi_") && a.token.len() == 68);
+        assert_ne!(a.token.as_str(), b.token.as_str());
+        assert_eq!((a.info.id, b.info.id), (1, 2));
+        let found = s.token_by_digest(&token_digest(&a.token)).unwrap().unwrap();
+        assert_eq!(found, a.info);
+        assert_eq!(found.items_per_hour, Some(100));
+        assert!(
+            s.token_by_digest(&token_digest("psi_nope"))
+                .unwrap()
+                .is_none()
+        );
+        // Only the digest is stored.
+        let raw: Vec<u8> = s
+            .conn
+            .query_row("SELECT digest FROM tokens WHERE id = 1", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(raw, token_digest(&a.token));
+        assert_eq!(s.revoke_token(1).unwrap(), Revoked::Now);
+        assert_eq!(s.revoke_token(1).unwrap(), Revoked::Already);
+        assert_eq!(s.revoke_token(9).unwrap(), Revoked::NoSuchToken);
+        assert!(
+            s.token_by_digest(&token_digest(&a.token))
+                .unwrap()
+                .unwrap()
+                .revoked
+        );
+        assert!(s.has_tokens().unwrap());
+        assert_eq!(s.tokens().unwrap().len(), 2);
+        assert!(matches!(
+            s.add_token(Some("a\nb"), None),
+            Err(StoreError::InvalidInput(_))
+        ));
+        assert!(matches!(
+            s.add_token(None, Some(u64::MAX)),
+            Err(StoreError::InvalidInput(_))
+        ));
+    }
+
+    #[test]
+    fn budgets_are_saved_replaced_and_forgotten() {
+        let mut s = Store::open(Path::new(":memory:")).unwrap();
+        let row = |c: &str, remaining: f64, t: i64| SavedBudget {
+            client: c.into(),
+            remaining,
+            per_hour: 10,
+            updated_ms: t,
+        };
+        s.save_budgets(&[row("a", 1.0, 1000), row("b", 2.0, 5000)], 0)
+            .unwrap();
+        s.save_budgets(&[row("a", 0.5, 6000)], 2000).unwrap();
+        let mut got = s.budgets().unwrap();
+        got.sort_by(|x, y| x.client.cmp(&y.client));
+        assert_eq!(got, vec![row("a", 0.5, 6000), row("b", 2.0, 5000)]);
+        s.save_budgets(&[], 5500).unwrap();
+        assert_eq!(s.budgets().unwrap(), vec![row("a", 0.5, 6000)]);
     }
 }

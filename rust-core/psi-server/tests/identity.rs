@@ -84,7 +84,10 @@ fn forwarded_client_address_is_taken_only_from_a_trusted_proxy() {
         create(&t, 10, &fwd(r#"for="[2001:db8:cafe::17]:4711""#)).0,
         201
     );
-    assert_eq!(create(&t, 1, &fwd("for=unknown")), (400, "bad_request".into()));
+    assert_eq!(
+        create(&t, 1, &fwd("for=unknown")),
+        (400, "bad_request".into())
+    );
     server.shutdown().unwrap();
 }
 
@@ -192,7 +195,10 @@ fn issued_tokens_have_their_own_budgets_and_take_effect_without_restart() {
     assert_eq!(create(&t, 1, &auth(&d)).0, 201);
     store.revoke_token(dave.info.id).unwrap();
     assert_eq!(create(&t, 1, &auth(&d)), (401, "invalid_token".into()));
-    assert_eq!(create(&t, 1, &auth("Bearer psi_00")), (401, "invalid_token".into()));
+    assert_eq!(
+        create(&t, 1, &auth("Bearer psi_00")),
+        (401, "invalid_token".into())
+    );
     assert_eq!(create(&t, 1, &[]), (401, "missing_token".into()));
     server.shutdown().unwrap();
 }
