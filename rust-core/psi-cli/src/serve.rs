@@ -126,6 +126,17 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         build_ms = stats.build_time.as_millis() as u64,
         "registry loaded"
     );
+    // Who the rate limit counts against (ADR 0016); issued tokens are re-read per request.
+    let issued = psi_server::Store::open(&config.db_path)
+        .and_then(|s| s.tokens())
+        .map_err(|e| e.to_string())?;
+    tracing::info!(
+        authentication = !config.tokens.is_empty() || !issued.is_empty(),
+        static_tokens = config.tokens.len(),
+        issued_tokens_active = issued.iter().filter(|t| !t.revoked).count(),
+        trusted_proxies = config.trusted_proxies.len(),
+        "callers"
+    );
     let state = AppState::with_registry(config, registry);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
