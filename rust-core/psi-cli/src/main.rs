@@ -4,6 +4,7 @@
 //!   and a generated registry, over HTTP through a real server on loopback.
 //! - `psi serve`, `psi import`, `psi rotate-key`: run the reference server and manage
 //!   its registry (docs/api.md).
+//! - `psi token add|revoke|list`: bearer tokens issued through the registry database.
 //! - `psi match`: match a contact file against a server.
 //! - `psi loadgen`: concurrent clients against a server (docs/benchmarks.md).
 //! - `psi bench`: the benchmark table recorded in docs/benchmarks.md.
@@ -18,6 +19,7 @@ mod output;
 mod runner;
 mod serve;
 mod tcp;
+mod token_cmd;
 
 use clap::{Parser, Subcommand};
 use psi_core::Protocol;
@@ -85,12 +87,15 @@ fn read_token_file(path: &std::path::Path) -> Result<Vec<String>, String> {
     Ok(tokens)
 }
 
+/// The registry database's default path (`--db`).
+const DEFAULT_DB: &str = "psi-registry.sqlite";
+
 /// Server limits shared by `psi serve` and `psi import` (the encoded set is sized for
 /// `--max-client-items`).
 #[derive(clap::Args, Clone, Debug)]
 struct ServerArgs {
     /// Registry database (SQLite; holds the key: keep it secret). Created if missing.
-    #[arg(long, default_value = "psi-registry.sqlite")]
+    #[arg(long, default_value = DEFAULT_DB)]
     db: PathBuf,
     /// Largest client set per session (also sizes the encoded registry).
     #[arg(long, default_value_t = 10_000)]
@@ -125,6 +130,12 @@ enum Command {
     RotateKey {
         #[command(flatten)]
         server: ServerArgs,
+    },
+    /// Issue, revoke and list bearer tokens (each with its own budget) in the registry
+    /// database; a running server sees changes on its next request.
+    Token {
+        #[command(subcommand)]
+        command: token_cmd::TokenCommand,
     },
     /// Match a contact file (CSV or one per line) against a server.
     Match(match_cmd::MatchArgs),
@@ -163,6 +174,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Import(args) => import::run(args),
         Command::RotateKey { server } => import::rotate(server),
+        Command::Token { command } => token_cmd::run(command),
         Command::Match(args) => match_cmd::run(args),
         Command::Loadgen(args) => loadgen::run(args),
         Command::Bench { quick, threads } => bench::run(quick, &threads),

@@ -1,7 +1,7 @@
 //! `psi serve`: the reference HTTP server.
 
 use crate::ServerArgs;
-use psi_server::{AppState, Config, Registry};
+use psi_server::{AppState, ClientIpHeader, Config, IpNet, Registry};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +18,8 @@ pub struct ServeArgs {
     /// Most live sessions.
     #[arg(long, default_value_t = 1024)]
     max_sessions: usize,
-    /// Most live sessions of one caller (token, or IP address / IPv6 /64 without tokens).
+    /// Most live sessions of one caller (token, or client IP address / IPv6 prefix without
+    /// tokens).
     #[arg(long, default_value_t = 16)]
     max_sessions_per_client: usize,
     /// Most OT-PSI runs in progress (each holds about 90 bytes per registry entry until
@@ -38,16 +39,39 @@ pub struct ServeArgs {
     /// Longest a request may take, body upload included, in seconds.
     #[arg(long, default_value_t = 120)]
     request_timeout: u64,
-    /// Items one client (token or IP) may query per hour; 0 = unlimited.
+    /// Items one client may query per hour; 0 = unlimited. A client is an issued token
+    /// (`psi token add`, which may set its own budget), a static token (shared by all who
+    /// hold it), or without authentication a client IP address (IPv6: a prefix). Budgets
+    /// are kept in the database across restarts.
     #[arg(long, default_value_t = 20_000)]
     items_per_hour: u64,
-    /// Accepted bearer token (repeat for several; visible in the process list: prefer
-    /// --token-file). Also read from PSI_TOKENS (comma separated). None: no authentication.
+    /// Static bearer token, one shared budget (repeat for several; visible in the process
+    /// list: prefer --token-file, or per-user tokens from `psi token add`). Also read from
+    /// PSI_TOKENS (comma separated). Authentication is on when a static token is given or
+    /// the database holds an issued token.
     #[arg(long = "token")]
     tokens: Vec<String>,
-    /// File of accepted bearer tokens, one per line (empty lines and # comments skipped).
+    /// File of static bearer tokens, one per line (empty lines and # comments skipped).
     #[arg(long)]
     token_file: Option<std::path::PathBuf>,
+    /// A reverse proxy (IP address or network, e.g. 10.0.0.0/8; repeatable) whose
+    /// --client-ip-header names the client. From any other peer the header is ignored.
+    /// List only proxies that append the address they see to that header.
+    #[arg(long = "trusted-proxy", value_name = "IP_OR_CIDR")]
+    trusted_proxies: Vec<IpNet>,
+    /// The header trusted proxies append the client address to: x-forwarded-for or
+    /// forwarded (RFC 7239 for=). Read from the right, skipping trusted proxies; a
+    /// malformed value is answered 400.
+    #[arg(long, default_value_t = ClientIpHeader::XForwardedFor)]
+    client_ip_header: ClientIpHeader,
+    /// Without tokens, IPv6 clients share a budget per prefix of this length (RIPE-690
+    /// recommends /56 for homes, /48 for businesses).
+    #[arg(long, default_value_t = 56, value_parser = clap::value_parser!(u8).range(1..=128))]
+    ipv6_prefix: u8,
+    /// Without tokens, IPv4 clients share a budget per prefix of this length (32: per
+    /// address).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u8).range(1..=32))]
+    ipv4_prefix: u8,
     /// Concurrent CPU-heavy jobs other than OT-PSI rounds (default: cores).
     #[arg(long)]
     workers: Option<usize>,
@@ -108,6 +132,10 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
                 .map(String::from),
         );
     }
+    config.trusted_proxies = args.trusted_proxies.clone();
+    config.client_ip_header = args.client_ip_header;
+    config.ipv6_prefix = args.ipv6_prefix;
+    config.ipv4_prefix = args.ipv4_prefix;
     if let Some(w) = args.workers {
         config.workers = w.max(1);
     }
@@ -145,6 +173,17 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         outputs_computed = stats.outputs_computed,
         build_ms = stats.build_time.as_millis() as u64,
         "registry loaded"
+    );
+    // Who the rate limit counts against (ADR 0016); issued tokens are re-read per request.
+    let issued = psi_server::Store::open(&config.db_path)
+        .and_then(|s| s.tokens())
+        .map_err(|e| e.to_string())?;
+    tracing::info!(
+        authentication = !config.tokens.is_empty() || !issued.is_empty(),
+        static_tokens = config.tokens.len(),
+        issued_tokens_active = issued.iter().filter(|t| !t.revoked).count(),
+        trusted_proxies = config.trusted_proxies.len(),
+        "callers"
     );
     let state = AppState::with_registry(config, registry);
     let rt = tokio::runtime::Builder::new_multi_thread()

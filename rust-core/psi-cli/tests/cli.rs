@@ -297,3 +297,113 @@ fn serve_and_match_over_tls() {
         remote.2
     );
 }
+
+/// `psi token add/list/revoke` against the database of a running `psi serve`: an issued
+/// token works at once, `list` never shows a token, and a revoked token is refused by the
+/// same server without a restart.
+#[test]
+fn tokens_are_issued_and_revoked_while_the_server_runs() {
+    use std::io::BufRead;
+    let dir = std::env::temp_dir().join(format!("psi-cli-token-cmd-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    std::fs::write(path("reg.csv"), "alice@example.com,Alice\n").unwrap();
+    std::fs::write(path("contacts.csv"), "alice@example.com\n").unwrap();
+    let db = path("r.sqlite");
+    let (ok, _, err) = psi(&["import", "--db", &db, &path("reg.csv")]);
+    assert!(ok, "{err}");
+    let (ok, out, err) = psi(&["token", "list", "--db", &db]);
+    assert!(ok && out.contains("no tokens issued"), "{out}\n{err}");
+
+    let mut server = Command::new(env!("CARGO_BIN_EXE_psi"))
+        .args(["serve", "--db", &db, "--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line.split_whitespace().last().unwrap().to_string();
+    let matched = |token_file: Option<&str>| {
+        let mut args = vec!["match", "--server", &url];
+        let tf;
+        if let Some(f) = token_file {
+            tf = path(f);
+            args.extend(["--token-file", &tf]);
+        }
+        let c = path("contacts.csv");
+        args.push(&c);
+        psi(&args)
+    };
+    let open = matched(None);
+
+    let (ok, token, err) = psi(&[
+        "token",
+        "add",
+        "--db",
+        &db,
+        "--name",
+        "alice app",
+        "--items-per-hour",
+        "500",
+    ]);
+    assert!(ok, "{err}");
+    let token = token.trim().to_string();
+    assert!(token.starts_with("psi_") && token.len() == 68, "{token}");
+    assert!(err.contains("issued token 1 (alice app)"), "{err}");
+    std::fs::write(path("alice.token"), &token).unwrap();
+    let (_, second, _) = psi(&["token", "add", "--db", &db]);
+    assert_ne!(second.trim(), token);
+
+    let without = matched(None);
+    let with = matched(Some("alice.token"));
+    let (ok, list, err) = psi(&["token", "list", "--db", &db, "--json"]);
+    assert!(ok, "{err}");
+    let (ok, out, err) = psi(&["token", "revoke", "--db", &db, "1"]);
+    assert!(ok && out.contains("token 1 revoked"), "{out}\n{err}");
+    let revoked = matched(Some("alice.token"));
+    let (ok, table, _) = psi(&["token", "list", "--db", &db]);
+    assert!(ok);
+    let (ok, _, missing) = psi(&["token", "revoke", "--db", &db, "99"]);
+    assert!(!ok && missing.contains("no token with id 99"), "{missing}");
+    let (ok, _, bad_name) = psi(&["token", "add", "--db", &db, "--name", ""]);
+    assert!(!ok && bad_name.contains("token name"), "{bad_name}");
+    server.kill().unwrap();
+    server.wait().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    assert!(open.0, "no token issued yet: open server\n{}", open.2);
+    assert!(
+        !without.0 && without.2.contains("401"),
+        "the first issued token turns authentication on: {}",
+        without.2
+    );
+    assert!(with.0 && with.1.contains("alice@example.com"), "{}", with.2);
+    let v: serde_json::Value = serde_json::from_str(&list).unwrap();
+    assert_eq!(v[0]["id"], 1);
+    assert_eq!(v[0]["name"], "alice app");
+    assert_eq!(v[0]["items_per_hour"], 500);
+    assert_eq!(v[0]["revoked"], false);
+    assert_eq!(v[1]["items_per_hour"], serde_json::Value::Null);
+    assert!(!list.contains(&token) && !table.contains(&token));
+    assert!(
+        !revoked.0 && revoked.2.contains("401"),
+        "revoked without a restart: {}",
+        revoked.2
+    );
+    assert!(
+        !revoked.2.contains(&token),
+        "the token leaked: {}",
+        revoked.2
+    );
+    assert!(
+        table
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.contains("revoked") && l.contains("alice app")),
+        "{table}"
+    );
+}

@@ -19,7 +19,6 @@ use psi_core::ot::{OtConfig, OtServer};
 use psi_core::{Protocol, Threads};
 use psi_http::{CreateSession, ErrorBody, ErrorCode, Health, Route, SessionCreated};
 use rand_core::Rng;
-use sha2::{Digest, Sha256};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -118,7 +117,8 @@ fn server_timing(resp: &mut Response, server_ms: f64) {
     }
 }
 
-/// Who a request counts against: its bearer token (hashed) or its peer IP.
+/// Who a request counts against (see [`auth`]): `token:<digest prefix>` (static token),
+/// `token-id:<id>` (issued token) or `ip:<address or prefix>`.
 #[derive(Clone, Debug)]
 pub(crate) struct ClientKey(String);
 
@@ -205,62 +205,99 @@ async fn log_request(req: Request, next: Next) -> Response {
     resp
 }
 
-/// The caller key for an address: IPv4 as is, IPv6 by its /64 prefix (one subscriber
-/// usually holds a whole /64, so per-address keys would multiply its budget).
-fn rate_key_ip(ip: std::net::IpAddr) -> String {
-    match ip {
-        std::net::IpAddr::V4(v4) => v4.to_string(),
-        std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => v4.to_string(),
-            None => {
-                let s = v6.segments();
-                format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
-            }
-        },
-    }
-}
-
+/// Authenticates the request and names the client it counts against ([`ClientKey`]):
+/// - a static token (`Config::tokens`): `token:` and 8 bytes of its SHA-256, a budget
+///   shared by everyone holding it;
+/// - a token issued into the database (`psi token add`): `token-id:` and its id, with its
+///   own budget; looked up by digest on every request, so issuing and revoking take
+///   effect at once;
+/// - without authentication: `ip:` and the client's address or prefix ([`crate::caller`]).
+///
+/// Authentication is on when static tokens are configured or any token was ever issued.
 async fn auth(S(state): AppS, mut req: Request, next: Next) -> Result<Response, ApiError> {
-    let key = if state.config.tokens.is_empty() {
-        let ip = req
-            .extensions()
-            .get::<ConnectInfo<SocketAddr>>()
-            .map_or_else(|| "unknown".to_string(), |c| rate_key_ip(c.0.ip()));
-        format!("ip:{ip}")
-    } else {
-        let Some(value) = req.headers().get(header::AUTHORIZATION) else {
-            return Err(ApiError::new(
-                ErrorCode::MissingToken,
-                "this server requires Authorization: Bearer <token>",
-            ));
-        };
-        let token = value
+    let presented = req.headers().get(header::AUTHORIZATION).map(|value| {
+        value
             .to_str()
             .ok()
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::trim)
-            .unwrap_or("");
-        // Compare digests, so neither the tokens' contents nor their lengths leak through
-        // timing; an empty or malformed credential never matches, whatever is configured.
-        let presented = Sha256::digest(token.as_bytes());
-        let mut ok = subtle::Choice::from(u8::from(!token.is_empty()));
-        let mut any = subtle::Choice::from(0u8);
+            .unwrap_or("")
+            .to_string()
+    });
+    let presented = presented.map(zeroize::Zeroizing::new);
+    let digest = presented
+        .as_deref()
+        .filter(|t| !t.is_empty())
+        .map(|t| crate::store::token_digest(t));
+    // Static tokens: compared as digests in constant time, so neither their contents nor
+    // their lengths leak through timing; an empty or malformed credential never matches.
+    let mut static_ok = subtle::Choice::from(0u8);
+    if let Some(d) = &digest {
         for t in state.config.tokens.iter().filter(|t| !t.is_empty()) {
-            any |= Sha256::digest(t.as_bytes())
-                .as_slice()
-                .ct_eq(presented.as_slice());
+            static_ok |= crate::store::token_digest(t).as_slice().ct_eq(d.as_slice());
         }
-        ok &= any;
-        if !bool::from(ok) {
-            return Err(ApiError::new(
-                ErrorCode::InvalidToken,
-                "bearer token not accepted",
-            ));
+    }
+    let key = if let (true, Some(d)) = (bool::from(static_ok), &digest) {
+        format!("token:{}", hex::encode(&d[..8]))
+    } else {
+        // Issued tokens: looked up by digest (an index lookup; its timing depends on the
+        // presented token's digest only, which does not help find a 256-bit token).
+        let st = state.clone();
+        let check = tokio::task::spawn_blocking(move || st.accounts.check(digest.as_ref()))
+            .await
+            .map_err(|_| internal())?
+            .map_err(|e| {
+                tracing::error!(error = %e, "token lookup failed");
+                internal()
+            })?;
+        let auth_on = !state.config.tokens.is_empty() || check.any_issued;
+        match check.token {
+            Some(t) if !t.revoked => {
+                let key = format!("token-id:{}", t.id);
+                state.limiter.set_limit(&key, t.items_per_hour);
+                key
+            }
+            _ if auth_on && presented.is_none() => {
+                return Err(ApiError::new(
+                    ErrorCode::MissingToken,
+                    "this server requires Authorization: Bearer <token>",
+                ));
+            }
+            _ if auth_on => {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidToken,
+                    "bearer token not accepted",
+                ));
+            }
+            _ => {
+                let peer = req
+                    .extensions()
+                    .get::<ConnectInfo<SocketAddr>>()
+                    .map(|c| c.0.ip());
+                match peer {
+                    None => "ip:unknown".to_string(),
+                    Some(peer) => {
+                        let c = &state.config;
+                        let ip = crate::caller::client_ip(
+                            peer,
+                            req.headers(),
+                            &c.trusted_proxies,
+                            c.client_ip_header,
+                        )
+                        .map_err(|e| {
+                            ApiError::new(
+                                ErrorCode::BadRequest,
+                                format!(
+                                    "the trusted proxy's {} header is not a list of IP addresses",
+                                    e.0.name()
+                                ),
+                            )
+                        })?;
+                        crate::caller::rate_key_ip(ip, c.ipv4_prefix, c.ipv6_prefix)
+                    }
+                }
+            }
         }
-        format!(
-            "token:{}",
-            hex::encode(&Sha256::digest(token.as_bytes())[..8])
-        )
     };
     req.extensions_mut().insert(ClientKey(key));
     Ok(next.run(req).await)

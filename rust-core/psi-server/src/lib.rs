@@ -7,14 +7,18 @@
 //! - Registry: SQLite ([`store::Store`]); the DH-PSI encoded set is built once per key
 //!   epoch (and after changes, from stored per-entry outputs) and served with an ETag.
 //! - Limits: body size, client set size, concurrent sessions, items per client per hour
-//!   (per bearer token or per peer IP), optional bearer-token authentication.
+//!   (per bearer token, else per client IP address or IPv6 prefix, behind trusted proxies
+//!   taken from their forwarding header), budgets saved in the database; optional
+//!   bearer-token authentication (static tokens, and tokens issued into the database).
 //! - Logs carry counts, sizes, session ids and status codes only: never contact data,
 //!   labels or keys.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod accounts;
 mod api;
+mod caller;
 mod limits;
 mod listen;
 mod registry;
@@ -23,6 +27,7 @@ pub mod store;
 mod tls;
 
 pub use api::router;
+pub use caller::{ClientIpHeader, InvalidIpNet, IpNet};
 pub use registry::{Registry, RegistryStats};
 pub use store::{ImportCounts, Store, StoreError};
 pub use tls::{ServerTls, TlsError};
@@ -63,9 +68,21 @@ pub struct Config {
     /// uploads cannot pin memory and connections for long.
     pub request_timeout: Duration,
     /// Items one client (token or IP) may query per hour (default 20,000; 0 = no limit).
+    /// Tokens issued with their own budget (`psi token add --items-per-hour`) use theirs.
     pub items_per_hour: u64,
-    /// Accepted bearer tokens; empty = no authentication.
+    /// Static bearer tokens (shared budgets: each token is one client). Authentication is
+    /// on when this is not empty or when the database holds an issued token (`psi token`).
     pub tokens: Vec<String>,
+    /// Peers whose forwarding header names the client (default: none, the TCP peer is
+    /// the client). Only for proxies that append to `client_ip_header`.
+    pub trusted_proxies: Vec<IpNet>,
+    /// The header trusted proxies append the client address to (default X-Forwarded-For).
+    pub client_ip_header: ClientIpHeader,
+    /// Prefix length by which IPv4 clients share a budget (default 32: per address).
+    pub ipv4_prefix: u8,
+    /// Prefix length by which IPv6 clients share a budget (default 56: RIPE-690 §4.2
+    /// recommends /56 for residential and /48 for business customers).
+    pub ipv6_prefix: u8,
     /// Concurrent CPU-heavy jobs other than OT rounds (DH queries, label steps); default:
     /// cores.
     pub workers: usize,
@@ -112,6 +129,10 @@ impl Default for Config {
             request_timeout: Duration::from_secs(120),
             items_per_hour: 20_000,
             tokens: Vec::new(),
+            trusted_proxies: Vec::new(),
+            client_ip_header: ClientIpHeader::XForwardedFor,
+            ipv4_prefix: 32,
+            ipv6_prefix: 56,
             workers: cores,
             ot_workers: (cores / 2).max(1),
             build_threads: cores,
@@ -131,6 +152,8 @@ pub struct AppState {
     pub(crate) registry: RwLock<Arc<Registry>>,
     pub(crate) sessions: sessions::Sessions,
     pub(crate) limiter: limits::RateLimiter,
+    /// Issued tokens and saved budgets (its own database connection).
+    pub(crate) accounts: accounts::Accounts,
     pub(crate) workers: tokio::sync::Semaphore,
     /// Workers for OT-PSI rounds only.
     pub(crate) ot_workers: tokio::sync::Semaphore,
@@ -145,8 +168,11 @@ impl AppState {
         Ok(Self::with_registry(config, registry))
     }
 
-    /// State around an already loaded registry.
+    /// State around an already loaded registry. Opens its own connection to the
+    /// database for issued tokens and budgets (blocking) and restores the saved budgets.
     pub fn with_registry(config: Config, registry: Registry) -> Arc<AppState> {
+        let limiter = limits::RateLimiter::new(config.items_per_hour);
+        let accounts = accounts::Accounts::open(&config.db_path, &limiter);
         Arc::new(AppState {
             sessions: sessions::Sessions::new(
                 sessions::SessionLimits {
@@ -158,7 +184,8 @@ impl AppState {
                 },
                 config.session_ttl,
             ),
-            limiter: limits::RateLimiter::new(config.items_per_hour),
+            limiter,
+            accounts,
             workers: tokio::sync::Semaphore::new(config.workers.max(1)),
             ot_workers: tokio::sync::Semaphore::new(config.ot_workers.max(1)),
             registry: RwLock::new(Arc::new(registry)),
@@ -224,10 +251,13 @@ pub async fn serve(
     background.push({
         let state = state.clone();
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            let mut tick = tokio::time::interval(accounts::SAVE_EVERY);
             loop {
                 tick.tick().await;
                 let removed = state.sessions.sweep();
+                let st = state.clone();
+                let _ = tokio::task::spawn_blocking(move || st.accounts.save_budgets(&st.limiter))
+                    .await;
                 state.limiter.sweep();
                 if removed > 0 {
                     tracing::debug!(removed, "expired sessions removed");
@@ -242,10 +272,12 @@ pub async fn serve(
         max_connections: state.config.max_connections,
     };
     let tls = state.config.tls.as_ref().map(ServerTls::acceptor);
-    let result = listen::run(listener, router(state), tls, limits, shutdown).await;
+    let result = listen::run(listener, router(state.clone()), tls, limits, shutdown).await;
     for task in background {
         task.abort();
     }
+    // The budgets charged since the last save survive a shutdown.
+    let _ = tokio::task::spawn_blocking(move || state.accounts.save_budgets(&state.limiter)).await;
     result
 }
 

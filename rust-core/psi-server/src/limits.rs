@@ -1,66 +1,175 @@
-//! Per-client rate limit on queried items: a token bucket per client key (bearer token
-//! or peer IP) holding `items_per_hour`, refilled continuously at that rate.
+//! Per-client rate limit on queried items: a token bucket per client key (see
+//! [`crate::caller`]: an issued token's id, a static token's digest, or the client's IP
+//! address or prefix) holding its hourly budget, refilled continuously at that rate.
+//!
+//! Budgets live in memory and are saved to the database (`budgets` table) by
+//! [`RateLimiter::take_dirty`] every few seconds and at shutdown, and restored by
+//! [`RateLimiter::restore`] at start: a restart does not refill them (ADR 0016).
 
+use crate::store::SavedBudget;
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 pub(crate) struct RateLimiter {
     per_hour: u64,
-    buckets: Mutex<HashMap<String, Bucket>>,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    buckets: HashMap<String, Bucket>,
+    /// Clients with their own budget (issued tokens with `items_per_hour`).
+    limits: HashMap<String, u64>,
 }
 
 struct Bucket {
     tokens: f64,
     last: Instant,
+    /// Charged since the last save.
+    dirty: bool,
+}
+
+/// Seconds for a budget to refill completely, whatever its size.
+const REFILL_SECS: f64 = 3600.0;
+
+/// Unix time in milliseconds.
+pub(crate) fn unix_ms(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+impl Inner {
+    fn per_hour(&self, default: u64, client: &str) -> u64 {
+        self.limits.get(client).copied().unwrap_or(default)
+    }
 }
 
 impl RateLimiter {
     pub(crate) fn new(per_hour: u64) -> Self {
         RateLimiter {
             per_hour,
-            buckets: Mutex::new(HashMap::new()),
+            inner: Mutex::new(Inner::default()),
         }
     }
 
-    fn rate(&self) -> f64 {
-        self.per_hour as f64 / 3600.0
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Gives `client` its own hourly budget (`None`: the server's default; 0: unlimited).
+    /// Called on every request of an issued token, so a change takes effect at once.
+    pub(crate) fn set_limit(&self, client: &str, per_hour: Option<u64>) {
+        let mut g = self.lock();
+        match per_hour {
+            Some(p) if p != self.per_hour => {
+                if g.limits.get(client) != Some(&p) {
+                    g.limits.insert(client.to_string(), p);
+                }
+            }
+            _ => {
+                g.limits.remove(client);
+            }
+        }
     }
 
     /// Takes `items` from `client`'s budget, or returns the seconds until it could.
     pub(crate) fn charge(&self, client: &str, items: u64) -> Result<(), u64> {
-        if self.per_hour == 0 {
+        let mut g = self.lock();
+        let per_hour = g.per_hour(self.per_hour, client);
+        if per_hour == 0 {
             return Ok(());
         }
         let now = Instant::now();
-        let mut map = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
-        let cap = self.per_hour as f64;
-        let b = map.entry(client.to_string()).or_insert(Bucket {
+        let cap = per_hour as f64;
+        let rate = cap / REFILL_SECS;
+        let b = g.buckets.entry(client.to_string()).or_insert(Bucket {
             tokens: cap,
             last: now,
+            dirty: false,
         });
-        b.tokens = (b.tokens + now.duration_since(b.last).as_secs_f64() * self.rate()).min(cap);
+        b.tokens = (b.tokens + now.duration_since(b.last).as_secs_f64() * rate).min(cap);
         b.last = now;
         let need = items as f64;
         if need <= b.tokens {
             b.tokens -= need;
+            b.dirty = true;
             Ok(())
         } else if need > cap {
-            Err(3600)
+            Err(REFILL_SECS as u64)
         } else {
-            Err(((need - b.tokens) / self.rate()).ceil().max(1.0) as u64)
+            Err(((need - b.tokens) / rate).ceil().max(1.0) as u64)
         }
     }
 
-    /// Forgets clients whose bucket is full again.
+    /// Forgets clients whose bucket is full again (they start full when seen next).
     pub(crate) fn sweep(&self) {
         let now = Instant::now();
-        let cap = self.per_hour as f64;
-        let rate = self.rate();
-        self.buckets
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|_, b| b.tokens + now.duration_since(b.last).as_secs_f64() * rate < cap);
+        let mut g = self.lock();
+        let Inner { buckets, limits } = &mut *g;
+        buckets.retain(|client, b| {
+            let cap = limits.get(client).copied().unwrap_or(self.per_hour) as f64;
+            b.dirty || b.tokens + now.duration_since(b.last).as_secs_f64() * cap / REFILL_SECS < cap
+        });
+    }
+
+    /// The budgets charged since the last call, as rows to save (marked clean: give them
+    /// back to [`RateLimiter::mark_dirty`] if saving fails).
+    pub(crate) fn take_dirty(&self) -> Vec<SavedBudget> {
+        let now = Instant::now();
+        let wall = unix_ms(SystemTime::now());
+        let mut g = self.lock();
+        let Inner { buckets, limits } = &mut *g;
+        buckets
+            .iter_mut()
+            .filter(|(_, b)| b.dirty)
+            .map(|(client, b)| {
+                b.dirty = false;
+                let age = i64::try_from(now.duration_since(b.last).as_millis()).unwrap_or(0);
+                SavedBudget {
+                    client: client.clone(),
+                    remaining: b.tokens,
+                    per_hour: limits.get(client).copied().unwrap_or(self.per_hour),
+                    updated_ms: wall.saturating_sub(age),
+                }
+            })
+            .collect()
+    }
+
+    /// Marks `clients` as not saved yet.
+    pub(crate) fn mark_dirty(&self, clients: impl IntoIterator<Item = String>) {
+        let mut g = self.lock();
+        for c in clients {
+            if let Some(b) = g.buckets.get_mut(&c) {
+                b.dirty = true;
+            }
+        }
+    }
+
+    /// Loads saved budgets (at start), refilled for the time since they were saved at the
+    /// rate they had; budgets that are full again are skipped. A client already charged
+    /// in this process keeps its in-memory bucket.
+    pub(crate) fn restore(&self, rows: Vec<SavedBudget>) {
+        let now = Instant::now();
+        let wall = unix_ms(SystemTime::now());
+        let mut g = self.lock();
+        for row in rows {
+            if row.per_hour == 0 || !row.remaining.is_finite() {
+                continue;
+            }
+            let cap = row.per_hour as f64;
+            // A clock that went backwards counts as no time passed.
+            let elapsed = (wall.saturating_sub(row.updated_ms)).max(0) as f64 / 1000.0;
+            let tokens = (row.remaining.max(0.0) + elapsed * cap / REFILL_SECS).min(cap);
+            if tokens >= cap {
+                continue;
+            }
+            g.buckets.entry(row.client).or_insert(Bucket {
+                tokens,
+                last: now,
+                dirty: false,
+            });
+        }
     }
 }
 
@@ -77,5 +186,45 @@ mod tests {
         assert!(r.charge("b", 3600).is_ok());
         assert_eq!(r.charge("c", 3601), Err(3600));
         assert!(RateLimiter::new(0).charge("a", u64::MAX).is_ok());
+    }
+
+    #[test]
+    fn own_limits_override_the_default() {
+        let r = RateLimiter::new(100);
+        r.set_limit("t", Some(10));
+        assert!(r.charge("t", 10).is_ok());
+        assert!(r.charge("t", 1).is_err());
+        assert!(r.charge("u", 100).is_ok());
+        r.set_limit("z", Some(0));
+        assert!(r.charge("z", 1_000_000).is_ok());
+        r.set_limit("z", None);
+        assert!(r.charge("z", 101).is_err());
+    }
+
+    #[test]
+    fn saved_budgets_restore_and_refill() {
+        let r = RateLimiter::new(3600);
+        r.charge("a", 3000).unwrap();
+        let rows = r.take_dirty();
+        assert_eq!(rows.len(), 1);
+        assert!(r.take_dirty().is_empty(), "saved rows are clean");
+        let restored = RateLimiter::new(3600);
+        restored.restore(rows.clone());
+        assert!(
+            restored.charge("a", 1000).is_err(),
+            "a restart keeps the spent budget"
+        );
+        // Saved 10 minutes ago at 3600/h: 600 items came back.
+        let mut old = rows[0].clone();
+        old.updated_ms -= 600_000;
+        let refilled = RateLimiter::new(3600);
+        refilled.restore(vec![old.clone()]);
+        assert!(refilled.charge("a", 1150).is_ok());
+        assert!(refilled.charge("a", 100).is_err());
+        // Saved over an hour ago: full again, nothing restored.
+        old.updated_ms -= 3_600_000;
+        let full = RateLimiter::new(3600);
+        full.restore(vec![old]);
+        assert!(full.lock().buckets.is_empty());
     }
 }

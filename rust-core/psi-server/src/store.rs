@@ -11,6 +11,12 @@
 //! - `encoded_sets(epoch, max_client_items, version, etag, bytes)`: the DH-PSI encoded
 //!   registry of an epoch, built from the entries at registry `version`.
 //! - `meta(k, v)`: the registry version, bumped by every change of the entries.
+//! - `tokens(id, digest, name, created, revoked, items_per_hour)`: bearer tokens issued
+//!   by `psi token add`: only the SHA-256 digest of each token is stored; a revoked token
+//!   keeps its row (so its id is never reused and authentication stays on).
+//! - `budgets(client, remaining, per_hour, updated_ms)`: the rate limiter's partly spent
+//!   budgets, so a restart does not refill them; rows older than an hour (full again) are
+//!   deleted.
 
 use psi_core::dh::{DhServer, ServerKey};
 use psi_core::oprf::{OUTPUT_LEN, OprfKey};
@@ -42,6 +48,10 @@ pub enum StoreError {
     /// No OS randomness.
     #[error("no OS randomness: {0}")]
     Random(String),
+    /// A value given to the store is not acceptable (the message names the rule, never
+    /// the value).
+    #[error("invalid input: {0}")]
+    InvalidInput(&'static str),
 }
 
 /// Counts of an import.
@@ -116,6 +126,20 @@ CREATE TABLE IF NOT EXISTS encoded_sets (
 );
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta (k, v) VALUES ('version', 0);
+CREATE TABLE IF NOT EXISTS tokens (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    digest BLOB NOT NULL UNIQUE,
+    name TEXT,
+    created INTEGER NOT NULL,
+    revoked INTEGER NOT NULL DEFAULT 0,
+    items_per_hour INTEGER
+);
+CREATE TABLE IF NOT EXISTS budgets (
+    client TEXT PRIMARY KEY,
+    remaining REAL NOT NULL,
+    per_hour INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL
+);
 ";
 
 /// Entries whose outputs are computed per batch (bounds memory during a refresh).
@@ -416,6 +440,220 @@ impl Store {
     }
 }
 
+/// A bearer token issued through the store (`psi token add`). Never holds the token.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TokenInfo {
+    /// Its id (for `psi token revoke`); ids are never reused.
+    pub id: i64,
+    /// Optional name given at issue (at most 64 characters, no control characters).
+    pub name: Option<String>,
+    /// When it was issued, `YYYY-MM-DDTHH:MM:SSZ` (UTC).
+    pub created: String,
+    /// Revoked tokens are refused (`invalid_token`).
+    pub revoked: bool,
+    /// Its own items-per-hour budget; `None`: the server's `--items-per-hour`.
+    pub items_per_hour: Option<u64>,
+}
+
+/// A token just issued: the only time the token itself exists outside its holder.
+pub struct NewToken {
+    /// Its record.
+    pub info: TokenInfo,
+    /// The bearer token (wiped on drop; the store keeps only its digest).
+    pub token: zeroize::Zeroizing<String>,
+}
+
+impl std::fmt::Debug for NewToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewToken")
+            .field("info", &self.info)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`Store::revoke_token`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Revoked {
+    /// The token was active and is now revoked.
+    Now,
+    /// The token was already revoked.
+    Already,
+    /// No token has this id.
+    NoSuchToken,
+}
+
+/// One rate-limit budget as saved (see `budgets` in the module docs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SavedBudget {
+    /// The rate-limit key (`ip:...`, `token:...`, `token-id:...`).
+    pub client: String,
+    /// Items left at `updated_ms`.
+    pub remaining: f64,
+    /// The budget's size and hourly refill.
+    pub per_hour: u64,
+    /// Unix time of `remaining`, in milliseconds.
+    pub updated_ms: i64,
+}
+
+/// The SHA-256 digest under which a bearer token is stored and looked up.
+pub fn token_digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// Bytes of randomness in an issued token (256 bits: an unsalted digest suffices).
+const TOKEN_BYTES: usize = 32;
+
+fn check_token_name(name: &str) -> Result<(), StoreError> {
+    if name.is_empty() || name.chars().count() > 64 || name.chars().any(char::is_control) {
+        return Err(StoreError::InvalidInput(
+            "a token name has 1 to 64 characters and no control characters",
+        ));
+    }
+    Ok(())
+}
+
+const TOKEN_COLUMNS: &str =
+    "id, name, strftime('%Y-%m-%dT%H:%M:%SZ', created, 'unixepoch'), revoked, items_per_hour";
+
+fn token_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TokenInfo> {
+    Ok(TokenInfo {
+        id: r.get(0)?,
+        name: r.get(1)?,
+        created: r.get(2)?,
+        revoked: r.get::<_, i64>(3)? != 0,
+        items_per_hour: r.get::<_, Option<i64>>(4)?.map(|v| v.max(0) as u64),
+    })
+}
+
+impl Store {
+    /// Issues a new random bearer token (`psi_` and 64 hex digits) and stores its digest.
+    /// `items_per_hour`: its own budget (`None`: the server's default; 0: unlimited).
+    pub fn add_token(
+        &mut self,
+        name: Option<&str>,
+        items_per_hour: Option<u64>,
+    ) -> Result<NewToken, StoreError> {
+        if let Some(n) = name {
+            check_token_name(n)?;
+        }
+        let budget = items_per_hour
+            .map(|v| {
+                i64::try_from(v)
+                    .map_err(|_| StoreError::InvalidInput("items_per_hour is at most 2^63 - 1"))
+            })
+            .transpose()?;
+        let mut raw = zeroize::Zeroizing::new([0u8; TOKEN_BYTES]);
+        rand_core::Rng::fill_bytes(&mut os_rng()?, raw.as_mut_slice());
+        let token = zeroize::Zeroizing::new(format!("psi_{}", hex::encode(raw.as_slice())));
+        let digest = token_digest(&token);
+        self.conn.execute(
+            "INSERT INTO tokens (digest, name, created, items_per_hour)
+             VALUES (?1, ?2, CAST(strftime('%s', 'now') AS INTEGER), ?3)",
+            params![digest.as_slice(), name, budget],
+        )?;
+        let id = self.conn.last_insert_rowid();
+        let info = self.conn.query_row(
+            &format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE id = ?1"),
+            params![id],
+            token_row,
+        )?;
+        Ok(NewToken { info, token })
+    }
+
+    /// Revokes token `id` (its row stays, marked revoked).
+    pub fn revoke_token(&mut self, id: i64) -> Result<Revoked, StoreError> {
+        let revoked: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT revoked FROM tokens WHERE id = ?1",
+                params![id],
+                |r| r.get(0),
+            )
+            .optional()?;
+        Ok(match revoked {
+            None => Revoked::NoSuchToken,
+            Some(r) if r != 0 => Revoked::Already,
+            Some(_) => {
+                self.conn
+                    .execute("UPDATE tokens SET revoked = 1 WHERE id = ?1", params![id])?;
+                Revoked::Now
+            }
+        })
+    }
+
+    /// Every issued token, revoked ones included, by id.
+    pub fn tokens(&self) -> Result<Vec<TokenInfo>, StoreError> {
+        let mut q = self
+            .conn
+            .prepare(&format!("SELECT {TOKEN_COLUMNS} FROM tokens ORDER BY id"))?;
+        let rows = q.query_map([], token_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The token whose digest is `digest` (see [`token_digest`]), revoked or not.
+    pub fn token_by_digest(&self, digest: &[u8; 32]) -> Result<Option<TokenInfo>, StoreError> {
+        Ok(self
+            .conn
+            .query_row(
+                &format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE digest = ?1"),
+                params![digest.as_slice()],
+                token_row,
+            )
+            .optional()?)
+    }
+
+    /// True once any token was issued (revoked ones count: revoking the last token must
+    /// not open the server to everyone).
+    pub fn has_tokens(&self) -> Result<bool, StoreError> {
+        Ok(self
+            .conn
+            .query_row("SELECT EXISTS (SELECT 1 FROM tokens)", [], |r| r.get(0))?)
+    }
+
+    /// The saved rate-limit budgets.
+    pub fn budgets(&self) -> Result<Vec<SavedBudget>, StoreError> {
+        let mut q = self
+            .conn
+            .prepare("SELECT client, remaining, per_hour, updated_ms FROM budgets")?;
+        let rows = q.query_map([], |r| {
+            Ok(SavedBudget {
+                client: r.get(0)?,
+                remaining: r.get(1)?,
+                per_hour: r.get::<_, i64>(2)?.max(0) as u64,
+                updated_ms: r.get(3)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Saves `rows` (replacing older rows of the same clients) and deletes rows last
+    /// updated before `forget_before_ms` (budgets that are full again), in one transaction.
+    pub fn save_budgets(
+        &mut self,
+        rows: &[SavedBudget],
+        forget_before_ms: i64,
+    ) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        {
+            let mut up = tx.prepare(
+                "INSERT OR REPLACE INTO budgets (client, remaining, per_hour, updated_ms)
+                 VALUES (?1, ?2, ?3, ?4)",
+            )?;
+            for b in rows {
+                let per_hour = i64::try_from(b.per_hour).unwrap_or(i64::MAX);
+                up.execute(params![b.client, b.remaining, per_hour, b.updated_ms])?;
+            }
+        }
+        tx.execute(
+            "DELETE FROM budgets WHERE updated_ms < ?1",
+            params![forget_before_ms],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+}
+
 /// Strong ETag of an encoded set: 128 bits of its SHA-256, quoted.
 pub fn etag(bytes: &[u8]) -> String {
     format!("\"{}\"", hex::encode(&Sha256::digest(bytes)[..16]))
@@ -484,5 +722,68 @@ mod tests {
         let r = s.refresh(100, Threads::ONE, &mut |_, _| {}).unwrap();
         assert_eq!(r.outputs_computed, 2);
         assert_eq!(s.entries().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn tokens_are_stored_as_digests_and_revoked_in_place() {
+        let mut s = Store::open(Path::new(":memory:")).unwrap();
+        assert!(!s.has_tokens().unwrap());
+        let a = s.add_token(Some("alice"), Some(100)).unwrap();
+        let b = s.add_token(None, None).unwrap();
+        assert!(a.token.starts_with("psi_") && a.token.len() == 68);
+        assert_ne!(a.token.as_str(), b.token.as_str());
+        assert_eq!((a.info.id, b.info.id), (1, 2));
+        let found = s.token_by_digest(&token_digest(&a.token)).unwrap().unwrap();
+        assert_eq!(found, a.info);
+        assert_eq!(found.items_per_hour, Some(100));
+        assert!(
+            s.token_by_digest(&token_digest("psi_nope"))
+                .unwrap()
+                .is_none()
+        );
+        // Only the digest is stored.
+        let raw: Vec<u8> = s
+            .conn
+            .query_row("SELECT digest FROM tokens WHERE id = 1", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(raw, token_digest(&a.token));
+        assert_eq!(s.revoke_token(1).unwrap(), Revoked::Now);
+        assert_eq!(s.revoke_token(1).unwrap(), Revoked::Already);
+        assert_eq!(s.revoke_token(9).unwrap(), Revoked::NoSuchToken);
+        assert!(
+            s.token_by_digest(&token_digest(&a.token))
+                .unwrap()
+                .unwrap()
+                .revoked
+        );
+        assert!(s.has_tokens().unwrap());
+        assert_eq!(s.tokens().unwrap().len(), 2);
+        assert!(matches!(
+            s.add_token(Some("a\nb"), None),
+            Err(StoreError::InvalidInput(_))
+        ));
+        assert!(matches!(
+            s.add_token(None, Some(u64::MAX)),
+            Err(StoreError::InvalidInput(_))
+        ));
+    }
+
+    #[test]
+    fn budgets_are_saved_replaced_and_forgotten() {
+        let mut s = Store::open(Path::new(":memory:")).unwrap();
+        let row = |c: &str, remaining: f64, t: i64| SavedBudget {
+            client: c.into(),
+            remaining,
+            per_hour: 10,
+            updated_ms: t,
+        };
+        s.save_budgets(&[row("a", 1.0, 1000), row("b", 2.0, 5000)], 0)
+            .unwrap();
+        s.save_budgets(&[row("a", 0.5, 6000)], 2000).unwrap();
+        let mut got = s.budgets().unwrap();
+        got.sort_by(|x, y| x.client.cmp(&y.client));
+        assert_eq!(got, vec![row("a", 0.5, 6000), row("b", 2.0, 5000)]);
+        s.save_budgets(&[], 5500).unwrap();
+        assert_eq!(s.budgets().unwrap(), vec![row("a", 0.5, 6000)]);
     }
 }
