@@ -166,9 +166,7 @@ impl AppState {
             return Some(epochs.current.clone());
         }
         match &epochs.retired {
-            Some((r, until)) if r.dh.epoch() == epoch && Instant::now() < *until => {
-                Some(r.clone())
-            }
+            Some((r, until)) if r.dh.epoch() == epoch && Instant::now() < *until => Some(r.clone()),
             _ => None,
         }
     }
@@ -336,8 +334,8 @@ const ROTATION_RETRY: Duration = Duration::from_secs(60);
 /// (the work on a blocking thread, requests served meanwhile from the current epoch),
 /// and drops the previous epoch when its overlap ends.
 async fn maintain_epochs(state: Arc<AppState>) {
-    let scheduled = state.config.rotate_every.is_some()
-        && state.config.db_path.as_os_str() != ":memory:";
+    let scheduled =
+        state.config.rotate_every.is_some() && state.config.db_path.as_os_str() != ":memory:";
     if state.config.rotate_every.is_some() && !scheduled {
         tracing::debug!("scheduled key rotation is off: the registry store is in memory");
     }

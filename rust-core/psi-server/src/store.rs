@@ -214,9 +214,7 @@ impl Store {
             params![epoch],
             |r| r.get(0),
         )?;
-        Ok(ms.map(|ms| {
-            std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64)
-        }))
+        Ok(ms.map(|ms| std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64)))
     }
 
     /// The current key, creating the epoch-1 key on first use.
@@ -259,11 +257,7 @@ impl Store {
         let tx = self.conn.transaction()?;
         tx.execute(
             "INSERT INTO keys (epoch, key, created_ms) VALUES (?1, ?2, ?3)",
-            params![
-                new.epoch(),
-                new.oprf_key().to_bytes().as_slice(),
-                now_ms()
-            ],
+            params![new.epoch(), new.oprf_key().to_bytes().as_slice(), now_ms()],
         )?;
         tx.execute("DELETE FROM keys WHERE epoch <> ?1", params![new.epoch()])?;
         tx.execute("DELETE FROM encoded_sets", [])?;
@@ -275,11 +269,7 @@ impl Store {
     fn insert_key(&mut self, key: &ServerKey) -> Result<(), StoreError> {
         self.conn.execute(
             "INSERT INTO keys (epoch, key, created_ms) VALUES (?1, ?2, ?3)",
-            params![
-                key.epoch(),
-                key.oprf_key().to_bytes().as_slice(),
-                now_ms()
-            ],
+            params![key.epoch(), key.oprf_key().to_bytes().as_slice(), now_ms()],
         )?;
         Ok(())
     }
@@ -588,9 +578,9 @@ mod tests {
     /// True if `needle` occurs in the database file or its write-ahead log.
     fn on_disk(path: &Path, needle: &[u8]) -> bool {
         let wal = path.with_extension("sqlite-wal");
-        [path, wal.as_path()].iter().any(|p| {
-            std::fs::read(p).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle))
-        })
+        [path, wal.as_path()]
+            .iter()
+            .any(|p| std::fs::read(p).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle)))
     }
 
     #[test]
@@ -628,7 +618,10 @@ mod tests {
         // A removal scrubs the removed identifier too.
         assert!(on_disk(&path, ids[7].as_bytes()));
         s.remove_entries([ids[7].as_str()]).unwrap();
-        assert!(!on_disk(&path, ids[7].as_bytes()), "removed identifier left on disk");
+        assert!(
+            !on_disk(&path, ids[7].as_bytes()),
+            "removed identifier left on disk"
+        );
         drop(s);
         std::fs::remove_dir_all(&dir).unwrap();
     }

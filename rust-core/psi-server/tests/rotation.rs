@@ -126,7 +126,13 @@ fn a_run_across_a_rotation_finishes_in_its_epoch_and_the_next_run_refetches() {
     assert!(r.label_error.is_none(), "{:?}", r.label_error);
     // Within the overlap, epoch 1's set is served on request, and the current one by
     // default.
-    let old_set = send(&t, Method::Get, "/v1/dh/encoded-set", &[("x-psi-epoch", "1")], b"");
+    let old_set = send(
+        &t,
+        Method::Get,
+        "/v1/dh/encoded-set",
+        &[("x-psi-epoch", "1")],
+        b"",
+    );
     assert_eq!(old_set.status, 200);
     assert_eq!(old_set.header("etag"), Some(etag1.as_str()));
     let new_set = send(&t, Method::Get, "/v1/dh/encoded-set", &[], b"");
@@ -168,10 +174,22 @@ fn a_run_across_a_rotation_finishes_in_its_epoch_and_the_next_run_refetches() {
     );
     assert_eq!(r.status, 409);
     assert_eq!(error_code(&r), "epoch_mismatch");
-    let r = send(&t, Method::Get, "/v1/dh/encoded-set", &[("x-psi-epoch", "1")], b"");
+    let r = send(
+        &t,
+        Method::Get,
+        "/v1/dh/encoded-set",
+        &[("x-psi-epoch", "1")],
+        b"",
+    );
     assert_eq!(r.status, 409);
     assert_eq!(error_code(&r), "epoch_mismatch");
-    let r = send(&t, Method::Get, "/v1/dh/encoded-set", &[("x-psi-epoch", "one")], b"");
+    let r = send(
+        &t,
+        Method::Get,
+        "/v1/dh/encoded-set",
+        &[("x-psi-epoch", "one")],
+        b"",
+    );
     assert_eq!(error_code(&r), "bad_request");
     // And the current epoch still serves.
     let r = run(&cached, Protocol::Dh).unwrap();
