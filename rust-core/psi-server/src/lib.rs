@@ -113,6 +113,8 @@ pub struct AppState {
     pub(crate) epochs: RwLock<Epochs>,
     /// Held while a registry is built from the store (reload, rotation): one at a time.
     rebuilding: Mutex<()>,
+    /// Wakes the epoch task when a previous epoch starts its overlap.
+    epoch_retired: tokio::sync::Notify,
     pub(crate) sessions: sessions::Sessions,
     pub(crate) limiter: limits::RateLimiter,
     pub(crate) workers: tokio::sync::Semaphore,
@@ -145,6 +147,7 @@ impl AppState {
                 retired: None,
             }),
             rebuilding: Mutex::new(()),
+            epoch_retired: tokio::sync::Notify::new(),
             config,
         })
     }
@@ -181,6 +184,7 @@ impl AppState {
         let old = std::mem::replace(&mut epochs.current, registry);
         if old.dh.epoch() != stats.epoch {
             epochs.retired = Some((old, Instant::now() + self.config.epoch_overlap));
+            self.epoch_retired.notify_one();
         }
         stats
     }
@@ -361,7 +365,11 @@ async fn maintain_epochs(state: Arc<AppState>) {
         if let Some(left) = retired_left {
             wait = wait.min(left);
         }
-        tokio::time::sleep(wait.min(EPOCH_CHECK)).await;
+        // A reload (SIGHUP) that changes the epoch wakes the task to time the overlap.
+        tokio::select! {
+            () = tokio::time::sleep(wait.min(EPOCH_CHECK)) => {}
+            () = state.epoch_retired.notified() => {}
+        }
     }
 }
 

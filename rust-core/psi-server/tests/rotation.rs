@@ -116,6 +116,7 @@ fn a_run_across_a_rotation_finishes_in_its_epoch_and_the_next_run_refetches() {
     // A run whose session is created in epoch 1; the server rotates before its query.
     // The query, the encoded set and the labels are all epoch 1's: the run is correct
     // for the registry it started with.
+    let epoch1 = Arc::downgrade(&server.state.registry());
     let across = rotating_client(&url, "/dh/query", server.state.clone());
     let r = run(&across, Protocol::Dh).unwrap();
     let rotated_at = Instant::now();
@@ -191,6 +192,12 @@ fn a_run_across_a_rotation_finishes_in_its_epoch_and_the_next_run_refetches() {
         b"",
     );
     assert_eq!(error_code(&r), "bad_request");
+    // The server let go of epoch 1's registry (key, set, labels) once the overlap ended.
+    let freed_by = Instant::now() + Duration::from_secs(5);
+    while epoch1.upgrade().is_some() {
+        assert!(Instant::now() < freed_by, "epoch 1's registry still held");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     // And the current epoch still serves.
     let r = run(&cached, Protocol::Dh).unwrap();
     assert_eq!(r.epoch, 2);
