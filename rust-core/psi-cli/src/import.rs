@@ -146,8 +146,13 @@ pub fn rotate(server: ServerArgs) -> Result<(), String> {
     let key = store.rotate_key().map_err(|e| e.to_string())?;
     let (computed, _) = refresh(&mut store, &server, false)?;
     println!(
-        "key epoch {} started; {computed} OPRF outputs recomputed, encoded set rebuilt",
+        "key epoch {} started; {computed} OPRF outputs recomputed, encoded set rebuilt; \
+         old key deleted and scrubbed from the database file",
         key.epoch()
+    );
+    println!(
+        "(a running `psi serve` picks it up on SIGHUP, or at its next scheduled check; \
+         sessions of the old epoch finish within the overlap)"
     );
     Ok(())
 }

@@ -401,6 +401,7 @@ impl<'a> Run<'a> {
 
     /// The encoded registry for the session: from the cache if its ETag is the one the
     /// session names, otherwise downloaded conditionally (a 304 confirms the cached one).
+    /// A new ETag (an import, a key rotation) therefore always means a fresh download.
     fn encoded_set(&mut self, session: &SessionCreated) -> Result<EncodedSet> {
         let cache = self.client.cache.clone();
         let base = self.client.base.clone();
@@ -417,10 +418,15 @@ impl<'a> Run<'a> {
                 (set, len)
             }
             cached => {
-                let extra = cached
-                    .as_ref()
-                    .map(|(etag, ..)| vec![("if-none-match".to_string(), etag.clone())])
-                    .unwrap_or_default();
+                // The set of the session's epoch: right after a key rotation the server
+                // still serves the previous epoch's set to that epoch's sessions.
+                let mut extra = vec![(
+                    psi_http::EPOCH_HEADER.to_string(),
+                    session.epoch.to_string(),
+                )];
+                if let Some((etag, ..)) = &cached {
+                    extra.push(("if-none-match".to_string(), etag.clone()));
+                }
                 let r = self.send(Route::DhEncodedSet, "", Vec::new(), None, extra)?;
                 if r.status == 304 {
                     self.stats.set_from_cache = true;

@@ -475,6 +475,23 @@ fn rate_limited(wait: u64) -> ApiError {
     e
 }
 
+/// The registry of a session's key epoch: the current one, or the previous one during
+/// the overlap after a rotation (ADR 0017); after that, `epoch_mismatch`.
+fn session_registry(
+    state: &AppState,
+    s: &Arc<Mutex<Session>>,
+) -> Result<Arc<crate::Registry>, ApiError> {
+    let epoch = lock(s).epoch;
+    state.registry_for(epoch).ok_or_else(epoch_gone)
+}
+
+fn epoch_gone() -> ApiError {
+    ApiError::new(
+        ErrorCode::EpochMismatch,
+        "this key epoch is no longer served; start a new session",
+    )
+}
+
 fn internal() -> ApiError {
     ApiError::new(ErrorCode::Internal, "internal error")
 }
@@ -609,7 +626,7 @@ async fn dh_query(
     S(state): AppS,
     SessionCall { session: s, body }: SessionCall,
 ) -> Result<Response, ApiError> {
-    let registry = state.registry();
+    let registry = session_registry(&state, &s)?;
     let n = lock(&s).client_items as usize;
     transition(
         &state,
@@ -689,7 +706,7 @@ async fn label_query(
     S(state): AppS,
     SessionCall { session: s, body }: SessionCall,
 ) -> Result<Response, ApiError> {
-    let registry = state.registry();
+    let registry = session_registry(&state, &s)?;
     // At most the session's label slots (a fixed function of its `n`, below `n` for
     // large sessions; docs/protocol/labels.md §1): the reference client always sends
     // exactly that many.
@@ -743,7 +760,7 @@ async fn label_fetch(
     S(state): AppS,
     SessionCall { session: s, body }: SessionCall,
 ) -> Result<Response, ApiError> {
-    let registry = state.registry();
+    let registry = session_registry(&state, &s)?;
     let reg = registry.clone();
     // At most the buckets the reference client always names: its label slots, or every
     // bucket if there are fewer (docs/protocol/labels.md §4).
@@ -790,9 +807,26 @@ fn weak_eq(a: &str, b: &str) -> bool {
     a.trim().trim_start_matches("W/") == b.trim().trim_start_matches("W/")
 }
 
-async fn encoded_set(S(state): AppS, headers: HeaderMap) -> Response {
+/// The encoded set of the current epoch, or with `X-PSI-Epoch: <e>` of epoch `e` while it
+/// is served (a session of the previous epoch finishing during the overlap).
+async fn encoded_set(S(state): AppS, headers: HeaderMap) -> Result<Response, ApiError> {
     let t = Instant::now();
-    let r = state.registry();
+    let r = match headers.get(psi_http::EPOCH_HEADER) {
+        None => state.registry(),
+        Some(v) => {
+            let epoch = v
+                .to_str()
+                .ok()
+                .and_then(|v| v.trim().parse::<u32>().ok())
+                .ok_or_else(|| {
+                    ApiError::new(
+                        ErrorCode::BadRequest,
+                        "X-PSI-Epoch must be a decimal key epoch",
+                    )
+                })?;
+            state.registry_for(epoch).ok_or_else(epoch_gone)?
+        }
+    };
     let matches = headers
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
@@ -813,7 +847,7 @@ async fn encoded_set(S(state): AppS, headers: HeaderMap) -> Response {
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert(psi_http::EPOCH_HEADER, HeaderValue::from(r.dh.epoch()));
     server_timing(&mut resp, t.elapsed().as_secs_f64() * 1e3);
-    resp
+    Ok(resp)
 }
 
 #[cfg(test)]

@@ -34,8 +34,8 @@ pub use tls::{ServerTls, TlsError};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 
 /// Server settings. [`Config::default`] gives the documented defaults.
@@ -111,6 +111,14 @@ pub struct Config {
     /// TLS certificate and key; `None` serves plain HTTP (loopback, or behind a TLS
     /// proxy).
     pub tls: Option<ServerTls>,
+    /// Start a new key epoch this long after the current key was created (default 24 h;
+    /// `None`: only `psi rotate-key`). The new epoch's outputs and encoded set are built in
+    /// the background and swapped in whole (ADR 0017). Needs a database file.
+    pub rotate_every: Option<Duration>,
+    /// How long the previous epoch keeps being served after a new one is swapped in
+    /// (default 300 s, the default session lifetime): sessions created before the swap
+    /// finish with the key they started with. One previous epoch is kept.
+    pub epoch_overlap: Duration,
 }
 
 impl Default for Config {
@@ -142,14 +150,28 @@ impl Default for Config {
             idle_timeout: Duration::from_secs(30),
             max_connections: 512,
             tls: None,
+            rotate_every: Some(Duration::from_secs(24 * 3600)),
+            epoch_overlap: Duration::from_secs(300),
         }
     }
+}
+
+/// The epochs served: the current registry and, for `epoch_overlap` after a swap to a
+/// new epoch, the previous one. Swapped under one lock, so a reader sees both or neither.
+pub(crate) struct Epochs {
+    current: Arc<Registry>,
+    /// The previous epoch's registry and when it stops being served.
+    retired: Option<(Arc<Registry>, Instant)>,
 }
 
 /// Shared state of a running server.
 pub struct AppState {
     pub(crate) config: Config,
-    pub(crate) registry: RwLock<Arc<Registry>>,
+    pub(crate) epochs: RwLock<Epochs>,
+    /// Held while a registry is built from the store (reload, rotation): one at a time.
+    rebuilding: Mutex<()>,
+    /// Wakes the epoch task when a previous epoch starts its overlap.
+    epoch_retired: tokio::sync::Notify,
     pub(crate) sessions: sessions::Sessions,
     pub(crate) limiter: limits::RateLimiter,
     /// Issued tokens and saved budgets (its own database connection).
@@ -188,31 +210,140 @@ impl AppState {
             accounts,
             workers: tokio::sync::Semaphore::new(config.workers.max(1)),
             ot_workers: tokio::sync::Semaphore::new(config.ot_workers.max(1)),
-            registry: RwLock::new(Arc::new(registry)),
+            epochs: RwLock::new(Epochs {
+                current: Arc::new(registry),
+                retired: None,
+            }),
+            rebuilding: Mutex::new(()),
+            epoch_retired: tokio::sync::Notify::new(),
             config,
         })
     }
 
-    /// The registry in use.
+    /// The registry in use (the current epoch's).
     pub fn registry(&self) -> Arc<Registry> {
-        self.registry
+        self.epochs
             .read()
             .unwrap_or_else(|e| e.into_inner())
+            .current
             .clone()
     }
 
-    /// Re-reads the store (after an import or a key rotation) and swaps the registry in.
-    /// Blocking. Sessions of an older epoch get `epoch_mismatch` on their next query.
-    pub fn reload(&self) -> Result<RegistryStats, StoreError> {
-        let registry = Registry::load(&self.config, &mut |_, _| {})?;
+    /// The registry of key epoch `epoch`, if it is still served: the current epoch, or
+    /// the previous one during `epoch_overlap` after the swap.
+    pub fn registry_for(&self, epoch: u32) -> Option<Arc<Registry>> {
+        let epochs = self.epochs.read().unwrap_or_else(|e| e.into_inner());
+        if epochs.current.dh.epoch() == epoch {
+            return Some(epochs.current.clone());
+        }
+        match &epochs.retired {
+            Some((r, until)) if r.dh.epoch() == epoch && Instant::now() < *until => Some(r.clone()),
+            _ => None,
+        }
+    }
+
+    /// Swaps `registry` in. A registry of another epoch than the current one retires the
+    /// current one, which stays served for `epoch_overlap`; one of the same epoch (after
+    /// an import) replaces it and keeps the previous epoch's overlap as it was.
+    fn install(&self, registry: Registry) -> RegistryStats {
         let stats = registry.stats();
-        *self.registry.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(registry);
+        let registry = Arc::new(registry);
+        let mut epochs = self.epochs.write().unwrap_or_else(|e| e.into_inner());
+        let old = std::mem::replace(&mut epochs.current, registry);
+        if old.dh.epoch() != stats.epoch {
+            epochs.retired = Some((old, Instant::now() + self.config.epoch_overlap));
+            self.epoch_retired.notify_one();
+        }
+        stats
+    }
+
+    /// Drops the previous epoch once its overlap is over (its sessions are refused from
+    /// then on anyway; this frees its memory). Returns how long until that happens.
+    fn drop_retired(&self) -> Option<Duration> {
+        let mut epochs = self.epochs.write().unwrap_or_else(|e| e.into_inner());
+        let until = epochs.retired.as_ref()?.1;
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            epochs.retired = None;
+            tracing::info!("previous key epoch no longer served");
+            return None;
+        }
+        Some(left)
+    }
+
+    /// Re-reads the store (after an import or a key rotation) and swaps the registry in.
+    /// Blocking. After a change of epoch, sessions of the previous epoch keep working for
+    /// `epoch_overlap`, then get `epoch_mismatch`.
+    pub fn reload(&self) -> Result<RegistryStats, StoreError> {
+        let _one = self.rebuilding.lock().unwrap_or_else(|e| e.into_inner());
+        let mut store = self.file_store()?;
+        self.build_and_install(&mut store, "registry reloaded")
+    }
+
+    /// Starts a new key epoch now: a fresh key in the store (the old one deleted and
+    /// scrubbed), every entry's output and the encoded set computed under it, then the new
+    /// registry swapped in; the old epoch stays served for `epoch_overlap`. Blocking and
+    /// long (one OPRF output per entry on `build_threads` threads): requests keep being
+    /// served from the old registry meanwhile. The scheduler of `rotate_every` does the
+    /// same when the key is due.
+    pub fn rotate(&self) -> Result<RegistryStats, StoreError> {
+        let _one = self.rebuilding.lock().unwrap_or_else(|e| e.into_inner());
+        let mut store = self.file_store()?;
+        store.rotate_key()?;
+        self.build_and_install(&mut store, "new key epoch served")
+    }
+
+    /// One step of the `rotate_every` schedule. Blocking. Rotates when the current key is
+    /// `rotate_every` old (a key of unknown age is due now), and builds the store's epoch
+    /// when it is newer than the one served (a rotation whose build failed, or
+    /// `psi rotate-key` without SIGHUP). Returns the time until the next rotation is due
+    /// (zero after work: look again), `None` when scheduled rotation is off.
+    fn scheduled_rotation(&self) -> Result<Option<Duration>, StoreError> {
+        let Some(every) = self.config.rotate_every else {
+            return Ok(None);
+        };
+        let _one = self.rebuilding.lock().unwrap_or_else(|e| e.into_inner());
+        let mut store = self.file_store()?;
+        if store.current_key()?.epoch() == self.registry().dh.epoch() {
+            let due = store.key_created()?.map_or(Duration::ZERO, |created| {
+                (created + every)
+                    .duration_since(std::time::SystemTime::now())
+                    .unwrap_or(Duration::ZERO)
+            });
+            if !due.is_zero() {
+                return Ok(Some(due));
+            }
+            store.rotate_key()?;
+        }
+        self.build_and_install(&mut store, "new key epoch served")?;
+        Ok(Some(Duration::ZERO))
+    }
+
+    /// Brings the store up to date, loads its registry and swaps it in (the caller holds
+    /// `rebuilding`).
+    fn build_and_install(
+        &self,
+        store: &mut Store,
+        what: &'static str,
+    ) -> Result<RegistryStats, StoreError> {
+        let registry = Registry::from_store(store, &self.config, &mut |_, _| {})?;
+        let stats = self.install(registry);
         tracing::info!(
             epoch = stats.epoch,
             entries = stats.entries,
-            "registry reloaded"
+            outputs_computed = stats.outputs_computed,
+            build_ms = stats.build_time.as_millis() as u64,
+            "{what}"
         );
         Ok(stats)
+    }
+
+    fn file_store(&self) -> Result<Store, StoreError> {
+        let store = Store::open(&self.config.db_path)?;
+        if store.is_memory() {
+            return Err(StoreError::InMemory);
+        }
+        Ok(store)
     }
 
     /// The protocols this server runs, in wire-id order.
@@ -265,7 +396,8 @@ pub async fn serve(
             }
         })
     });
-    // (Further background tasks, e.g. scheduled key rotation, are pushed here.)
+    // Scheduled key rotation and the end of a previous epoch's overlap.
+    background.push(tokio::spawn(maintain_epochs(state.clone())));
     let limits = listen::Limits {
         header_read_timeout: state.config.header_read_timeout,
         idle_timeout: state.config.idle_timeout,
@@ -279,6 +411,51 @@ pub async fn serve(
     // The budgets charged since the last save survive a shutdown.
     let _ = tokio::task::spawn_blocking(move || state.accounts.save_budgets(&state.limiter)).await;
     result
+}
+
+/// Longest the epoch task sleeps before looking again (the store may have been rotated
+/// by hand, the clock may have moved).
+const EPOCH_CHECK: Duration = Duration::from_secs(3600);
+/// Wait after a failed rotation before the next attempt.
+const ROTATION_RETRY: Duration = Duration::from_secs(60);
+
+/// The key-epoch task of a running server: rotates the key when `rotate_every` is due
+/// (the work on a blocking thread, requests served meanwhile from the current epoch),
+/// and drops the previous epoch when its overlap ends.
+async fn maintain_epochs(state: Arc<AppState>) {
+    let scheduled =
+        state.config.rotate_every.is_some() && state.config.db_path.as_os_str() != ":memory:";
+    if state.config.rotate_every.is_some() && !scheduled {
+        tracing::debug!("scheduled key rotation is off: the registry store is in memory");
+    }
+    loop {
+        let retired_left = state.drop_retired();
+        let mut wait = EPOCH_CHECK;
+        if scheduled {
+            let st = state.clone();
+            match tokio::task::spawn_blocking(move || st.scheduled_rotation()).await {
+                Ok(Ok(Some(due))) if due.is_zero() => continue,
+                Ok(Ok(Some(due))) => wait = due,
+                Ok(Ok(None)) => {}
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, "scheduled key rotation failed");
+                    wait = ROTATION_RETRY;
+                }
+                Err(_) => {
+                    tracing::error!("scheduled key rotation task failed");
+                    wait = ROTATION_RETRY;
+                }
+            }
+        }
+        if let Some(left) = retired_left {
+            wait = wait.min(left);
+        }
+        // A reload (SIGHUP) that changes the epoch wakes the task to time the overlap.
+        tokio::select! {
+            () = tokio::time::sleep(wait.min(EPOCH_CHECK)) => {}
+            () = state.epoch_retired.notified() => {}
+        }
+    }
 }
 
 /// A server running on a background runtime: for tests, the demo and embedding.

@@ -2,9 +2,15 @@
 //!
 //! The file holds the OPRF keys (one per epoch; older ones are deleted on rotation), so
 //! it is secret material: it is created with mode 0600 and must be protected like a key.
+//! Every connection runs with `secure_delete` on (deleted or overwritten rows are zeroed
+//! in the file, not left in free pages), and a rotation, a refresh that recomputed outputs
+//! and a removal end with a `wal_checkpoint(TRUNCATE)`, so the old key, the old epoch's
+//! outputs and removed identifiers are not left in the write-ahead log either (see
+//! [`Store::scrub`]).
 //!
 //! Tables:
-//! - `keys(epoch, key)`: the current OPRF key (32-byte scalar).
+//! - `keys(epoch, key, created_ms)`: the current OPRF key (32-byte scalar) and when it was
+//!   created (Unix milliseconds; NULL for keys created before this column existed).
 //! - `entries(id, identifier, label, epoch, output)`: normalized identifiers, optional
 //!   labels, and each entry's 64-byte OPRF output under the key of `epoch`, so adding or
 //!   removing entries re-encodes the set without recomputing untouched entries.
@@ -52,6 +58,9 @@ pub enum StoreError {
     /// the value).
     #[error("invalid input: {0}")]
     InvalidInput(&'static str),
+    /// The store is in memory: there is nothing to reload or rotate from.
+    #[error("the registry store is in memory; reloading and rotation need a database file")]
+    InMemory,
 }
 
 /// Counts of an import.
@@ -99,6 +108,7 @@ pub struct LoadedEntry {
 /// The SQLite registry store.
 pub struct Store {
     conn: Connection,
+    memory: bool,
 }
 
 impl std::fmt::Debug for Store {
@@ -108,7 +118,11 @@ impl std::fmt::Debug for Store {
 }
 
 const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS keys (epoch INTEGER PRIMARY KEY, key BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS keys (
+    epoch INTEGER PRIMARY KEY,
+    key BLOB NOT NULL,
+    created_ms INTEGER
+);
 CREATE TABLE IF NOT EXISTS entries (
     id INTEGER PRIMARY KEY,
     identifier TEXT NOT NULL UNIQUE,
@@ -160,12 +174,71 @@ impl Store {
         }
         let conn = Connection::open(path)?;
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        // Deleted and overwritten content (old keys, old outputs, removed entries) is
+        // zeroed in its page instead of lingering in free space. Per connection.
+        conn.pragma_update(None, "secure_delete", "ON")?;
         if !memory {
             conn.pragma_update(None, "journal_mode", "WAL")?;
             conn.pragma_update(None, "synchronous", "NORMAL")?;
         }
         conn.execute_batch(SCHEMA)?;
-        Ok(Store { conn })
+        // Stores created before keys had a creation time.
+        let has_created: bool = conn.query_row(
+            "SELECT COUNT(*) FROM pragma_table_info('keys') WHERE name = 'created_ms'",
+            [],
+            |r| r.get::<_, i64>(0).map(|n| n > 0),
+        )?;
+        if !has_created {
+            conn.execute_batch("ALTER TABLE keys ADD COLUMN created_ms INTEGER")?;
+        }
+        Ok(Store { conn, memory })
+    }
+
+    /// True for a `:memory:` store.
+    pub fn is_memory(&self) -> bool {
+        self.memory
+    }
+
+    /// Moves every committed page into the database file and truncates the write-ahead
+    /// log to zero bytes (`PRAGMA wal_checkpoint(TRUNCATE)`), so page images holding
+    /// deleted secrets (an old key, an old epoch's outputs, removed identifiers) do not
+    /// stay in the log. With `secure_delete` on, the pages written to the file have that
+    /// content zeroed. Returns false when another connection kept the checkpoint from
+    /// completing (it waits up to the busy timeout first); the log is then scrubbed by
+    /// the next complete checkpoint. What this cannot reach: copies the file system or
+    /// the disk keep of earlier blocks, and backups.
+    pub fn scrub(&self) -> Result<bool, StoreError> {
+        if self.memory {
+            return Ok(true);
+        }
+        let (busy, log, done): (i64, i64, i64) =
+            self.conn
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })?;
+        Ok(busy == 0 && log == done)
+    }
+
+    fn scrub_or_warn(&self, after: &'static str) -> Result<(), StoreError> {
+        if !self.scrub()? {
+            tracing::warn!(
+                after,
+                "WAL checkpoint incomplete (another connection is busy): deleted key material may stay in the -wal file until the next complete checkpoint"
+            );
+        }
+        Ok(())
+    }
+
+    /// When the current key was created, if known (keys created by older versions have
+    /// no creation time).
+    pub fn key_created(&mut self) -> Result<Option<std::time::SystemTime>, StoreError> {
+        let epoch = self.current_key()?.epoch();
+        let ms: Option<i64> = self.conn.query_row(
+            "SELECT created_ms FROM keys WHERE epoch = ?1",
+            params![epoch],
+            |r| r.get(0),
+        )?;
+        Ok(ms.map(|ms| std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64)))
     }
 
     /// The current key, creating the epoch-1 key on first use.
@@ -199,26 +272,28 @@ impl Store {
         }
     }
 
-    /// Starts a new epoch with a fresh key; deletes the old key and encoded sets. The
-    /// next [`Store::refresh`] recomputes every output.
+    /// Starts a new epoch with a fresh key; deletes the old key and encoded sets, and
+    /// scrubs the old key from the file and the log ([`Store::scrub`]). The next
+    /// [`Store::refresh`] recomputes every output (overwriting the old epoch's).
     pub fn rotate_key(&mut self) -> Result<ServerKey, StoreError> {
         let old = self.current_key()?;
         let new = old.rotate(&mut os_rng()?);
         let tx = self.conn.transaction()?;
         tx.execute(
-            "INSERT INTO keys (epoch, key) VALUES (?1, ?2)",
-            params![new.epoch(), new.oprf_key().to_bytes().as_slice()],
+            "INSERT INTO keys (epoch, key, created_ms) VALUES (?1, ?2, ?3)",
+            params![new.epoch(), new.oprf_key().to_bytes().as_slice(), now_ms()],
         )?;
         tx.execute("DELETE FROM keys WHERE epoch <> ?1", params![new.epoch()])?;
         tx.execute("DELETE FROM encoded_sets", [])?;
         tx.commit()?;
+        self.scrub_or_warn("key rotation")?;
         Ok(new)
     }
 
     fn insert_key(&mut self, key: &ServerKey) -> Result<(), StoreError> {
         self.conn.execute(
-            "INSERT INTO keys (epoch, key) VALUES (?1, ?2)",
-            params![key.epoch(), key.oprf_key().to_bytes().as_slice()],
+            "INSERT INTO keys (epoch, key, created_ms) VALUES (?1, ?2, ?3)",
+            params![key.epoch(), key.oprf_key().to_bytes().as_slice(), now_ms()],
         )?;
         Ok(())
     }
@@ -274,6 +349,10 @@ impl Store {
             tx.execute("UPDATE meta SET v = v + 1 WHERE k = 'version'", [])?;
         }
         tx.commit()?;
+        if removed > 0 {
+            // The removed identifiers, labels and outputs leave the log too.
+            self.scrub_or_warn("removal")?;
+        }
         Ok(removed)
     }
 
@@ -368,6 +447,10 @@ impl Store {
             )?;
             tx.commit()?;
             stats.set_rebuilt = true;
+        }
+        if stats.outputs_computed > 0 {
+            // Outputs of an older epoch were overwritten: keep no copy in the log.
+            self.scrub_or_warn("output refresh")?;
         }
         Ok(stats)
     }
@@ -652,6 +735,10 @@ impl Store {
         tx.commit()?;
         Ok(())
     }
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Strong ETag of an encoded set: 128 bits of its SHA-256, quoted.
@@ -785,5 +872,54 @@ mod tests {
         assert_eq!(got, vec![row("a", 0.5, 6000), row("b", 2.0, 5000)]);
         s.save_budgets(&[], 5500).unwrap();
         assert_eq!(s.budgets().unwrap(), vec![row("a", 0.5, 6000)]);
+    /// True if `needle` occurs in the database file or its write-ahead log.
+    fn on_disk(path: &Path, needle: &[u8]) -> bool {
+        let wal = path.with_extension("sqlite-wal");
+        [path, wal.as_path()]
+            .iter()
+            .any(|p| std::fs::read(p).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle)))
+    }
+
+    #[test]
+    fn rotation_leaves_no_old_key_or_old_outputs_in_the_file_or_the_log() {
+        let dir = std::env::temp_dir().join(format!(
+            "psi-store-scrub-{}-{:?}",
+            std::process::id(),
+            std::time::SystemTime::now()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("registry.sqlite");
+        let mut s = Store::open(&path).unwrap();
+        let old_key = s.current_key().unwrap().oprf_key().to_bytes();
+        let ids: Vec<String> = (0..300).map(|i| format!("+1202{i:07}")).collect();
+        s.add_entries(ids.iter().map(|i| (i.as_str(), None)))
+            .unwrap();
+        s.refresh(100, Threads::ONE, &mut |_, _| {}).unwrap();
+        let old_outputs: Vec<[u8; OUTPUT_LEN]> =
+            s.entries().unwrap().iter().map(|e| e.output).collect();
+        // Control: while live, the key and the outputs are found where the scan looks.
+        assert!(on_disk(&path, old_key.as_slice()));
+        assert!(old_outputs.iter().all(|o| on_disk(&path, o)));
+        assert!(s.key_created().unwrap().is_some());
+
+        s.rotate_key().unwrap();
+        // The key is gone from the file and the log as soon as the rotation returns.
+        assert!(!on_disk(&path, old_key.as_slice()), "old key left on disk");
+        s.refresh(100, Threads::ONE, &mut |_, _| {}).unwrap();
+        assert!(!on_disk(&path, old_key.as_slice()), "old key left on disk");
+        let left = old_outputs.iter().filter(|o| on_disk(&path, *o)).count();
+        assert_eq!(left, 0, "outputs of the old epoch left on disk");
+        let new_key = s.current_key().unwrap().oprf_key().to_bytes();
+        assert!(on_disk(&path, new_key.as_slice()));
+
+        // A removal scrubs the removed identifier too.
+        assert!(on_disk(&path, ids[7].as_bytes()));
+        s.remove_entries([ids[7].as_str()]).unwrap();
+        assert!(
+            !on_disk(&path, ids[7].as_bytes()),
+            "removed identifier left on disk"
+        );
+        drop(s);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
