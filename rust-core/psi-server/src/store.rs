@@ -735,6 +735,8 @@ impl Store {
         tx.commit()?;
         Ok(())
     }
+}
+
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -872,6 +874,8 @@ mod tests {
         assert_eq!(got, vec![row("a", 0.5, 6000), row("b", 2.0, 5000)]);
         s.save_budgets(&[], 5500).unwrap();
         assert_eq!(s.budgets().unwrap(), vec![row("a", 0.5, 6000)]);
+    }
+
     /// True if `needle` occurs in the database file or its write-ahead log.
     fn on_disk(path: &Path, needle: &[u8]) -> bool {
         let wal = path.with_extension("sqlite-wal");
