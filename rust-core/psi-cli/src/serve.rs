@@ -79,6 +79,10 @@ pub struct ServeArgs {
     /// the cores, at least 1).
     #[arg(long)]
     ot_workers: Option<usize>,
+    /// Seconds an OT-PSI run may wait for its client's next request before it is ended and
+    /// its OT slot freed.
+    #[arg(long, default_value_t = 30)]
+    ot_idle_timeout: u64,
     /// Serve DH-PSI only.
     #[arg(long)]
     no_ot: bool,
@@ -186,6 +190,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     if let Some(w) = args.ot_workers {
         config.ot_workers = w.max(1);
     }
+    config.ot_idle_timeout = Duration::from_secs(args.ot_idle_timeout.max(1));
     config.enable_ot = !args.no_ot;
     config.header_read_timeout = Duration::from_secs(args.header_read_timeout.max(1));
     config.idle_timeout = Duration::from_secs(args.idle_timeout.max(1));

@@ -6,6 +6,7 @@ use crate::limits::{RateLimiter, unix_ms};
 use crate::store::{Store, StoreError, TokenInfo};
 use std::path::Path;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 /// How often charged budgets are saved: a crash (not a shutdown) loses at most this much
@@ -13,9 +14,17 @@ use std::time::{Duration, SystemTime};
 pub(crate) const SAVE_EVERY: Duration = Duration::from_secs(5);
 
 pub(crate) struct Accounts {
-    /// `None` if the database could not be opened: then every authenticated route
-    /// answers `internal` (fail closed: issued tokens cannot be checked).
+    /// Token lookups. `None` if the database could not be opened: then every
+    /// authenticated route answers `internal` (fail closed: issued tokens cannot be
+    /// checked).
     db: Option<Mutex<Store>>,
+    /// Budget saves, on a connection of their own: a save waiting for SQLite's write lock
+    /// (during an import or a rotation) never holds up token lookups (WAL readers do not
+    /// wait for writers).
+    saver: Option<Mutex<Store>>,
+    /// Set once any token was seen in the database. Tokens are never deleted (revoked ones
+    /// stay), so it never goes back: later requests without a token skip the database.
+    issued: AtomicBool,
 }
 
 /// What the database says about a request's credential.
@@ -33,22 +42,44 @@ impl Accounts {
             limiter.restore(store.budgets()?);
             Ok(store)
         });
-        match opened {
-            Ok(store) => Accounts {
-                db: Some(Mutex::new(store)),
-            },
-            Err(e) => {
+        let saver = Store::open(path);
+        let (db, saver) = match (opened, saver) {
+            (Ok(db), Ok(saver)) => (Some(Mutex::new(db)), Some(Mutex::new(saver))),
+            (Err(e), _) | (_, Err(e)) => {
                 tracing::error!(error = %e, "cannot open the token and budget tables; refusing requests");
-                Accounts { db: None }
+                (None, None)
             }
+        };
+        Accounts {
+            db,
+            saver,
+            issued: AtomicBool::new(false),
         }
     }
 
-    fn db(&self) -> Result<std::sync::MutexGuard<'_, Store>, StoreError> {
-        self.db
-            .as_ref()
+    fn open_conn(
+        conn: &Option<Mutex<Store>>,
+    ) -> Result<std::sync::MutexGuard<'_, Store>, StoreError> {
+        conn.as_ref()
             .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
             .ok_or_else(|| StoreError::Io(std::io::Error::other("the token database is not open")))
+    }
+
+    fn db(&self) -> Result<std::sync::MutexGuard<'_, Store>, StoreError> {
+        Self::open_conn(&self.db)
+    }
+
+    /// Whether any token was ever issued (the database is asked until one was: the first
+    /// `psi token add` turns authentication on at the next request).
+    fn any_issued(&self, db: &Store) -> Result<bool, StoreError> {
+        if self.issued.load(Ordering::Relaxed) {
+            return Ok(true);
+        }
+        let any = db.has_tokens()?;
+        if any {
+            self.issued.store(true, Ordering::Relaxed);
+        }
+        Ok(any)
     }
 
     /// Blocking: the token with `digest` (if any is presented) and whether any exists.
@@ -58,8 +89,11 @@ impl Accounts {
             Some(d) => db.token_by_digest(d)?,
             None => None,
         };
+        if token.is_some() {
+            self.issued.store(true, Ordering::Relaxed);
+        }
         Ok(TokenCheck {
-            any_issued: token.is_some() || db.has_tokens()?,
+            any_issued: token.is_some() || self.any_issued(&db)?,
             token,
         })
     }
@@ -69,9 +103,8 @@ impl Accounts {
     pub(crate) fn save_budgets(&self, limiter: &RateLimiter) {
         let rows = limiter.take_dirty();
         let forget_before = unix_ms(SystemTime::now()).saturating_sub(3_600_000);
-        let saved = self
-            .db()
-            .and_then(|mut db| db.save_budgets(&rows, forget_before));
+        let saved =
+            Self::open_conn(&self.saver).and_then(|mut db| db.save_budgets(&rows, forget_before));
         if let Err(e) = saved {
             tracing::error!(error = %e, budgets = rows.len(), "saving rate-limit budgets failed; retrying");
             limiter.mark_dirty(rows.into_iter().map(|r| r.client));

@@ -384,6 +384,8 @@ async fn create_session(
             Protocol::Ot => Phase::Busy,
             _ => Phase::DhAwaitingQuery,
         },
+        in_flight: 0,
+        last_active: Instant::now(),
     };
     let slot = match state.sessions.insert(id.clone(), session) {
         Ok(slot) => slot,
@@ -423,25 +425,21 @@ async fn create_session(
         return Err(rate_limited(wait));
     }
     if let (Protocol::Ot, Some(slot)) = (protocol, slot) {
-        let items = registry.items.clone();
+        // Built here, without an await between admission and storing the state: a request
+        // dropped at an await would leave the charged session busy until it expires.
+        // `OtServer::new` only draws the session's randomness (one scalar multiplication);
+        // the per-registry work happens at the hello, on a worker.
         let config = OtConfig::new(Threads::ONE).with_expected_client_items(n as usize);
-        let built = tokio::task::spawn_blocking(move || {
-            OtServer::new(
-                items,
-                config,
-                &mut crate::store::os_rng()
-                    .map_err(|_| psi_core::Error::ThreadPool("no OS randomness".into()))?,
-            )
-        })
-        .await;
+        let built = crate::store::os_rng()
+            .map_err(|_| internal())
+            .and_then(|mut rng| {
+                OtServer::new(registry.items.clone(), config, &mut rng).map_err(ApiError::from)
+            });
         let server = match built {
-            Ok(Ok(server)) => server,
-            other => {
+            Ok(server) => server,
+            Err(e) => {
                 state.sessions.remove(&id);
-                return Err(match other {
-                    Ok(Err(e)) => e.into(),
-                    _ => internal(),
-                });
+                return Err(e);
             }
         };
         if let Lookup::Live(s) = state.sessions.get(&id) {
@@ -526,6 +524,29 @@ async fn delete_session(
 struct SessionCall {
     session: Arc<Mutex<Session>>,
     body: Bytes,
+    /// Counts the request as in progress on its session until the handler returns.
+    _active: Active,
+}
+
+/// A request of a session in progress, from before its body is read until it is answered
+/// or dropped: the sweep never ends an OT run as idle while one is under way.
+struct Active(Arc<Mutex<Session>>);
+
+impl Active {
+    fn start(session: &Arc<Mutex<Session>>) -> Active {
+        let mut g = lock(session);
+        g.in_flight += 1;
+        g.last_active = Instant::now();
+        Active(session.clone())
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        let mut g = lock(&self.0);
+        g.in_flight = g.in_flight.saturating_sub(1);
+        g.last_active = Instant::now();
+    }
 }
 
 impl FromRequest<Arc<AppState>> for SessionCall {
@@ -540,10 +561,15 @@ impl FromRequest<Arc<AppState>> for SessionCall {
             return Err(internal());
         };
         let session = session(state, &id, &client)?;
+        let active = Active::start(&session);
         let headers = parts.headers.clone();
         let body = Bytes::from_request(Request::from_parts(parts, body), state).await;
         let body = binary_body(&headers, body)?;
-        Ok(SessionCall { session, body })
+        Ok(SessionCall {
+            session,
+            body,
+            _active: active,
+        })
     }
 }
 
@@ -569,12 +595,12 @@ async fn transition(
 /// `AppState::ot_workers`, everything else from `AppState::workers`, so DH-PSI queries
 /// and label steps keep being served while every OT worker is busy.
 async fn transition_in(
-    pool: &tokio::sync::Semaphore,
+    pool: &Arc<tokio::sync::Semaphore>,
     s: &Arc<Mutex<Session>>,
     accept: impl FnOnce(&Session) -> Result<(), ApiError>,
     work: impl FnOnce(Phase) -> Outcome + Send + 'static,
 ) -> Result<Response, ApiError> {
-    let permit = pool.acquire().await.map_err(|_| internal())?;
+    let permit = pool.clone().acquire_owned().await.map_err(|_| internal())?;
     let taken = {
         let mut g = lock(s);
         accept(&g)?;
@@ -593,11 +619,13 @@ async fn transition_in(
         let (next, result) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(taken)))
             .unwrap_or_else(|_| (Phase::Done, Err(internal())));
         lock(&session).phase = next;
+        // The worker is free when the work is, not when the request is: a request dropped
+        // mid-step (timeout, disconnect) keeps its permit until the blocking work ends.
+        drop(permit);
         result
     })
     .await
     .map_err(|_| internal())?;
-    drop(permit);
     Ok(binary(result?, t.elapsed().as_secs_f64() * 1e3))
 }
 
@@ -624,7 +652,11 @@ fn decode_query(
 
 async fn dh_query(
     S(state): AppS,
-    SessionCall { session: s, body }: SessionCall,
+    SessionCall {
+        session: s,
+        body,
+        _active,
+    }: SessionCall,
 ) -> Result<Response, ApiError> {
     let registry = session_registry(&state, &s)?;
     let n = lock(&s).client_items as usize;
@@ -667,7 +699,11 @@ async fn dh_query(
 
 async fn ot_round(
     S(state): AppS,
-    SessionCall { session: s, body }: SessionCall,
+    SessionCall {
+        session: s,
+        body,
+        _active,
+    }: SessionCall,
 ) -> Result<Response, ApiError> {
     transition_in(
         &state.ot_workers,
@@ -704,7 +740,11 @@ async fn ot_round(
 
 async fn label_query(
     S(state): AppS,
-    SessionCall { session: s, body }: SessionCall,
+    SessionCall {
+        session: s,
+        body,
+        _active,
+    }: SessionCall,
 ) -> Result<Response, ApiError> {
     let registry = session_registry(&state, &s)?;
     // At most the session's label slots (a fixed function of its `n`, below `n` for
@@ -758,7 +798,11 @@ async fn label_query(
 
 async fn label_fetch(
     S(state): AppS,
-    SessionCall { session: s, body }: SessionCall,
+    SessionCall {
+        session: s,
+        body,
+        _active,
+    }: SessionCall,
 ) -> Result<Response, ApiError> {
     let registry = session_registry(&state, &s)?;
     let reg = registry.clone();

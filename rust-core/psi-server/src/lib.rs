@@ -89,6 +89,10 @@ pub struct Config {
     /// Concurrent OT-PSI rounds, a pool of their own so DH-PSI stays served while OT
     /// sessions are busy (default: half the cores, at least 1).
     pub ot_workers: usize,
+    /// An OT-PSI run with no request of its session in progress for this long is ended and
+    /// its OT slot freed (default 30 s): a caller that opens OT sessions and stalls cannot
+    /// hold the OT slots until the sessions expire.
+    pub ot_idle_timeout: Duration,
     /// Threads for building the encoded set at start (default: cores).
     pub build_threads: usize,
     /// Serve OT-PSI sessions (default true).
@@ -143,6 +147,7 @@ impl Default for Config {
             ipv6_prefix: 56,
             workers: cores,
             ot_workers: (cores / 2).max(1),
+            ot_idle_timeout: Duration::from_secs(30),
             build_threads: cores,
             enable_ot: true,
             label_bucket_size: 32,
@@ -176,9 +181,9 @@ pub struct AppState {
     pub(crate) limiter: limits::RateLimiter,
     /// Issued tokens and saved budgets (its own database connection).
     pub(crate) accounts: accounts::Accounts,
-    pub(crate) workers: tokio::sync::Semaphore,
+    pub(crate) workers: Arc<tokio::sync::Semaphore>,
     /// Workers for OT-PSI rounds only.
-    pub(crate) ot_workers: tokio::sync::Semaphore,
+    pub(crate) ot_workers: Arc<tokio::sync::Semaphore>,
 }
 
 impl AppState {
@@ -203,13 +208,14 @@ impl AppState {
                     ot: config.max_ot_sessions,
                     ot_per_client: config.max_ot_sessions_per_client,
                     ot_per_hour: config.ot_sessions_per_hour,
+                    ot_idle: config.ot_idle_timeout,
                 },
                 config.session_ttl,
             ),
             limiter,
             accounts,
-            workers: tokio::sync::Semaphore::new(config.workers.max(1)),
-            ot_workers: tokio::sync::Semaphore::new(config.ot_workers.max(1)),
+            workers: Arc::new(tokio::sync::Semaphore::new(config.workers.max(1))),
+            ot_workers: Arc::new(tokio::sync::Semaphore::new(config.ot_workers.max(1))),
             epochs: RwLock::new(Epochs {
                 current: Arc::new(registry),
                 retired: None,
@@ -251,7 +257,7 @@ impl AppState {
         let mut epochs = self.epochs.write().unwrap_or_else(|e| e.into_inner());
         let old = std::mem::replace(&mut epochs.current, registry);
         if old.dh.epoch() != stats.epoch {
-            epochs.retired = Some((old, Instant::now() + self.config.epoch_overlap));
+            epochs.retired = Some((old, instant_after(self.config.epoch_overlap)));
             self.epoch_retired.notify_one();
         }
         stats
@@ -306,9 +312,11 @@ impl AppState {
         let mut store = self.file_store()?;
         if store.current_key()?.epoch() == self.registry().dh.epoch() {
             let due = store.key_created()?.map_or(Duration::ZERO, |created| {
-                (created + every)
-                    .duration_since(std::time::SystemTime::now())
-                    .unwrap_or(Duration::ZERO)
+                // A period too long to add (a configuration mistake) never comes due.
+                created.checked_add(every).map_or(Duration::MAX, |at| {
+                    at.duration_since(std::time::SystemTime::now())
+                        .unwrap_or(Duration::ZERO)
+                })
             });
             if !due.is_zero() {
                 return Ok(Some(due));
@@ -527,6 +535,13 @@ impl Drop for RunningServer {
     fn drop(&mut self) {
         let _ = self.stop_and_join();
     }
+}
+
+/// `now + d`, saturating at about a century (durations from configuration can be huge).
+pub(crate) fn instant_after(d: Duration) -> Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 86_400);
+    let now = Instant::now();
+    now.checked_add(d.min(CENTURY)).unwrap_or(now)
 }
 
 #[cfg(test)]

@@ -82,6 +82,12 @@ pub(crate) struct Session {
     /// The registry's label bucket layout when the session started.
     pub label_bits: u8,
     pub phase: Phase,
+    /// Requests of this session in progress (body upload included): counted by
+    /// `api::SessionCall`, so an OT run is never ended as idle while one is under way.
+    pub in_flight: u32,
+    /// When the last request of this session started or ended (or the session was
+    /// created).
+    pub last_active: Instant,
 }
 
 pub(crate) enum Lookup {
@@ -120,6 +126,8 @@ pub(crate) struct SessionLimits {
     /// OT-PSI sessions one caller may start per hour (token bucket; 0 = no limit): each
     /// costs the server O(registry size) work whatever its `n`.
     pub ot_per_hour: u64,
+    /// An OT-PSI run idle this long (no request in progress) is ended by the sweep.
+    pub ot_idle: Duration,
 }
 
 /// Why a session was not admitted.
@@ -186,7 +194,7 @@ impl Sessions {
         map.insert(
             id,
             Entry {
-                expires: now + self.ttl,
+                expires: crate::instant_after(self.ttl),
                 client: session.client.clone(),
                 session: Some(Arc::new(Mutex::new(session))),
             },
@@ -259,8 +267,8 @@ impl Sessions {
         self.lock().values().filter(|e| e.expires > now).count()
     }
 
-    /// Frees the state of expired sessions; forgets them after the tombstone period;
-    /// forgets OT budgets that are full again.
+    /// Frees the state of expired sessions; forgets them after the tombstone period; ends
+    /// OT runs idle for `ot_idle`; forgets OT budgets that are full again.
     pub(crate) fn sweep(&self) -> usize {
         let now = Instant::now();
         let mut map = self.lock();
@@ -272,7 +280,20 @@ impl Sessions {
             e.expires + TOMBSTONE > now
         });
         let removed = before - map.len();
+        let live: Vec<Arc<Mutex<Session>>> =
+            map.values().filter_map(|e| e.session.clone()).collect();
         drop(map);
+        // End OT runs nobody is driving: their state and OT slot go now, not at expiry. A
+        // session whose lock is taken is being handled: skip it this time.
+        for s in live {
+            let Ok(mut g) = s.try_lock() else { continue };
+            if matches!(g.phase, Phase::OtRunning(_))
+                && g.in_flight == 0
+                && now.saturating_duration_since(g.last_active) >= self.limits.ot_idle
+            {
+                g.phase = Phase::Done;
+            }
+        }
         let cap = self.limits.ot_per_hour as f64;
         let rate = cap / 3600.0;
         lock_ot(&self.ot)

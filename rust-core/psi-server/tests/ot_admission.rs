@@ -177,3 +177,43 @@ fn one_caller_cannot_hold_every_ot_slot() {
     // Caller b's budget is its own.
     session_id(&session(&t, "ot-psi", 2, &b));
 }
+
+/// Waits (bounded) until no OT run is in progress.
+fn wait_for_no_ot_runs(server: &psi_server::RunningServer) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while server.state.ot_runs_in_progress() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "stalled OT run still holds its slot"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_stalled_ot_run_frees_its_slot_after_the_idle_timeout() {
+    let mut config = config("ot-idle");
+    config.items_per_hour = 0;
+    config.max_ot_sessions = 1;
+    config.ot_idle_timeout = std::time::Duration::from_secs(1);
+    fill(&config, 50, |_| false);
+    let server = start(config);
+    let t = raw(&server);
+    // A session that never sends its hello: its slot goes at the next sweep after 1 s,
+    // not when the session expires (300 s).
+    let silent = session_id(&session(&t, "ot-psi", 3, &[]));
+    expect(&session(&t, "ot-psi", 3, &[]), 503, "too_many_sessions");
+    wait_for_no_ot_runs(&server);
+    assert_eq!(server.state.live_sessions(), 1);
+    let (_, hello) = client(3, 3);
+    expect(&round(&t, &silent, &hello, &[]), 409, "wrong_phase");
+    // A session that stalls after its hello (the O(registry) state is built) likewise.
+    let stalled = session_id(&session(&t, "ot-psi", 3, &[]));
+    let (_, hello) = client(3, 4);
+    assert_eq!(round(&t, &stalled, &hello, &[]).status, 200);
+    expect(&session(&t, "ot-psi", 3, &[]), 503, "too_many_sessions");
+    wait_for_no_ot_runs(&server);
+    // The slot is free again: a full run goes through.
+    let next = session_id(&session(&t, "ot-psi", 3, &[]));
+    assert_eq!(run_to_outputs(&t, &next, 3, &[]), 3);
+}
