@@ -3,6 +3,9 @@
 
 use std::process::Command;
 
+#[path = "../../../tests/support/pki.rs"]
+mod pki;
+
 fn psi(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_psi"))
         .args(args)
@@ -208,24 +211,15 @@ fn tokens_come_from_files() {
 /// `http://` to a host that is not loopback is refused before any connection.
 #[test]
 fn serve_and_match_over_tls() {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
     use std::io::BufRead;
     let dir = std::env::temp_dir().join(format!("psi-cli-tls-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
-    let mut ca = CertificateParams::new(Vec::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_key = KeyPair::generate().unwrap();
-    std::fs::write(path("ca.pem"), ca.self_signed(&ca_key).unwrap().pem()).unwrap();
-    let issuer = Issuer::new(ca, ca_key);
-    let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec!["127.0.0.1".into()])
-        .unwrap()
-        .signed_by(&key, &issuer)
-        .unwrap();
-    std::fs::write(path("cert.pem"), cert.pem()).unwrap();
-    std::fs::write(path("key.pem"), key.serialize_pem()).unwrap();
+    let (ca, cert, key) = pki::pki();
+    std::fs::write(path("ca.pem"), ca).unwrap();
+    std::fs::write(path("cert.pem"), cert).unwrap();
+    std::fs::write(path("key.pem"), key).unwrap();
     std::fs::write(path("reg.csv"), "alice@example.com,Alice\n").unwrap();
     std::fs::write(
         path("contacts.csv"),

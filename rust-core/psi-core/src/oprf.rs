@@ -290,15 +290,9 @@ pub fn blind_batch(inputs: &[Vec<u8>], blinds: &[Scalar]) -> Result<Vec<[u8; ELE
     flatten(chunks)
 }
 
-/// Batched BlindEvaluate. On an invalid element returns `Err(index)` of the first one.
-///
-/// Every element is decoded and checked before any multiplication, so a query with a bad
-/// element costs the server decoding only, not the multiplications before it.
-pub fn blind_evaluate_batch(
-    key: &OprfKey,
-    blinded: &[[u8; ELEMENT_LEN]],
-) -> Result<Vec<[u8; ELEMENT_LEN]>, usize> {
-    let decoded: Vec<Result<Vec<RistrettoPoint>, usize>> = blinded
+/// Decodes every element (in parallel), or `Err(index)` of the first invalid one.
+fn decode_all(elements: &[[u8; ELEMENT_LEN]]) -> Result<Vec<RistrettoPoint>, usize> {
+    let decoded: Vec<Result<Vec<RistrettoPoint>, usize>> = elements
         .par_chunks(CHUNK)
         .enumerate()
         .map(|(c, elems)| {
@@ -309,7 +303,18 @@ pub fn blind_evaluate_batch(
                 .collect()
         })
         .collect();
-    let points = flatten(decoded)?;
+    flatten(decoded)
+}
+
+/// Batched BlindEvaluate. On an invalid element returns `Err(index)` of the first one.
+///
+/// Every element is decoded and checked before any multiplication, so a query with a bad
+/// element costs the server decoding only, not the multiplications before it.
+pub fn blind_evaluate_batch(
+    key: &OprfKey,
+    blinded: &[[u8; ELEMENT_LEN]],
+) -> Result<Vec<[u8; ELEMENT_LEN]>, usize> {
+    let points = decode_all(blinded)?;
     let half = key.half();
     Ok(points
         .par_chunks(CHUNK)
@@ -334,18 +339,7 @@ pub fn finalize_batch(
     assert!(inputs.len() == blinds.len() && inputs.len() == evaluated.len());
     // Decode everything first (the evaluated elements are public), so a bad element
     // costs no multiplication and leaves no partial output behind.
-    let decoded: Vec<Result<Vec<RistrettoPoint>, usize>> = evaluated
-        .par_chunks(CHUNK)
-        .enumerate()
-        .map(|(c, elems)| {
-            elems
-                .iter()
-                .enumerate()
-                .map(|(i, e)| decode_element(e).ok_or(c * CHUNK + i))
-                .collect()
-        })
-        .collect();
-    let points = flatten(decoded)?;
+    let points = decode_all(evaluated)?;
     // One batched inversion for all blinds, then halve for double-and-encode.
     let mut inv_halves: Zeroizing<Vec<Scalar>> = Zeroizing::new(blinds.to_vec());
     if !inv_halves.is_empty() {
