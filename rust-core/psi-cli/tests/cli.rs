@@ -18,6 +18,39 @@ fn psi(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// A `psi serve` on a free loopback port, killed when dropped (also when a test fails).
+struct Served {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Served {
+    /// `psi serve --db DB --listen 127.0.0.1:0 EXTRA...`; waits for its address line.
+    fn start(db: &str, extra: &[&str]) -> Served {
+        use std::io::BufRead;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_psi"))
+            .args(["serve", "--db", db, "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line.split_whitespace().last().unwrap().to_string();
+        Served { child, url }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 #[test]
 fn demo_finds_the_known_overlap() {
     let (ok, out, err) = psi(&["demo", "--registry-size", "3000", "--threads", "2"]);
@@ -124,7 +157,6 @@ fn import_reports_rejected_lines_of_crlf_files() {
 /// a file, the client its token from another, and a wrong token is refused.
 #[test]
 fn tokens_come_from_files() {
-    use std::io::BufRead;
     let dir = std::env::temp_dir().join(format!("psi-cli-token-file-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -150,25 +182,9 @@ fn tokens_come_from_files() {
     let db = path("r.sqlite");
     let (ok, _, err) = psi(&["import", "--db", &db, &path("reg.csv")]);
     assert!(ok, "{err}");
-    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_psi"))
-        .args([
-            "serve",
-            "--db",
-            &db,
-            "--listen",
-            "127.0.0.1:0",
-            "--token-file",
-        ])
-        .arg(path("server-tokens"))
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line.split_whitespace().last().unwrap().to_string();
+    let tokens = path("server-tokens");
+    let server = Served::start(&db, &["--token-file", &tokens]);
+    let url = server.url.clone();
     let run = |token_file: &str| {
         psi(&[
             "match",
@@ -183,8 +199,7 @@ fn tokens_come_from_files() {
     let bad = run("bad");
     let empty = run("empty");
     let missing = run("missing");
-    server.kill().unwrap();
-    server.wait().unwrap();
+    drop(server);
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(good.0, "{}", good.2);
     assert!(good.1.contains("alice@example.com"), "{}", good.1);
@@ -211,7 +226,6 @@ fn tokens_come_from_files() {
 /// `http://` to a host that is not loopback is refused before any connection.
 #[test]
 fn serve_and_match_over_tls() {
-    use std::io::BufRead;
     let dir = std::env::temp_dir().join(format!("psi-cli-tls-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -231,31 +245,23 @@ fn serve_and_match_over_tls() {
     assert!(ok, "{err}");
     let (ok, _, err) = psi(&["serve", "--db", &db, "--tls-cert", &path("cert.pem")]);
     assert!(!ok && err.contains("--tls-key"), "{err}");
-    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_psi"))
-        .args(["serve", "--db", &db, "--listen", "127.0.0.1:0"])
-        .args([
+    let (cert, key) = (path("cert.pem"), path("key.pem"));
+    let server = Served::start(
+        &db,
+        &[
             "--tls-cert",
-            &path("cert.pem"),
+            &cert,
             "--tls-key",
-            &path("key.pem"),
-        ])
-        .args([
+            &key,
             "--header-read-timeout",
             "5",
             "--idle-timeout",
             "5",
             "--max-connections",
             "8",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line.split_whitespace().last().unwrap().to_string();
+        ],
+    );
+    let url = server.url.clone();
     let contacts = path("contacts.csv");
     let trusted = psi(&[
         "match",
@@ -272,11 +278,10 @@ fn serve_and_match_over_tls() {
         &url.replace("https", "http"),
         &contacts,
     ]);
-    server.kill().unwrap();
-    server.wait().unwrap();
+    drop(server);
     let remote = psi(&["match", "--server", "http://192.0.2.1:8080", &contacts]);
     std::fs::remove_dir_all(&dir).unwrap();
-    assert!(url.starts_with("https://127.0.0.1:"), "{line}");
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
     assert!(trusted.0, "{}", trusted.2);
     assert!(trusted.1.contains("alice@example.com"), "{}", trusted.1);
     assert!(
@@ -297,7 +302,6 @@ fn serve_and_match_over_tls() {
 /// same server without a restart.
 #[test]
 fn tokens_are_issued_and_revoked_while_the_server_runs() {
-    use std::io::BufRead;
     let dir = std::env::temp_dir().join(format!("psi-cli-token-cmd-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -310,17 +314,8 @@ fn tokens_are_issued_and_revoked_while_the_server_runs() {
     let (ok, out, err) = psi(&["token", "list", "--db", &db]);
     assert!(ok && out.contains("no tokens issued"), "{out}\n{err}");
 
-    let mut server = Command::new(env!("CARGO_BIN_EXE_psi"))
-        .args(["serve", "--db", &db, "--listen", "127.0.0.1:0"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line.split_whitespace().last().unwrap().to_string();
+    let server = Served::start(&db, &[]);
+    let url = server.url.clone();
     let matched = |token_file: Option<&str>| {
         let mut args = vec!["match", "--server", &url];
         let tf;
@@ -365,8 +360,7 @@ fn tokens_are_issued_and_revoked_while_the_server_runs() {
     assert!(!ok && missing.contains("no token with id 99"), "{missing}");
     let (ok, _, bad_name) = psi(&["token", "add", "--db", &db, "--name", ""]);
     assert!(!ok && bad_name.contains("token name"), "{bad_name}");
-    server.kill().unwrap();
-    server.wait().unwrap();
+    drop(server);
     std::fs::remove_dir_all(&dir).unwrap();
 
     assert!(open.0, "no token issued yet: open server\n{}", open.2);
