@@ -108,7 +108,7 @@ fuzz_target!(|input: Input| {
             ) else {
                 return;
             };
-            let honest = f.server.handle_query(&query).unwrap_or_default();
+            let honest = f.wide.handle_query(&query).unwrap_or_default();
             let eval = evaluation.bytes(&honest, &query, Protocol::Dh);
             let mut rng = psi_fuzz::rng(10);
             let request = match client.handle(&eval, &mut rng) {

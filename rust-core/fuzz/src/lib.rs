@@ -198,8 +198,10 @@ pub const OT_TRANSCRIPT: &str = include_str!("../../../tests/vectors/ot-psi-tran
 /// The DH-PSI fixture: the transcript's key, epoch, items and encoded set, and a label
 /// store for the server items (labels `label-<i>`), all built once.
 pub struct Dh {
-    /// The server (one thread).
+    /// The server (one thread), for the transcript's 8 client items at most.
     pub server: DhServer,
+    /// The same key for up to 4096 items (label queries of larger sessions).
+    pub wide: DhServer,
     /// Key epoch.
     pub epoch: u32,
     /// The client's items.
@@ -240,6 +242,7 @@ pub fn dh() -> &'static Dh {
         .expect("key");
         let epoch = v["epoch"].as_u64().expect("epoch") as u32;
         let max = v["max_client_items"].as_u64().expect("max") as usize;
+        let wide = DhServer::new(ServerKey::new(key.clone(), epoch), 4096, Threads::ONE);
         let server = DhServer::new(ServerKey::new(key, epoch), max, Threads::ONE);
         let server_items = strings(&v["server_items"]);
         let set = server
@@ -261,6 +264,7 @@ pub fn dh() -> &'static Dh {
         );
         Dh {
             server,
+            wide,
             epoch,
             client_items: strings(&v["client_items"]),
             server_items,
@@ -500,7 +504,8 @@ pub mod fake {
                 }
                 (Method::Post, p) if p.starts_with(&session) => {
                     let answer = match &p[session.len()..] {
-                        "/dh/query" | "/labels/query" => f.server.handle_query(&r.body),
+                        "/dh/query" => f.server.handle_query(&r.body),
+                        "/labels/query" => f.wide.handle_query(&r.body),
                         "/ot/round" => match state.ot.as_mut() {
                             Some(s) => s.handle(&r.body),
                             None => return err(404, "session_not_found"),
