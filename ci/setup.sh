@@ -52,3 +52,14 @@ if [ "${java_major:-0}" -lt 17 ]; then
   echo "ci/setup.sh: the Kotlin SDK needs a JDK 17 or newer (found ${java_major:-none})." >&2
   exit 1
 fi
+
+# Fuzzing (ci/fuzz.sh): libFuzzer needs a nightly toolchain (installed beside stable on
+# this machine image; rustup's server is not reachable, so it cannot be added here) and
+# cargo-fuzz (from crates.io).
+if ! cargo +nightly --version >/dev/null 2>&1; then
+  echo "ci/setup.sh: the fuzz smoke run needs a nightly toolchain ('cargo +nightly' failed): rustup toolchain install nightly" >&2
+  exit 1
+fi
+if ! cargo fuzz --version >/dev/null 2>&1; then
+  cargo install cargo-fuzz --locked
+fi

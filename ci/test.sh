@@ -5,6 +5,8 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 source "$root/ci/setup.sh"
 cd "$root/rust-core"
 cargo test --workspace --locked
+# Every fuzz target builds and runs 5 s on its seed corpus (docs/reliability/fuzzing.md).
+bash "$root/ci/fuzz.sh" smoke
 # The Kotlin SDK against the real native library and a real server; the Android Kotlin
 # compiled against the Android API; the desktop sample app.
 bash "$root/ci/kotlin.sh"

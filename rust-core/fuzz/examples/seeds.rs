@@ -13,7 +13,9 @@ use sha2::{Digest, Sha256};
 use std::path::Path;
 
 fn write(target: &str, name: &str, bytes: &[u8]) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus").join(target);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("corpus")
+        .join(target);
     std::fs::create_dir_all(&dir).expect("mkdir");
     std::fs::write(dir.join(format!("seed-{name}")), bytes).expect("write");
 }
@@ -23,7 +25,13 @@ fn framed(msg: &[u8]) -> Vec<u8> {
     let mut seed = vec![1u8];
     seed.extend_from_slice(msg);
     let back = Framed::from_input(&seed);
-    assert_eq!(back, Framed { mode: 1, bytes: msg.to_vec() });
+    assert_eq!(
+        back,
+        Framed {
+            mode: 1,
+            bytes: msg.to_vec()
+        }
+    );
     seed
 }
 
@@ -44,9 +52,12 @@ fn main() {
         &mut psi_fuzz::rng(o.client_seed),
     )
     .expect("client");
-    let mut server =
-        OtServer::new(o.server_items.clone(), o.server_config(), &mut psi_fuzz::rng(o.server_seed))
-            .expect("server");
+    let mut server = OtServer::new(
+        o.server_items.clone(),
+        o.server_config(),
+        &mut psi_fuzz::rng(o.server_seed),
+    )
+    .expect("server");
     let mut transcript = Vec::new();
     loop {
         let response = server.handle(&request).expect("server");
@@ -58,8 +69,14 @@ fn main() {
             ClientStep::Done(_) => break,
         }
     }
-    let hashes: Vec<String> = transcript.iter().map(|m| hex::encode(Sha256::digest(m))).collect();
-    assert_eq!(hashes, o.sha256, "OT-PSI messages = tests/vectors/ot-psi-transcript.json");
+    let hashes: Vec<String> = transcript
+        .iter()
+        .map(|m| hex::encode(Sha256::digest(m)))
+        .collect();
+    assert_eq!(
+        hashes, o.sha256,
+        "OT-PSI messages = tests/vectors/ot-psi-transcript.json"
+    );
     let ot_names = ["hello", "setup", "chunk", "ack", "outputs"];
     for (i, m) in transcript.iter().enumerate() {
         let name = ot_names[usize::from(m[4]) - 1];
@@ -68,14 +85,32 @@ fn main() {
         }
     }
     // The empty input is an honest run for every sequence target.
-    for t in ["dh_client", "ot_server", "ot_client", "client_dh", "client_ot", "labels"] {
+    for t in [
+        "dh_client",
+        "ot_server",
+        "ot_client",
+        "client_dh",
+        "client_ot",
+        "labels",
+    ] {
         write(t, "honest", &[]);
     }
     // A few short inputs: each a different first step (e.g. a repeat, an edit).
-    for t in ["dh_client", "ot_server", "ot_client", "client_dh", "client_ot", "labels"] {
-        for (i, s) in [&[0x40u8, 0, 0, 0][..], &[0xc0, 0, 0, 0, 1], &[1, 0x40, 0, 0, 0, 3, 0]]
-            .iter()
-            .enumerate()
+    for t in [
+        "dh_client",
+        "ot_server",
+        "ot_client",
+        "client_dh",
+        "client_ot",
+        "labels",
+    ] {
+        for (i, s) in [
+            &[0x40u8, 0, 0, 0][..],
+            &[0xc0, 0, 0, 0, 1],
+            &[1, 0x40, 0, 0, 0, 3, 0],
+        ]
+        .iter()
+        .enumerate()
         {
             write(t, &format!("short-{i}"), s);
         }

@@ -7,8 +7,8 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use psi_client::{CachedSet, CancelToken, Client, ClientConfig, MemoryCache, Protocol, SetCache};
-use psi_fuzz::fake::{ETAG, FakeServer, Reply};
 use psi_fuzz::Mutation;
+use psi_fuzz::fake::{ETAG, FakeServer, Reply};
 use std::sync::Arc;
 
 #[derive(Arbitrary, Debug)]
@@ -25,12 +25,16 @@ fuzz_target!(|input: Input| {
     let config = ClientConfig::default().with_threads(psi_core::Threads::ONE);
     let cache = Arc::new(MemoryCache::new());
     if let Some((same_etag, m)) = &input.cache {
-        let etag = if *same_etag { ETAG.to_string() } else { "\"old\"".to_string() };
+        let etag = if *same_etag {
+            ETAG.to_string()
+        } else {
+            "\"old\"".to_string()
+        };
         let bytes = m.apply(&f.set.to_bytes(), Some(Protocol::Dh));
         let _ = cache.store("http://127.0.0.1:1", &CachedSet { etag, bytes });
     }
-    let client = Client::with_transport("http://127.0.0.1:1", server.clone(), config)
-        .with_cache(cache);
+    let client =
+        Client::with_transport("http://127.0.0.1:1", server.clone(), config).with_cache(cache);
     let result = client.match_items(
         f.client_items.clone(),
         Protocol::Dh,

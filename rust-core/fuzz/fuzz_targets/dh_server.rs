@@ -23,6 +23,10 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!((e.len(), e.epoch), (n, f.epoch));
         }
         (Err(_), Err(_)) => {}
-        (a, b) => panic!("handle_query {:?} but decode + evaluate {:?}", a.is_ok(), b.is_ok()),
+        (a, b) => panic!(
+            "handle_query {:?} but decode + evaluate {:?}",
+            a.is_ok(),
+            b.is_ok()
+        ),
     }
 });

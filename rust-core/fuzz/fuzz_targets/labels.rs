@@ -13,17 +13,36 @@ use psi_fuzz::Send;
 
 #[derive(Arbitrary, Debug)]
 enum Input {
-    Fetch { request: Vec<u8>, max_buckets: u16 },
-    Records { data: Vec<u8>, output: u8 },
-    FromOutputs { matches: u8, client_items: u16, response: Send },
-    Query { matches: u8, client_items: u16, evaluation: Send, response: Send },
+    Fetch {
+        request: Vec<u8>,
+        max_buckets: u16,
+    },
+    Records {
+        data: Vec<u8>,
+        output: u8,
+    },
+    FromOutputs {
+        matches: u8,
+        client_items: u16,
+        response: Send,
+    },
+    Query {
+        matches: u8,
+        client_items: u16,
+        evaluation: Send,
+        response: Send,
+    },
 }
 
 /// Checks an honest label result: every matched label item opens to its own label.
 fn check(labels: &[Option<String>], matched: &[usize], skipped: usize) {
     assert_eq!(labels.len(), matched.len());
     let opened = labels.iter().filter(|l| l.is_some()).count();
-    assert_eq!(opened + skipped, matched.len(), "every label opened or skipped");
+    assert_eq!(
+        opened + skipped,
+        matched.len(),
+        "every label opened or skipped"
+    );
     for (l, &i) in labels.iter().zip(matched) {
         if let Some(l) = l {
             assert_eq!(*l, psi_fuzz::label_of(i));
@@ -36,7 +55,10 @@ fuzz_target!(|input: Input| {
     let store = &f.labels;
     let bits = store.bucket_bits();
     match input {
-        Input::Fetch { request, max_buckets } => {
+        Input::Fetch {
+            request,
+            max_buckets,
+        } => {
             if let Ok(answer) = store.answer_fetch(&request, usize::from(max_buckets)) {
                 let ids = messages::decode_request(&request).expect("accepted request");
                 let sections = messages::split_response(&answer).expect("own answer");
@@ -68,7 +90,11 @@ fuzz_target!(|input: Input| {
                 }
             }
         }
-        Input::FromOutputs { matches, client_items, response } => {
+        Input::FromOutputs {
+            matches,
+            client_items,
+            response,
+        } => {
             let k = usize::from(matches) % 9;
             let matched: Vec<usize> = (0..k).map(|i| i * 31 % f.label_items.len()).collect();
             let items: Vec<Vec<u8>> = matched.iter().map(|&i| f.label_items[i].clone()).collect();
@@ -79,7 +105,9 @@ fuzz_target!(|input: Input| {
             else {
                 return;
             };
-            let honest = store.answer_fetch(&request, usize::MAX).expect("honest fetch");
+            let honest = store
+                .answer_fetch(&request, usize::MAX)
+                .expect("honest fetch");
             let body = match &response {
                 Send::Mutated(m) => m.apply(&honest, None),
                 other => other.bytes(&honest, &request, Protocol::Dh),
@@ -92,7 +120,12 @@ fuzz_target!(|input: Input| {
                 }
             }
         }
-        Input::Query { matches, client_items, evaluation, response } => {
+        Input::Query {
+            matches,
+            client_items,
+            evaluation,
+            response,
+        } => {
             let k = usize::from(matches) % 9;
             let matched: Vec<usize> = (0..k).map(|i| i * 17 % f.label_items.len()).collect();
             let items: Vec<Vec<u8>> = matched.iter().map(|&i| f.label_items[i].clone()).collect();

@@ -16,9 +16,12 @@ fuzz_target!(|steps: Vec<Send>| {
         &mut psi_fuzz::rng(f.client_seed),
     )
     .expect("client");
-    let mut server =
-        OtServer::new(f.server_items.clone(), f.server_config(), &mut psi_fuzz::rng(f.server_seed))
-            .expect("server");
+    let mut server = OtServer::new(
+        f.server_items.clone(),
+        f.server_config(),
+        &mut psi_fuzz::rng(f.server_seed),
+    )
+    .expect("server");
     // The honest server's answer to the client's latest request (empty if it refused it).
     let mut valid = server.handle(&hello).unwrap_or_default();
     let mut previous = Vec::new();

@@ -11,9 +11,12 @@ use psi_fuzz::Send;
 
 fuzz_target!(|steps: Vec<Send>| {
     let f = psi_fuzz::ot();
-    let mut server =
-        OtServer::new(f.server_items.clone(), f.server_config(), &mut psi_fuzz::rng(f.server_seed))
-            .expect("server");
+    let mut server = OtServer::new(
+        f.server_items.clone(),
+        f.server_config(),
+        &mut psi_fuzz::rng(f.server_seed),
+    )
+    .expect("server");
     // The client's start costs 128 base OTs: only when a step needs the honest request.
     let mut client: Option<(OtClient, Vec<u8>)> = None;
     let start = || {

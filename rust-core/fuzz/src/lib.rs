@@ -256,7 +256,9 @@ pub fn dh() -> &'static Dh {
         let outputs = server
             .outputs(&ItemSet::new(label_items.clone()))
             .expect("outputs");
-        let names: Vec<String> = (0..label_items.len()).map(|i| format!("label-{i}")).collect();
+        let names: Vec<String> = (0..label_items.len())
+            .map(|i| format!("label-{i}"))
+            .collect();
         let labels = LabelStore::build(
             outputs.iter().zip(names.iter().map(String::as_str)),
             16,
