@@ -6,6 +6,8 @@
 #   ST_MAX_TIME      time budget of the whole schemathesis run in seconds (default 90)
 #   ST_SEED          random seed (default: a fresh one, printed by schemathesis)
 #   ST_VENV          the virtualenv to use or create (default: <target>/schemathesis-venv)
+#   ST_AUTH=1        authentication on: the server gets a static token, schemathesis sends it
+#   ST_CHECKS        the checks (default: the five below)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 target="${CARGO_TARGET_DIR:-$root/rust-core/target}"
@@ -44,13 +46,22 @@ dave@example.com
 EOF
 "$psi" import --db "$work/registry.sqlite" "$work/registry.csv" >/dev/null
 
+auth_serve=()
+auth_st=()
+if [ "${ST_AUTH:-0}" = 1 ]; then
+  token="$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+  (umask 077 && echo "$token" >"$work/tokens")
+  auth_serve=(--token-file "$work/tokens")
+  auth_st=(-H "Authorization: Bearer $token")
+fi
+
 # Limits raised so that schemathesis's many sessions are not answered 429/503 (those are
 # documented, but not_a_server_error flags every 5xx); everything else is the default.
 "$psi" serve --db "$work/registry.sqlite" --listen 127.0.0.1:0 \
   --items-per-hour 0 --ot-sessions-per-hour 0 \
   --max-sessions 100000 --max-sessions-per-client 100000 \
   --max-ot-sessions 100000 --max-ot-sessions-per-client 100000 \
-  --session-ttl 600 --request-timeout 30 \
+  --session-ttl 600 --request-timeout 30 "${auth_serve[@]}" \
   >"$work/serve.out" 2>"$work/serve.log" &
 server_pid=$!
 url=""
@@ -71,9 +82,9 @@ seed=()
 [ -n "${ST_SEED:-}" ] && seed=(--seed "$ST_SEED")
 status=0
 "$venv/bin/st" run "$root/docs/openapi.json" --url "$url" \
-  --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance \
+  --checks "${ST_CHECKS:-not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance}" \
   --max-examples "${ST_MAX_EXAMPLES:-30}" --max-time "${ST_MAX_TIME:-90}" \
-  --request-timeout 30 --workers 2 --warnings off "${seed[@]}" \
+  --request-timeout 30 --workers 2 --warnings off "${seed[@]}" "${auth_st[@]}" \
   --report junit --report-junit-path "$work/junit.xml" || status=$?
 
 # The server must still be serving after the run.

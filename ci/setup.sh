@@ -52,3 +52,9 @@ if [ "${java_major:-0}" -lt 17 ]; then
   echo "ci/setup.sh: the Kotlin SDK needs a JDK 17 or newer (found ${java_major:-none})." >&2
   exit 1
 fi
+
+# --- schemathesis (ci/schemathesis.sh): python3 with venv and pip, for a pinned virtualenv.
+if ! need python3 || ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+  apt_install "python3 with venv is needed for the API fuzz test (ci/schemathesis.sh)." python3 python3-venv
+fi
+# --- end schemathesis
