@@ -81,6 +81,8 @@ echo "ci/schemathesis.sh: schemathesis $st_version against $url"
 seed=()
 [ -n "${ST_SEED:-}" ] && seed=(--seed "$ST_SEED")
 status=0
+# Run from the temporary directory: schemathesis keeps its cache in ./.schemathesis.
+cd "$work"
 "$venv/bin/st" run "$root/docs/openapi.json" --url "$url" \
   --checks "${ST_CHECKS:-not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance}" \
   --max-examples "${ST_MAX_EXAMPLES:-30}" --max-time "${ST_MAX_TIME:-90}" \

@@ -26,7 +26,10 @@ fn resolve<'a>(doc: &'a Value, v: &'a Value) -> &'a Value {
     match v.get("$ref").and_then(Value::as_str) {
         Some(r) => {
             let ptr = r.strip_prefix('#').expect("local $ref");
-            resolve(doc, doc.pointer(ptr).unwrap_or_else(|| panic!("dangling {r}")))
+            resolve(
+                doc,
+                doc.pointer(ptr).unwrap_or_else(|| panic!("dangling {r}")),
+            )
         }
         None => v,
     }
@@ -40,14 +43,21 @@ fn strings(v: &Value) -> BTreeSet<String> {
         .collect()
 }
 
-fn operation<'a>(doc: &'a Value, route: Route) -> &'a Value {
+fn operation(doc: &Value, route: Route) -> &Value {
     let method = route.method().as_str().to_ascii_lowercase();
     doc["paths"][route.template()]
         .get(&method)
-        .unwrap_or_else(|| panic!("{route:?}: {method} {} not in docs/openapi.json", route.template()))
+        .unwrap_or_else(|| {
+            panic!(
+                "{route:?}: {method} {} not in docs/openapi.json",
+                route.template()
+            )
+        })
 }
 
-const OPERATIONS: &[&str] = &["get", "put", "post", "delete", "options", "head", "patch", "trace"];
+const OPERATIONS: &[&str] = &[
+    "get", "put", "post", "delete", "options", "head", "patch", "trace",
+];
 
 #[test]
 fn every_route_is_documented_and_nothing_else() {
@@ -55,13 +65,27 @@ fn every_route_is_documented_and_nothing_else() {
     let mut expected = BTreeSet::new();
     for &route in Route::ALL {
         let op = operation(&doc, route);
-        assert_eq!(op["operationId"], format!("{route:?}"), "{route:?}: operationId");
-        expected.insert((route.template().to_string(), route.method().as_str().to_string()));
+        assert_eq!(
+            op["operationId"],
+            format!("{route:?}"),
+            "{route:?}: operationId"
+        );
+        expected.insert((
+            route.template().to_string(),
+            route.method().as_str().to_string(),
+        ));
         // Health is open; everything else takes the (optional) bearer token.
         if route == Route::Health {
-            assert_eq!(op["security"], serde_json::json!([]), "health needs no token");
+            assert_eq!(
+                op["security"],
+                serde_json::json!([]),
+                "health needs no token"
+            );
         } else {
-            assert!(op.get("security").is_none(), "{route:?}: uses the document's security");
+            assert!(
+                op.get("security").is_none(),
+                "{route:?}: uses the document's security"
+            );
         }
         // The `{id}` parameter is documented exactly where the template has it.
         let params: Vec<&Value> = doc["paths"][route.template()]
@@ -73,7 +97,12 @@ fn every_route_is_documented_and_nothing_else() {
             .filter(|p| p["in"] == "path")
             .collect();
         let names: Vec<&str> = params.iter().map(|p| p["name"].as_str().unwrap()).collect();
-        let want: Vec<&str> = route.template().contains("{id}").then_some("id").into_iter().collect();
+        let want: Vec<&str> = route
+            .template()
+            .contains("{id}")
+            .then_some("id")
+            .into_iter()
+            .collect();
         assert_eq!(names, want, "{route:?}: path parameters");
         // Bodies: JSON for session creation, binary for protocol steps, none otherwise.
         let body = op.get("requestBody").map(|b| {
@@ -98,15 +127,25 @@ fn every_route_is_documented_and_nothing_else() {
             }
         }
     }
-    assert_eq!(documented, expected, "docs/openapi.json paths vs psi_http::Route::ALL");
+    assert_eq!(
+        documented, expected,
+        "docs/openapi.json paths vs psi_http::Route::ALL"
+    );
 }
 
 #[test]
 fn error_codes_and_statuses_match_psi_http() {
     let doc = document();
     let code = &doc["components"]["schemas"]["ErrorCode"];
-    let names: BTreeSet<String> = ErrorCode::ALL.iter().map(|c| c.as_str().to_string()).collect();
-    assert_eq!(strings(&code["enum"]), names, "ErrorCode enum vs psi_http::ErrorCode::ALL");
+    let names: BTreeSet<String> = ErrorCode::ALL
+        .iter()
+        .map(|c| c.as_str().to_string())
+        .collect();
+    assert_eq!(
+        strings(&code["enum"]),
+        names,
+        "ErrorCode enum vs psi_http::ErrorCode::ALL"
+    );
     let statuses: BTreeMap<String, u64> = code["x-psi-status"]
         .as_object()
         .unwrap()
@@ -117,33 +156,57 @@ fn error_codes_and_statuses_match_psi_http() {
         .iter()
         .map(|c| (c.as_str().to_string(), u64::from(c.status())))
         .collect();
-    assert_eq!(statuses, want, "ErrorCode x-psi-status vs ErrorCode::status");
+    assert_eq!(
+        statuses, want,
+        "ErrorCode x-psi-status vs ErrorCode::status"
+    );
 
     let body = &doc["components"]["schemas"]["ErrorBody"];
-    assert_eq!(strings(&body["required"]), BTreeSet::from(["error".into(), "message".into()]));
-    assert_eq!(body["properties"]["error"]["$ref"], "#/components/schemas/ErrorCode");
+    assert_eq!(
+        strings(&body["required"]),
+        BTreeSet::from(["error".into(), "message".into()])
+    );
+    assert_eq!(
+        body["properties"]["error"]["$ref"],
+        "#/components/schemas/ErrorCode"
+    );
 
     // One response per error status, whose schema is an ErrorBody narrowed to exactly the
     // codes of that status.
     let by_status: BTreeMap<u16, BTreeSet<String>> =
         ErrorCode::ALL.iter().fold(BTreeMap::new(), |mut m, c| {
-            m.entry(c.status()).or_default().insert(c.as_str().to_string());
+            m.entry(c.status())
+                .or_default()
+                .insert(c.as_str().to_string());
             m
         });
     for (status, codes) in &by_status {
         let resp = &doc["components"]["responses"][format!("Error{status}")];
         let schema = resolve(&doc, &resp["content"][psi_http::JSON]["schema"]);
         let all_of = schema["allOf"].as_array().expect("allOf");
-        assert_eq!(all_of[0]["$ref"], "#/components/schemas/ErrorBody", "Error{status}");
-        assert_eq!(strings(&all_of[1]["properties"]["error"]["enum"]), *codes, "Error{status}");
+        assert_eq!(
+            all_of[0]["$ref"], "#/components/schemas/ErrorBody",
+            "Error{status}"
+        );
+        assert_eq!(
+            strings(&all_of[1]["properties"]["error"]["enum"]),
+            *codes,
+            "Error{status}"
+        );
         if [429, 503].contains(status) {
-            assert!(resp["headers"].get("Retry-After").is_some(), "Error{status}: Retry-After");
+            assert!(
+                resp["headers"].get("Retry-After").is_some(),
+                "Error{status}: Retry-After"
+            );
         }
     }
     // No error response for a status no code has.
     for name in doc["components"]["responses"].as_object().unwrap().keys() {
         let status: u16 = name.strip_prefix("Error").unwrap().parse().unwrap();
-        assert!(by_status.contains_key(&status), "{name}: no code has this status");
+        assert!(
+            by_status.contains_key(&status),
+            "{name}: no code has this status"
+        );
     }
     // The fallbacks (no route matched) are documented at the top.
     assert_eq!(
@@ -229,7 +292,10 @@ fn each_route_documents_the_status_of_every_code_it_can_return() {
         // And every documented error response is a shared ErrorBody response.
         for (status, resp) in responses.as_object().unwrap() {
             if status.starts_with('4') || status.starts_with('5') {
-                assert_eq!(resp["$ref"], format!("#/components/responses/Error{status}"));
+                assert_eq!(
+                    resp["$ref"],
+                    format!("#/components/responses/Error{status}")
+                );
             }
         }
     }
@@ -246,7 +312,12 @@ fn assert_fields(doc: &Value, schema: &str, sample: impl serde::Serialize) {
         .keys()
         .cloned()
         .collect();
-    let props: BTreeSet<String> = s["properties"].as_object().unwrap().keys().cloned().collect();
+    let props: BTreeSet<String> = s["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
     assert_eq!(props, fields, "{schema}: properties");
     assert_eq!(strings(&s["required"]), fields, "{schema}: required");
     assert_eq!(s["additionalProperties"], false, "{schema}: closed");
@@ -296,8 +367,14 @@ fn json_bodies_match_psi_http() {
         .map(|p| p.api_name().to_string())
         .collect();
     let s = &doc["components"]["schemas"];
-    assert_eq!(strings(&s["CreateSession"]["properties"]["protocol"]["enum"]), names);
-    assert_eq!(strings(&s["Health"]["properties"]["protocols"]["items"]["enum"]), names);
+    assert_eq!(
+        strings(&s["CreateSession"]["properties"]["protocol"]["enum"]),
+        names
+    );
+    assert_eq!(
+        strings(&s["Health"]["properties"]["protocols"]["items"]["enum"]),
+        names
+    );
     // The encoded set's headers (docs/api.md, "Encoded set").
     let op = operation(&doc, Route::DhEncodedSet);
     for status in ["200", "304"] {
@@ -314,6 +391,9 @@ fn json_bodies_match_psi_http() {
 /// response's status, and that status is documented for the route. (schemathesis covers
 /// far more; these are the cases it rarely generates, such as a session id that is not
 /// UTF-8, which axum's own `Path` rejection once answered in plain text.)
+/// A request: path, headers, body.
+type Case<'a> = (String, Vec<(&'static str, &'a str)>, Vec<u8>);
+
 #[test]
 fn odd_requests_get_documented_json_errors() {
     let doc = document();
@@ -326,13 +406,24 @@ fn odd_requests_get_documented_json_errors() {
     let json = [("content-type", psi_http::JSON)];
     let mut checked = 0;
     for &route in Route::ALL {
-        let mut cases: Vec<(String, Vec<(&'static str, &str)>, Vec<u8>)> = Vec::new();
-        for id in ["%FF", "%00", "..", "x%2Fy", &live, "0123456789abcdef0123456789abcdef"] {
+        let mut cases: Vec<Case> = Vec::new();
+        for id in [
+            "%FF",
+            "%00",
+            "..",
+            "x%2Fy",
+            &live,
+            "0123456789abcdef0123456789abcdef",
+        ] {
             let path = route.path(id);
             cases.push((path.clone(), bin.to_vec(), b"\x01\x02".to_vec()));
             cases.push((path.clone(), json.to_vec(), b"{".to_vec()));
             cases.push((path.clone(), vec![], vec![]));
-            cases.push((path, vec![("x-psi-epoch", "abc"), ("if-none-match", "*")], vec![]));
+            cases.push((
+                path,
+                vec![("x-psi-epoch", "abc"), ("if-none-match", "*")],
+                vec![],
+            ));
         }
         for (path, headers, body) in cases {
             let r = common::send(&t, route.method(), &path, &headers, &body);
@@ -344,10 +435,20 @@ fn odd_requests_get_documented_json_errors() {
                 .iter()
                 .find(|(k, _)| k.eq_ignore_ascii_case("content-type"))
                 .map(|(_, v)| v.as_str());
-            assert_eq!(ct, Some(psi_http::JSON), "{route:?} {path}: status {}", r.status);
+            assert_eq!(
+                ct,
+                Some(psi_http::JSON),
+                "{route:?} {path}: status {}",
+                r.status
+            );
             let body: psi_http::ErrorBody = serde_json::from_slice(&r.body)
                 .unwrap_or_else(|_| panic!("{route:?} {path}: not an ErrorBody"));
-            assert_eq!(body.error.status(), r.status, "{route:?} {path}: {}", body.error);
+            assert_eq!(
+                body.error.status(),
+                r.status,
+                "{route:?} {path}: {}",
+                body.error
+            );
             let documented = &operation(&doc, route)["responses"][r.status.to_string()];
             assert!(
                 documented.is_object(),
