@@ -63,3 +63,8 @@ fi
 if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked
 fi
+# --- schemathesis (ci/schemathesis.sh): python3 with venv and pip, for a pinned virtualenv.
+if ! need python3 || ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+  apt_install "python3 with venv is needed for the API fuzz test (ci/schemathesis.sh)." python3 python3-venv
+fi
+# --- end schemathesis

@@ -7,6 +7,9 @@ cd "$root/rust-core"
 cargo test --workspace --locked
 # Every fuzz target builds and runs 5 s on its seed corpus (docs/reliability/fuzzing.md).
 bash "$root/ci/fuzz.sh" smoke
+# --- schemathesis: docs/openapi.json against a real psi serve on loopback, about 2 minutes.
+ST_MAX_EXAMPLES=30 ST_MAX_TIME=90 bash "$root/ci/schemathesis.sh"
+# --- end schemathesis
 # The Kotlin SDK against the real native library and a real server; the Android Kotlin
 # compiled against the Android API; the desktop sample app.
 bash "$root/ci/kotlin.sh"

@@ -4,7 +4,7 @@
 use crate::AppState;
 use crate::sessions::{Full, Lookup, OtRun, Phase, Session, lock};
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, JsonRejection};
+use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection};
 use axum::extract::{
     ConnectInfo, DefaultBodyLimit, FromRequest, FromRequestParts, MatchedPath, Path, Request,
     State as S,
@@ -505,15 +505,24 @@ fn session(state: &AppState, id: &str, client: &str) -> Result<Arc<Mutex<Session
             ErrorCode::SessionExpired,
             "session expired; create a new one",
         )),
-        _ => Err(ApiError::new(ErrorCode::UnknownSession, "no such session")),
+        _ => Err(unknown_session()),
     }
+}
+
+fn unknown_session() -> ApiError {
+    ApiError::new(ErrorCode::UnknownSession, "no such session")
 }
 
 async fn delete_session(
     S(state): AppS,
     Extension(ClientKey(client)): Extension<ClientKey>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<StatusCode, ApiError> {
+    // An id axum cannot extract (not UTF-8) is no session: a JSON error like any other,
+    // not axum's plain-text 400.
+    let Ok(Path(id)) = id else {
+        return Err(unknown_session());
+    };
     session(&state, &id, &client)?;
     state.sessions.remove(&id);
     Ok(StatusCode::NO_CONTENT)
@@ -556,7 +565,7 @@ impl FromRequest<Arc<AppState>> for SessionCall {
         let (mut parts, body) = req.into_parts();
         let Path(id) = Path::<String>::from_request_parts(&mut parts, state)
             .await
-            .map_err(|_| ApiError::new(ErrorCode::UnknownSession, "no such session"))?;
+            .map_err(|_| unknown_session())?;
         let Some(ClientKey(client)) = parts.extensions.get::<ClientKey>().cloned() else {
             return Err(internal());
         };

@@ -1,0 +1,463 @@
+//! Keeps `docs/openapi.json` in sync with the server: psi-http's route table and error
+//! codes, the JSON bodies, and the error statuses each route can answer with.
+//! schemathesis (`ci/schemathesis.sh`) then checks the document against a running server.
+//!
+//! The rule for error statuses: every code a route can return (`can_return` below, read
+//! off `psi-server/src/api.rs` and grouped by what a route does) must have its status
+//! listed under the route's operation, as a reference to `#/components/responses/Error<status>`,
+//! whose schema narrows `ErrorBody.error` to exactly the codes of that status. So the
+//! documented statuses of a route are a superset of what the server can answer, and a
+//! body with a code of another status does not validate against the documented schema.
+
+mod common;
+
+use psi_http::{CreateSession, ErrorCode, Health, Route, SessionCreated};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+fn document() -> Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/openapi.json");
+    let text = std::fs::read_to_string(path).expect("docs/openapi.json");
+    serde_json::from_str(&text).expect("docs/openapi.json is JSON")
+}
+
+/// Resolves a local `$ref` (`#/components/...`).
+fn resolve<'a>(doc: &'a Value, v: &'a Value) -> &'a Value {
+    match v.get("$ref").and_then(Value::as_str) {
+        Some(r) => {
+            let ptr = r.strip_prefix('#').expect("local $ref");
+            resolve(
+                doc,
+                doc.pointer(ptr).unwrap_or_else(|| panic!("dangling {r}")),
+            )
+        }
+        None => v,
+    }
+}
+
+fn strings(v: &Value) -> BTreeSet<String> {
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|s| s.as_str().expect("string").to_string())
+        .collect()
+}
+
+fn operation(doc: &Value, route: Route) -> &Value {
+    let method = route.method().as_str().to_ascii_lowercase();
+    doc["paths"][route.template()]
+        .get(&method)
+        .unwrap_or_else(|| {
+            panic!(
+                "{route:?}: {method} {} not in docs/openapi.json",
+                route.template()
+            )
+        })
+}
+
+const OPERATIONS: &[&str] = &[
+    "get", "put", "post", "delete", "options", "head", "patch", "trace",
+];
+
+#[test]
+fn every_route_is_documented_and_nothing_else() {
+    let doc = document();
+    let mut expected = BTreeSet::new();
+    for &route in Route::ALL {
+        let op = operation(&doc, route);
+        assert_eq!(
+            op["operationId"],
+            format!("{route:?}"),
+            "{route:?}: operationId"
+        );
+        expected.insert((
+            route.template().to_string(),
+            route.method().as_str().to_string(),
+        ));
+        // Health is open; everything else takes the (optional) bearer token.
+        if route == Route::Health {
+            assert_eq!(
+                op["security"],
+                serde_json::json!([]),
+                "health needs no token"
+            );
+        } else {
+            assert!(
+                op.get("security").is_none(),
+                "{route:?}: uses the document's security"
+            );
+        }
+        // The `{id}` parameter is documented exactly where the template has it.
+        let params: Vec<&Value> = doc["paths"][route.template()]
+            .get("parameters")
+            .into_iter()
+            .chain(op.get("parameters"))
+            .flat_map(|p| p.as_array().unwrap())
+            .map(|p| resolve(&doc, p))
+            .filter(|p| p["in"] == "path")
+            .collect();
+        let names: Vec<&str> = params.iter().map(|p| p["name"].as_str().unwrap()).collect();
+        let want: Vec<&str> = route
+            .template()
+            .contains("{id}")
+            .then_some("id")
+            .into_iter()
+            .collect();
+        assert_eq!(names, want, "{route:?}: path parameters");
+        // Bodies: JSON for session creation, binary for protocol steps, none otherwise.
+        let body = op.get("requestBody").map(|b| {
+            let mut types: Vec<&String> = b["content"].as_object().unwrap().keys().collect();
+            types.sort();
+            types.into_iter().cloned().collect::<Vec<_>>()
+        });
+        let want = match route {
+            Route::CreateSession => Some(vec![psi_http::JSON.to_string()]),
+            Route::DhQuery | Route::OtRound | Route::LabelQuery | Route::LabelFetch => {
+                Some(vec![psi_http::BINARY.to_string()])
+            }
+            _ => None,
+        };
+        assert_eq!(body, want, "{route:?}: request body content types");
+    }
+    let mut documented = BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            if OPERATIONS.contains(&method.as_str()) {
+                documented.insert((path.clone(), method.to_ascii_uppercase()));
+            }
+        }
+    }
+    assert_eq!(
+        documented, expected,
+        "docs/openapi.json paths vs psi_http::Route::ALL"
+    );
+}
+
+#[test]
+fn error_codes_and_statuses_match_psi_http() {
+    let doc = document();
+    let code = &doc["components"]["schemas"]["ErrorCode"];
+    let names: BTreeSet<String> = ErrorCode::ALL
+        .iter()
+        .map(|c| c.as_str().to_string())
+        .collect();
+    assert_eq!(
+        strings(&code["enum"]),
+        names,
+        "ErrorCode enum vs psi_http::ErrorCode::ALL"
+    );
+    let statuses: BTreeMap<String, u64> = code["x-psi-status"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+        .collect();
+    let want: BTreeMap<String, u64> = ErrorCode::ALL
+        .iter()
+        .map(|c| (c.as_str().to_string(), u64::from(c.status())))
+        .collect();
+    assert_eq!(
+        statuses, want,
+        "ErrorCode x-psi-status vs ErrorCode::status"
+    );
+
+    let body = &doc["components"]["schemas"]["ErrorBody"];
+    assert_eq!(
+        strings(&body["required"]),
+        BTreeSet::from(["error".into(), "message".into()])
+    );
+    assert_eq!(
+        body["properties"]["error"]["$ref"],
+        "#/components/schemas/ErrorCode"
+    );
+
+    // One response per error status, whose schema is an ErrorBody narrowed to exactly the
+    // codes of that status.
+    let by_status: BTreeMap<u16, BTreeSet<String>> =
+        ErrorCode::ALL.iter().fold(BTreeMap::new(), |mut m, c| {
+            m.entry(c.status())
+                .or_default()
+                .insert(c.as_str().to_string());
+            m
+        });
+    for (status, codes) in &by_status {
+        let resp = &doc["components"]["responses"][format!("Error{status}")];
+        let schema = resolve(&doc, &resp["content"][psi_http::JSON]["schema"]);
+        let all_of = schema["allOf"].as_array().expect("allOf");
+        assert_eq!(
+            all_of[0]["$ref"], "#/components/schemas/ErrorBody",
+            "Error{status}"
+        );
+        assert_eq!(
+            strings(&all_of[1]["properties"]["error"]["enum"]),
+            *codes,
+            "Error{status}"
+        );
+        if [429, 503].contains(status) {
+            assert!(
+                resp["headers"].get("Retry-After").is_some(),
+                "Error{status}: Retry-After"
+            );
+        }
+    }
+    // No error response for a status no code has.
+    for name in doc["components"]["responses"].as_object().unwrap().keys() {
+        let status: u16 = name.strip_prefix("Error").unwrap().parse().unwrap();
+        assert!(
+            by_status.contains_key(&status),
+            "{name}: no code has this status"
+        );
+    }
+    // The fallbacks (no route matched) are documented at the top.
+    assert_eq!(
+        strings(&doc["x-psi-fallback-errors"]["codes"]),
+        BTreeSet::from([
+            ErrorCode::NotFound.as_str().to_string(),
+            ErrorCode::MethodNotAllowed.as_str().to_string()
+        ])
+    );
+}
+
+/// The codes `route` can answer with, from `psi-server/src/api.rs`. A new route panics
+/// here until it is added (and to docs/openapi.json).
+fn can_return(route: Route) -> HashSet<ErrorCode> {
+    use ErrorCode as E;
+    // Every request: the `deadline` layer; a failed blocking task or lookup.
+    let mut codes = HashSet::from([E::RequestTimeout, E::Internal]);
+    let authenticated = route != Route::Health;
+    let session = route.template().contains("{id}");
+    let step = matches!(
+        route,
+        Route::DhQuery | Route::OtRound | Route::LabelQuery | Route::LabelFetch
+    );
+    if authenticated {
+        // `auth`: no or a refused token; an unreadable trusted-proxy client header.
+        codes.extend([E::MissingToken, E::InvalidToken, E::BadRequest]);
+    }
+    if session {
+        // `session()`: another caller's or no session; an expired one.
+        codes.extend([E::UnknownSession, E::SessionExpired]);
+    }
+    if step {
+        // `SessionCall`: binary body (content type, size, read error); `transition`: the
+        // phase; psi-core's errors (`From<psi_core::Error>`); `session_registry`: the epoch.
+        codes.extend([
+            E::UnsupportedMediaType,
+            E::BodyTooLarge,
+            E::BadRequest,
+            E::WrongPhase,
+            E::EpochMismatch,
+            E::InvalidMessage,
+            E::TooManyItems,
+            E::CountMismatch,
+        ]);
+    }
+    match route {
+        Route::Health | Route::DeleteSession => {}
+        Route::CreateSession => codes.extend([
+            E::BadRequest,
+            E::UnsupportedMediaType,
+            E::BodyTooLarge,
+            E::UnsupportedProtocol,
+            E::TooManyItems,
+            E::RateLimited,
+            E::TooManySessions,
+        ]),
+        // Charged to the hourly budget.
+        Route::LabelQuery => codes.extend([E::RateLimited]),
+        Route::DhQuery | Route::OtRound | Route::LabelFetch => {}
+        // `X-PSI-Epoch`: not a number, or an epoch not served.
+        Route::DhEncodedSet => codes.extend([E::BadRequest, E::EpochMismatch]),
+        other => panic!("{other:?}: add it to docs/openapi.json and to can_return"),
+    }
+    codes
+}
+
+#[test]
+fn each_route_documents_the_status_of_every_code_it_can_return() {
+    let doc = document();
+    for &route in Route::ALL {
+        let responses = &operation(&doc, route)["responses"];
+        for code in can_return(route) {
+            let status = code.status().to_string();
+            let resp = responses.get(&status).unwrap_or_else(|| {
+                panic!("{route:?} can return {code} but documents no {status} response")
+            });
+            assert_eq!(
+                resp["$ref"],
+                format!("#/components/responses/Error{status}"),
+                "{route:?} {status}"
+            );
+        }
+        // And every documented error response is a shared ErrorBody response.
+        for (status, resp) in responses.as_object().unwrap() {
+            if status.starts_with('4') || status.starts_with('5') {
+                assert_eq!(
+                    resp["$ref"],
+                    format!("#/components/responses/Error{status}")
+                );
+            }
+        }
+    }
+}
+
+/// The properties and required fields of a JSON body schema equal the fields psi-http
+/// serializes (a field added to the struct fails here until it is documented).
+fn assert_fields(doc: &Value, schema: &str, sample: impl serde::Serialize) {
+    let s = &doc["components"]["schemas"][schema];
+    let fields: BTreeSet<String> = serde_json::to_value(sample)
+        .unwrap()
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    let props: BTreeSet<String> = s["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    assert_eq!(props, fields, "{schema}: properties");
+    assert_eq!(strings(&s["required"]), fields, "{schema}: required");
+    assert_eq!(s["additionalProperties"], false, "{schema}: closed");
+}
+
+#[test]
+fn json_bodies_match_psi_http() {
+    let doc = document();
+    assert_fields(
+        &doc,
+        "CreateSession",
+        CreateSession {
+            protocol: "dh-psi".into(),
+            client_items: 1,
+        },
+    );
+    assert_fields(
+        &doc,
+        "SessionCreated",
+        SessionCreated {
+            session_id: String::new(),
+            protocol: String::new(),
+            epoch: 0,
+            registry_items: 0,
+            max_client_items: 0,
+            max_body_bytes: 0,
+            encoded_set_etag: String::new(),
+            label_bucket_bits: 0,
+            expires_in_secs: 0,
+        },
+    );
+    assert_fields(
+        &doc,
+        "Health",
+        Health {
+            status: String::new(),
+            epoch: 0,
+            registry_items: 0,
+            protocols: vec![],
+            max_client_items: 0,
+            max_body_bytes: 0,
+        },
+    );
+    // Protocol names: psi-core's API names.
+    let names: BTreeSet<String> = psi_core::Protocol::ALL
+        .iter()
+        .map(|p| p.api_name().to_string())
+        .collect();
+    let s = &doc["components"]["schemas"];
+    assert_eq!(
+        strings(&s["CreateSession"]["properties"]["protocol"]["enum"]),
+        names
+    );
+    assert_eq!(
+        strings(&s["Health"]["properties"]["protocols"]["items"]["enum"]),
+        names
+    );
+    // The encoded set's headers (docs/api.md, "Encoded set").
+    let op = operation(&doc, Route::DhEncodedSet);
+    for status in ["200", "304"] {
+        let h = op["responses"][status]["headers"].as_object().unwrap();
+        for name in ["ETag", "X-PSI-Epoch", "Cache-Control", "Server-Timing"] {
+            assert!(h.contains_key(name), "encoded-set {status}: {name}");
+        }
+    }
+    assert!(psi_http::EPOCH_HEADER.eq_ignore_ascii_case("X-PSI-Epoch"));
+}
+
+/// Requests the reference client never sends, to every route of a real server on
+/// loopback: every answer that is an error is a JSON `ErrorBody` whose code has the
+/// response's status, and that status is documented for the route. (schemathesis covers
+/// far more; these are the cases it rarely generates, such as a session id that is not
+/// UTF-8, which axum's own `Path` rejection once answered in plain text.)
+/// A request: path, headers, body.
+type Case<'a> = (String, Vec<(&'static str, &'a str)>, Vec<u8>);
+
+#[test]
+fn odd_requests_get_documented_json_errors() {
+    let doc = document();
+    let config = common::config("openapi");
+    common::fill(&config, 20, |i| i % 2 == 0);
+    let server = common::start(config);
+    let t = common::raw(&server);
+    let live = common::session_id(&common::session(&t, "dh-psi", 2, &[]));
+    let bin = [("content-type", psi_http::BINARY)];
+    let json = [("content-type", psi_http::JSON)];
+    let mut checked = 0;
+    for &route in Route::ALL {
+        let mut cases: Vec<Case> = Vec::new();
+        for id in [
+            "%FF",
+            "%00",
+            "..",
+            "x%2Fy",
+            &live,
+            "0123456789abcdef0123456789abcdef",
+        ] {
+            let path = route.path(id);
+            cases.push((path.clone(), bin.to_vec(), b"\x01\x02".to_vec()));
+            cases.push((path.clone(), json.to_vec(), b"{".to_vec()));
+            cases.push((path.clone(), vec![], vec![]));
+            cases.push((
+                path,
+                vec![("x-psi-epoch", "abc"), ("if-none-match", "*")],
+                vec![],
+            ));
+        }
+        for (path, headers, body) in cases {
+            let r = common::send(&t, route.method(), &path, &headers, &body);
+            if r.status < 400 {
+                continue;
+            }
+            let ct = r
+                .headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+                .map(|(_, v)| v.as_str());
+            assert_eq!(
+                ct,
+                Some(psi_http::JSON),
+                "{route:?} {path}: status {}",
+                r.status
+            );
+            let body: psi_http::ErrorBody = serde_json::from_slice(&r.body)
+                .unwrap_or_else(|_| panic!("{route:?} {path}: not an ErrorBody"));
+            assert_eq!(
+                body.error.status(),
+                r.status,
+                "{route:?} {path}: {}",
+                body.error
+            );
+            let documented = &operation(&doc, route)["responses"][r.status.to_string()];
+            assert!(
+                documented.is_object(),
+                "{route:?} {path}: status {} ({}) not documented",
+                r.status,
+                body.error
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 50, "only {checked} error answers checked");
+}
