@@ -39,9 +39,22 @@ pub struct LoadgenArgs {
     no_labels: bool,
     #[command(flatten)]
     token: crate::TokenArgs,
-    /// PID of the server process, to sample its memory (Linux /proc).
+    /// Of the clients, this many run OT-PSI instead of `--protocol` (a mixed load).
+    #[arg(long, default_value_t = 0)]
+    ot_clients: usize,
+    /// PID of the server process, to sample its memory and open file descriptors (Linux
+    /// /proc).
     #[arg(long)]
     server_pid: Option<u32>,
+    /// With --server-pid: also record a sample (seconds, RSS, open descriptors) this often,
+    /// in seconds, for soak runs (0: only the peak).
+    #[arg(long, default_value_t = 0)]
+    sample_every: u64,
+}
+
+/// Open file descriptors of a process (Linux /proc).
+fn open_fds(pid: u32) -> Option<u64> {
+    Some(std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64)
 }
 
 fn mix(mut z: u64) -> u64 {
@@ -65,11 +78,17 @@ pub fn run(args: LoadgenArgs) -> Result<(), String> {
     if args.registry_size == 0 || args.contacts == 0 || args.clients == 0 {
         return Err("--registry-size, --contacts and --clients must be positive".into());
     }
+    if args.ot_clients > args.clients {
+        return Err("--ot-clients cannot exceed --clients".into());
+    }
     let started = AtomicU64::new(0);
     let ok = AtomicU64::new(0);
     let wrong = AtomicU64::new(0);
     let failed = AtomicU64::new(0);
-    let latencies = Mutex::new(Vec::<Duration>::new());
+    // (protocol of the run, its latency)
+    let latencies = Mutex::new(Vec::<(Protocol, Duration)>::new());
+    let samples = Mutex::new(Vec::<serde_json::Value>::new());
+    let peak_fds = AtomicU64::new(0);
     let first_error = Mutex::new(None::<String>);
     let stop = Arc::new(AtomicBool::new(false));
     let peak_rss = AtomicU64::new(0);
@@ -79,11 +98,29 @@ pub fn run(args: LoadgenArgs) -> Result<(), String> {
     std::thread::scope(|s| {
         if let Some(pid) = args.server_pid {
             let stop = stop.clone();
-            let peak = &peak_rss;
+            let (peak, peak_fds, samples) = (&peak_rss, &peak_fds, &samples);
+            let every = Duration::from_secs(args.sample_every);
             s.spawn(move || {
+                let mut next_sample = Instant::now();
                 while !stop.load(Ordering::Relaxed) {
-                    if let Some(r) = rss_kib(pid, "VmRSS:") {
+                    let rss = rss_kib(pid, "VmRSS:");
+                    let fds = open_fds(pid);
+                    if let Some(r) = rss {
                         peak.fetch_max(r, Ordering::Relaxed);
+                    }
+                    if let Some(f) = fds {
+                        peak_fds.fetch_max(f, Ordering::Relaxed);
+                    }
+                    if !every.is_zero() && Instant::now() >= next_sample {
+                        next_sample += every;
+                        samples
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(serde_json::json!({
+                                "t_s": t0.elapsed().as_secs(),
+                                "rss_mib": rss.map(|k| k as f64 / 1024.0),
+                                "open_fds": fds,
+                            }));
                     }
                     std::thread::sleep(Duration::from_millis(200));
                 }
@@ -110,6 +147,11 @@ pub fn run(args: LoadgenArgs) -> Result<(), String> {
                     config = config.with_token(t.clone());
                 }
                 let client = Client::new(&args.server, config);
+                let protocol = if c < args.ot_clients {
+                    Protocol::Ot
+                } else {
+                    args.protocol
+                };
                 loop {
                     let run = started.fetch_add(1, Ordering::Relaxed);
                     if run >= args.runs || Instant::now() > deadline {
@@ -133,13 +175,12 @@ pub fn run(args: LoadgenArgs) -> Result<(), String> {
                         })
                         .collect();
                     let t = Instant::now();
-                    match client.match_items(items, args.protocol, &mut |_| {}, &CancelToken::new())
-                    {
+                    match client.match_items(items, protocol, &mut |_| {}, &CancelToken::new()) {
                         Ok(r) => {
                             latencies
                                 .lock()
                                 .unwrap_or_else(|e| e.into_inner())
-                                .push(t.elapsed());
+                                .push((protocol, t.elapsed()));
                             let good = r.matches.len() == expected.len()
                                 && r.matches.iter().zip(&expected).all(|(m, (j, k))| {
                                     m.index == *j
@@ -170,12 +211,28 @@ pub fn run(args: LoadgenArgs) -> Result<(), String> {
         stop.store(true, Ordering::Relaxed);
     });
     let elapsed = t0.elapsed();
-    let mut lat = latencies.into_inner().unwrap_or_default();
-    lat.sort();
-    let pct = |p: f64| {
-        lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1)))
-            .map_or(0.0, |d| d.as_secs_f64() * 1e3)
+    let all = latencies.into_inner().unwrap_or_default();
+    // Latency percentiles (ms) of the runs of one protocol, or of all.
+    let percentiles = |only: Option<Protocol>| {
+        let mut lat: Vec<Duration> = all
+            .iter()
+            .filter(|(p, _)| only.is_none_or(|o| o == *p))
+            .map(|(_, d)| *d)
+            .collect();
+        lat.sort();
+        let pct = |p: f64| {
+            lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1)))
+                .map_or(0.0, |d| d.as_secs_f64() * 1e3)
+        };
+        serde_json::json!({
+            "runs": lat.len(),
+            "p50": pct(0.5),
+            "p95": pct(0.95),
+            "p99": pct(0.99),
+            "max": pct(1.0),
+        })
     };
+    let overall = percentiles(None);
     let done = ok.load(Ordering::Relaxed) + wrong.load(Ordering::Relaxed);
     let v = serde_json::json!({
         "protocol": args.protocol.api_name(),
@@ -188,10 +245,16 @@ pub fn run(args: LoadgenArgs) -> Result<(), String> {
         "elapsed_s": elapsed.as_secs_f64(),
         "runs_per_s": done as f64 / elapsed.as_secs_f64(),
         "contacts_per_s": (done * args.contacts as u64) as f64 / elapsed.as_secs_f64(),
-        "latency_ms_p50": pct(0.5),
-        "latency_ms_p95": pct(0.95),
-        "latency_ms_max": pct(1.0),
+        "ot_clients": args.ot_clients,
+        "latency_ms_p50": overall["p50"],
+        "latency_ms_p95": overall["p95"],
+        "latency_ms_p99": overall["p99"],
+        "latency_ms_max": overall["max"],
+        "latency_ms_dh": percentiles(Some(Protocol::Dh)),
+        "latency_ms_ot": percentiles(Some(Protocol::Ot)),
         "server_rss_peak_mib": args.server_pid.map(|_| peak_rss.load(Ordering::Relaxed) as f64 / 1024.0),
+        "server_open_fds_peak": args.server_pid.map(|_| peak_fds.load(Ordering::Relaxed)),
+        "server_samples": samples.into_inner().unwrap_or_default(),
         "server_vmhwm_mib": args.server_pid.and_then(|p| rss_kib(p, "VmHWM:")).map(|k| k as f64 / 1024.0),
         "first_error": first_error.into_inner().unwrap_or_default(),
     });
