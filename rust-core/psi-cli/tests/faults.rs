@@ -708,6 +708,7 @@ fn import_onto_a_full_disk_fails_clearly_and_the_old_registry_is_served() {
         err.contains("disk is full") || err.contains("disk I/O error"),
         "{err}"
     );
+    assert!(err.contains("r.sqlite"), "which file: {err}");
     assert!(!err.contains("panicked"), "{err}");
     eprintln!("full: {}", err.trim());
     previous_registry_still_served(&db, &before, &served);
