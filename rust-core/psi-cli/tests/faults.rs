@@ -6,8 +6,8 @@
 //! polls) and kills every process it starts (`Served` kills on drop).
 
 use psi_client::{
-    CancelToken, Client, ClientConfig, ClientError, HttpTransport, MatchReport, Protocol,
-    Request, Response, Threads, Transport, TransportError,
+    CancelToken, Client, ClientConfig, ClientError, HttpTransport, MatchReport, Protocol, Request,
+    Response, Threads, Transport, TransportError,
 };
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -100,7 +100,10 @@ impl Served {
             .unwrap();
         let pid = child.id();
         let child = Arc::new(Mutex::new(Some(child)));
-        assert!(line.contains("listening on"), "psi serve did not start: {line:?}");
+        assert!(
+            line.contains("listening on"),
+            "psi serve did not start: {line:?}"
+        );
         let url = line.split_whitespace().last().unwrap().to_string();
         Served { child, url, pid }
     }
@@ -301,7 +304,10 @@ fn kill_and_restart(protocol: Protocol, trigger: fn(&Request) -> bool, nth: usiz
     let t = Instant::now();
     let err = run(&client, &items, protocol).expect_err("the server was killed");
     let failed_after = t.elapsed();
-    assert!(transport.fired.load(Ordering::SeqCst), "the trigger never fired");
+    assert!(
+        transport.fired.load(Ordering::SeqCst),
+        "the trigger never fired"
+    );
     assert!(
         matches!(err, ClientError::Network { .. }),
         "expected a network error, got {err:?}"
@@ -384,7 +390,11 @@ fn bad_server(reply: Option<&'static [u8]>) -> (String, Arc<AtomicUsize>) {
 fn cut_short_stalled_and_503_responses_end_in_a_typed_error_after_bounded_retries() {
     let cut: &[u8] = b"HTTP/1.1 201 Created\r\ncontent-type: application/json\r\ncontent-length: 400\r\n\r\n{\"session_id\":\"";
     let busy: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\ncontent-length: 47\r\n\r\n{\"error\":\"server_busy\",\"message\":\"try later\"}\r\n";
-    for (name, reply) in [("cut short", Some(cut)), ("stalled", None), ("503", Some(busy))] {
+    for (name, reply) in [
+        ("cut short", Some(cut)),
+        ("stalled", None),
+        ("503", Some(busy)),
+    ] {
         let (url, connections) = bad_server(reply);
         let client = Client::new(
             &url,
@@ -398,9 +408,19 @@ fn cut_short_stalled_and_503_responses_end_in_a_typed_error_after_bounded_retrie
         assert!(e.is_retryable(), "{name}: {e:?}");
         match name {
             "cut short" => assert!(matches!(e, ClientError::Network { .. }), "{e:?}"),
-            "stalled" => assert!(matches!(e, ClientError::Network { timeout: true, .. }), "{e:?}"),
+            "stalled" => assert!(
+                matches!(e, ClientError::Network { timeout: true, .. }),
+                "{e:?}"
+            ),
             _ => assert!(
-                matches!(e, ClientError::Http { status: 503, retry_after: Some(1), .. }),
+                matches!(
+                    e,
+                    ClientError::Http {
+                        status: 503,
+                        retry_after: Some(1),
+                        ..
+                    }
+                ),
                 "{e:?}"
             ),
         }
@@ -450,7 +470,14 @@ fn a_vanished_client_is_freed_by_the_session_ttl_and_memory_returns() {
     let served = Served::start_with_env(
         &db,
         "127.0.0.1:0",
-        &["--session-ttl", "3", "--max-sessions", "1", "--ot-idle-timeout", "60"],
+        &[
+            "--session-ttl",
+            "3",
+            "--max-sessions",
+            "1",
+            "--ot-idle-timeout",
+            "60",
+        ],
         &[("MALLOC_ARENA_MAX", "1")],
     );
     let items = contacts(0..500, 500);
@@ -503,7 +530,9 @@ fn a_vanished_client_is_freed_by_the_session_ttl_and_memory_returns() {
         std::thread::sleep(Duration::from_secs(1));
         after.push(served.rss_kib());
     }
-    eprintln!("server VmRSS KiB: baseline {baseline}, with an abandoned OT run {peaks:?}, after TTL {after:?}");
+    eprintln!(
+        "server VmRSS KiB: baseline {baseline}, with an abandoned OT run {peaks:?}, after TTL {after:?}"
+    );
     // No growth across the later cycles: each abandoned run's memory was freed and
     // reused (a leak of the OT state, about 9 MB per cycle with 100,000 entries, would
     // add ~27 MB over the last three). RSS may stay one OT state above the warm baseline
@@ -567,7 +596,11 @@ fn import_and_rotate_key_while_serving_never_give_a_wrong_result() {
         let mut errors = Vec::new();
         let mut i = 0;
         while !stop2.load(Ordering::SeqCst) {
-            let p = if i % 3 == 2 { Protocol::Ot } else { Protocol::Dh };
+            let p = if i % 3 == 2 {
+                Protocol::Ot
+            } else {
+                Protocol::Dh
+            };
             i += 1;
             match run(&c, &loop_items, p) {
                 Ok(r) => results.push((p, r.epoch, matched(&r))),
@@ -592,7 +625,9 @@ fn import_and_rotate_key_while_serving_never_give_a_wrong_result() {
     assert_eq!(health(&watcher).registry_items, 2000);
     assert_eq!(matched(&run(&watcher, &items, Protocol::Dh).unwrap()), base);
     served.signal(libc::SIGHUP);
-    wait_for(&watcher, "the import to be served", |h| h.registry_items == 2050);
+    wait_for(&watcher, "the import to be served", |h| {
+        h.registry_items == 2050
+    });
     let r = run(&watcher, &items, Protocol::Dh).unwrap();
     assert_eq!(matched(&r), added);
     assert!(!r.stats.set_from_cache, "a new ETag means a new download");
@@ -602,7 +637,11 @@ fn import_and_rotate_key_while_serving_never_give_a_wrong_result() {
     assert!(r.stats.set_from_cache);
     let out = psi_ok(&["rotate-key", "--db", &db]);
     assert!(out.contains("key epoch 2 started"), "{out}");
-    assert_eq!(health(&watcher).epoch, 1, "served only after SIGHUP or the schedule");
+    assert_eq!(
+        health(&watcher).epoch,
+        1,
+        "served only after SIGHUP or the schedule"
+    );
     served.signal(libc::SIGHUP);
     wait_for(&watcher, "the new epoch", |h| h.epoch == 2);
     let r = run(&watcher, &items, Protocol::Dh).unwrap();
@@ -611,13 +650,21 @@ fn import_and_rotate_key_while_serving_never_give_a_wrong_result() {
         !r.stats.set_from_cache && r.stats.set_bytes_downloaded > 0,
         "the old encoded set was not refetched"
     );
-    assert!(run(&watcher, &items, Protocol::Dh).unwrap().stats.set_from_cache);
+    assert!(
+        run(&watcher, &items, Protocol::Dh)
+            .unwrap()
+            .stats
+            .set_from_cache
+    );
 
     // A removal.
     psi_ok(&["import", "--db", &db, "--remove", &dir.path("remove.csv")]);
     served.signal(libc::SIGHUP);
     wait_for(&watcher, "the removal", |h| h.registry_items == 2040);
-    assert_eq!(matched(&run(&watcher, &items, Protocol::Ot).unwrap()), removed);
+    assert_eq!(
+        matched(&run(&watcher, &items, Protocol::Ot).unwrap()),
+        removed
+    );
     std::thread::sleep(Duration::from_millis(500));
 
     stop.store(true, Ordering::SeqCst);
@@ -630,7 +677,10 @@ fn import_and_rotate_key_while_serving_never_give_a_wrong_result() {
     );
     assert!(results.len() >= 5, "too few runs: {}", results.len());
     for (p, epoch, set) in &results {
-        assert!(allowed.contains(set), "{p} at epoch {epoch}: a wrong result");
+        assert!(
+            allowed.contains(set),
+            "{p} at epoch {epoch}: a wrong result"
+        );
     }
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!(db_state(&db).integrity, "ok");
@@ -671,7 +721,10 @@ fn import_into_a_locked_database_fails_clearly_and_the_old_registry_is_served() 
     lock.execute_batch("ROLLBACK").unwrap();
     drop(lock);
     assert!(!ok, "{out}");
-    assert!(err.contains("database is locked") && err.contains("r.sqlite"), "{err}");
+    assert!(
+        err.contains("database is locked") && err.contains("r.sqlite"),
+        "{err}"
+    );
     assert!(!err.contains("panicked"), "{err}");
     eprintln!("locked: import failed after {took:?}: {}", err.trim());
     previous_registry_still_served(&db, &before, &served);

@@ -703,7 +703,10 @@ mod tests {
         assert_eq!(mid(&http(503, Some(0)), 2), ms(750));
         assert_eq!(mid(&http(429, Some(30)), 0), ms(30_000));
         assert_eq!(mid(&http(429, Some(31)), 0), None);
-        assert_eq!(mid(&http(503, None), 0), Some(Duration::from_micros(187_500)));
+        assert_eq!(
+            mid(&http(503, None), 0),
+            Some(Duration::from_micros(187_500))
+        );
         // Not retryable: bad requests, protocol errors, cancellation.
         assert_eq!(mid(&http(400, None), 0), None);
         assert_eq!(mid(&ClientError::Cancelled, 0), None);
@@ -766,8 +769,7 @@ mod tests {
                     // The server did the work; the client never sees the end of it.
                     let _ = self.inner.send(request);
                     Err(TransportError {
-                        message: "connection closed before the response body was complete"
-                            .into(),
+                        message: "connection closed before the response body was complete".into(),
                         timeout: false,
                     })
                 }
@@ -851,7 +853,11 @@ mod tests {
     fn retries_run_out_with_the_last_typed_error_within_the_bound() {
         let srv = server();
         // Every first request stalls: three attempts of one 400 ms timeout, two waits.
-        let (c, t) = flaky(&srv, &[(0, Fault::Stall), (1, Fault::Stall), (2, Fault::Stall)], 2);
+        let (c, t) = flaky(
+            &srv,
+            &[(0, Fault::Stall), (1, Fault::Stall), (2, Fault::Stall)],
+            2,
+        );
         let started = Instant::now();
         let e = run(&c, Protocol::Dh).unwrap_err();
         let took = started.elapsed();
