@@ -472,7 +472,7 @@ fn a_vanished_client_is_freed_by_the_session_ttl_and_memory_returns() {
         "127.0.0.1:0",
         &[
             "--session-ttl",
-            "3",
+            "4",
             "--max-sessions",
             "1",
             "--ot-idle-timeout",
@@ -515,7 +515,7 @@ fn a_vanished_client_is_freed_by_the_session_ttl_and_memory_returns() {
             matches!(refused, ClientError::Http { status: 503, .. }) && refused.is_retryable(),
             "cycle {cycle}: {refused:?}"
         );
-        // Freed by the TTL (3 s) and the sweep (every 5 s): a new run gets the slot.
+        // Freed by the TTL (4 s) and the sweep (every 5 s): a new run gets the slot.
         let deadline = Instant::now() + Duration::from_secs(20);
         let report = loop {
             match run(&good, &items, Protocol::Ot) {
