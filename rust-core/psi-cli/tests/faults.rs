@@ -767,6 +767,59 @@ fn import_onto_a_full_disk_fails_clearly_and_the_old_registry_is_served() {
     previous_registry_still_served(&db, &before, &served);
 }
 
+/// A 1 MiB tmpfs mounted on a scratch directory, unmounted when dropped.
+struct Tmpfs(Scratch);
+
+impl Tmpfs {
+    /// `None` when this process cannot mount (not root, no CAP_SYS_ADMIN, a container
+    /// that forbids it).
+    fn mount() -> Option<Tmpfs> {
+        let dir = Scratch::new("tmpfs");
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return None;
+        }
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs", dir.0.to_str()?])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(Tmpfs(dir))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0.0).status();
+    }
+}
+
+/// The real thing where the test may mount: a registry on a 1 MiB tmpfs that an import
+/// of 50,000 entries fills (ENOSPC). Skipped, saying so, where it cannot mount (the
+/// RLIMIT_FSIZE test above covers the same path there).
+#[test]
+fn import_onto_a_full_tmpfs_fails_clearly_and_the_old_registry_is_served() {
+    let Some(fs) = Tmpfs::mount() else {
+        eprintln!("SKIPPED: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let db = fs.0.path("r.sqlite");
+    let (ok, out, err) = psi(&["import", "--db", &db, "--synthetic", "1000"]);
+    assert!(ok, "{out}\n{err}");
+    let before = db_state(&db);
+    let served = Served::start(&db, "127.0.0.1:0", &[]);
+    let (ok, out, err) = psi(&["import", "--db", &db, "--synthetic", "50000"]);
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("r.sqlite") && err.contains("database or disk is full"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    eprintln!("tmpfs full: {}", err.trim());
+    previous_registry_still_served(&db, &before, &served);
+    drop(served);
+}
+
 #[test]
 fn import_into_a_read_only_database_fails_clearly_and_the_old_registry_is_served() {
     use std::os::unix::fs::PermissionsExt;
