@@ -859,3 +859,21 @@ fn import_into_a_read_only_database_fails_clearly_and_the_old_registry_is_served
     eprintln!("read-only: {}", err.trim());
     previous_registry_still_served(&db, &before, &served);
 }
+
+/// A SIGHUP (reload) sent as soon as `psi serve` prints its address must not kill it:
+/// the handler is installed before the address line. (It was installed by a task spawned
+/// after it, and SIGHUP's default action ends the process: a reload right after start, as
+/// in the tests above on a loaded machine, killed the server.)
+#[test]
+fn a_sighup_right_after_start_reloads_instead_of_killing_the_server() {
+    let dir = Scratch::new("early-hup");
+    let db = registry(&dir, 100);
+    for _ in 0..5 {
+        let served = Served::start(&db, "127.0.0.1:0", &[]);
+        served.signal(libc::SIGHUP);
+        std::thread::sleep(Duration::from_millis(200));
+        let c = Client::new(&served.url, config());
+        let h = c.health().expect("the server survived the SIGHUP");
+        assert_eq!(h.registry_items, 100);
+    }
+}
