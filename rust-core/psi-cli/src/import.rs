@@ -28,7 +28,14 @@ pub struct ImportArgs {
 }
 
 fn open(server: &ServerArgs) -> Result<Store, String> {
-    Store::open(&server.db).map_err(|e| format!("{}: {e}", server.db.display()))
+    Store::open(&server.db).map_err(db_error(server))
+}
+
+/// A store error as the command reports it: with the database's path, so "disk I/O
+/// error" or "database is locked" says which file (the same for every step, not only
+/// the opening).
+fn db_error(server: &ServerArgs) -> impl Fn(psi_server::StoreError) -> String + '_ {
+    move |e| format!("{}: {e}", server.db.display())
 }
 
 fn refresh(store: &mut Store, server: &ServerArgs, quiet: bool) -> Result<(u64, bool), String> {
@@ -42,7 +49,7 @@ fn refresh(store: &mut Store, server: &ServerArgs, quiet: bool) -> Result<(u64, 
                 pb.set_position(done);
             },
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(db_error(server))?;
     pb.finish_and_clear();
     Ok((r.outputs_computed, r.set_rebuilt))
 }
@@ -63,7 +70,7 @@ pub fn run(args: ImportArgs) -> Result<(), String> {
                 .collect();
             let c = store
                 .add_entries(rows.iter().map(|(a, b)| (a.as_str(), Some(b.as_str()))))
-                .map_err(|e| e.to_string())?;
+                .map_err(db_error(&args.server))?;
             counts.accepted += c.accepted;
             counts.duplicates += c.duplicates;
             i = end;
@@ -94,11 +101,11 @@ pub fn run(args: ImportArgs) -> Result<(), String> {
         if args.remove {
             removed = store
                 .remove_entries(good.iter().map(|(id, _)| id.as_str()))
-                .map_err(|e| e.to_string())?;
+                .map_err(db_error(&args.server))?;
         } else {
             let c = store
                 .add_entries(good.iter().map(|(id, l)| (id.as_str(), l.as_deref())))
-                .map_err(|e| e.to_string())?;
+                .map_err(db_error(&args.server))?;
             counts.accepted += c.accepted;
             counts.duplicates += c.duplicates;
         }
@@ -107,7 +114,7 @@ pub fn run(args: ImportArgs) -> Result<(), String> {
     }
     counts.rejected = rejected.len() as u64;
     let (computed, rebuilt) = refresh(&mut store, &args.server, args.json)?;
-    let total = store.len().map_err(|e| e.to_string())?;
+    let total = store.len().map_err(db_error(&args.server))?;
     if args.json {
         let v = serde_json::json!({
             "accepted": counts.accepted,
@@ -143,7 +150,7 @@ pub fn run(args: ImportArgs) -> Result<(), String> {
 
 pub fn rotate(server: ServerArgs) -> Result<(), String> {
     let mut store = open(&server)?;
-    let key = store.rotate_key().map_err(|e| e.to_string())?;
+    let key = store.rotate_key().map_err(db_error(&server))?;
     let (computed, _) = refresh(&mut store, &server, false)?;
     println!(
         "key epoch {} started; {computed} OPRF outputs recomputed, encoded set rebuilt; \

@@ -248,8 +248,10 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        // Before the address line: whoever read it may send SIGHUP at once, and without
+        // the handler SIGHUP ends the process.
+        spawn_reload_on_sighup(state.clone())?;
         println!("psi serve: listening on {scheme}://{addr}");
-        spawn_reload_on_sighup(state.clone());
         psi_server::serve(listener, state, shutdown_signal())
             .await
             .map_err(|e| e.to_string())?;
@@ -281,25 +283,27 @@ async fn shutdown_signal() {
 }
 
 /// SIGHUP re-reads the store (after `psi import` or `psi rotate-key`); sessions of the
-/// previous epoch finish within the overlap.
-fn spawn_reload_on_sighup(state: Arc<AppState>) {
+/// previous epoch finish within the overlap. The handler is installed when this returns
+/// (SIGHUP no longer ends the process); the reloads run on a task.
+fn spawn_reload_on_sighup(state: Arc<AppState>) -> Result<(), String> {
     #[cfg(unix)]
-    tokio::spawn(async move {
-        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-        else {
-            return;
-        };
-        while hup.recv().await.is_some() {
-            let st = state.clone();
-            match tokio::task::spawn_blocking(move || st.reload()).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => tracing::error!(error = %e, "reload failed"),
-                Err(_) => tracing::error!("reload task failed"),
+    {
+        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .map_err(|e| format!("cannot handle SIGHUP: {e}"))?;
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                let st = state.clone();
+                match tokio::task::spawn_blocking(move || st.reload()).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => tracing::error!(error = %e, "reload failed"),
+                    Err(_) => tracing::error!("reload task failed"),
+                }
             }
-        }
-    });
+        });
+    }
     #[cfg(not(unix))]
     let _ = state;
+    Ok(())
 }
 
 #[cfg(test)]

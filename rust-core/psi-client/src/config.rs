@@ -27,6 +27,13 @@ pub struct ClientConfig {
     /// messages then travel in the clear. Loopback (`127.0.0.0/8`, `::1`, `localhost`)
     /// is always allowed. See [`crate::Client::check_base_url`].
     pub allow_insecure_http: bool,
+    /// How many times a failed run is started again from a new session (default 2; 0:
+    /// never). Only failures [`crate::ClientError::is_retryable`] calls retryable are
+    /// retried, after an exponential backoff (or the server's `Retry-After` when it asks
+    /// for no more than 30 s; a longer wait is returned to the caller as the error). See
+    /// [`crate::Client::match_items`] for why a whole run is restarted rather than the
+    /// failed request.
+    pub retries: u32,
 }
 
 impl std::fmt::Debug for ClientConfig {
@@ -39,6 +46,7 @@ impl std::fmt::Debug for ClientConfig {
             .field("fetch_labels", &self.fetch_labels)
             .field("default_region", &self.default_region)
             .field("allow_insecure_http", &self.allow_insecure_http)
+            .field("retries", &self.retries)
             .finish()
     }
 }
@@ -53,6 +61,7 @@ impl Default for ClientConfig {
             fetch_labels: true,
             default_region: "US".to_string(),
             allow_insecure_http: false,
+            retries: 2,
         }
     }
 }
@@ -109,6 +118,11 @@ impl ClientConfig {
     /// Sets the default region for phone numbers.
     pub fn with_default_region(mut self, region: impl Into<String>) -> Self {
         self.default_region = region.into();
+        self
+    }
+    /// Sets how many times a run that failed with a retryable error is restarted.
+    pub fn with_retries(mut self, retries: u32) -> Self {
+        self.retries = retries;
         self
     }
     /// Allows `http://` to hosts that are not loopback (development only).
