@@ -27,6 +27,10 @@ pub struct DiscoveryConfig {
     /// Allow `http://` to a host that is not loopback (development only; see
     /// `psi_client::ClientConfig::allow_insecure_http`).
     pub allow_insecure_http: bool,
+    /// How many times a run that failed with a retryable error is started again, from a
+    /// new session, after a backoff (`psi_client::ClientConfig::retries`; the platform
+    /// default is 2).
+    pub retries: u32,
 }
 
 impl std::fmt::Debug for DiscoveryConfig {
@@ -42,6 +46,7 @@ impl std::fmt::Debug for DiscoveryConfig {
             .field("cache_dir", &self.cache_dir)
             .field("cache_max_bytes", &self.cache_max_bytes)
             .field("allow_insecure_http", &self.allow_insecure_http)
+            .field("retries", &self.retries)
             .finish()
     }
 }
@@ -59,7 +64,8 @@ impl DiscoveryConfig {
             .with_max_response_bytes(self.max_response_bytes)
             .with_labels(self.fetch_labels)
             .with_default_region(self.default_region.clone())
-            .with_insecure_http(self.allow_insecure_http);
+            .with_insecure_http(self.allow_insecure_http)
+            .with_retries(self.retries);
         if let Some(t) = &self.token {
             config = config.with_token(t.clone());
         }

@@ -28,7 +28,12 @@ class HttpErrorMappingTest {
         server = MockWebServer()
         server.start()
         val url = server.url("/").toString().trimEnd('/')
-        discovery = ContactDiscovery(url, DiscoveryConfig(timeoutMillis = 20_000, maxResponseBytes = 10_000))
+        // No retries: each test scripts exactly one answer (the retry policy is tested below
+        // and in psi-client).
+        discovery = ContactDiscovery(
+            url,
+            DiscoveryConfig(timeoutMillis = 20_000, maxResponseBytes = 10_000, retries = 0),
+        )
     }
 
     @AfterEach
@@ -68,6 +73,20 @@ class HttpErrorMappingTest {
         assertEquals(ServerErrorCode.EPOCH_MISMATCH, e.code)
         assertTrue(e.isRetryable)
         assertFalse(e.message!!.contains("a@example.com"))
+    }
+
+    @Test
+    fun `a retryable error starts the run again as many times as configured`(): Unit = runBlocking {
+        val url = server.url("/").toString().trimEnd('/')
+        ContactDiscovery(url, DiscoveryConfig(timeoutMillis = 20_000, retries = 1)).use { retrying ->
+            repeat(2) {
+                server.enqueue(json(409, "{\"error\":\"epoch_mismatch\",\"message\":\"key rotated\"}").build())
+            }
+            val e = assertThrows<ContactDiscoveryException.Server> { retrying.match(listOf("a@example.com")) }
+            assertEquals(ServerErrorCode.EPOCH_MISMATCH, e.code)
+            // One session request, then one more after the backoff; no session was created.
+            assertEquals(2, server.requestCount)
+        }
     }
 
     @Test

@@ -22,6 +22,10 @@ import kotlin.jvm.JvmOverloads
  *   (default false: such a URL is refused with [ContactDiscoveryException.InvalidInput]
  *   before any connection). For development only: the token and the protocol messages then
  *   travel in the clear. `http://` to `localhost`, `127.0.0.0/8` and `::1` is always allowed.
+ * @property retries how many times a run that failed with a retryable error (no response,
+ *   a 5xx, a busy or rate-limited server with a short `Retry-After`, an expired session or a
+ *   key rotation) is started again from a new session, after a backoff; 0 turns retries off.
+ *   Each attempt counts against the caller's budget on the server.
  */
 class DiscoveryConfig @JvmOverloads constructor(
     val token: String? = null,
@@ -34,6 +38,7 @@ class DiscoveryConfig @JvmOverloads constructor(
     val cacheDirectory: String? = null,
     val cacheMaxBytes: Long = 64L shl 20,
     val allowInsecureHttp: Boolean = false,
+    val retries: Int = 2,
 ) {
     /** A copy with the bearer token [token]. */
     fun withToken(token: String?) = copy(token = token)
@@ -64,6 +69,9 @@ class DiscoveryConfig @JvmOverloads constructor(
     /** A copy that allows `http://` to hosts that are not loopback (development only). */
     fun withInsecureHttp(allow: Boolean) = copy(allowInsecureHttp = allow)
 
+    /** A copy that starts a failed run again at most [retries] times (0: never). */
+    fun withRetries(retries: Int) = copy(retries = retries)
+
     private fun copy(
         token: String? = this.token,
         defaultRegion: String = this.defaultRegion,
@@ -75,9 +83,10 @@ class DiscoveryConfig @JvmOverloads constructor(
         cacheDirectory: String? = this.cacheDirectory,
         cacheMaxBytes: Long = this.cacheMaxBytes,
         allowInsecureHttp: Boolean = this.allowInsecureHttp,
+        retries: Int = this.retries,
     ) = DiscoveryConfig(
         token, defaultRegion, protocol, threads, timeoutMillis, maxResponseBytes, fetchLabels,
-        cacheDirectory, cacheMaxBytes, allowInsecureHttp,
+        cacheDirectory, cacheMaxBytes, allowInsecureHttp, retries,
     )
 
     override fun toString() =
@@ -85,5 +94,5 @@ class DiscoveryConfig @JvmOverloads constructor(
             "protocol=$protocol, threads=$threads, timeoutMillis=$timeoutMillis, " +
             "maxResponseBytes=$maxResponseBytes, fetchLabels=$fetchLabels, " +
             "cacheDirectory=$cacheDirectory, cacheMaxBytes=$cacheMaxBytes, " +
-            "allowInsecureHttp=$allowInsecureHttp)"
+            "allowInsecureHttp=$allowInsecureHttp, retries=$retries)"
 }

@@ -21,6 +21,7 @@ internal fun DiscoveryConfig.toFfi(): FfiConfig {
         "timeoutMillis" to timeoutMillis,
         "maxResponseBytes" to maxResponseBytes,
         "cacheMaxBytes" to cacheMaxBytes,
+        "retries" to retries.toLong(),
     )) {
         if (value < 0) throw ContactDiscoveryException.InvalidInput("$name must not be negative")
     }
@@ -34,6 +35,7 @@ internal fun DiscoveryConfig.toFfi(): FfiConfig {
         cacheDir = cacheDirectory,
         cacheMaxBytes = cacheMaxBytes.toULong(),
         allowInsecureHttp = allowInsecureHttp,
+        retries = retries.toUInt(),
     )
 }
 
