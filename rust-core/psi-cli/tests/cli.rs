@@ -1,6 +1,8 @@
 //! The `psi` binary end to end: the demo finds the known overlap, the bench smoke run
 //! completes with correct results, and bad arguments fail cleanly.
 
+mod common;
+
 use std::process::Command;
 
 #[path = "../../../tests/support/pki.rs"]
@@ -27,20 +29,13 @@ struct Served {
 impl Served {
     /// `psi serve --db DB --listen 127.0.0.1:0 EXTRA...`; waits for its address line.
     fn start(db: &str, extra: &[&str]) -> Served {
-        use std::io::BufRead;
-        let mut child = Command::new(env!("CARGO_BIN_EXE_psi"))
-            .args(["serve", "--db", db, "--listen", "127.0.0.1:0"])
-            .args(extra)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line.split_whitespace().last().unwrap().to_string();
-        Served { child, url }
+        let mut args = vec!["--db", db, "--listen", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        let (child, line) = common::spawn_serve(&args, &[]);
+        Served {
+            child,
+            url: common::url_of(&line),
+        }
     }
 }
 

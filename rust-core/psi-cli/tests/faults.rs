@@ -5,6 +5,8 @@
 //! full database during an import. Every test bounds its time (client timeouts, bounded
 //! polls) and kills every process it starts (`Served` kills on drop).
 
+mod common;
+
 use psi_client::{
     CancelToken, Client, ClientConfig, ClientError, HttpTransport, MatchReport, Protocol, Request,
     Response, Threads, Transport, TransportError,
@@ -84,28 +86,21 @@ impl Served {
     }
 
     fn start_with_env(db: &str, listen: &str, extra: &[&str], env: &[(&str, &str)]) -> Served {
-        use std::io::BufRead;
-        let mut child = Command::new(env!("CARGO_BIN_EXE_psi"))
-            .envs(env.iter().copied())
-            .args(["serve", "--db", db, "--listen", listen])
-            .args(SERVE_DEFAULTS)
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let mut args = vec!["--db", db, "--listen", listen];
+        args.extend_from_slice(SERVE_DEFAULTS);
+        args.extend_from_slice(extra);
+        let (child, line) = common::spawn_serve(&args, env);
         let pid = child.id();
         let child = Arc::new(Mutex::new(Some(child)));
         assert!(
             line.contains("listening on"),
             "psi serve did not start: {line:?}"
         );
-        let url = line.split_whitespace().last().unwrap().to_string();
-        Served { child, url, pid }
+        Served {
+            child,
+            url: common::url_of(&line),
+            pid,
+        }
     }
 
     /// The `127.0.0.1:PORT` it listens on.

@@ -9,15 +9,6 @@ use std::time::Duration;
 
 const BIN: (&str, &str) = ("content-type", "application/octet-stream");
 
-/// A well-formed DH-PSI QUERY with `n` valid elements for `epoch`.
-fn query(epoch: u32, n: usize) -> Vec<u8> {
-    let items = psi_core::ItemSet::new((0..n).map(|i| format!("q{i}")));
-    let mut rng = <rand_chacha::ChaCha20Rng as rand_core::SeedableRng>::from_seed([7; 32]);
-    psi_core::dh::DhClient::start(items, epoch, psi_core::Threads::ONE, &mut rng)
-        .unwrap()
-        .1
-}
-
 #[test]
 fn bad_requests_get_documented_errors_and_the_server_keeps_serving() {
     let mut config = config("bad");

@@ -100,17 +100,7 @@ fn registry_and_encoded_set_survive_a_restart_and_rotation_starts_an_epoch() {
     let stats = server.state.reload().unwrap();
     assert_eq!(stats.epoch, 2);
     assert_eq!(stats.outputs_computed, 1001);
-    let q = {
-        let mut rng = <rand_chacha::ChaCha20Rng as rand_core::SeedableRng>::from_seed([1; 32]);
-        psi_core::dh::DhClient::start(
-            psi_core::ItemSet::new([b"x"]),
-            1,
-            psi_core::Threads::ONE,
-            &mut rng,
-        )
-        .unwrap()
-        .1
-    };
+    let q = query(1, 1);
     let r = send(
         &t,
         Method::Post,

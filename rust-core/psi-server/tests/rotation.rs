@@ -155,17 +155,7 @@ fn a_run_across_a_rotation_finishes_in_its_epoch_and_the_next_run_refetches() {
     let left = (rotated_at + overlap + Duration::from_millis(300))
         .saturating_duration_since(Instant::now());
     std::thread::sleep(left);
-    let q = {
-        let mut rng = <rand_chacha::ChaCha20Rng as rand_core::SeedableRng>::from_seed([7; 32]);
-        psi_core::dh::DhClient::start(
-            psi_core::ItemSet::new([id(5).as_bytes()]),
-            1,
-            psi_core::Threads::ONE,
-            &mut rng,
-        )
-        .unwrap()
-        .1
-    };
+    let q = query(1, 1);
     let r = send(
         &t,
         Method::Post,

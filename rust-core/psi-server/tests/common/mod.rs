@@ -106,3 +106,12 @@ pub fn session_id(r: &Response) -> String {
     let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
     v["session_id"].as_str().unwrap().to_string()
 }
+
+/// A well-formed DH-PSI QUERY with `n` valid elements for `epoch`.
+pub fn query(epoch: u32, n: usize) -> Vec<u8> {
+    let items = psi_core::ItemSet::new((0..n).map(|i| format!("q{i}")));
+    let mut rng = <rand_chacha::ChaCha20Rng as rand_core::SeedableRng>::from_seed([7; 32]);
+    psi_core::dh::DhClient::start(items, epoch, psi_core::Threads::ONE, &mut rng)
+        .unwrap()
+        .1
+}
