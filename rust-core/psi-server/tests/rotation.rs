@@ -81,6 +81,17 @@ fn quiet_config(name: &str, overlap: Duration) -> psi_server::Config {
     config
 }
 
+/// `GET /v1/dh/encoded-set` asking for the set of `epoch` (the `X-PSI-Epoch` value as sent).
+fn encoded_set(t: &Raw, epoch: &str) -> Response {
+    send(
+        t,
+        Method::Get,
+        "/v1/dh/encoded-set",
+        &[("x-psi-epoch", epoch)],
+        b"",
+    )
+}
+
 #[test]
 fn a_run_across_a_rotation_finishes_in_its_epoch_and_the_next_run_refetches() {
     let overlap = Duration::from_secs(4);
@@ -127,13 +138,7 @@ fn a_run_across_a_rotation_finishes_in_its_epoch_and_the_next_run_refetches() {
     assert!(r.label_error.is_none(), "{:?}", r.label_error);
     // Within the overlap, epoch 1's set is served on request, and the current one by
     // default.
-    let old_set = send(
-        &t,
-        Method::Get,
-        "/v1/dh/encoded-set",
-        &[("x-psi-epoch", "1")],
-        b"",
-    );
+    let old_set = encoded_set(&t, "1");
     assert_eq!(old_set.status, 200);
     assert_eq!(old_set.header("etag"), Some(etag1.as_str()));
     let new_set = send(&t, Method::Get, "/v1/dh/encoded-set", &[], b"");
@@ -165,22 +170,10 @@ fn a_run_across_a_rotation_finishes_in_its_epoch_and_the_next_run_refetches() {
     );
     assert_eq!(r.status, 409);
     assert_eq!(error_code(&r), "epoch_mismatch");
-    let r = send(
-        &t,
-        Method::Get,
-        "/v1/dh/encoded-set",
-        &[("x-psi-epoch", "1")],
-        b"",
-    );
+    let r = encoded_set(&t, "1");
     assert_eq!(r.status, 409);
     assert_eq!(error_code(&r), "epoch_mismatch");
-    let r = send(
-        &t,
-        Method::Get,
-        "/v1/dh/encoded-set",
-        &[("x-psi-epoch", "one")],
-        b"",
-    );
+    let r = encoded_set(&t, "one");
     assert_eq!(error_code(&r), "bad_request");
     // The server let go of epoch 1's registry (key, set, labels) once the overlap ended.
     let freed_by = Instant::now() + Duration::from_secs(5);
