@@ -102,6 +102,16 @@ impl RateLimiter {
         }
     }
 
+    /// Gives `items` back to `client`'s budget (a charge for something then refused).
+    pub(crate) fn refund(&self, client: &str, items: u64) {
+        let mut g = self.lock();
+        let cap = g.per_hour(self.per_hour, client) as f64;
+        if let Some(b) = g.buckets.get_mut(client) {
+            b.tokens = (b.tokens + items as f64).min(cap);
+            b.dirty = true;
+        }
+    }
+
     /// Forgets clients whose bucket is full again (they start full when seen next).
     pub(crate) fn sweep(&self) {
         let now = Instant::now();

@@ -2,6 +2,7 @@
 //! (slots held only while a run is in progress, per-caller caps, a per-caller hourly
 //! budget of OT-PSI sessions). Design: `docs/adr/0015-ot-psi-admission-and-charging.md`.
 
+use crate::limits::RateLimiter;
 use psi_core::Protocol;
 use psi_core::ot::OtServer;
 use std::collections::HashMap;
@@ -56,18 +57,11 @@ impl Drop for OtSlot {
     }
 }
 
-/// OT-PSI runs in progress, in all and per caller, and each caller's hourly budget of
-/// OT-PSI sessions (a token bucket of `ot_per_hour`, refilled continuously).
+/// OT-PSI runs in progress, in all and per caller.
 #[derive(Default)]
 struct OtState {
     running: usize,
     per_client: HashMap<String, usize>,
-    budgets: HashMap<String, Budget>,
-}
-
-struct Budget {
-    tokens: f64,
-    last: Instant,
 }
 
 fn lock_ot(m: &Mutex<OtState>) -> std::sync::MutexGuard<'_, OtState> {
@@ -110,6 +104,8 @@ pub(crate) struct Sessions {
     /// Lock order: `map` before `ot` (an [`OtSlot`] can be dropped while `map` is held).
     map: Mutex<HashMap<String, Entry>>,
     ot: Arc<Mutex<OtState>>,
+    /// Each caller's hourly budget of OT-PSI sessions (`ot_per_hour`).
+    ot_budget: RateLimiter,
 }
 
 /// Caps on live sessions.
@@ -148,6 +144,7 @@ impl Sessions {
             ttl,
             map: Mutex::new(HashMap::new()),
             ot: Arc::default(),
+            ot_budget: RateLimiter::new(limits.ot_per_hour),
         }
     }
 
@@ -181,7 +178,9 @@ impl Sessions {
             {
                 return Err(Full::OtClient);
             }
-            self.take_ot_budget(&mut ot, &session.client, now)?;
+            self.ot_budget
+                .charge(&session.client, 1)
+                .map_err(Full::OtBudget)?;
             ot.running += 1;
             *ot.per_client.entry(session.client.clone()).or_default() += 1;
             Some(OtSlot {
@@ -202,40 +201,12 @@ impl Sessions {
         Ok(slot)
     }
 
-    /// Takes one OT-PSI session from `client`'s hourly budget, or says how long to wait.
-    fn take_ot_budget(&self, ot: &mut OtState, client: &str, now: Instant) -> Result<(), Full> {
-        let per_hour = self.limits.ot_per_hour;
-        if per_hour == 0 {
-            return Ok(());
-        }
-        let cap = per_hour as f64;
-        let rate = cap / 3600.0;
-        let b = ot.budgets.entry(client.to_string()).or_insert(Budget {
-            tokens: cap,
-            last: now,
-        });
-        b.tokens = (b.tokens + now.duration_since(b.last).as_secs_f64() * rate).min(cap);
-        b.last = now;
-        if b.tokens >= 1.0 {
-            b.tokens -= 1.0;
-            Ok(())
-        } else {
-            Err(Full::OtBudget(
-                ((1.0 - b.tokens) / rate).ceil().max(1.0) as u64
-            ))
-        }
-    }
-
     /// Removes a session that was just inserted and gives back the OT budget unit its
     /// insertion took (for a session refused after admission, e.g. by the item budget).
     pub(crate) fn undo_insert(&self, id: &str, protocol: Protocol, client: &str) {
         self.remove(id);
-        if protocol == Protocol::Ot && self.limits.ot_per_hour > 0 {
-            let mut ot = lock_ot(&self.ot);
-            let cap = self.limits.ot_per_hour as f64;
-            if let Some(b) = ot.budgets.get_mut(client) {
-                b.tokens = (b.tokens + 1.0).min(cap);
-            }
+        if protocol == Protocol::Ot {
+            self.ot_budget.refund(client, 1);
         }
     }
 
@@ -294,11 +265,7 @@ impl Sessions {
                 g.phase = Phase::Done;
             }
         }
-        let cap = self.limits.ot_per_hour as f64;
-        let rate = cap / 3600.0;
-        lock_ot(&self.ot)
-            .budgets
-            .retain(|_, b| b.tokens + now.duration_since(b.last).as_secs_f64() * rate < cap);
+        self.ot_budget.sweep();
         removed
     }
 }
