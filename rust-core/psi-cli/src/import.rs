@@ -143,7 +143,9 @@ pub fn run(args: ImportArgs) -> Result<(), String> {
             "registry: {total} entries; {computed} OPRF outputs computed; encoded set {}",
             if rebuilt { "rebuilt" } else { "unchanged" }
         );
-        println!("(a running `psi serve` picks the changes up on SIGHUP or restart)");
+        println!(
+            "(a running `psi serve` picks the changes up within its --watch-store period, 2 s by default, or at once on SIGHUP)"
+        );
     }
     Ok(())
 }
@@ -158,8 +160,8 @@ pub fn rotate(server: ServerArgs) -> Result<(), String> {
         key.epoch()
     );
     println!(
-        "(a running `psi serve` picks it up on SIGHUP, or at its next scheduled check; \
-         sessions of the old epoch finish within the overlap)"
+        "(a running `psi serve` picks it up within its --watch-store period, 2 s by default, or \
+         at once on SIGHUP; sessions of the old epoch finish within the overlap)"
     );
     Ok(())
 }

@@ -107,25 +107,47 @@ pub struct ServeArgs {
     /// `off`: only `psi rotate-key`). The new epoch is built in the background; lookups
     /// and removals are bounded by it (docs/adr/0017-scheduled-key-rotation.md).
     #[arg(long, default_value = "24h", value_parser = parse_rotate_every)]
-    rotate_every: RotateEvery,
+    rotate_every: Period,
+    /// How often to look at the database for a change made by `psi import` or
+    /// `psi rotate-key` and serve it once complete (e.g. 2s, 1m; `off`: only on SIGHUP).
+    /// A read-only query; the server never writes to pick a change up.
+    #[arg(long, default_value = "2s", value_parser = parse_watch_store)]
+    watch_store: Period,
     /// Seconds the previous key epoch stays served after a rotation, so sessions started
     /// before it can finish (default: the session lifetime).
     #[arg(long)]
     epoch_overlap: Option<u64>,
 }
 
-/// `--rotate-every`: a period, or off.
+/// A period given on the command line, or off (`None`).
 #[derive(Debug, Clone, Copy)]
-struct RotateEvery(Option<Duration>);
+struct Period(Option<Duration>);
 
 /// Shortest period `--rotate-every` takes: each rotation recomputes every entry's output
 /// (about 37 s for 10^6 entries on 2 cores), so shorter periods would rebuild without end.
 const MIN_ROTATE_EVERY: Duration = Duration::from_secs(60);
 
-fn parse_rotate_every(s: &str) -> Result<RotateEvery, String> {
+fn parse_rotate_every(s: &str) -> Result<Period, String> {
+    parse_period(
+        s,
+        MIN_ROTATE_EVERY,
+        "the rotation period must be at least 1m",
+    )
+}
+
+fn parse_watch_store(s: &str) -> Result<Period, String> {
+    parse_period(
+        s,
+        Duration::from_secs(1),
+        "the watch period must be at least 1s",
+    )
+}
+
+/// `N` followed by a unit (s, m, h, d), at least `min`, or `off`.
+fn parse_period(s: &str, min: Duration, too_short: &str) -> Result<Period, String> {
     let s = s.trim();
     if s.eq_ignore_ascii_case("off") {
-        return Ok(RotateEvery(None));
+        return Ok(Period(None));
     }
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
@@ -143,10 +165,10 @@ fn parse_rotate_every(s: &str) -> Result<RotateEvery, String> {
         n.checked_mul(unit_secs)
             .ok_or_else(|| "period too long".to_string())?,
     );
-    if d < MIN_ROTATE_EVERY {
-        return Err("the rotation period must be at least 1m".into());
+    if d < min {
+        return Err(too_short.into());
     }
-    Ok(RotateEvery(Some(d)))
+    Ok(Period(Some(d)))
 }
 
 pub fn run(args: ServeArgs) -> Result<(), String> {
@@ -207,6 +229,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         "http"
     };
     config.rotate_every = args.rotate_every.0;
+    config.watch_store = args.watch_store.0;
     config.epoch_overlap = args
         .epoch_overlap
         .map_or(config.session_ttl, Duration::from_secs);
@@ -321,5 +344,9 @@ mod tests {
         for bad in ["", "h", "24", "24x", "-1h", "59s", "99999999999999999999d"] {
             assert!(p(bad).is_err(), "{bad}");
         }
+        let w = |s| parse_watch_store(s).map(|r| r.0);
+        assert_eq!(w("2s"), Ok(Some(Duration::from_secs(2))));
+        assert_eq!(w("off"), Ok(None));
+        assert!(w("0s").is_err());
     }
 }

@@ -119,6 +119,12 @@ pub struct Config {
     /// `None`: only `psi rotate-key`). The new epoch's outputs and encoded set are built in
     /// the background and swapped in whole (ADR 0017). Needs a database file.
     pub rotate_every: Option<Duration>,
+    /// How often the server looks at its database file for a change made by another
+    /// process (`psi import`, `psi rotate-key`) and, once the change is complete, serves
+    /// it (default 2 s; `None`: only on [`AppState::reload`], i.e. SIGHUP). A cheap
+    /// read-only query; the server never writes to pick a change up
+    /// ([`AppState::reload_if_changed`]).
+    pub watch_store: Option<Duration>,
     /// How long the previous epoch keeps being served after a new one is swapped in
     /// (default 300 s, the default session lifetime): sessions created before the swap
     /// finish with the key they started with. One previous epoch is kept.
@@ -156,6 +162,7 @@ impl Default for Config {
             max_connections: 512,
             tls: None,
             rotate_every: Some(Duration::from_secs(24 * 3600)),
+            watch_store: Some(Duration::from_secs(2)),
             epoch_overlap: Duration::from_secs(300),
         }
     }
@@ -286,6 +293,36 @@ impl AppState {
         self.build_and_install(&mut store, "registry reloaded")
     }
 
+    /// Serves the store's registry if it differs from the one served (another process
+    /// imported entries, removed some or rotated the key) and is complete
+    /// ([`store::Store::ready_version`]). Reads `store` only: a change still being
+    /// made is left alone (no output is computed here, so the server never competes with
+    /// an import for the write lock) and picked up by a later call. Blocking. Returns
+    /// the new registry's numbers, or `None` when there was nothing new to serve.
+    pub fn reload_if_changed(
+        &self,
+        store: &mut Store,
+    ) -> Result<Option<RegistryStats>, StoreError> {
+        let _one = self.rebuilding.lock().unwrap_or_else(|e| e.into_inner());
+        let served = self.registry().loaded_version();
+        if store.ready_version(self.config.max_client_items)? == Some(served) {
+            return Ok(None);
+        }
+        let Some(registry) = Registry::read_ready(store, &self.config)? else {
+            return Ok(None);
+        };
+        if registry.loaded_version() == served {
+            return Ok(None);
+        }
+        let stats = self.install(registry);
+        tracing::info!(
+            epoch = stats.epoch,
+            entries = stats.entries,
+            "change in the database picked up"
+        );
+        Ok(Some(stats))
+    }
+
     /// Starts a new key epoch now: a fresh key in the store (the old one deleted and
     /// scrubbed), every entry's output and the encoded set computed under it, then the new
     /// registry swapped in; the old epoch stays served for `epoch_overlap`. Blocking and
@@ -406,6 +443,11 @@ pub async fn serve(
     });
     // Scheduled key rotation and the end of a previous epoch's overlap.
     background.push(tokio::spawn(maintain_epochs(state.clone())));
+    if let Some(every) = state.config.watch_store
+        && state.config.db_path.as_os_str() != ":memory:"
+    {
+        background.push(tokio::spawn(watch_store(state.clone(), every)));
+    }
     let limits = listen::Limits {
         header_read_timeout: state.config.header_read_timeout,
         idle_timeout: state.config.idle_timeout,
@@ -419,6 +461,40 @@ pub async fn serve(
     // The budgets charged since the last save survive a shutdown.
     let _ = tokio::task::spawn_blocking(move || state.accounts.save_budgets(&state.limiter)).await;
     result
+}
+
+/// Every `every`, picks up a change another process made to the database file
+/// ([`AppState::reload_if_changed`]). Keeps one read connection open between looks; after
+/// an error (logged once per failure streak) it opens a new one.
+async fn watch_store(state: Arc<AppState>, every: Duration) {
+    let mut store: Option<Store> = None;
+    let mut failing = false;
+    loop {
+        tokio::time::sleep(every).await;
+        let st = state.clone();
+        let held = store.take();
+        let looked = tokio::task::spawn_blocking(move || {
+            let mut s = match held {
+                Some(s) => s,
+                None => st.file_store()?,
+            };
+            let r = st.reload_if_changed(&mut s);
+            r.map(|_| s)
+        })
+        .await;
+        match looked {
+            Ok(Ok(s)) => {
+                store = Some(s);
+                failing = false;
+            }
+            Ok(Err(e)) if !failing => {
+                failing = true;
+                tracing::warn!(error = %e, "looking for a database change failed");
+            }
+            Ok(Err(_)) => {}
+            Err(_) => tracing::error!("database watch task failed"),
+        }
+    }
 }
 
 /// Longest the epoch task sleeps before looking again (the store may have been rotated

@@ -35,6 +35,8 @@ pub struct Registry {
     pub(crate) items: Arc<ItemSet>,
     pub(crate) labels: LabelStore,
     stats: RegistryStats,
+    /// The store's registry version it was read at ([`Store::version`]).
+    version: i64,
 }
 
 impl Registry {
@@ -58,6 +60,32 @@ impl Registry {
         let t = Instant::now();
         let refreshed = store.refresh(config.max_client_items, threads, progress)?;
         let build_time = t.elapsed();
+        store.read_snapshot(|s| Self::read(s, config, refreshed.outputs_computed, build_time))
+    }
+
+    /// Loads the store's current registry as it is, computing nothing and writing
+    /// nothing; `None` while the store is between the steps of an import or a rotation
+    /// ([`Store::ready_version`]). Everything is read from one committed state.
+    pub(crate) fn read_ready(
+        store: &mut Store,
+        config: &Config,
+    ) -> Result<Option<Registry>, StoreError> {
+        store.read_snapshot(|s| {
+            if s.ready_version(config.max_client_items)?.is_none() {
+                return Ok(None);
+            }
+            Self::read(s, config, 0, Duration::ZERO).map(Some)
+        })
+    }
+
+    /// Reads a refreshed store (the caller holds a read snapshot).
+    fn read(
+        store: &mut Store,
+        config: &Config,
+        outputs_computed: u64,
+        build_time: Duration,
+    ) -> Result<Registry, StoreError> {
+        let version = store.version()?;
         let key = store.current_key()?;
         let set = store
             .encoded_set(config.max_client_items)?
@@ -78,7 +106,7 @@ impl Registry {
             entries: items.len() as u64,
             labeled: labels.len() as u64,
             encoded_set_bytes: set.bytes.len() as u64,
-            outputs_computed: refreshed.outputs_computed,
+            outputs_computed,
             build_time,
         };
         Ok(Registry {
@@ -88,7 +116,13 @@ impl Registry {
             items,
             labels,
             stats,
+            version,
         })
+    }
+
+    /// The key epoch and the store's registry version this registry was read at.
+    pub(crate) fn loaded_version(&self) -> (u32, i64) {
+        (self.dh.epoch(), self.version)
     }
 
     /// Numbers about this registry.

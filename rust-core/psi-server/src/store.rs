@@ -369,7 +369,50 @@ impl Store {
         Ok(self.len()? == 0)
     }
 
-    fn version(&self) -> Result<i64, StoreError> {
+    /// The key epoch and registry version a server would load now, or `None` while the
+    /// store is between the steps of an import or a rotation: the entries or the key
+    /// changed and the encoded set for `max_client_items` has not been rebuilt from them
+    /// yet (a refresh computes every missing output before it builds the set, so a set
+    /// built at the current version and epoch means the whole registry is ready). One
+    /// read-only statement, so it sees one committed state and takes no write lock: a
+    /// running server polls it to pick up `psi import` and `psi rotate-key` without
+    /// racing them for the database.
+    pub fn ready_version(&self, max_client_items: usize) -> Result<Option<(u32, i64)>, StoreError> {
+        let max = max_client_items.min(psi_core::dh::limits::MAX_CLIENT_ITEMS) as i64;
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT s.epoch, s.version FROM encoded_sets s
+                 WHERE s.epoch = (SELECT MAX(epoch) FROM keys)
+                   AND s.max_client_items = ?1
+                   AND s.version = (SELECT v FROM meta WHERE k = 'version')",
+                params![max],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?)
+    }
+
+    /// Runs `read` inside one read transaction, so everything it reads comes from the
+    /// same committed state even while another process writes (WAL). `read` must not
+    /// write.
+    pub fn read_snapshot<T>(
+        &mut self,
+        read: impl FnOnce(&mut Store) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.conn.execute_batch("BEGIN DEFERRED")?;
+        let out = read(self);
+        // Nothing was written: ending the transaction either way only releases the
+        // snapshot.
+        let end = self
+            .conn
+            .execute_batch(if out.is_ok() { "COMMIT" } else { "ROLLBACK" });
+        let out = out?;
+        end?;
+        Ok(out)
+    }
+
+    /// The registry version: bumped by every change of the entries.
+    pub fn version(&self) -> Result<i64, StoreError> {
         Ok(self
             .conn
             .query_row("SELECT v FROM meta WHERE k = 'version'", [], |r| r.get(0))?)

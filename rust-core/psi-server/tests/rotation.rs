@@ -261,3 +261,70 @@ fn rotation_happens_on_schedule_and_runs_stay_correct() {
     );
     server.shutdown().unwrap();
 }
+
+/// A change written by another process (what `psi import` and `psi rotate-key` do) is
+/// served only once it is complete: never the entries without their encoded set, never a
+/// new key without its outputs. The periodic watch over a real `psi serve` is tested in
+/// psi-cli's `faults.rs`; here each look is a direct call.
+#[test]
+fn a_change_by_another_process_is_served_once_complete_and_never_half_done() {
+    let mut config = quiet_config("watch", Duration::from_secs(4));
+    config.watch_store = None;
+    fill(&config, 1000, |i| i < 10);
+    let server = start(config.clone());
+    let client = Client::new(&server.url(), ClientConfig::default());
+    let state = server.state.clone();
+    let mut watch = Store::open(&config.db_path).unwrap();
+    let mut other = Store::open(&config.db_path).unwrap();
+    let refresh = |s: &mut Store| {
+        s.refresh(
+            config.max_client_items,
+            psi_core::Threads::ONE,
+            &mut |_, _| {},
+        )
+        .unwrap()
+    };
+    assert_eq!(state.reload_if_changed(&mut watch).unwrap(), None);
+
+    // An import's first step: the entries, not yet their outputs and set.
+    other.add_entries([("+13030000001", Some("new"))]).unwrap();
+    assert_eq!(state.reload_if_changed(&mut watch).unwrap(), None);
+    assert_eq!(state.registry().stats().entries, 1000);
+    assert!(
+        matched(&run(&client, Protocol::Dh).unwrap())
+            .iter()
+            .all(|(i, _)| i != b"+13030000001")
+    );
+    // Its second step: now it is served.
+    refresh(&mut other);
+    let stats = state
+        .reload_if_changed(&mut watch)
+        .unwrap()
+        .expect("the import is served");
+    assert_eq!((stats.epoch, stats.entries), (1, 1001));
+    assert!(
+        matched(&run(&client, Protocol::Ot).unwrap())
+            .contains(&(b"+13030000001".to_vec(), Some("new".into())))
+    );
+    assert_eq!(
+        state.reload_if_changed(&mut watch).unwrap(),
+        None,
+        "served already"
+    );
+
+    // A rotation: the new key alone is not served; with its outputs and set it is.
+    other.rotate_key().unwrap();
+    assert_eq!(state.reload_if_changed(&mut watch).unwrap(), None);
+    assert_eq!(state.registry().stats().epoch, 1);
+    assert_eq!(run(&client, Protocol::Dh).unwrap().epoch, 1);
+    refresh(&mut other);
+    let stats = state
+        .reload_if_changed(&mut watch)
+        .unwrap()
+        .expect("the new epoch is served");
+    assert_eq!((stats.epoch, stats.entries), (2, 1001));
+    let r = run(&client, Protocol::Dh).unwrap();
+    assert_eq!(r.epoch, 2);
+    assert!(matched(&r).contains(&(b"+13030000001".to_vec(), Some("new".into()))));
+    server.shutdown().unwrap();
+}
