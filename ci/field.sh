@@ -27,6 +27,7 @@ python3 "$field" cleanup # namespaces of harnesses killed earlier (SIGKILL skips
 
 case "$mode" in
 smoke)
+  python3 "$root/tests/field/test_field.py" # the harness's own unit tests (no namespaces)
   (cd "$root/rust-core" && cargo build --quiet --locked -p psi-cli)
   out="$(mktemp "${TMPDIR:-/tmp}/psi-field-smoke.XXXXXX.json")"
   trap 'rm -f "$out"' EXIT

@@ -44,6 +44,11 @@ PSI_PROXY, PROBE_PROXY = "127.0.0.1:18080", "127.0.0.1:18081"  # in the client n
 BYTES_CAP = 512 << 20
 
 
+def load_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
 def log(*a):
     print("field:", *a, file=sys.stderr, flush=True)
 
@@ -534,7 +539,7 @@ def cmd_run(a):
     for tool in ("ip", "tc", "curl"):
         if not shutil.which(tool):
             raise SystemExit(f"field.py: {tool} not found")
-    grid = json.load(open(a.grid))
+    grid = load_json(a.grid)
     cells = select_cells(grid, a.cells)
     psi = os.path.abspath(a.psi)
     protocols = a.protocols.split(",") if a.protocols else accepted_protocols(psi)
@@ -589,7 +594,10 @@ def cmd_run(a):
                 contacts = os.path.join(tmp, f"contacts-{w['name']}.csv")
                 if not os.path.exists(contacts):
                     contacts_csv(contacts, w)
-                for protocol in protocols:
+                # Repeats interleave the protocols, each repeat starting one protocol later.
+                plan = [(rep, protocols[(i + rep) % len(protocols)])
+                        for rep in range(a.repeat) for i in range(len(protocols))]
+                for rep, protocol in plan:
                     if time.monotonic() > deadline:
                         doc["skipped"].append({"cell": cell, "protocol": protocol, "reason": "total time budget"})
                         continue
@@ -603,6 +611,7 @@ def cmd_run(a):
                     r = psi_match(link, psi, contacts, protocol, cache, a.run_timeout, log_path)
                     shutil.rmtree(cache, ignore_errors=True)
                     r.update({"cell": cell, "network": net["name"], "workload": w["name"], "protocol": protocol,
+                              "repeat": rep,
                               "expected_matches": w["matches"], "cache": w["cache"],
                               "warmed": None if warm is None else warm["ok"],
                               "load_avg": os.getloadavg()[0]})
@@ -630,12 +639,25 @@ def cmd_run(a):
 
 
 def summarize(doc):
-    """Per cell: each protocol's run, the best forced one, auto's ratio, prediction errors."""
+    """Per cell: each protocol's representative run (the median wall time of its successful
+    repeats; a failure if none succeeded), the best forced protocol, auto's ratio to it, and
+    the prediction error of each forced protocol."""
     cells = {}
     for r in doc["runs"]:
-        cells.setdefault(r["cell"], {})[r["protocol"]] = r
+        cells.setdefault(r["cell"], {}).setdefault(r["protocol"], []).append(r)
     out = []
-    for cell, runs in cells.items():
+    for cell, by_proto in cells.items():
+        runs = {}
+        for p, rs in by_proto.items():
+            ok = sorted((r for r in rs if r["ok"]), key=lambda r: r["wall_s"])
+            rep = dict(ok[(len(ok) - 1) // 2] if ok else rs[0])
+            if ok:
+                rep["wall_s"] = statistics.median(r["wall_s"] for r in ok)
+            rep["n_ok"], rep["n_failed"] = len(ok), len(rs) - len(ok)
+            if p == "auto" and ok:
+                choices = [r["chosen"] for r in ok]
+                rep["chosen"] = max(set(choices), key=choices.count)
+            runs[p] = rep
         forced = {p: r for p, r in runs.items() if p != "auto" and r["ok"]}
         best = min(forced, key=lambda p: forced[p]["wall_s"]) if forced else None
         auto = runs.get("auto")
@@ -667,7 +689,7 @@ def fmt_mb(r):
 
 
 def cmd_table(a):
-    doc = json.load(open(a.results))
+    doc = load_json(a.results)
     protos = doc["protocols"]
     forced = [p for p in protos if p != "auto"]
     head = ["cell"] + [f"{p} s" for p in forced] + [f"{p} MB up/down" for p in forced]
@@ -713,8 +735,8 @@ def cmd_check(a):
     """The smoke test's assertions: every selected run ran, found exactly the expected
     matches, moved bytes both ways, took at least the link's round-trip floor, and the
     calibration saw the configured link (rate within 25%, RTT within 20% + 5 ms)."""
-    doc = json.load(open(a.results))
-    grid = {n["name"]: n for n in json.load(open(a.grid))["networks"]}
+    doc = load_json(a.results)
+    grid = {n["name"]: n for n in load_json(a.grid)["networks"]}
     problems = []
     for name, m in doc["calibration"].items():
         net = grid[name]
@@ -785,6 +807,7 @@ def main():
                    help="registries (kept between starts) and a per-start temporary directory")
     r.add_argument("--run-timeout", type=int, default=300, help="seconds per psi match")
     r.add_argument("--max-minutes", type=float, default=180, help="no run starts after this")
+    r.add_argument("--repeat", type=int, default=1, help="runs per protocol and cell (the table takes the median)")
     r.add_argument("--keep", action="store_true", help="keep the per-start directory (logs)")
     r.set_defaults(fn=cmd_run)
     t = sub.add_parser("table", help="print the Markdown table")

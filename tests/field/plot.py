@@ -57,8 +57,8 @@ def frame(ax, title, xlabels, ylabels):
 
 def main():
     results, out = sys.argv[1], sys.argv[2]
-    doc = json.load(open(results))
-    grid = json.load(open(field.GRID))
+    doc = field.load_json(results)
+    grid = field.load_json(field.GRID)
     cells = field.summarize(doc)
     pos, xlabels, ylabels = layout(grid)
     forced = [p for p in doc["protocols"] if p != "auto"]
