@@ -280,7 +280,7 @@ def calibrate(link, net, timeout):
     r = sh("ip", "netns", "exec", link.ns_c, sys.executable, os.path.abspath(__file__), "_probe-client",
            PROBE_PROXY, str(size(d)), str(size(u)), str(tbf_burst(d)), str(tbf_burst(u)), timeout=timeout)
     m = json.loads(r.stdout)
-    m["expected_rtt_ms"] = 2 * net["one_way_ms"]
+    m["expected_rtt_ms"] = 2 * int(round(net["one_way_ms"]))  # as set (whole ms)
     return m
 
 
@@ -695,16 +695,18 @@ def cmd_table(a):
     head = ["cell"] + [f"{p} s" for p in forced] + [f"{p} MB up/down" for p in forced]
     if "auto" in protos:
         head += ["auto s", "auto's choice", "ratio"]
-    head += [f"{p} predicted s (error)" for p in forced]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     s = summarize(doc)
+    with_preds = any(c["predictions"] for c in s)
+    if with_preds:
+        head += [f"{p} predicted s (error)" for p in forced]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in s:
         runs = c["runs"]
-        row = [c["cell"]] + [fmt_t(runs.get(p)) + (" **" if p == c["best"] else "") for p in forced]
+        row = [c["cell"]] + [f"**{fmt_t(runs.get(p))}**" if p == c["best"] else fmt_t(runs.get(p)) for p in forced]
         row += [fmt_mb(runs.get(p)) for p in forced]
         if "auto" in protos:
             row += [fmt_t(runs.get("auto")), c["choice"] or "-", f"{c['ratio']:.2f}" if c["ratio"] else "-"]
-        for p in forced:
+        for p in forced if with_preds else []:
             t = (c["predictions"].get(p) or {}).get("time_s")
             row.append(f"{t:.2f} ({c['errors'][p]:+.0%})" if t and p in c["errors"] else "-")
         lines.append("| " + " | ".join(row) + " |")
@@ -716,6 +718,8 @@ def cmd_table(a):
                      f"({within / len(ratios):.0%}; target 95%); worst ratio {max(ratios):.2f} (target 1.25).")
     else:
         lines.append("No `auto` runs in these results (the binary's `psi match --protocol` did not accept `auto`).")
+    if not with_preds:
+        lines.append("No run's report carries predictions (no `choice` object), so no prediction error.")
     errs = [abs(e) for c in s for e in c["errors"].values()]
     if errs:
         lines.append(f"Prediction error |predicted/measured - 1|: median {statistics.median(errs):.0%}, "
