@@ -341,17 +341,22 @@ def registry_db(psi, work, w, timeout):
 
 def accepted_protocols(psi):
     """Every value `psi match --protocol` accepts: candidates from its --help text, each
-    confirmed by running `psi match --protocol X` (clap rejects an unknown value with exit
-    2 before doing anything; an accepted one fails later, on the missing file)."""
+    confirmed by running `psi match --protocol X` on an empty contact file against a closed
+    loopback port. A refused value fails with clap's "invalid value" (exit 2) or, where the
+    option is parsed later, psi's "unknown protocol"; an accepted one fails otherwise (no
+    items, or no server)."""
     text = sh(psi, "match", "--help").stdout
     m = re.search(r"--protocol <[^>]*>\s*\n?(.*?)(?:\n\s*\n|\n\s+--)", text, re.S)
     words = re.findall(r"\b([a-z][a-z0-9]*)\b", m.group(1) if m else "")
-    cands = [w for w in dict.fromkeys(words) if w in ("auto", "dh", "ot", "cm20") or re.fullmatch(r"[a-z]+\d*", w) and len(w) <= 5]
+    cands = [w for w in dict.fromkeys(words) if re.fullmatch(r"[a-z]+\d*", w) and len(w) <= 5]
     out = []
-    for c in cands:
-        r = sh(psi, "match", "--server", "http://127.0.0.1:9", "--protocol", c, "/nonexistent/contacts.csv", check=False)
-        if r.returncode != 2 and "invalid value" not in r.stderr:
-            out.append(c)
+    with tempfile.NamedTemporaryFile("w", suffix=".csv") as empty:
+        for c in cands:
+            r = sh(psi, "match", "--server", "http://127.0.0.1:9", "--timeout", "2", "--protocol", c,
+                   empty.name, check=False, timeout=60)
+            err = r.stderr.lower()
+            if r.returncode != 2 and "invalid value" not in err and "unknown protocol" not in err:
+                out.append(c)
     return out
 
 
@@ -362,10 +367,20 @@ def short(name):
 TIME_KEY = re.compile(r"(time|total|duration|seconds|secs|ms)$|^(time|total|predicted)")
 
 
+PREFERRED_TIME = (("total_ms", 1e-3), ("time_ms", 1e-3), ("predicted_ms", 1e-3), ("total_s", 1.0),
+                  ("time_s", 1.0), ("seconds", 1.0), ("total", 1.0), ("time", 1.0))
+
+
 def _seconds(d):
-    """A time in seconds from a prediction object of unknown exact shape."""
-    if isinstance(d, (int, float)):
+    """A predicted total time in seconds from a prediction object of unknown exact shape:
+    the total if named so (`total_ms`, `time_s`, ...), else a nested time object, else the
+    first field that looks like a time."""
+    if not isinstance(d, dict):
         return None
+    for k, scale in PREFERRED_TIME:
+        v = d.get(k)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return v * scale
     for k, v in d.items():
         if isinstance(v, dict) and k in ("time", "predicted", "total"):
             s = _seconds(v)
@@ -381,7 +396,7 @@ def _seconds(d):
             return v / 1e3
         if lk.endswith("_us"):
             return v / 1e6
-        if lk.endswith(("_s", "_secs", "_seconds", "seconds", "secs")) or lk in ("time", "total"):
+        if lk.endswith(("_s", "_secs", "_seconds", "seconds", "secs")):
             return float(v)
     return None
 
@@ -433,10 +448,10 @@ def chosen(report):
 # ---------------------------------------------------------------- one run
 
 
-def psi_match(link, psi, contacts, protocol, cache_dir, run_timeout, log_path):
+def psi_match(link, psi, contacts, protocol, cache_dir, run_timeout, log_path, extra=()):
     argv = ["ip", "netns", "exec", link.ns_c, psi, "match", "--server", f"http://{PSI_PROXY}",
             "--protocol", protocol, "--cache-dir", cache_dir, "--timeout", str(run_timeout),
-            "--json", contacts]
+            "--json", *extra, contacts]
     t = time.monotonic()
     try:
         r = subprocess.run(argv, capture_output=True, text=True, timeout=run_timeout)
@@ -555,6 +570,7 @@ def cmd_run(a):
         "machine": {"cpus": os.cpu_count(), "kernel": os.uname().release, "load_avg_start": os.getloadavg()},
         "psi": psi, "psi_version": sh(psi, "--version").stdout.strip(), "protocols": protocols,
         "toxiproxy": sh(a.toxiproxy, "-version", check=False).stdout.strip(),
+        "auto_priors": a.auto_priors, "repeat": a.repeat, "run_timeout_s": a.run_timeout,
         "calibration": {}, "runs": [], "skipped": [],
     }
 
@@ -608,7 +624,12 @@ def cmd_run(a):
                         warm = psi_match(link, psi, contacts, "dh", cache, a.run_timeout, log_path)
                         if not warm["ok"]:
                             log(f"{cell}: warming the cache failed: {warm['error']}")
-                    r = psi_match(link, psi, contacts, protocol, cache, a.run_timeout, log_path)
+                    extra = []
+                    if protocol == "auto" and a.auto_priors:
+                        # The network's nominal figures as priors, like a platform's link hints.
+                        extra = ["--down-mbit", str(net["down_mbit"]), "--up-mbit", str(net["up_mbit"]),
+                                 "--rtt-ms", str(2 * net["one_way_ms"])]
+                    r = psi_match(link, psi, contacts, protocol, cache, a.run_timeout, log_path, extra)
                     shutil.rmtree(cache, ignore_errors=True)
                     r.update({"cell": cell, "network": net["name"], "workload": w["name"], "protocol": protocol,
                               "repeat": rep,
@@ -811,6 +832,9 @@ def main():
                    help="registries (kept between starts) and a per-start temporary directory")
     r.add_argument("--run-timeout", type=int, default=300, help="seconds per psi match")
     r.add_argument("--max-minutes", type=float, default=180, help="no run starts after this")
+    r.add_argument("--auto-priors", action="store_true",
+                   help="give auto the network's nominal rates and RTT as priors (--down-mbit, --up-mbit, "
+                        "--rtt-ms), as a platform's link hints would; default: none (auto measures)")
     r.add_argument("--repeat", type=int, default=1, help="runs per protocol and cell (the table takes the median)")
     r.add_argument("--keep", action="store_true", help="keep the per-start directory (logs)")
     r.set_defaults(fn=cmd_run)

@@ -31,6 +31,16 @@ class Predictions(unittest.TestCase):
         self.assertEqual(field.predictions(rep), {"dh": {"time_s": 1.5, "bytes": 300}, "ot": {"time_s": 0.9, "bytes": 700}})
         self.assertEqual(field.chosen(rep), "ot")
 
+    def test_total_preferred_over_parts(self):
+        # The shape of the draft `psi match --protocol auto` report (components, then the total).
+        rep = {"protocol": "ot-psi", "choice": {"policy": "fastest", "protocol": "ot-psi", "overhead_ms": 12.0,
+               "predictions": [{"protocol": "dh-psi", "requests": 5, "bytes_up": 1, "bytes_down": 2,
+                                "network_ms": 400.0, "client_ms": 300.0, "server_ms": 100.0, "total_ms": 800.0},
+                               {"protocol": "ot-psi", "requests": 6, "bytes_up": 3, "bytes_down": 4,
+                                "network_ms": 500.0, "client_ms": 50.0, "server_ms": 50.0, "total_ms": 600.0}]}}
+        self.assertEqual(field.predictions(rep), {"dh": {"time_s": 0.8, "bytes": 3}, "ot": {"time_s": 0.6, "bytes": 7}})
+        self.assertEqual(field.chosen(rep), "ot")
+
     def test_map_keyed_by_protocol_in_seconds(self):
         rep = {"protocol": "dh", "choice": {"chosen": "dh", "predicted": {
             "dh": {"seconds": 2.0, "bytes": 5}, "cm20-psi": {"total_s": 3.0}}}}
