@@ -713,7 +713,7 @@ def cmd_table(a):
     doc = load_json(a.results)
     protos = doc["protocols"]
     forced = [p for p in protos if p != "auto"]
-    head = ["cell"] + [f"{p} s" for p in forced] + [f"{p} MB up/down" for p in forced]
+    head = ["cell", "runs"] + [f"{p} s" for p in forced] + [f"{p} MB up/down" for p in forced]
     if "auto" in protos:
         head += ["auto s", "auto's choice", "ratio"]
     s = summarize(doc)
@@ -723,7 +723,8 @@ def cmd_table(a):
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in s:
         runs = c["runs"]
-        row = [c["cell"]] + [f"**{fmt_t(runs.get(p))}**" if p == c["best"] else fmt_t(runs.get(p)) for p in forced]
+        row = [c["cell"], str(min(r["n_ok"] + r["n_failed"] for r in runs.values()))]
+        row += [f"**{fmt_t(runs.get(p))}**" if p == c["best"] else fmt_t(runs.get(p)) for p in forced]
         row += [fmt_mb(runs.get(p)) for p in forced]
         if "auto" in protos:
             row += [fmt_t(runs.get("auto")), c["choice"] or "-", f"{c['ratio']:.2f}" if c["ratio"] else "-"]
@@ -798,6 +799,27 @@ def cmd_check(a):
     return 1 if problems else 0
 
 
+def cmd_merge(a):
+    """One results file from several starts (e.g. the grid once, then small cells again
+    with --repeat): runs concatenated (the table takes each protocol's median per cell),
+    the calibration of each start kept, the latest one shown."""
+    docs = [load_json(p) for p in a.results]
+    out = dict(docs[-1])
+    out["started"] = min(d["started"] for d in docs)
+    out["finished"] = max(d.get("finished", d["started"]) for d in docs)
+    out["protocols"] = list(dict.fromkeys(p for d in docs for p in d["protocols"]))
+    out["sources"] = [{k: d.get(k) for k in ("started", "finished", "machine", "psi_version", "repeat",
+                                             "auto_priors", "calibration")} for d in docs]
+    out["calibration"] = {}
+    out["runs"], out["skipped"] = [], []
+    for i, d in enumerate(docs):
+        out["calibration"].update(d["calibration"])
+        out["runs"] += [dict(r, source=i) for r in d["runs"]]
+        out["skipped"] += d.get("skipped", [])
+    save(a.out, out)
+    return 0
+
+
 def cmd_cleanup(_):
     """Removes namespaces left by harnesses that were killed (SIGKILL skips the cleanup)."""
     for line in sh("ip", "netns", "list").stdout.splitlines():
@@ -845,6 +867,10 @@ def main():
     c.add_argument("results")
     c.add_argument("--grid", default=GRID)
     c.set_defaults(fn=cmd_check)
+    m = sub.add_parser("merge", help="merge results files of several starts")
+    m.add_argument("results", nargs="+")
+    m.add_argument("--out", required=True)
+    m.set_defaults(fn=cmd_merge)
     k = sub.add_parser("cleanup", help="remove namespaces of dead harnesses")
     k.set_defaults(fn=cmd_cleanup)
     a = ap.parse_args()

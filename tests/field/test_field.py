@@ -101,6 +101,27 @@ class Cells(unittest.TestCase):
         self.assertEqual(sum(x in reg for x in lines), 100)
 
 
+class Merge(unittest.TestCase):
+    def test_runs_concatenate_and_medians_span_files(self):
+        a = {"started": "2026-01-02", "finished": "2026-01-02", "protocols": ["dh", "ot"], "calibration": {"4g": {"x": 1}},
+             "runs": [run("4g/w", "dh", 1.0), run("4g/w", "ot", 5.0)]}
+        b = {"started": "2026-01-01", "finished": "2026-01-03", "protocols": ["dh", "ot", "auto"], "calibration": {"3g": {"x": 2}},
+             "runs": [run("4g/w", "dh", 3.0), run("4g/w", "dh", 2.0), run("4g/w", "auto", 2.0)]}
+        with tempfile.TemporaryDirectory() as d:
+            paths = [os.path.join(d, n) for n in ("a.json", "b.json", "m.json")]
+            for path, doc in zip(paths, (a, b)):
+                field.save(path, doc)
+            field.cmd_merge(type("A", (), {"results": paths[:2], "out": paths[2]})())
+            m = field.load_json(paths[2])
+        self.assertEqual(len(m["runs"]), 5)
+        self.assertEqual(m["protocols"], ["dh", "ot", "auto"])
+        self.assertEqual((m["started"], m["finished"]), ("2026-01-01", "2026-01-03"))
+        self.assertEqual(set(m["calibration"]), {"4g", "3g"})
+        [c] = field.summarize(m)
+        self.assertEqual(c["runs"]["dh"]["wall_s"], 2.0)
+        self.assertEqual(c["ratio"], 1.0)
+
+
 class Check(unittest.TestCase):
     def check(self, doc):
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
