@@ -528,9 +528,13 @@ def select_cells(grid, spec):
     cells = []
     for name in names:
         n, _, w = name.partition("/")
-        if n not in nets or w not in works:
-            raise SystemExit(f"unknown cell {name!r} (NETWORK/WORKLOAD; networks {list(nets)}, workloads {list(works)})")
-        cells.append((nets[n], works[w]))
+        if (n != "*" and n not in nets) or (w != "*" and w not in works):
+            raise SystemExit(f"unknown cell {name!r} (NETWORK/WORKLOAD, either may be *; networks {list(nets)}, "
+                             f"workloads {list(works)})")
+        for nn in nets if n == "*" else [n]:
+            for ww in works if w == "*" else [w]:
+                if (nets[nn], works[ww]) not in cells:
+                    cells.append((nets[nn], works[ww]))
     # Group by registry so each is served once; keep the grid's order otherwise.
     order = [w["name"] for w in grid["workloads"]]
     regs = []
@@ -847,7 +851,7 @@ def main():
     r.add_argument("--psi", required=True, help="the psi binary (release for the grid)")
     r.add_argument("--toxiproxy", required=True, help="the toxiproxy server binary (v2.5.0)")
     r.add_argument("--grid", default=GRID)
-    r.add_argument("--cells", default="smoke", help="smoke, all, or NETWORK/WORKLOAD,...")
+    r.add_argument("--cells", default="smoke", help="smoke, all, or NETWORK/WORKLOAD,... (either may be *)")
     r.add_argument("--protocols", help="comma separated (default: every value `psi match --protocol` accepts)")
     r.add_argument("--out", default="field-results.json")
     r.add_argument("--work", default=os.environ.get("PSI_FIELD_WORK", "/tmp/psi-field"),

@@ -86,6 +86,8 @@ class Cells(unittest.TestCase):
         self.assertEqual([f"{n['name']}/{w['name']}" for n, w in cells],
                          ["4g/bal-2^10", "lan/unb-1e5-cold", "lan/unb-1e6-cold", "3g/unb-1e6-warm"])
         self.assertEqual(len(field.select_cells(grid, "all")), len(grid["networks"]) * len(grid["workloads"]))
+        self.assertEqual(len(field.select_cells(grid, "*/bal-2^10,3g/*,3g/bal-2^10")),
+                         len(grid["networks"]) + len(grid["workloads"]) - 1)
         with self.assertRaises(SystemExit):
             field.select_cells(grid, "moon/bal-2^10")
 
