@@ -764,7 +764,8 @@ def cmd_table(a):
 def cmd_check(a):
     """The smoke test's assertions: every selected run ran, found exactly the expected
     matches, moved bytes both ways, took at least the link's round-trip floor, and the
-    calibration saw the configured link (rate within 25%, RTT within 20% + 5 ms)."""
+    calibration saw the configured link (rates within 25%, RTT from 0.8x - 1 ms to
+    1.5x + 20 ms of the set one)."""
     doc = load_json(a.results)
     grid = {n["name"]: n for n in load_json(a.grid)["networks"]}
     problems = []
@@ -774,7 +775,10 @@ def cmd_check(a):
             got, want = m[f"{d}_mbit"], net[f"{d}_mbit"]
             if not 0.75 * want <= got <= 1.25 * want:
                 problems.append(f"calibration {name}: {d} {got:.2f} Mbit/s, configured {want}")
-        if abs(m["rtt_ms"] - m["expected_rtt_ms"]) > 0.2 * m["expected_rtt_ms"] + 5:
+        # The lower bound is strict (a missing latency toxic shows at once); the upper one
+        # leaves room for a loaded machine's scheduling delays.
+        want = m["expected_rtt_ms"]
+        if not 0.8 * want - 1 <= m["rtt_ms"] <= 1.5 * want + 20:
             problems.append(f"calibration {name}: RTT {m['rtt_ms']:.1f} ms, configured {m['expected_rtt_ms']:.1f}")
     if not doc["runs"]:
         problems.append("no runs")

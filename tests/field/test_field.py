@@ -153,7 +153,9 @@ class Check(unittest.TestCase):
             self.doc(runs=[run("4g/bal-2^10", "auto", 0.8, chosen="xyz")]),
             self.doc(runs=[]),
             self.doc(calibration={"4g": {"rtt_ms": 61, "expected_rtt_ms": 60, "down_mbit": 30, "up_mbit": 4.8}}),
-            self.doc(calibration={"4g": {"rtt_ms": 90, "expected_rtt_ms": 60, "down_mbit": 19, "up_mbit": 4.8}}),
+            self.doc(calibration={"4g": {"rtt_ms": 120, "expected_rtt_ms": 60, "down_mbit": 19, "up_mbit": 4.8}}),
+            self.doc(calibration={"4g": {"rtt_ms": 1, "expected_rtt_ms": 60, "down_mbit": 19, "up_mbit": 4.8}}),
+            self.doc(calibration={"4g": {"rtt_ms": 61, "expected_rtt_ms": 60, "down_mbit": 19, "up_mbit": 2.0}}),
         ]
         for d in bad:
             self.assertEqual(self.check(d), 1, d)
