@@ -38,7 +38,7 @@ def panels(grid, cells):
     n = max(1, len(works))
     cols = min(4, n)
     rows = (n + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.8 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.8 * rows), squeeze=False, layout="constrained")
     for ax in axes.flat[n:]:
         ax.axis("off")
     return fig, list(zip(works, axes.flat))
@@ -79,32 +79,32 @@ def main():
             margin = f"\n{times[1] / times[0]:.1f}x" if len(times) > 1 else ""
             ax.text(x, y, f"{c['best']}{margin}", ha="center", va="center", fontsize=7, color="white")
     handles = [plt.Rectangle((0, 0), 1, 1, color=cmap(i)) for i in range(len(forced))]
-    fig.legend(handles, forced, loc="lower right", title="fastest (x: next one's time over it)")
+    fig.legend(handles, forced, loc="outside lower center", ncols=len(forced),
+               title="fastest (x: the next one's time over it)")
     fig.suptitle(f"Fastest forced protocol per network and workload ({stamp})", fontsize=11)
-    fig.tight_layout(rect=(0, 0.03, 1, 0.95))
     fig.savefig(os.path.join(out, "field-winner.png"), dpi=110)
     plt.close(fig)
 
-    fig, ps = panels(grid, cells)
     norm = Normalize(1.0, 1.5)
     ratio_map = plt.get_cmap("RdYlGn_r")
-    any_auto = False
-    for work, ax in ps:
-        frame(ax, work, xlabels, ylabels)
-        for c in cells:
-            net, w = c["cell"].split("/")
-            if w != work or c["ratio"] is None:
-                continue
-            any_auto = True
-            x, y = pos[net]
-            ax.add_patch(plt.Rectangle((x - 0.5, y - 0.5), 1, 1, color=ratio_map(norm(c["ratio"]))))
-            ax.text(x, y, f"{c['ratio']:.2f}\n{c['choice']}", ha="center", va="center", fontsize=7)
-    if any_auto:
+    if not any(c["ratio"] is not None for c in cells):
+        fig = plt.figure(figsize=(8, 2))
+        fig.text(0.5, 0.5, f"No auto runs in these results ({stamp}):\nthe binary's psi match did not accept "
+                 "--protocol auto.", ha="center", va="center", fontsize=11)
+    else:
+        fig, ps = panels(grid, cells)
+        for work, ax in ps:
+            frame(ax, work, xlabels, ylabels)
+            for c in cells:
+                net, w = c["cell"].split("/")
+                if w != work or c["ratio"] is None:
+                    continue
+                x, y = pos[net]
+                ax.add_patch(plt.Rectangle((x - 0.5, y - 0.5), 1, 1, color=ratio_map(norm(c["ratio"]))))
+                ax.text(x, y, f"{c['ratio']:.2f}\n{c['choice']}", ha="center", va="center", fontsize=7)
         sm = plt.cm.ScalarMappable(norm=norm, cmap=ratio_map)
         fig.colorbar(sm, ax=[a for _, a in ps], shrink=0.6, label="auto time / best forced time (targets 1.10, 1.25)")
-    else:
-        fig.text(0.5, 0.5, "no auto runs in these results", ha="center", fontsize=14)
-    fig.suptitle(f"auto's time over the best forced protocol's, and its choice ({stamp})", fontsize=11)
+        fig.suptitle(f"auto's time over the best forced protocol's, and its choice ({stamp})", fontsize=11)
     fig.savefig(os.path.join(out, "field-auto-ratio.png"), dpi=110)
     plt.close(fig)
     print(f"plot.py: wrote {out}/field-winner.png and {out}/field-auto-ratio.png")
