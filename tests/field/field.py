@@ -23,6 +23,7 @@ import json
 import os
 import random
 import re
+import select
 import shutil
 import signal
 import socket
@@ -47,6 +48,24 @@ BYTES_CAP = 512 << 20
 def load_json(path):
     with open(path) as f:
         return json.load(f)
+
+
+def read_line(p, timeout):
+    """The next line of a child's stdout, or "" once `timeout` seconds pass or it ends."""
+    buf = b""
+    deadline = time.monotonic() + timeout
+    fd = p.stdout.fileno()
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        b = os.read(fd, 1)
+        if not b:
+            break
+        buf += b
+        if b == b"\n":
+            break
+    return buf.decode(errors="replace")
 
 
 def log(*a):
@@ -499,7 +518,7 @@ class Server:
         line = ""
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            line = self.p.stdout.readline().decode()
+            line = read_line(self.p, deadline - time.monotonic())
             m = re.search(r"listening on http://([0-9.]+:[0-9]+)", line)
             if m:
                 self.addr = m.group(1)
@@ -588,7 +607,10 @@ def cmd_run(a):
         with Link(os.path.abspath(a.toxiproxy)) as link:
             probe = link.start("probe", link.ns_s, [sys.executable, os.path.abspath(__file__), "_probe-server", SERVER_ADDR],
                                log_path=log_path, stdout=subprocess.PIPE)
-            link.proxy("probe", PROBE_PROXY, f"{SERVER_ADDR}:{int(probe.stdout.readline())}")
+            port = read_line(probe, 30).strip()
+            if not port.isdigit():
+                raise RuntimeError("the calibration probe server did not start")
+            link.proxy("probe", PROBE_PROXY, f"{SERVER_ADDR}:{port}")
             # Calibration: once per harness start, every network the selected cells use.
             for net in {n["name"]: n for n, _ in cells}.values():
                 link.set_network(net)
