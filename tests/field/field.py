@@ -538,12 +538,14 @@ class Server:
 def select_cells(grid, spec):
     nets = {n["name"]: n for n in grid["networks"]}
     works = {w["name"]: w for w in grid["workloads"]}
-    if spec == "all":
-        names = [f"{n}/{w}" for w in works for n in nets]
-    elif spec == "smoke":
-        names = grid["smoke"]
-    else:
-        names = [s.strip() for s in spec.split(",") if s.strip()]
+    names = []
+    for item in (x.strip() for x in spec.split(",") if x.strip()):
+        if item == "all":
+            names += [f"{n}/{w}" for w in works for n in nets]
+        elif item == "smoke":
+            names += grid["smoke"]
+        else:
+            names.append(item)
     cells = []
     for name in names:
         n, _, w = name.partition("/")
@@ -715,11 +717,14 @@ def summarize(doc):
             if p in runs and runs[p].get("predictions"):
                 preds = runs[p]["predictions"]
                 break
+        # The model predicts the run (requests and computation), so its error is against the
+        # client's own total; the process wall time adds start-up and the session's deletion.
         errors = {}
         for p, r in forced.items():
             t = (preds.get(p) or {}).get("time_s")
-            if t:
-                errors[p] = t / r["wall_s"] - 1
+            measured = r.get("client_s") or r["wall_s"]
+            if t and measured:
+                errors[p] = t / measured - 1
         out.append({"cell": cell, "runs": runs, "best": best, "ratio": ratio, "predictions": preds, "errors": errors,
                     "choice": auto.get("chosen") if auto and auto["ok"] else None})
     return out
@@ -745,7 +750,7 @@ def cmd_table(a):
     s = summarize(doc)
     with_preds = any(c["predictions"] for c in s)
     if with_preds:
-        head += [f"{p} predicted s (error)" for p in forced]
+        head += [f"{p} predicted s (vs client total)" for p in forced]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in s:
         runs = c["runs"]

@@ -69,8 +69,9 @@ class Summary(unittest.TestCase):
         self.assertEqual(c["runs"]["dh"]["wall_s"], 2.0)
         self.assertEqual((c["runs"]["ot"]["n_ok"], c["runs"]["ot"]["n_failed"]), (1, 1))
         self.assertAlmostEqual(c["ratio"], 1.1)
-        self.assertAlmostEqual(c["errors"]["dh"], -0.4)
-        self.assertAlmostEqual(c["errors"]["ot"], 0.2)
+        # Against the client's own total (0.9 x wall here) of the median run.
+        self.assertAlmostEqual(c["errors"]["dh"], 1.2 / 1.8 - 1)
+        self.assertAlmostEqual(c["errors"]["ot"], 3.0 / 2.25 - 1)
         self.assertEqual(c["choice"], "dh")
 
     def test_all_failed(self):
