@@ -105,6 +105,19 @@ impl Receiver {
         rng: &mut R,
         threads: Threads,
     ) -> Result<(Receiver, Vec<[u8; 64]>)> {
+        let mut pending = Self::draw(choices, nonce, rng);
+        pending.compute(choices.len(), threads)?;
+        Ok(pending.finish())
+    }
+
+    /// Draws the secrets for `choices.len()` OTs, in the same order as [`Receiver::start`],
+    /// and computes nothing yet: the messages then come out in order, a few at a time
+    /// ([`PendingReceiver::compute`]), so a driver can send each part while computing the next.
+    pub(crate) fn draw<R: CryptoRng + ?Sized>(
+        choices: &[u8],
+        nonce: &[u8; 32],
+        rng: &mut R,
+    ) -> PendingReceiver {
         // Randomness is drawn in order, outside the pool, so runs are reproducible.
         let mut secrets = Zeroizing::new(Vec::with_capacity(choices.len()));
         let mut randoms = Zeroizing::new(Vec::with_capacity(choices.len()));
@@ -114,16 +127,17 @@ impl Receiver {
             rng.fill_bytes(&mut wide);
             randoms.push(wide);
         }
-        let msgs = threads.install(|| Self::messages(choices, &secrets, &randoms, nonce))?;
-        let recv = Receiver {
+        PendingReceiver {
             secrets,
+            randoms,
             choices: Zeroizing::new(choices.to_vec()),
-            msgs: msgs.clone(),
-        };
-        Ok((recv, msgs))
+            nonce: *nonce,
+            msgs: Vec::with_capacity(choices.len()),
+        }
     }
 
     fn messages(
+        first: usize,
         choices: &[u8],
         secrets: &[Scalar],
         randoms: &[[u8; 64]],
@@ -132,7 +146,8 @@ impl Receiver {
         (choices, secrets, randoms)
             .into_par_iter()
             .enumerate()
-            .map(|(i, (&b, a, wide))| {
+            .map(|(k, (&b, a, wide))| {
+                let i = first + k;
                 let r = RistrettoPoint::from_uniform_bytes(wide);
                 let r_enc = r.compress().to_bytes();
                 let x = RistrettoPoint::mul_base(a) - hash_to_group(nonce, i as u32, &r_enc);
@@ -193,6 +208,51 @@ impl Receiver {
     }
 }
 
+/// A receiver whose secrets are drawn and whose messages are computed in order, on demand.
+pub(crate) struct PendingReceiver {
+    secrets: Zeroizing<Vec<Scalar>>,
+    randoms: Zeroizing<Vec<[u8; 64]>>,
+    choices: Zeroizing<Vec<u8>>,
+    nonce: [u8; 32],
+    msgs: Vec<[u8; 64]>,
+}
+
+impl PendingReceiver {
+    /// Messages computed so far.
+    pub(crate) fn computed(&self) -> usize {
+        self.msgs.len()
+    }
+
+    /// Computes the next `count` messages (fewer at the end) and returns them.
+    pub(crate) fn compute(&mut self, count: usize, threads: Threads) -> Result<&[[u8; 64]]> {
+        let a = self.msgs.len();
+        let b = (a + count).min(self.choices.len());
+        let next = threads.install(|| {
+            Receiver::messages(
+                a,
+                &self.choices[a..b],
+                &self.secrets[a..b],
+                &self.randoms[a..b],
+                &self.nonce,
+            )
+        })?;
+        self.msgs.extend_from_slice(&next);
+        Ok(&self.msgs[a..b])
+    }
+
+    /// The receiver state and all messages, once every message is computed.
+    pub(crate) fn finish(mut self) -> (Receiver, Vec<[u8; 64]>) {
+        assert_eq!(self.msgs.len(), self.choices.len(), "messages not computed");
+        self.randoms.zeroize();
+        let recv = Receiver {
+            secrets: std::mem::take(&mut self.secrets),
+            choices: std::mem::take(&mut self.choices),
+            msgs: self.msgs.clone(),
+        };
+        (recv, self.msgs)
+    }
+}
+
 /// Decodes a canonical, non-identity ristretto255 point.
 fn decode_point(bytes: &[u8; 32], index: usize) -> Result<RistrettoPoint, DecodeError> {
     let p = CompressedRistretto(*bytes)
@@ -232,10 +292,22 @@ impl Sender {
         nonce: &[u8; 32],
         msgs: &[[u8; 64]],
     ) -> Result<Zeroizing<Vec<[Block; 2]>>, DecodeError> {
+        self.keys_from(nonce, 0, msgs)
+    }
+
+    /// The keys of OTs `first .. first + msgs.len()` (`msgs` are those OTs' messages), for
+    /// a driver that receives the hello in parts. Errors as [`Sender::keys`], with indices
+    /// counted from OT 0.
+    pub(crate) fn keys_from(
+        &self,
+        nonce: &[u8; 32],
+        first: usize,
+        msgs: &[[u8; 64]],
+    ) -> Result<Zeroizing<Vec<[Block; 2]>>, DecodeError> {
         let batches: Result<Vec<Zeroizing<Vec<[Block; 2]>>>, DecodeError> = msgs
             .par_chunks(ENCODE_BATCH)
             .enumerate()
-            .map(|(c, batch)| self.keys_batch(nonce, c * ENCODE_BATCH, batch))
+            .map(|(c, batch)| self.keys_batch(nonce, first + c * ENCODE_BATCH, batch))
             .collect();
         Ok(Zeroizing::new(
             batches?.iter().flat_map(|b| b.iter().copied()).collect(),
