@@ -69,7 +69,9 @@ fn serve_hello(conn: &mut TcpStream, srv: &mut OtServer) -> Result<bool, String>
         left -= n;
         // An error after the head was sent ends the connection with the setup half
         // written, which the client reports as a closed connection.
-        setup = srv.handle_hello_part(&buf[..n]).map_err(|e| e.to_string())?;
+        setup = srv
+            .handle_hello_part(&buf[..n])
+            .map_err(|e| e.to_string())?;
         if head_sent == 0
             && let Some(head) = srv.setup_head().map_err(|e| e.to_string())?
         {

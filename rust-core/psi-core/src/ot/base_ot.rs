@@ -71,11 +71,16 @@ fn encode_doubled(halves: Zeroizing<Vec<RistrettoPoint>>) -> Zeroizing<Vec<[u8; 
     let compressed = RistrettoPoint::double_and_compress_batch(halves.iter());
     drop(halves);
     let mut compressed = Zeroizing::new(compressed);
-    Zeroizing::new(compressed.iter_mut().map(|c| {
-        let b = c.to_bytes();
-        c.zeroize();
-        b
-    }).collect())
+    Zeroizing::new(
+        compressed
+            .iter_mut()
+            .map(|c| {
+                let b = c.to_bytes();
+                c.zeroize();
+                b
+            })
+            .collect(),
+    )
 }
 
 fn kdf(nonce: &[u8; 32], i: u32, j: u8, msg: &[u8; 64], a: &[u8; 32], shared: &[u8; 32]) -> Block {
@@ -184,8 +189,8 @@ impl Receiver {
                     secrets
                         .iter()
                         .map(|s| {
-                            let h = Zeroizing::new(s * &*half);
-                            &*h * a
+                            let h = Zeroizing::new(s * *half);
+                            *h * a
                         })
                         .collect::<Vec<_>>(),
                 );
@@ -276,7 +281,7 @@ impl Sender {
     pub(crate) fn new<R: CryptoRng + ?Sized>(rng: &mut R) -> Self {
         let c = Zeroizing::new(random_scalar(rng));
         let a = RistrettoPoint::mul_base(&c).compress().to_bytes();
-        let c_half = Zeroizing::new(&*c * half());
+        let c_half = Zeroizing::new(*c * half());
         Sender { c_half, a }
     }
 
@@ -334,8 +339,8 @@ impl Sender {
                 .ok_or(DecodeError::InvalidElement { index: 2 * i + 1 })?;
             let m0 = r0 + hash_to_group(nonce, i as u32, &e1);
             let m1 = r1 + hash_to_group(nonce, i as u32, &e0);
-            halves.push(&*self.c_half * m0);
-            halves.push(&*self.c_half * m1);
+            halves.push(*self.c_half * m0);
+            halves.push(*self.c_half * m1);
         }
         let shared = encode_doubled(halves);
         Ok(Zeroizing::new(

@@ -127,7 +127,8 @@ pub(crate) const HELLO_BODY_LEN: usize = 1 + 32 + 4 + 4 + 2 + BASE_OTS * RECEIVE
 /// parts: the client nonce, and the first base-OT message (the messages are the hello's tail).
 pub(crate) const HELLO_NONCE_AT: usize = wire::HEADER_LEN + 1;
 /// See [`HELLO_NONCE_AT`].
-pub(crate) const HELLO_OTS_AT: usize = wire::HEADER_LEN + HELLO_BODY_LEN - BASE_OTS * RECEIVER_MSG_LEN;
+pub(crate) const HELLO_OTS_AT: usize =
+    wire::HEADER_LEN + HELLO_BODY_LEN - BASE_OTS * RECEIVER_MSG_LEN;
 
 impl Hello {
     pub(crate) fn encode(&self) -> Vec<u8> {

@@ -542,8 +542,12 @@ mod tests {
         assert_eq!(whole.len() as u64, crate::ot::sizes::hello());
         let set = Arc::new(ItemSet::new((200..500u32).map(|i| i.to_be_bytes())));
         let fresh = || {
-            OtServer::new(set.clone(), config.clone(), &mut ChaCha20Rng::seed_from_u64(8))
-                .unwrap()
+            OtServer::new(
+                set.clone(),
+                config.clone(),
+                &mut ChaCha20Rng::seed_from_u64(8),
+            )
+            .unwrap()
         };
         let reference = fresh().handle(&whole).unwrap();
         for split in [1usize, 63, 64, 1000, whole.len()] {
@@ -575,19 +579,22 @@ mod tests {
         assert_eq!(s.setup_head().unwrap(), None, "no head after the hello");
         // A head whose point is not this setup's is ignored (the keys are recomputed).
         let mut other = fresh();
-        other.handle_hello_part(&whole[..messages::HELLO_OTS_AT]).unwrap();
+        other
+            .handle_hello_part(&whole[..messages::HELLO_OTS_AT])
+            .unwrap();
         let mut wrong = other.setup_head().unwrap().unwrap();
         let n = wrong.len();
-        wrong[n - 32..].copy_from_slice(
-            &base_ot::Sender::new(&mut ChaCha20Rng::seed_from_u64(1)).point(),
-        );
+        wrong[n - 32..]
+            .copy_from_slice(&base_ot::Sender::new(&mut ChaCha20Rng::seed_from_u64(1)).point());
         let finish = |client: &mut OtClient, s: &mut OtServer, mut response: Vec<u8>| loop {
             match client.handle(&response).unwrap() {
                 ClientStep::Send(request) => response = s.handle(&request).unwrap(),
                 ClientStep::Done(out) => break out,
             }
         };
-        let mut second = OtClient::start(items(), config.clone(), &mut seed()).unwrap().0;
+        let mut second = OtClient::start(items(), config.clone(), &mut seed())
+            .unwrap()
+            .0;
         second.handle_setup_head(&wrong).unwrap();
         let mut s2 = fresh();
         let r2 = s2.handle(&whole).unwrap();
@@ -622,8 +629,15 @@ mod tests {
         for (name, msg) in [("bad point", &bad), ("count", &count), ("long", &long)] {
             let want = server(50).handle(msg).unwrap_err();
             let mut s = server(50);
-            assert!(s.handle_hello_part(&msg[..4000]).unwrap().is_none(), "{name}");
-            assert_eq!(s.handle_hello_part(&msg[4000..]).unwrap_err(), want, "{name}");
+            assert!(
+                s.handle_hello_part(&msg[..4000]).unwrap().is_none(),
+                "{name}"
+            );
+            assert_eq!(
+                s.handle_hello_part(&msg[4000..]).unwrap_err(),
+                want,
+                "{name}"
+            );
             assert!(!s.is_finished(), "{name}");
             // Parts of a refused hello are dropped: a good one is answered as `handle` does.
             assert_eq!(
@@ -639,7 +653,10 @@ mod tests {
             s.setup_head().unwrap_err(),
             server(50).handle(&count).unwrap_err()
         );
-        assert_eq!(s.handle_hello_part(&good).unwrap().unwrap(), server(50).handle(&good).unwrap());
+        assert_eq!(
+            s.handle_hello_part(&good).unwrap().unwrap(),
+            server(50).handle(&good).unwrap()
+        );
         // A whole message given to `handle` ends a hello that was arriving in parts.
         let mut s = server(50);
         assert!(s.handle_hello_part(&bad[..5000]).unwrap().is_none());
