@@ -258,7 +258,7 @@ fn run_ot(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
     let tcp_sizes: &[usize] = if quick {
         &[1 << 10]
     } else {
-        &[1 << 16, 1 << 20]
+        &[1 << 10, 1 << 16, 1 << 20]
     };
     for &n in tcp_sizes {
         let (client, server) = sets(n, n, n / 2);
@@ -280,5 +280,105 @@ fn run_ot(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
             thousands(r.matches as u64)
         );
     }
+    Ok(())
+}
+
+/// Median of some durations (the upper one of the middle two for an even count).
+fn median(mut v: Vec<std::time::Duration>) -> std::time::Duration {
+    v.sort();
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+/// `psi bench --ot-fixed-cost`: the fixed cost of a small OT-PSI run (issue 12). Each of
+/// `runs` rounds does, one after the other: a balanced 2^10 run over loopback TCP (1 thread
+/// per side), the 128 base OTs alone (each step timed), and the same run in one process
+/// (each step timed). Prints every TCP wall time (for interleaving binaries) and medians.
+pub fn run_ot_fixed_cost(runs: usize) -> Result<(), String> {
+    use psi_core::ot::{self, BaseOtStep, OtConfig};
+    use psi_core::{ItemSet, Phase, Threads};
+    use std::sync::Arc;
+    use std::time::Instant;
+    let n = 1 << 10;
+    let (client, server) = sets(n, n, n / 2);
+    let (client, server) = (ItemSet::new(&client), Arc::new(ItemSet::new(&server)));
+    let config = OtConfig::new(Threads::ONE);
+    let mut rng = os_rng()?;
+    let mut tcp = Vec::new();
+    let mut base: [Vec<Duration>; 3] = Default::default();
+    let mut in_memory = Vec::new();
+    let phases = [
+        Phase::ClientStart,
+        Phase::ServerHello,
+        Phase::ClientSetup,
+        Phase::ServerOutputs,
+        Phase::ClientFinish,
+    ];
+    let mut steps: Vec<Vec<Duration>> = vec![Vec::new(); phases.len()];
+    // One unrecorded round first (page faults, lazy statics, the first thread spawns).
+    for round in 0..=runs {
+        let r = crate::tcp::run_ot_tcp(client.clone(), server.clone(), &config)?;
+        if r.matches != n / 2 {
+            return Err(format!("wrong result over TCP: {} matches", r.matches));
+        }
+        let mut times = [Duration::ZERO; 3];
+        let mut last = Instant::now();
+        let agree = ot::base_ots_alone(Threads::ONE, &mut rng, |step| {
+            let now = Instant::now();
+            let k = match step {
+                BaseOtStep::ReceiverMessages => 0,
+                BaseOtStep::SenderKeys => 1,
+                BaseOtStep::ReceiverKeys => 2,
+            };
+            times[k] = now - last;
+            last = now;
+        })
+        .map_err(|e| e.to_string())?;
+        if !agree {
+            return Err("base OT keys disagree".into());
+        }
+        let m = crate::runner::run_ot(&client, &server, &config)?;
+        if m.matches != n / 2 {
+            return Err(format!("wrong result in process: {} matches", m.matches));
+        }
+        if round == 0 {
+            continue;
+        }
+        tcp.push(r.wall);
+        for (v, t) in base.iter_mut().zip(times) {
+            v.push(t);
+        }
+        in_memory.push(m.wall);
+        for (v, p) in steps.iter_mut().zip(phases) {
+            v.push(m.step(p));
+        }
+    }
+    println!("# psi bench --ot-fixed-cost: balanced 2^10 OT-PSI, 1 thread per side, {runs} rounds");
+    println!();
+    println!(
+        "tcp wall ms per round: {}",
+        tcp.iter().map(|d| ms(*d)).collect::<Vec<_>>().join(" ")
+    );
+    let [rm, sk, rk] = base.map(median);
+    let tcp_med = median(tcp);
+    println!("median over loopback TCP: {} ms", ms(tcp_med));
+    println!("median in one process: {} ms", ms(median(in_memory)));
+    println!(
+        "in-process steps (median ms): {}",
+        phases
+            .iter()
+            .zip(steps)
+            .map(|(p, v)| format!("{} {}", p.name(), ms(median(v))))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let base_total = rm + sk + rk;
+    println!(
+        "fixed-cost split (medians): base OTs client {} ms (messages {} + keys {}), server {} ms; the rest of the TCP run {} ms",
+        ms(rm + rk),
+        ms(rm),
+        ms(rk),
+        ms(sk),
+        ms(tcp_med.saturating_sub(base_total)),
+    );
     Ok(())
 }

@@ -149,6 +149,10 @@ enum Command {
         /// Thread counts to run, comma separated.
         #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2])]
         threads: Vec<usize>,
+        /// Only the fixed cost of a balanced 2^10 OT-PSI run (over loopback TCP, the base
+        /// OTs alone, in one process), this many rounds, with medians.
+        #[arg(long, value_name = "ROUNDS")]
+        ot_fixed_cost: Option<usize>,
     },
 }
 
@@ -177,7 +181,11 @@ fn main() -> ExitCode {
         Command::Token { command } => token_cmd::run(command),
         Command::Match(args) => match_cmd::run(args),
         Command::Loadgen(args) => loadgen::run(args),
-        Command::Bench { quick, threads } => bench::run(quick, &threads),
+        Command::Bench {
+            ot_fixed_cost: Some(rounds),
+            ..
+        } => bench::run_ot_fixed_cost(rounds),
+        Command::Bench { quick, threads, .. } => bench::run(quick, &threads),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

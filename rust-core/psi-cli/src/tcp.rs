@@ -1,8 +1,16 @@
 //! One OT-PSI run over a real loopback TCP connection (127.0.0.1, ephemeral port):
 //! each request and response is a 4-byte big-endian length and the message bytes.
+//!
+//! The hello is streamed: the client writes each part as soon as it is computed
+//! ([`OtClient::start_in_parts`]) and the server hands each read to
+//! [`OtServer::handle_hello_part`]; the server sends the setup's head (through its base-OT
+//! point) as soon as it has the hello's fixed fields ([`OtServer::setup_head`]) and the
+//! client computes its base-OT keys from it ([`OtClient::handle_setup_head`]) while the
+//! server finishes. So the two sides' base-OT work overlaps. The bytes on the wire are the
+//! same as for messages sent whole.
 
 use psi_core::ItemSet;
-use psi_core::ot::{ClientStep, OtClient, OtConfig, OtServer};
+use psi_core::ot::{self, ClientStep, OtClient, OtConfig, OtServer};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
@@ -16,7 +24,8 @@ fn send(s: &mut TcpStream, msg: &[u8]) -> std::io::Result<()> {
     s.write_all(msg)
 }
 
-fn recv(s: &mut TcpStream) -> std::io::Result<Option<Vec<u8>>> {
+/// Reads a frame's length prefix (`None` at a clean end of the stream).
+fn recv_len(s: &mut TcpStream) -> std::io::Result<Option<usize>> {
     let mut len = [0u8; 4];
     match s.read_exact(&mut len) {
         Ok(()) => {}
@@ -27,9 +36,75 @@ fn recv(s: &mut TcpStream) -> std::io::Result<Option<Vec<u8>>> {
     if len > MAX_FRAME {
         return Err(std::io::Error::other("frame too large"));
     }
+    Ok(Some(len))
+}
+
+fn recv(s: &mut TcpStream) -> std::io::Result<Option<Vec<u8>>> {
+    let Some(len) = recv_len(s)? else {
+        return Ok(None);
+    };
     let mut buf = vec![0u8; len];
     s.read_exact(&mut buf)?;
     Ok(Some(buf))
+}
+
+/// Server: reads the first frame (the hello) and hands each read to the session as it
+/// arrives, sends the setup's head as soon as the session has it, then the rest of the
+/// setup. Returns `false` if the client closed the connection before a hello.
+fn serve_hello(conn: &mut TcpStream, srv: &mut OtServer) -> Result<bool, String> {
+    let Some(len) = recv_len(conn).map_err(|e| e.to_string())? else {
+        return Ok(false);
+    };
+    let mut buf = vec![0u8; 16 << 10];
+    let mut left = len;
+    let mut setup = None;
+    let mut head_sent = 0;
+    while left > 0 {
+        let n = conn
+            .read(&mut buf[..left.min(16 << 10)])
+            .map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err("connection closed inside a frame".into());
+        }
+        left -= n;
+        // An error after the head was sent ends the connection with the setup half
+        // written, which the client reports as a closed connection.
+        setup = srv
+            .handle_hello_part(&buf[..n])
+            .map_err(|e| e.to_string())?;
+        if head_sent == 0
+            && let Some(head) = srv.setup_head().map_err(|e| e.to_string())?
+        {
+            conn.write_all(&(ot::sizes::setup() as u32).to_be_bytes())
+                .and_then(|()| conn.write_all(&head))
+                .map_err(|e| e.to_string())?;
+            head_sent = head.len();
+        }
+    }
+    let setup = setup.ok_or("first frame shorter than a hello")?;
+    if head_sent == 0 {
+        send(conn, &setup).map_err(|e| e.to_string())?;
+    } else {
+        conn.write_all(&setup[head_sent..])
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(true)
+}
+
+/// Client: reads the setup, giving its head to the client as soon as it arrives.
+fn recv_setup(conn: &mut TcpStream, c: &mut OtClient) -> Result<Vec<u8>, String> {
+    let len = recv_len(conn)
+        .map_err(|e| e.to_string())?
+        .ok_or("server closed the connection")?;
+    let mut setup = vec![0u8; len];
+    let head = ot::messages::SETUP_HEAD_LEN.min(len);
+    conn.read_exact(&mut setup[..head])
+        .map_err(|e| e.to_string())?;
+    c.handle_setup_head(&setup[..head])
+        .map_err(|e| e.to_string())?;
+    conn.read_exact(&mut setup[head..])
+        .map_err(|e| e.to_string())?;
+    Ok(setup)
 }
 
 /// Result of a loopback run.
@@ -52,10 +127,14 @@ pub fn run_ot_tcp(
     let server_config = config.clone();
     let server_thread = std::thread::spawn(move || -> Result<(), String> {
         let (mut conn, _) = listener.accept().map_err(|e| e.to_string())?;
+        conn.set_nodelay(true).map_err(|e| e.to_string())?;
         conn.set_read_timeout(Some(Duration::from_secs(120)))
             .map_err(|e| e.to_string())?;
         let mut rng = crate::runner::os_rng()?;
         let mut srv = OtServer::new(server, server_config, &mut rng).map_err(|e| e.to_string())?;
+        if !serve_hello(&mut conn, &mut srv)? {
+            return Ok(());
+        }
         while let Some(req) = recv(&mut conn).map_err(|e| e.to_string())? {
             let resp = srv.handle(&req).map_err(|e| e.to_string())?;
             send(&mut conn, &resp).map_err(|e| e.to_string())?;
@@ -71,10 +150,28 @@ pub fn run_ot_tcp(
     conn.set_read_timeout(Some(Duration::from_secs(120)))
         .map_err(|e| e.to_string())?;
     let mut rng = crate::runner::os_rng()?;
-    let (mut c, mut req) =
-        OtClient::start(client, config.clone(), &mut rng).map_err(|e| e.to_string())?;
-    let (mut sent, mut received, mut rounds) = (0u64, 0u64, 0usize);
+    let (mut c, first) =
+        OtClient::start_in_parts(client, config.clone(), &mut rng).map_err(|e| e.to_string())?;
+    let hello_len = ot::sizes::hello();
+    let mut streamed = first.len() as u64;
+    conn.write_all(&(hello_len as u32).to_be_bytes())
+        .map_err(|e| e.to_string())?;
+    conn.write_all(&first).map_err(|e| e.to_string())?;
+    while let Some(part) = c.next_hello_part().map_err(|e| e.to_string())? {
+        conn.write_all(&part).map_err(|e| e.to_string())?;
+        streamed += part.len() as u64;
+    }
+    if streamed != hello_len {
+        return Err(format!("hello of {streamed} bytes, expected {hello_len}"));
+    }
+    let setup = recv_setup(&mut conn, &mut c)?;
+    let (mut sent, mut received, mut rounds) = (4 + hello_len, 4 + setup.len() as u64, 1usize);
+    let mut step = c.handle(&setup).map_err(|e| e.to_string())?;
     let output = loop {
+        let req = match step {
+            ClientStep::Send(req) => req,
+            ClientStep::Done(out) => break out,
+        };
         send(&mut conn, &req).map_err(|e| e.to_string())?;
         sent += 4 + req.len() as u64;
         rounds += 1;
@@ -82,10 +179,7 @@ pub fn run_ot_tcp(
             .map_err(|e| e.to_string())?
             .ok_or("server closed the connection")?;
         received += 4 + resp.len() as u64;
-        match c.handle(&resp).map_err(|e| e.to_string())? {
-            ClientStep::Send(next) => req = next,
-            ClientStep::Done(out) => break out,
-        }
+        step = c.handle(&resp).map_err(|e| e.to_string())?;
     };
     let wall = t0.elapsed();
     server_thread

@@ -77,6 +77,21 @@ fn bench_quick_runs_and_checks_results() {
     assert!(out.contains("scalar multiplication"), "{out}");
 }
 
+/// The fixed-cost benchmark runs the streamed loopback TCP run, the base OTs alone and the
+/// in-process run (each checks its result) and prints the split.
+#[test]
+fn bench_ot_fixed_cost_runs_and_splits() {
+    let (ok, out, err) = psi(&["bench", "--ot-fixed-cost", "2"]);
+    assert!(ok, "{out}\n{err}");
+    assert!(out.contains("median over loopback TCP:"), "{out}");
+    assert!(out.contains("fixed-cost split (medians): base OTs client"), "{out}");
+    let walls = out
+        .lines()
+        .find_map(|l| l.strip_prefix("tcp wall ms per round: "))
+        .expect("per-round line");
+    assert_eq!(walls.split_whitespace().count(), 2, "{out}");
+}
+
 #[test]
 fn bad_arguments_fail_with_usage() {
     let (ok, _, err) = psi(&["demo", "--protocol", "nope"]);

@@ -12,6 +12,14 @@
 //! `K_{i,j} = KDF(i, j, r_{i,0}, r_{i,1}, A, c·M_{i,j})`; the receiver gets
 //! `K_{i,b} = KDF(i, b, r_{i,0}, r_{i,1}, A, a_i·A)` since `M_{i,b} = a_i·G`.
 //! `H_i` is a hash to the group (two Elligator maps of SHA-512 output).
+//!
+//! Speed (the base OTs are most of a small run's fixed cost; see ADR 0003, "Speed"):
+//! fixed-base multiplications use curve25519-dalek's precomputed basepoint table; the
+//! sender computes `A` once when the session is created; and the shared points are
+//! encoded in batches with one field inversion per batch
+//! (`RistrettoPoint::double_and_compress_batch`, which encodes `2·P`, applied to
+//! `P = (s/2)·Q` so that it yields exactly `enc(s·Q)`). All of it is constant time and
+//! leaves every byte on the wire and every key unchanged.
 
 use super::prc::{Block, ds, hash};
 use crate::error::DecodeError;
@@ -42,6 +50,39 @@ fn hash_to_group(nonce: &[u8; 32], i: u32, p: &[u8; 32]) -> RistrettoPoint {
     RistrettoPoint::from_uniform_bytes(&wide)
 }
 
+/// `1/2 mod ℓ`, i.e. `(ℓ + 1) / 2`, little-endian: `enc(s·Q)` is the batch encoding of
+/// `2·((s·half)·Q)`.
+const HALF: [u8; 32] = [
+    247, 233, 122, 46, 141, 49, 9, 44, 107, 206, 123, 81, 239, 124, 111, 10, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 8,
+];
+
+fn half() -> Scalar {
+    Option::from(Scalar::from_canonical_bytes(HALF)).expect("(l + 1) / 2 is canonical")
+}
+
+/// OTs per batch encoding (one field inversion each): large enough that the inversion is
+/// a small share, small enough that batches spread over the worker threads.
+const ENCODE_BATCH: usize = 32;
+
+/// `enc(s_k·Q_k)` for each pair, given `halves[k] = (s_k/2)·Q_k`; the intermediate points
+/// are secret (they determine the shared keys) and are zeroized.
+fn encode_doubled(halves: Zeroizing<Vec<RistrettoPoint>>) -> Zeroizing<Vec<[u8; 32]>> {
+    let compressed = RistrettoPoint::double_and_compress_batch(halves.iter());
+    drop(halves);
+    let mut compressed = Zeroizing::new(compressed);
+    Zeroizing::new(
+        compressed
+            .iter_mut()
+            .map(|c| {
+                let b = c.to_bytes();
+                c.zeroize();
+                b
+            })
+            .collect(),
+    )
+}
+
 fn kdf(nonce: &[u8; 32], i: u32, j: u8, msg: &[u8; 64], a: &[u8; 32], shared: &[u8; 32]) -> Block {
     let h = hash(ds::MR_KEY, &[nonce, &i.to_be_bytes(), &[j], msg, a, shared]);
     h[..16].try_into().expect("16 bytes")
@@ -69,6 +110,19 @@ impl Receiver {
         rng: &mut R,
         threads: Threads,
     ) -> Result<(Receiver, Vec<[u8; 64]>)> {
+        let mut pending = Self::draw(choices, nonce, rng);
+        pending.compute(choices.len(), threads)?;
+        Ok(pending.finish())
+    }
+
+    /// Draws the secrets for `choices.len()` OTs, in the same order as [`Receiver::start`],
+    /// and computes nothing yet: the messages then come out in order, a few at a time
+    /// ([`PendingReceiver::compute`]), so a driver can send each part while computing the next.
+    pub(crate) fn draw<R: CryptoRng + ?Sized>(
+        choices: &[u8],
+        nonce: &[u8; 32],
+        rng: &mut R,
+    ) -> PendingReceiver {
         // Randomness is drawn in order, outside the pool, so runs are reproducible.
         let mut secrets = Zeroizing::new(Vec::with_capacity(choices.len()));
         let mut randoms = Zeroizing::new(Vec::with_capacity(choices.len()));
@@ -78,16 +132,17 @@ impl Receiver {
             rng.fill_bytes(&mut wide);
             randoms.push(wide);
         }
-        let msgs = threads.install(|| Self::messages(choices, &secrets, &randoms, nonce))?;
-        let recv = Receiver {
+        PendingReceiver {
             secrets,
+            randoms,
             choices: Zeroizing::new(choices.to_vec()),
-            msgs: msgs.clone(),
-        };
-        Ok((recv, msgs))
+            nonce: *nonce,
+            msgs: Vec::with_capacity(choices.len()),
+        }
     }
 
     fn messages(
+        first: usize,
         choices: &[u8],
         secrets: &[Scalar],
         randoms: &[[u8; 64]],
@@ -96,7 +151,8 @@ impl Receiver {
         (choices, secrets, randoms)
             .into_par_iter()
             .enumerate()
-            .map(|(i, (&b, a, wide))| {
+            .map(|(k, (&b, a, wide))| {
+                let i = first + k;
                 let r = RistrettoPoint::from_uniform_bytes(wide);
                 let r_enc = r.compress().to_bytes();
                 let x = RistrettoPoint::mul_base(a) - hash_to_group(nonce, i as u32, &r_enc);
@@ -120,18 +176,85 @@ impl Receiver {
         a_bytes: &[u8; 32],
     ) -> Result<Zeroizing<Vec<Block>>, DecodeError> {
         let a = decode_point(a_bytes, 0)?;
-        let keys = (&self.secrets[..], &self.choices[..], &self.msgs[..])
-            .into_par_iter()
+        // A table of `A`'s multiples (`RistrettoBasepointTable`) is not worth it here: it
+        // costs about 75 variable-base multiplications to build and saves 10% on each of 128.
+        let half = Zeroizing::new(half());
+        let batches: Vec<Zeroizing<Vec<Block>>> = self
+            .secrets
+            .par_chunks(ENCODE_BATCH)
             .enumerate()
-            .map(|(i, (s, &b, msg))| {
-                let mut shared = (s * a).compress().to_bytes();
-                let k = kdf(nonce, i as u32, b, msg, a_bytes, &shared);
-                shared.zeroize();
-                k
+            .map(|(c, secrets)| {
+                let i0 = c * ENCODE_BATCH;
+                let halves = Zeroizing::new(
+                    secrets
+                        .iter()
+                        .map(|s| {
+                            let h = Zeroizing::new(s * *half);
+                            *h * a
+                        })
+                        .collect::<Vec<_>>(),
+                );
+                let shared = encode_doubled(halves);
+                Zeroizing::new(
+                    shared
+                        .iter()
+                        .enumerate()
+                        .map(|(k, sh)| {
+                            let i = i0 + k;
+                            kdf(nonce, i as u32, self.choices[i], &self.msgs[i], a_bytes, sh)
+                        })
+                        .collect(),
+                )
             })
             .collect();
-        let keys = Zeroizing::new(keys);
-        Ok(keys)
+        Ok(Zeroizing::new(
+            batches.iter().flat_map(|b| b.iter().copied()).collect(),
+        ))
+    }
+}
+
+/// A receiver whose secrets are drawn and whose messages are computed in order, on demand.
+pub(crate) struct PendingReceiver {
+    secrets: Zeroizing<Vec<Scalar>>,
+    randoms: Zeroizing<Vec<[u8; 64]>>,
+    choices: Zeroizing<Vec<u8>>,
+    nonce: [u8; 32],
+    msgs: Vec<[u8; 64]>,
+}
+
+impl PendingReceiver {
+    /// Messages computed so far.
+    pub(crate) fn computed(&self) -> usize {
+        self.msgs.len()
+    }
+
+    /// Computes the next `count` messages (fewer at the end) and returns them.
+    pub(crate) fn compute(&mut self, count: usize, threads: Threads) -> Result<&[[u8; 64]]> {
+        let a = self.msgs.len();
+        let b = (a + count).min(self.choices.len());
+        let next = threads.install(|| {
+            Receiver::messages(
+                a,
+                &self.choices[a..b],
+                &self.secrets[a..b],
+                &self.randoms[a..b],
+                &self.nonce,
+            )
+        })?;
+        self.msgs.extend_from_slice(&next);
+        Ok(&self.msgs[a..b])
+    }
+
+    /// The receiver state and all messages, once every message is computed.
+    pub(crate) fn finish(mut self) -> (Receiver, Vec<[u8; 64]>) {
+        assert_eq!(self.msgs.len(), self.choices.len(), "messages not computed");
+        self.randoms.zeroize();
+        let recv = Receiver {
+            secrets: std::mem::take(&mut self.secrets),
+            choices: std::mem::take(&mut self.choices),
+            msgs: self.msgs.clone(),
+        };
+        (recv, self.msgs)
     }
 }
 
@@ -146,21 +269,25 @@ fn decode_point(bytes: &[u8; 32], index: usize) -> Result<RistrettoPoint, Decode
     Ok(p)
 }
 
-/// The sender's secret scalar `c`, zeroized on drop.
+/// The sender's secret, kept as `c/2` (for the batch encoding, see [`encode_doubled`]) and
+/// zeroized on drop, and its public point `A = c·G`, computed once when the session is
+/// created.
 pub(crate) struct Sender {
-    c: Zeroizing<Scalar>,
+    c_half: Zeroizing<Scalar>,
+    a: [u8; 32],
 }
 
 impl Sender {
     pub(crate) fn new<R: CryptoRng + ?Sized>(rng: &mut R) -> Self {
-        Sender {
-            c: Zeroizing::new(random_scalar(rng)),
-        }
+        let c = Zeroizing::new(random_scalar(rng));
+        let a = RistrettoPoint::mul_base(&c).compress().to_bytes();
+        let c_half = Zeroizing::new(*c * half());
+        Sender { c_half, a }
     }
 
     /// The sender's message `A = c·G`.
     pub(crate) fn point(&self) -> [u8; 32] {
-        RistrettoPoint::mul_base(&self.c).compress().to_bytes()
+        self.a
     }
 
     /// Both keys `(K_{i,0}, K_{i,1})` of every OT, from the receiver's messages.
@@ -170,35 +297,64 @@ impl Sender {
         nonce: &[u8; 32],
         msgs: &[[u8; 64]],
     ) -> Result<Zeroizing<Vec<[Block; 2]>>, DecodeError> {
-        let a = self.point();
-        let c: &Scalar = &self.c;
-        let keys: Result<Vec<[Block; 2]>, DecodeError> = msgs
-            .par_iter()
+        self.keys_from(nonce, 0, msgs)
+    }
+
+    /// The keys of OTs `first .. first + msgs.len()` (`msgs` are those OTs' messages), for
+    /// a driver that receives the hello in parts. Errors as [`Sender::keys`], with indices
+    /// counted from OT 0.
+    pub(crate) fn keys_from(
+        &self,
+        nonce: &[u8; 32],
+        first: usize,
+        msgs: &[[u8; 64]],
+    ) -> Result<Zeroizing<Vec<[Block; 2]>>, DecodeError> {
+        let batches: Result<Vec<Zeroizing<Vec<[Block; 2]>>>, DecodeError> = msgs
+            .par_chunks(ENCODE_BATCH)
             .enumerate()
-            .map(|(i, msg)| {
-                let e0: [u8; 32] = msg[..32].try_into().expect("32 bytes");
-                let e1: [u8; 32] = msg[32..].try_into().expect("32 bytes");
-                let r0 = CompressedRistretto(e0)
-                    .decompress()
-                    .ok_or(DecodeError::InvalidElement { index: 2 * i })?;
-                let r1 = CompressedRistretto(e1)
-                    .decompress()
-                    .ok_or(DecodeError::InvalidElement { index: 2 * i + 1 })?;
-                let m0 = r0 + hash_to_group(nonce, i as u32, &e1);
-                let m1 = r1 + hash_to_group(nonce, i as u32, &e0);
-                let mut s0 = (c * m0).compress().to_bytes();
-                let mut s1 = (c * m1).compress().to_bytes();
-                let k = [
-                    kdf(nonce, i as u32, 0, msg, &a, &s0),
-                    kdf(nonce, i as u32, 1, msg, &a, &s1),
-                ];
-                s0.zeroize();
-                s1.zeroize();
-                Ok(k)
-            })
+            .map(|(c, batch)| self.keys_batch(nonce, first + c * ENCODE_BATCH, batch))
             .collect();
-        let keys = Zeroizing::new(keys?);
-        Ok(keys)
+        Ok(Zeroizing::new(
+            batches?.iter().flat_map(|b| b.iter().copied()).collect(),
+        ))
+    }
+
+    /// The keys of OTs `i0 .. i0 + msgs.len()`.
+    fn keys_batch(
+        &self,
+        nonce: &[u8; 32],
+        i0: usize,
+        msgs: &[[u8; 64]],
+    ) -> Result<Zeroizing<Vec<[Block; 2]>>, DecodeError> {
+        let mut halves = Zeroizing::new(Vec::with_capacity(2 * msgs.len()));
+        for (k, msg) in msgs.iter().enumerate() {
+            let i = i0 + k;
+            let e0: [u8; 32] = msg[..32].try_into().expect("32 bytes");
+            let e1: [u8; 32] = msg[32..].try_into().expect("32 bytes");
+            let r0 = CompressedRistretto(e0)
+                .decompress()
+                .ok_or(DecodeError::InvalidElement { index: 2 * i })?;
+            let r1 = CompressedRistretto(e1)
+                .decompress()
+                .ok_or(DecodeError::InvalidElement { index: 2 * i + 1 })?;
+            let m0 = r0 + hash_to_group(nonce, i as u32, &e1);
+            let m1 = r1 + hash_to_group(nonce, i as u32, &e0);
+            halves.push(*self.c_half * m0);
+            halves.push(*self.c_half * m1);
+        }
+        let shared = encode_doubled(halves);
+        Ok(Zeroizing::new(
+            msgs.iter()
+                .enumerate()
+                .map(|(k, msg)| {
+                    let i = (i0 + k) as u32;
+                    [
+                        kdf(nonce, i, 0, msg, &self.a, &shared[2 * k]),
+                        kdf(nonce, i, 1, msg, &self.a, &shared[2 * k + 1]),
+                    ]
+                })
+                .collect(),
+        ))
     }
 }
 
@@ -206,7 +362,7 @@ impl Sender {
 mod tests {
     use super::*;
     use rand_chacha::ChaCha20Rng;
-    use rand_core::SeedableRng;
+    use rand_core::{Rng, SeedableRng};
 
     #[test]
     fn ot_relation_holds() {
@@ -222,6 +378,69 @@ mod tests {
             assert_eq!(got[i], both[i][b], "OT {i}: receiver gets the chosen key");
             assert_ne!(got[i], both[i][1 - b], "OT {i}: and not the other one");
         }
+    }
+
+    #[test]
+    fn half_is_the_inverse_of_two() {
+        assert_eq!(half() * Scalar::from(2u64), Scalar::ONE);
+    }
+
+    /// The batched, table-based and halved computations give exactly the plain
+    /// `enc(s·Q)` of the specification, on both sides, for every OT (more than one batch).
+    #[test]
+    fn keys_match_the_plain_formula() {
+        let mut rng = ChaCha20Rng::seed_from_u64(3);
+        let n = 2 * ENCODE_BATCH + 5;
+        let choices: Vec<u8> = (0..n).map(|i| (i % 3 == 1) as u8).collect();
+        let nonce = [4u8; 32];
+        let (recv, msgs) = Receiver::start(&choices, &nonce, &mut rng, Threads::new(2)).unwrap();
+        let sender = Sender::new(&mut rng);
+        let c = *sender.c_half * Scalar::from(2u64);
+        let a_bytes = sender.point();
+        assert_eq!(a_bytes, RistrettoPoint::mul_base(&c).compress().to_bytes());
+        let a = CompressedRistretto(a_bytes).decompress().unwrap();
+        let both = sender.keys(&nonce, &msgs).unwrap();
+        let got = recv.finish(&nonce, &a_bytes).unwrap();
+        for (i, msg) in msgs.iter().enumerate() {
+            let e0: [u8; 32] = msg[..32].try_into().unwrap();
+            let e1: [u8; 32] = msg[32..].try_into().unwrap();
+            let r0 = CompressedRistretto(e0).decompress().unwrap();
+            let r1 = CompressedRistretto(e1).decompress().unwrap();
+            let m = [
+                r0 + hash_to_group(&nonce, i as u32, &e1),
+                r1 + hash_to_group(&nonce, i as u32, &e0),
+            ];
+            for j in 0..2 {
+                let shared = (c * m[j]).compress().to_bytes();
+                let k = kdf(&nonce, i as u32, j as u8, msg, &a_bytes, &shared);
+                assert_eq!(both[i][j], k, "sender OT {i} key {j}");
+            }
+            let shared = (recv.secrets[i] * a).compress().to_bytes();
+            let k = kdf(&nonce, i as u32, choices[i], msg, &a_bytes, &shared);
+            assert_eq!(got[i], k, "receiver OT {i}");
+        }
+    }
+
+    /// A point a malicious receiver can force (`M = identity`) must not disturb the other
+    /// encodings of its batch, and encodes as the identity does (32 zero bytes).
+    #[test]
+    fn batch_encoding_with_the_identity() {
+        let mut rng = ChaCha20Rng::seed_from_u64(5);
+        let s = random_scalar(&mut rng);
+        let mut points: Vec<RistrettoPoint> = (0..7)
+            .map(|_| {
+                let mut w = [0u8; 64];
+                rng.fill_bytes(&mut w);
+                RistrettoPoint::from_uniform_bytes(&w)
+            })
+            .collect();
+        points[3] = RistrettoPoint::default();
+        let halves = Zeroizing::new(points.iter().map(|p| (s * half()) * p).collect());
+        let got = encode_doubled(halves);
+        for (p, g) in points.iter().zip(got.iter()) {
+            assert_eq!(*g, (s * p).compress().to_bytes());
+        }
+        assert_eq!(got[3], [0u8; 32]);
     }
 
     #[test]

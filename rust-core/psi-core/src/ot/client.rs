@@ -45,6 +45,8 @@ pub struct OtClient {
 }
 
 enum Phase {
+    /// The hello is being produced in parts ([`OtClient::start_in_parts`]).
+    Starting(Box<Starting>),
     AwaitSetup(Box<AwaitSetup>),
     AwaitAck(Box<Extending>),
     AwaitOutputs(Box<Extending>),
@@ -55,6 +57,7 @@ enum Phase {
 impl Phase {
     fn name(&self) -> &'static str {
         match self {
+            Phase::Starting(_) => "client sending hello",
             Phase::AwaitSetup(_) => "client awaiting setup",
             Phase::AwaitAck(_) => "client awaiting chunk ack",
             Phase::AwaitOutputs(_) => "client awaiting outputs",
@@ -64,10 +67,25 @@ impl Phase {
     }
 }
 
+/// Base-OT messages per part of a hello produced in parts: 16 (1 KiB), so the server's
+/// work on one part overlaps the client's on the next.
+const HELLO_PART_OTS: usize = 16;
+
+struct Starting {
+    nonce: [u8; 32],
+    bins: u32,
+    pending: base_ot::PendingReceiver,
+    delta: Zeroizing<Vec<u8>>,
+    dummy_key: Zeroizing<Block>,
+}
+
 struct AwaitSetup {
     nonce: [u8; 32],
     bins: u32,
     receiver: base_ot::Receiver,
+    /// Base-OT keys computed from a setup's head ([`OtClient::handle_setup_head`]), with
+    /// the sender point they were computed for.
+    early: Option<([u8; 32], Zeroizing<Vec<Block>>)>,
     delta: Zeroizing<Vec<u8>>,
     dummy_key: Zeroizing<Block>,
 }
@@ -121,6 +139,20 @@ impl OtClient {
         config: OtConfig,
         rng: &mut R,
     ) -> Result<(OtClient, Vec<u8>)> {
+        let (mut client, mut hello) = Self::start_parts(items, config, rng)?;
+        while let Some(part) = client.next_hello_part()? {
+            hello.extend_from_slice(&part);
+        }
+        Ok((client, hello))
+    }
+
+    /// Draws the randomness and returns the client (phase `Starting`) and the hello's
+    /// fixed part.
+    fn start_parts<R: CryptoRng + ?Sized>(
+        items: ItemSet,
+        config: OtConfig,
+        rng: &mut R,
+    ) -> Result<(OtClient, Vec<u8>)> {
         let n = items.len();
         if n > MAX_ITEMS as usize {
             return Err(Error::InputTooLarge {
@@ -158,26 +190,78 @@ impl OtClient {
         );
         let mut dummy_key = Zeroizing::new([0u8; 16]);
         rng.fill_bytes(dummy_key.as_mut());
-        let (receiver, base_ot) = base_ot::Receiver::start(&delta, &nonce, rng, config.threads)?;
+        let pending = base_ot::Receiver::draw(&delta, &nonce, rng);
+        // The hello's fixed fields; its tail, the base-OT messages, comes in later parts.
         let hello = Hello {
             client_nonce: nonce,
             client_items: n as u32,
             bins: bins as u32,
-            base_ot,
-        };
+            base_ot: vec![[0; base_ot::RECEIVER_MSG_LEN]; BASE_OTS],
+        }
+        .encode();
+        let first = hello[..messages::HELLO_OTS_AT].to_vec();
         let client = OtClient {
             items,
             config,
             bins,
-            phase: Phase::AwaitSetup(Box::new(AwaitSetup {
+            phase: Phase::Starting(Box::new(Starting {
                 nonce,
                 bins: bins as u32,
-                receiver,
+                pending,
                 delta,
                 dummy_key,
             })),
         };
-        Ok((client, hello.encode()))
+        Ok((client, first))
+    }
+
+    /// Starts a run whose hello is produced in parts, for a transport that can send a
+    /// request body while it is being computed (the server can then work on the first base
+    /// OTs while the client computes the next; see [`super::OtServer::handle_hello_part`]).
+    ///
+    /// Returns the first part (the frame header and the fixed fields); call
+    /// [`OtClient::next_hello_part`] until it returns `None`. The parts, concatenated, are
+    /// exactly the hello [`OtClient::start`] returns for the same randomness, and their
+    /// total length is [`super::sizes::hello`]. The run then continues with
+    /// [`OtClient::handle`] on the server's setup.
+    pub fn start_in_parts<R: CryptoRng + ?Sized>(
+        items: ItemSet,
+        config: OtConfig,
+        rng: &mut R,
+    ) -> Result<(OtClient, Vec<u8>)> {
+        Self::start_parts(items, config, rng)
+    }
+
+    /// The next part of a hello started with [`OtClient::start_in_parts`] (the next base-OT
+    /// messages), or `None` once the hello is complete.
+    pub fn next_hello_part(&mut self) -> Result<Option<Vec<u8>>> {
+        let Phase::Starting(st) = &mut self.phase else {
+            return Ok(None);
+        };
+        if st.pending.computed() < BASE_OTS {
+            let part = st.pending.compute(HELLO_PART_OTS, self.config.threads)?;
+            return Ok(Some(part.concat()));
+        }
+        let Phase::Starting(st) = std::mem::replace(&mut self.phase, Phase::Failed) else {
+            unreachable!("checked above")
+        };
+        let Starting {
+            nonce,
+            bins,
+            pending,
+            delta,
+            dummy_key,
+        } = *st;
+        let (receiver, _) = pending.finish();
+        self.phase = Phase::AwaitSetup(Box::new(AwaitSetup {
+            nonce,
+            bins,
+            receiver,
+            early: None,
+            delta,
+            dummy_key,
+        }));
+        Ok(None)
     }
 
     /// Handles a server response; returns the next request or the result.
@@ -217,6 +301,28 @@ impl OtClient {
         }
     }
 
+    /// For a transport that streams: the first [`messages::SETUP_HEAD_LEN`] bytes of the
+    /// server's setup (see [`super::OtServer::setup_head`]), which end with the server's
+    /// base-OT point. The client computes its base-OT keys from it now, while the rest of
+    /// the setup is in flight; [`OtClient::handle`] on the whole setup then uses them if
+    /// the setup carries the same point (and computes them itself otherwise). Every check
+    /// of the setup is made by `handle`; a point that is not valid here is left for `handle`
+    /// to refuse. Does nothing outside the phase that awaits the setup.
+    pub fn handle_setup_head(&mut self, head: &[u8]) -> Result<()> {
+        let threads = self.config.threads;
+        let Phase::AwaitSetup(st) = &mut self.phase else {
+            return Ok(());
+        };
+        let Some(point) = head.get(messages::SETUP_HEAD_LEN - 32..messages::SETUP_HEAD_LEN) else {
+            return Ok(());
+        };
+        let point: [u8; 32] = point.try_into().expect("32 bytes");
+        if let Ok(keys) = threads.install(|| st.receiver.finish(&st.nonce, &point))? {
+            st.early = Some((point, keys));
+        }
+        Ok(())
+    }
+
     /// The Cuckoo table size this run uses (the hello's `bins`).
     pub fn bins(&self) -> usize {
         self.bins
@@ -239,10 +345,13 @@ impl OtClient {
             }
             .into());
         }
-        let base_keys = self
-            .config
-            .threads
-            .install(|| st.receiver.finish(&st.nonce, &setup.sender_point))??;
+        let base_keys = match &st.early {
+            Some((point, keys)) if *point == setup.sender_point => keys.clone(),
+            _ => self
+                .config
+                .threads
+                .install(|| st.receiver.finish(&st.nonce, &setup.sender_point))??,
+        };
         // From here on the run either proceeds or fails for good.
         let Phase::AwaitSetup(st) = std::mem::replace(&mut self.phase, Phase::Failed) else {
             unreachable!("checked above")

@@ -123,6 +123,12 @@ pub(crate) struct Hello {
 
 /// Body length of a hello message.
 pub(crate) const HELLO_BODY_LEN: usize = 1 + 32 + 4 + 4 + 2 + BASE_OTS * RECEIVER_MSG_LEN;
+/// Offsets in a whole hello (frame header included), for drivers that send or receive it in
+/// parts: the client nonce, and the first base-OT message (the messages are the hello's tail).
+pub(crate) const HELLO_NONCE_AT: usize = wire::HEADER_LEN + 1;
+/// See [`HELLO_NONCE_AT`].
+pub(crate) const HELLO_OTS_AT: usize =
+    wire::HEADER_LEN + HELLO_BODY_LEN - BASE_OTS * RECEIVER_MSG_LEN;
 
 impl Hello {
     pub(crate) fn encode(&self) -> Vec<u8> {
@@ -179,6 +185,9 @@ pub(crate) struct Setup {
 
 /// Body length of a setup message.
 pub(crate) const SETUP_BODY_LEN: usize = 1 + 32 + 4 + 1 + 32 + U_LEN;
+/// Bytes of a whole setup (frame header included) up to and including the sender point
+/// `A`, for drivers that send or receive it in parts (the IKNP matrix is the setup's tail).
+pub const SETUP_HEAD_LEN: usize = wire::HEADER_LEN + SETUP_BODY_LEN - U_LEN;
 
 impl Setup {
     pub(crate) fn encode(&self) -> Vec<u8> {

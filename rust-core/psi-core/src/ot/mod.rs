@@ -265,6 +265,48 @@ pub fn run_in_memory<R: CryptoRng + ?Sized>(
     }
 }
 
+/// A step of [`base_ots_alone`].
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BaseOtStep {
+    /// Client: drawing the secrets and computing the 128 receiver messages.
+    ReceiverMessages,
+    /// Server: both keys of every base OT from the receiver's messages.
+    SenderKeys,
+    /// Client: its chosen key of every base OT from the server's point `A`.
+    ReceiverKeys,
+}
+
+/// Benchmarks only: the 128 base OTs of one session on their own (both sides, the same
+/// code the protocol runs), calling `observe` after each step so a driver can time it.
+/// Returns whether the receiver's keys are the sender's chosen ones (always, barring a bug).
+#[doc(hidden)]
+pub fn base_ots_alone<R: CryptoRng + ?Sized>(
+    threads: Threads,
+    rng: &mut R,
+    mut observe: impl FnMut(BaseOtStep),
+) -> Result<bool> {
+    let mut nonce = [0u8; 32];
+    rng.fill_bytes(&mut nonce);
+    let mut bits = [0u8; base_ot::BASE_OTS / 8];
+    rng.fill_bytes(&mut bits);
+    let choices: Vec<u8> = (0..base_ot::BASE_OTS)
+        .map(|i| (bits[i / 8] >> (i % 8)) & 1)
+        .collect();
+    let sender = base_ot::Sender::new(rng);
+    let (receiver, msgs) = base_ot::Receiver::start(&choices, &nonce, rng, threads)?;
+    observe(BaseOtStep::ReceiverMessages);
+    let both = threads.install(|| sender.keys(&nonce, &msgs))??;
+    observe(BaseOtStep::SenderKeys);
+    let chosen = threads.install(|| receiver.finish(&nonce, &sender.point()))??;
+    observe(BaseOtStep::ReceiverKeys);
+    Ok(chosen
+        .iter()
+        .zip(both.iter())
+        .zip(&choices)
+        .all(|((k, pair), &b)| *k == pair[b as usize]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -310,6 +352,22 @@ mod tests {
                 "h {h}: {differing} differing bits"
             );
         }
+    }
+
+    #[test]
+    fn base_ots_alone_runs_the_three_steps() {
+        let mut rng = ChaCha20Rng::seed_from_u64(12);
+        let mut seen = Vec::new();
+        let agree = base_ots_alone(Threads::ONE, &mut rng, |s| seen.push(s)).unwrap();
+        assert!(agree);
+        assert_eq!(
+            seen,
+            [
+                BaseOtStep::ReceiverMessages,
+                BaseOtStep::SenderKeys,
+                BaseOtStep::ReceiverKeys
+            ]
+        );
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! its items under each of the three hash functions, and sends the values at the end,
 //! three lists each in a fresh random order.
 
-use super::base_ot;
+use super::base_ot::{self, RECEIVER_MSG_LEN};
 use super::cuckoo::{self, HASHES, SimpleTable};
 use super::messages::{self, Ack, Chunk, Hello, MAX_ITEMS, Message, Outputs, SUITE, Setup};
 use super::prc::{
@@ -47,12 +47,16 @@ impl Phase {
     }
 }
 
-/// Randomness drawn up front.
+/// Randomness drawn up front, and what a hello received in parts has given so far.
 struct Fresh {
     nonce: [u8; 32],
     sender: base_ot::Sender,
     s: Zeroizing<Row>,
     shuffle_keys: Zeroizing<[Block; HASHES]>,
+    /// Bytes of a hello received in parts ([`OtServer::handle_hello_part`]).
+    partial: Vec<u8>,
+    /// Base-OT keys computed from those bytes, OTs `0 .. early_keys.len()`.
+    early_keys: Zeroizing<Vec<[Block; 2]>>,
 }
 
 struct Evaluating {
@@ -110,8 +114,113 @@ impl OtServer {
                 sender,
                 s,
                 shuffle_keys,
+                partial: Vec::new(),
+                early_keys: Zeroizing::new(Vec::new()),
             })),
         })
+    }
+
+    /// Receives the hello in parts, as a transport delivers its bytes (any split): the
+    /// base-OT keys of each complete base-OT message are computed as soon as it arrives, so
+    /// this work overlaps the client's (see [`super::OtClient::start_in_parts`]). Returns
+    /// `Ok(None)` until the bytes given add up to a whole hello ([`super::sizes::hello`]),
+    /// then exactly what [`OtServer::handle`] returns for that hello. More bytes than a
+    /// hello, or a hello that [`OtServer::handle`] would refuse, is the same error as there;
+    /// after an error the parts received so far are dropped and the session is as it was.
+    pub fn handle_hello_part(&mut self, part: &[u8]) -> Result<Option<Vec<u8>>> {
+        let Phase::AwaitHello(fresh) = &mut self.phase else {
+            // Not expecting a hello: `handle` reports the phase error.
+            return self.handle(part).map(Some);
+        };
+        let total = super::sizes::hello() as usize;
+        fresh.partial.extend_from_slice(part);
+        if fresh.partial.len() > total {
+            let bytes = std::mem::take(&mut fresh.partial);
+            return self.handle(&bytes).map(Some);
+        }
+        let have = fresh.partial.len().saturating_sub(messages::HELLO_OTS_AT) / RECEIVER_MSG_LEN;
+        let done = fresh.early_keys.len();
+        if have > done && fresh.partial.len() >= messages::HELLO_OTS_AT {
+            let nonce: [u8; 32] = fresh.partial
+                [messages::HELLO_NONCE_AT..messages::HELLO_NONCE_AT + 32]
+                .try_into()
+                .expect("32 bytes");
+            let msgs: Vec<[u8; RECEIVER_MSG_LEN]> = fresh.partial[messages::HELLO_OTS_AT
+                + done * RECEIVER_MSG_LEN
+                ..messages::HELLO_OTS_AT + have * RECEIVER_MSG_LEN]
+                .chunks_exact(RECEIVER_MSG_LEN)
+                .map(|m| m.try_into().expect("64 bytes"))
+                .collect();
+            let sender = &fresh.sender;
+            // A bad point is reported by `handle` once the hello is complete (after the
+            // checks it makes first); until then the early keys simply stop growing.
+            if let Ok(keys) = self
+                .config
+                .threads
+                .install(|| sender.keys_from(&nonce, done, &msgs))?
+            {
+                fresh.early_keys.extend_from_slice(&keys);
+            }
+        }
+        if fresh.partial.len() < total {
+            return Ok(None);
+        }
+        let bytes = std::mem::take(&mut fresh.partial);
+        let early = std::mem::take(&mut fresh.early_keys);
+        self.handle_with(&bytes, early).map(Some)
+    }
+
+    /// For a transport that streams: once [`OtServer::handle_hello_part`] has been given the
+    /// hello's fixed fields, the first [`messages::SETUP_HEAD_LEN`] bytes of the setup (frame
+    /// header, server nonce, set size, output length and the base-OT point `A`), which can
+    /// be sent before the base OTs are done so that the client computes its keys meanwhile
+    /// ([`super::OtClient::handle_setup_head`]). The setup that `handle_hello_part` returns
+    /// later begins with exactly these bytes.
+    ///
+    /// `Ok(None)` until the fixed fields have arrived (and outside the hello phase). The
+    /// fixed fields get every check [`OtServer::handle`] makes of them: a refused one is the
+    /// same error as there and drops the parts received. Once the head is sent, the only
+    /// error left at the end of the hello is a bad base-OT point (or extra bytes); the
+    /// transport must then abort the response it began.
+    pub fn setup_head(&mut self) -> Result<Option<Vec<u8>>> {
+        let probe = match &self.phase {
+            Phase::AwaitHello(fresh) if fresh.partial.len() >= messages::HELLO_OTS_AT => {
+                let mut probe = fresh.partial[..messages::HELLO_OTS_AT].to_vec();
+                // Placeholder base-OT messages: the decoder does not look at points.
+                probe.resize(super::sizes::hello() as usize, 0);
+                probe
+            }
+            _ => return Ok(None),
+        };
+        let checked = match messages::decode(&probe) {
+            Ok(Message::Hello(hello)) => self.check_hello(&hello).map(|()| hello.client_items),
+            Ok(other) => Err(Error::WrongPhase {
+                phase: self.phase.name(),
+                message: other.message_type(),
+            }),
+            Err(e) => Err(e.into()),
+        };
+        let Phase::AwaitHello(fresh) = &mut self.phase else {
+            unreachable!("checked above")
+        };
+        let n_c = match checked {
+            Ok(n_c) => n_c,
+            Err(e) => {
+                fresh.partial = Vec::new();
+                fresh.early_keys = Zeroizing::new(Vec::new());
+                return Err(e);
+            }
+        };
+        let n_s = self.items.len();
+        let head = Setup {
+            server_nonce: fresh.nonce,
+            server_items: n_s as u32,
+            out_len: output_len(n_c as usize, n_s) as u8,
+            sender_point: fresh.sender.point(),
+            iknp_u: vec![0; iknp::U_LEN],
+        }
+        .encode();
+        Ok(Some(head[..messages::SETUP_HEAD_LEN].to_vec()))
     }
 
     /// Handles one client request and returns the response to send back.
@@ -119,9 +228,24 @@ impl OtServer {
     /// A malformed request or one that does not fit the current phase is an error and
     /// leaves the session as it was.
     pub fn handle(&mut self, request: &[u8]) -> Result<Vec<u8>> {
+        // A whole message ends any hello that was arriving in parts.
+        if let Phase::AwaitHello(fresh) = &mut self.phase {
+            fresh.partial = Vec::new();
+            fresh.early_keys = Zeroizing::new(Vec::new());
+        }
+        self.handle_with(request, Zeroizing::new(Vec::new()))
+    }
+
+    /// [`OtServer::handle`], with the keys of the first base OTs already computed from
+    /// this very `request` (by [`OtServer::handle_hello_part`]).
+    fn handle_with(
+        &mut self,
+        request: &[u8],
+        early_keys: Zeroizing<Vec<[Block; 2]>>,
+    ) -> Result<Vec<u8>> {
         let msg = messages::decode(request)?;
         match (&self.phase, msg) {
-            (Phase::AwaitHello(_), Message::Hello(hello)) => self.on_hello(hello),
+            (Phase::AwaitHello(_), Message::Hello(hello)) => self.on_hello(hello, early_keys),
             (Phase::AwaitChunk(_), Message::Chunk(chunk)) => self.on_chunk(chunk),
             (phase, msg) => Err(Error::WrongPhase {
                 phase: phase.name(),
@@ -142,7 +266,9 @@ impl OtServer {
         matches!(self.phase, Phase::Done | Phase::Failed)
     }
 
-    fn on_hello(&mut self, hello: Hello) -> Result<Vec<u8>> {
+    /// The checks of a hello's fixed fields that the decoder cannot make (they depend on
+    /// the session's configuration).
+    fn check_hello(&self, hello: &Hello) -> Result<()> {
         // The table size was checked against the hello's own count by the decoder
         // (`bins <= max_bins_for(client_items)`); pinning the count to the one the session
         // was admitted for bounds the OPRF evaluations by `max_bins_for(expected)`.
@@ -162,13 +288,29 @@ impl OtServer {
             }
             .into());
         }
+        Ok(())
+    }
+
+    fn on_hello(
+        &mut self,
+        hello: Hello,
+        early_keys: Zeroizing<Vec<[Block; 2]>>,
+    ) -> Result<Vec<u8>> {
+        self.check_hello(&hello)?;
         let Phase::AwaitHello(fresh) = &self.phase else {
             unreachable!("checked by caller")
         };
-        let keys = self
-            .config
-            .threads
-            .install(|| fresh.sender.keys(&hello.client_nonce, &hello.base_ot))??;
+        // Keys computed while the hello arrived in parts come from these very bytes
+        // (`handle_hello_part` passes the whole hello here); the rest are computed now.
+        let done = early_keys.len().min(base_ot::BASE_OTS);
+        let rest = self.config.threads.install(|| {
+            fresh
+                .sender
+                .keys_from(&hello.client_nonce, done, &hello.base_ot[done..])
+        })??;
+        let mut keys = Zeroizing::new(Vec::with_capacity(base_ot::BASE_OTS));
+        keys.extend_from_slice(&early_keys[..done]);
+        keys.extend_from_slice(&rest);
         let Phase::AwaitHello(fresh) = std::mem::replace(&mut self.phase, Phase::Failed) else {
             unreachable!("checked above")
         };
@@ -372,6 +514,153 @@ mod tests {
         OtClient::start(items, OtConfig::new(Threads::ONE), &mut rng)
             .unwrap()
             .1
+    }
+
+    /// The hello produced in parts is byte for byte the hello of `start`; a server fed it
+    /// in any split answers exactly as `handle` does; and the run completes from it.
+    #[test]
+    fn hello_in_parts_matches_the_whole_hello() {
+        use crate::ot::ClientStep;
+        let items = || ItemSet::new((0..300u32).map(|i| i.to_be_bytes()));
+        let config = OtConfig::new(Threads::ONE);
+        let seed = || ChaCha20Rng::seed_from_u64(7);
+        let (_, whole) = OtClient::start(items(), config.clone(), &mut seed()).unwrap();
+        let (mut client, first) =
+            OtClient::start_in_parts(items(), config.clone(), &mut seed()).unwrap();
+        assert_eq!(first.len(), messages::HELLO_OTS_AT);
+        // No response is taken before the hello is complete.
+        assert!(matches!(
+            client.handle(&whole),
+            Err(Error::WrongPhase { .. })
+        ));
+        let mut parts = vec![first];
+        while let Some(p) = client.next_hello_part().unwrap() {
+            parts.push(p);
+        }
+        assert_eq!(parts.len(), 1 + base_ot::BASE_OTS / 16);
+        assert_eq!(parts.concat(), whole);
+        assert_eq!(whole.len() as u64, crate::ot::sizes::hello());
+        let set = Arc::new(ItemSet::new((200..500u32).map(|i| i.to_be_bytes())));
+        let fresh = || {
+            OtServer::new(
+                set.clone(),
+                config.clone(),
+                &mut ChaCha20Rng::seed_from_u64(8),
+            )
+            .unwrap()
+        };
+        let reference = fresh().handle(&whole).unwrap();
+        for split in [1usize, 63, 64, 1000, whole.len()] {
+            let mut s = fresh();
+            let pieces: Vec<&[u8]> = whole.chunks(split).collect();
+            for piece in &pieces[..pieces.len() - 1] {
+                assert!(s.handle_hello_part(piece).unwrap().is_none());
+            }
+            let setup = s.handle_hello_part(pieces[pieces.len() - 1]).unwrap();
+            assert_eq!(setup.unwrap(), reference, "split {split}");
+        }
+        // The run, with the setup's head sent ahead: it is there as soon as the hello's
+        // fixed fields are, and the setup begins with it.
+        let mut s = fresh();
+        assert_eq!(s.setup_head().unwrap(), None);
+        let mut response = None;
+        let mut head = None;
+        for p in &parts {
+            response = s.handle_hello_part(p).unwrap();
+            if head.is_none() {
+                head = s.setup_head().unwrap();
+                assert!(head.is_some(), "head after the fixed fields");
+            }
+        }
+        let head = head.unwrap();
+        let response = response.unwrap();
+        assert_eq!(head.len(), messages::SETUP_HEAD_LEN);
+        assert_eq!(&response[..head.len()], &head[..]);
+        assert_eq!(s.setup_head().unwrap(), None, "no head after the hello");
+        // A head whose point is not this setup's is ignored (the keys are recomputed).
+        let mut other = fresh();
+        other
+            .handle_hello_part(&whole[..messages::HELLO_OTS_AT])
+            .unwrap();
+        let mut wrong = other.setup_head().unwrap().unwrap();
+        let n = wrong.len();
+        wrong[n - 32..]
+            .copy_from_slice(&base_ot::Sender::new(&mut ChaCha20Rng::seed_from_u64(1)).point());
+        let finish = |client: &mut OtClient, s: &mut OtServer, mut response: Vec<u8>| loop {
+            match client.handle(&response).unwrap() {
+                ClientStep::Send(request) => response = s.handle(&request).unwrap(),
+                ClientStep::Done(out) => break out,
+            }
+        };
+        let mut second = OtClient::start(items(), config.clone(), &mut seed())
+            .unwrap()
+            .0;
+        second.handle_setup_head(&wrong).unwrap();
+        let mut s2 = fresh();
+        let r2 = s2.handle(&whole).unwrap();
+        assert_eq!(finish(&mut second, &mut s2, r2).matches.len(), 100);
+        // The head with the right point: the keys computed from it are the ones used.
+        client.handle_setup_head(&head).unwrap();
+        let out = finish(&mut client, &mut s, response.clone());
+        assert_eq!(out.matches.len(), 100);
+        // After the hello, a part is a message in the wrong phase.
+        assert!(matches!(
+            s.handle_hello_part(&whole),
+            Err(Error::WrongPhase { .. })
+        ));
+    }
+
+    /// A hello in parts that `handle` would refuse is refused with the same error, once
+    /// complete; the session then takes a good hello.
+    #[test]
+    fn hello_in_parts_errors_like_handle() {
+        let good = hello(50, 9);
+        let at = messages::HELLO_OTS_AT;
+        // A bad point in the first base-OT message.
+        let mut bad = good.clone();
+        bad[at..at + 32].copy_from_slice(&[0xff; 32]);
+        // A count the session was not admitted for (the fixed fields are checked by `handle`
+        // even though the base-OT keys were computed early).
+        let mut count = good.clone();
+        count[N_C].copy_from_slice(&49u32.to_be_bytes());
+        // One byte more than a hello.
+        let mut long = good.clone();
+        long.push(0);
+        for (name, msg) in [("bad point", &bad), ("count", &count), ("long", &long)] {
+            let want = server(50).handle(msg).unwrap_err();
+            let mut s = server(50);
+            assert!(
+                s.handle_hello_part(&msg[..4000]).unwrap().is_none(),
+                "{name}"
+            );
+            assert_eq!(
+                s.handle_hello_part(&msg[4000..]).unwrap_err(),
+                want,
+                "{name}"
+            );
+            assert!(!s.is_finished(), "{name}");
+            // Parts of a refused hello are dropped: a good one is answered as `handle` does.
+            assert_eq!(
+                s.handle_hello_part(&good).unwrap().unwrap(),
+                server(50).handle(&good).unwrap(),
+                "{name}"
+            );
+        }
+        // The head is refused, with `handle`'s error, as soon as the fixed fields are.
+        let mut s = server(50);
+        s.handle_hello_part(&count[..at]).unwrap();
+        assert_eq!(
+            s.setup_head().unwrap_err(),
+            server(50).handle(&count).unwrap_err()
+        );
+        assert_eq!(
+            s.handle_hello_part(&good).unwrap().unwrap(),
+            server(50).handle(&good).unwrap()
+        );
+        // A whole message given to `handle` ends a hello that was arriving in parts.
+        let mut s = server(50);
+        assert!(s.handle_hello_part(&bad[..5000]).unwrap().is_none());
+        assert!(s.handle(&good).is_ok());
     }
 
     fn server(expected: usize) -> OtServer {
