@@ -61,7 +61,7 @@ impl Client {
     pub fn match_contacts<S: AsRef<str>>(
         &self,
         contacts: &[S],
-        protocol: Protocol,
+        protocol: impl Into<crate::ProtocolChoice>,
         progress: &mut dyn FnMut(Progress),
         cancel: &CancelToken,
     ) -> Result<ContactReport, ClientError> {

@@ -29,7 +29,8 @@
 //! [`transport`] the [`Transport`] seam and the default [`HttpTransport`]; [`cache`] the
 //! [`SetCache`] seam with [`MemoryCache`] and [`FileCache`]; [`cancel`] the
 //! [`CancelToken`]; [`contacts`] [`Client::match_contacts`] (raw contacts in, rows out);
-//! [`report`] [`MatchReport`], [`RunStats`] and [`Progress`].
+//! [`report`] [`MatchReport`], [`RunStats`] and [`Progress`]; [`measure`] the inputs of the
+//! automatic protocol choice ([`ProtocolChoice`], [`LinkHints`], [`Measurements`]).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -39,6 +40,7 @@ pub mod cancel;
 pub mod config;
 pub mod contacts;
 pub mod driver;
+pub mod measure;
 mod error;
 pub mod report;
 pub mod transport;
@@ -49,6 +51,11 @@ pub use config::ClientConfig;
 pub use contacts::{ContactMatch, ContactReport, Rejected};
 pub use driver::Client;
 pub use error::ClientError;
+pub use measure::{
+    ChoiceReport, Clock, DeviceCosts, LinkEstimate, LinkHints, MeasurementStore, Measurements,
+    ProtocolChoice, Source,
+};
+pub use psi_core::cost::{Policy, Prediction};
 pub use psi_contacts::Invalid;
 pub use psi_core::{Phase, Protocol, Threads};
 pub use psi_http::{ErrorCode, Health};
