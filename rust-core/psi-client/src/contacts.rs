@@ -6,7 +6,6 @@ use crate::driver::Client;
 use crate::error::ClientError;
 use crate::report::{MatchReport, Progress};
 use psi_contacts::{Invalid, Normalizer};
-use psi_core::Protocol;
 
 /// A contact row that is in the registry.
 #[derive(Clone, PartialEq, Eq)]

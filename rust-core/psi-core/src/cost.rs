@@ -473,6 +473,8 @@ pub fn cost(protocol: Protocol, w: &Workload) -> Option<Cost> {
                 entries: m + 6.0 * s,
             };
         }
+        // A protocol without an arm here gets no prediction (and is never chosen).
+        #[allow(unreachable_patterns)]
         _ => return None,
     }
     if w.labels {
@@ -678,7 +680,10 @@ mod tests {
 
     #[test]
     fn bytes_follow_the_spec_formulas() {
-        let w = Workload::new(1000, 1_000_000).with_labels(false);
+        // The benchmark's server: sets sized for 1,000-item clients (L = 70 bits).
+        let w = Workload::new(1000, 1_000_000)
+            .with_labels(false)
+            .with_limits(1000, 8 << 20);
         let dh = cost(Protocol::Dh, &w).unwrap();
         // session, query, encoded set, delete.
         assert_eq!(dh.requests.len(), 4);
@@ -701,10 +706,16 @@ mod tests {
         let protocol_down: u64 = ot.requests[1..3].iter().map(|e| e.down).sum();
         assert_eq!(protocol_up, 5_335_045);
         assert_eq!(protocol_down, 1_777_757);
-        // With the default 8 MiB body limit the matrix takes 3 chunks (131,072 rows each).
+        // The default 8 MiB body limit fits 130,944 rows: still one chunk for m = 83,231.
         let ot8 = cost(Protocol::Ot, &w.with_limits(1 << 16, 8 << 20)).unwrap();
-        assert_eq!(ot8.requests.len(), 5);
-        assert_eq!(ot8.requests[2].down, 17 + 4);
+        assert_eq!(ot8.requests.len(), 4);
+        // 1 MiB bodies: 16,256 rows per chunk, 6 chunks, an ack after each but the last.
+        let ot1 = cost(Protocol::Ot, &w.with_limits(1 << 16, 1 << 20)).unwrap();
+        assert_eq!(ot1.requests.len(), 2 + 1 + 6);
+        assert_eq!(ot1.requests[2].up, 17 + 64 * 16_256);
+        assert_eq!(ot1.requests[2].down, 9 + 4);
+        assert_eq!(ot1.requests[7].up, 17 + 64 * (83_231 - 5 * 16_256));
+        assert_eq!(ot1.bytes_up() - ot.bytes_up(), 5 * 17);
     }
 
     #[test]
