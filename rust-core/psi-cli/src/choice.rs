@@ -88,12 +88,18 @@ pub fn print(r: &ChoiceReport) {
             "default"
         },
     );
-    println!("  predicted     requests   bytes up  bytes down  network ms  client ms  server ms  total ms");
+    println!(
+        "  predicted     requests   bytes up  bytes down  network ms  client ms  server ms  total ms"
+    );
     for p in &r.choice.predictions {
         println!(
             "  {:<8}{}  {:>10} {:>10} {:>11} {:>11.1} {:>10.1} {:>10.1} {:>9.1}",
             p.protocol.to_string(),
-            if p.protocol == r.choice.protocol { " *" } else { "  " },
+            if p.protocol == r.choice.protocol {
+                " *"
+            } else {
+                "  "
+            },
             p.requests,
             p.bytes_up,
             p.bytes_down,

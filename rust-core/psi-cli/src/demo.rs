@@ -121,7 +121,12 @@ pub fn run(
         psi_client::ClientConfig::default().with_threads(psi_core::Threads::new(threads)),
     );
     let report = client
-        .match_items(client_items.clone(), choice, &mut |_| {}, &CancelToken::new())
+        .match_items(
+            client_items.clone(),
+            choice,
+            &mut |_| {},
+            &CancelToken::new(),
+        )
         .map_err(|e| e.to_string())?;
     srv.shutdown().map_err(|e| e.to_string())?;
     let protocol = report.protocol;
@@ -284,7 +289,11 @@ pub fn run_in_process(
                     p.protocol,
                     p.total() * 1e3,
                     p.bytes(),
-                    if p.protocol == c.protocol { "  <- chosen" } else { "" }
+                    if p.protocol == c.protocol {
+                        "  <- chosen"
+                    } else {
+                        ""
+                    }
                 );
             }
             c.protocol

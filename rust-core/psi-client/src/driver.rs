@@ -268,25 +268,34 @@ impl Client {
             Some(u) => (u, Source::Measured),
             None => (psi_core::cost::UnitCosts::REFERENCE, Source::Default),
         };
-        let link = self.measurements.snapshot().networks.get(&hints.network).copied();
+        let link = self
+            .measurements
+            .snapshot()
+            .networks
+            .get(&hints.network)
+            .copied();
         let (link, link_source) = match link {
             Some(e) if e.rtt_samples + e.up_samples + e.down_samples > 0 => (e, Source::Measured),
             _ => {
                 let given = hints.down_mbit.is_some() || hints.rtt_ms.is_some();
-                let source = if given { Source::Given } else { Source::Default };
+                let source = if given {
+                    Source::Given
+                } else {
+                    Source::Default
+                };
                 (LinkEstimate::from_hints(hints), source)
             }
         };
-        let cached = self
-            .cache
-            .load(&self.base)
-            .is_some_and(|c| !health.encoded_set_etag.is_empty() && c.etag == health.encoded_set_etag);
+        let cached = self.cache.load(&self.base).is_some_and(|c| {
+            !health.encoded_set_etag.is_empty() && c.etag == health.encoded_set_etag
+        });
         let workload = psi_core::cost::Workload::new(n as u64, health.registry_items)
             .with_labels(self.config.fetch_labels)
             .with_cached_set(cached)
             .with_limits(u64::from(health.max_client_items), health.max_body_bytes)
-            .with_label_bucket_bits(
+            .with_label_layout(
                 (!health.encoded_set_etag.is_empty()).then_some(health.label_bucket_bits),
+                (!health.encoded_set_etag.is_empty()).then_some(health.label_record_bytes),
             );
         let policy = if hints.constrained {
             psi_core::cost::Policy::FewestBytes

@@ -40,8 +40,8 @@ pub mod cancel;
 pub mod config;
 pub mod contacts;
 pub mod driver;
-pub mod measure;
 mod error;
+pub mod measure;
 pub mod report;
 pub mod transport;
 
@@ -55,8 +55,8 @@ pub use measure::{
     ChoiceReport, Clock, DeviceCosts, LinkEstimate, LinkHints, MeasurementStore, Measurements,
     ProtocolChoice, Source,
 };
-pub use psi_core::cost::{Policy, Prediction};
 pub use psi_contacts::Invalid;
+pub use psi_core::cost::{Policy, Prediction};
 pub use psi_core::{Phase, Protocol, Threads};
 pub use psi_http::{ErrorCode, Health};
 pub use report::{MatchReport, Matched, Progress, RunStats};

@@ -162,38 +162,39 @@ impl LinkEstimate {
     }
 
     /// Folds in the timings of one run's requests. RTT: the fastest small request
-    /// (less the server's reported time), averaged with the estimate. Throughput: each
-    /// transfer of at least [`MIN_RATE_SAMPLE_BYTES`] one way, its time less the RTT,
-    /// the server's time and the other direction's bytes at the current estimate.
-    /// Measurements weigh 1/2 against the estimate (an exponential average), so a
-    /// network that changes is followed within a few runs.
+    /// (less the server's reported time). Throughput: each transfer of at least
+    /// [`MIN_RATE_SAMPLE_BYTES`] one way, its time less this run's RTT, the server's time
+    /// and the other direction's bytes at the current estimate. A new value within a
+    /// factor of 2 of the estimate is averaged 1:1 with it (noise is smoothed); one
+    /// further off replaces it (the network changed: followed at once).
     pub fn update(&mut self, samples: &[Sample]) {
-        let ewma = |old: f64, new: f64, n: u32| if n == 0 { new } else { (old + new) / 2.0 };
-        let small = samples
+        fn fold(old: &mut f64, new: f64, n: &mut u32) {
+            let ratio = new / *old;
+            *old = if *n == 0 || !(0.5..=2.0).contains(&ratio) {
+                new
+            } else {
+                (*old + new) / 2.0
+            };
+            *n = n.saturating_add(1);
+        }
+        let rtt = samples
             .iter()
             .filter(|s| s.up + s.down < 4096)
             .map(|s| (s.elapsed - s.server).max(1e-5))
             .min_by(f64::total_cmp);
-        if let Some(rtt) = small {
-            self.rtt = ewma(self.rtt, rtt, self.rtt_samples);
-            self.rtt_samples = self.rtt_samples.saturating_add(1);
+        if let Some(r) = rtt {
+            fold(&mut self.rtt, r, &mut self.rtt_samples);
         }
+        let rtt = rtt.unwrap_or(self.rtt);
         for s in samples {
-            let left = s.elapsed - s.server - self.rtt;
+            let left = s.elapsed - s.server - rtt;
+            // A transfer faster than the clock resolves counts as 0.1 ms.
             if s.down >= MIN_RATE_SAMPLE_BYTES && s.down >= s.up {
-                let t = left - s.up as f64 / self.up;
-                if t > 0.0 {
-                    let rate = s.down as f64 / t;
-                    self.down = ewma(self.down, rate, self.down_samples);
-                    self.down_samples = self.down_samples.saturating_add(1);
-                }
+                let t = (left - s.up as f64 / self.up).max(1e-4);
+                fold(&mut self.down, s.down as f64 / t, &mut self.down_samples);
             } else if s.up >= MIN_RATE_SAMPLE_BYTES {
-                let t = left - s.down as f64 / self.down;
-                if t > 0.0 {
-                    let rate = s.up as f64 / t;
-                    self.up = ewma(self.up, rate, self.up_samples);
-                    self.up_samples = self.up_samples.saturating_add(1);
-                }
+                let t = (left - s.down as f64 / self.down).max(1e-4);
+                fold(&mut self.up, s.up as f64 / t, &mut self.up_samples);
             }
         }
     }
@@ -443,7 +444,8 @@ mod tests {
     fn the_store_round_trips_through_json_and_survives_garbage() {
         let mut m = Measurements::default();
         m.device = Some(DeviceCosts::from_units(&UnitCosts::REFERENCE));
-        m.networks.insert("wifi".into(), LinkEstimate::prior(DEFAULT_LINK));
+        m.networks
+            .insert("wifi".into(), LinkEstimate::prior(DEFAULT_LINK));
         let back = Measurements::from_json(&m.to_json());
         assert_eq!(back.device, m.device);
         assert_eq!(back.networks, m.networks);

@@ -59,6 +59,9 @@ pub struct Workload {
     pub max_body_bytes: u64,
     /// Bits of the label bucket id (`None`: about [`DEFAULT_BUCKET_ENTRIES`] per bucket).
     pub label_bucket_bits: Option<u8>,
+    /// Bytes of all the server's label records (`None`: [`DEFAULT_LABEL_RECORD_BYTES`]
+    /// per entry).
+    pub label_record_bytes: Option<u64>,
 }
 
 impl Workload {
@@ -73,6 +76,7 @@ impl Workload {
             max_client_items: 10_000.max(client_items),
             max_body_bytes: 8 << 20,
             label_bucket_bits: None,
+            label_record_bytes: None,
         }
     }
     /// Sets whether labels are fetched.
@@ -91,9 +95,11 @@ impl Workload {
         self.max_body_bytes = max_body_bytes;
         self
     }
-    /// Sets the label layout.
-    pub fn with_label_bucket_bits(mut self, bits: Option<u8>) -> Self {
+    /// Sets the label layout: bucket bits and the bytes of all records, as the server
+    /// advertises them.
+    pub fn with_label_layout(mut self, bits: Option<u8>, record_bytes: Option<u64>) -> Self {
         self.label_bucket_bits = bits;
+        self.label_record_bytes = record_bytes;
         self
     }
 }
@@ -499,23 +505,19 @@ pub fn cost(protocol: Protocol, w: &Workload) -> Option<Cost> {
                 ..Ops::default()
             });
         }
-        let (buckets, per_bucket) = match w.label_bucket_bits {
-            Some(bits) => (
-                fetch_buckets(n_c as usize, bits) as u64,
-                n_s >> bits.min(crate::labels::MAX_BUCKET_BITS),
-            ),
-            None => {
-                let bits = crate::protocol::ceil_log2(n_s.div_ceil(DEFAULT_BUCKET_ENTRIES));
-                let bits = bits.min(u32::from(crate::labels::MAX_BUCKET_BITS)) as u8;
-                (
-                    fetch_buckets(n_c as usize, bits) as u64,
-                    DEFAULT_BUCKET_ENTRIES,
-                )
-            }
-        };
+        let bits = w.label_bucket_bits.unwrap_or_else(|| {
+            crate::labels::bucket_bits(n_s as usize, DEFAULT_BUCKET_ENTRIES as usize)
+        });
+        let bits = bits.min(crate::labels::MAX_BUCKET_BITS);
+        let buckets = fetch_buckets(n_c as usize, bits) as u64;
+        let all = w
+            .label_record_bytes
+            .unwrap_or(n_s * DEFAULT_LABEL_RECORD_BYTES);
+        // Each section: an 8-byte header and on average 1 / 2^bits of the records.
+        let records = (all as f64 * buckets as f64 / (1u64 << bits) as f64).round() as u64;
         requests.push(Exchange {
             up: 4 * buckets,
-            down: buckets * (8 + per_bucket * DEFAULT_LABEL_RECORD_BYTES),
+            down: buckets * 8 + records,
         });
     }
     requests.push(delete);
@@ -754,8 +756,13 @@ mod tests {
             .with_labels(false)
             .with_limits(1 << 16, 8 << 20);
         for &(name, rtt, mbit) in PSZ14 {
-            let c = choose(&w, &inputs(Link::mbit(rtt, mbit, mbit)), Policy::Fastest, Protocol::ALL)
-                .unwrap();
+            let c = choose(
+                &w,
+                &inputs(Link::mbit(rtt, mbit, mbit)),
+                Policy::Fastest,
+                Protocol::ALL,
+            )
+            .unwrap();
             assert_eq!(c.protocol, Protocol::Ot, "{name}");
         }
         let slow = inputs(Link::mbit(200.0, 0.5, 1.0));
@@ -763,9 +770,14 @@ mod tests {
         assert_eq!(c.protocol, Protocol::Dh);
         // The crossover exists: some rate between 0.5 and 3.6 Mbit/s.
         let winner = |mbit: f64| {
-            choose(&w, &inputs(Link::mbit(100.0, mbit, mbit)), Policy::Fastest, Protocol::ALL)
-                .unwrap()
-                .protocol
+            choose(
+                &w,
+                &inputs(Link::mbit(100.0, mbit, mbit)),
+                Policy::Fastest,
+                Protocol::ALL,
+            )
+            .unwrap()
+            .protocol
         };
         assert_eq!(winner(0.25), Protocol::Dh);
         assert_eq!(winner(3.6), Protocol::Ot);
@@ -779,7 +791,9 @@ mod tests {
         let lan = inputs(Link::mbit(0.4, 1000.0, 1000.0));
         let g3 = inputs(Link::mbit(200.0, 0.5, 2.0));
         let pick = |w: &Workload, i: &Inputs| {
-            choose(w, i, Policy::Fastest, Protocol::ALL).unwrap().protocol
+            choose(w, i, Policy::Fastest, Protocol::ALL)
+                .unwrap()
+                .protocol
         };
         assert_eq!(pick(&w, &g3), Protocol::Dh);
         assert_eq!(pick(&w.with_cached_set(true), &g3), Protocol::Dh);
@@ -804,7 +818,10 @@ mod tests {
         let lean = choose(&w, &lan, Policy::FewestBytes, Protocol::ALL).unwrap();
         assert_eq!(fast.protocol, Protocol::Ot);
         assert_eq!(lean.protocol, Protocol::Dh);
-        assert!(lean.prediction(Protocol::Dh).unwrap().bytes() < lean.prediction(Protocol::Ot).unwrap().bytes());
+        assert!(
+            lean.prediction(Protocol::Dh).unwrap().bytes()
+                < lean.prediction(Protocol::Ot).unwrap().bytes()
+        );
         // A server that runs DH only.
         let only = choose(&w, &lan, Policy::Fastest, &[Protocol::Dh]).unwrap();
         assert_eq!(only.protocol, Protocol::Dh);
@@ -820,7 +837,11 @@ mod tests {
         let w = Workload::new(100, 1000).with_labels(false);
         let zero = UnitCosts::new(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1);
         let link = Link::mbit(100.0, 8.0, 8.0); // 1 MB/s each way
-        let i = Inputs { link, client: zero, server: zero };
+        let i = Inputs {
+            link,
+            client: zero,
+            server: zero,
+        };
         let p = predict(Protocol::Dh, &w, &i).unwrap();
         let c = cost(Protocol::Dh, &w).unwrap();
         let expect = c.requests.len() as f64 * 0.1
@@ -831,7 +852,10 @@ mod tests {
         let i1 = inputs(link);
         let mut i2 = i1;
         i2.client = i2.client.with_threads(2);
-        let (a, b) = (predict(Protocol::Dh, &w, &i1).unwrap(), predict(Protocol::Dh, &w, &i2).unwrap());
+        let (a, b) = (
+            predict(Protocol::Dh, &w, &i1).unwrap(),
+            predict(Protocol::Dh, &w, &i2).unwrap(),
+        );
         assert!((a.client / b.client - 2.0).abs() < 1e-9);
         assert!(UnitCosts::REFERENCE.is_sane());
         assert!(!UnitCosts::new(f64::NAN, 0.0, 0.0, 0.0, 0.0, 0.0, 1).is_sane());

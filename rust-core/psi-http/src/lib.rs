@@ -164,6 +164,10 @@ pub struct Health {
     /// Bits of the label bucket id (as in [`SessionCreated`]).
     #[serde(default)]
     pub label_bucket_bits: u8,
+    /// Bytes of all label records (a fetch of `K` of the `2^label_bucket_bits` buckets
+    /// returns about `K / 2^bits` of them): sizes the label step for the protocol choice.
+    #[serde(default)]
+    pub label_record_bytes: u64,
     /// The server's own unit costs, measured at start, and its workers: an input of the
     /// client's protocol choice (docs/protocol-choice.md). `null` from a server that did
     /// not measure them (older servers omit it).

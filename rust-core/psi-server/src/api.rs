@@ -318,6 +318,7 @@ async fn health(S(state): AppS) -> Json<Health> {
         max_body_bytes: state.config.max_body_bytes as u64,
         encoded_set_etag: r.etag.clone(),
         label_bucket_bits: r.labels.bucket_bits(),
+        label_record_bytes: r.labels.record_bytes() as u64,
         costs: Some(state.costs),
     })
 }

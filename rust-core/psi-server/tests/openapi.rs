@@ -361,6 +361,7 @@ fn json_bodies_match_psi_http() {
             max_body_bytes: 0,
             encoded_set_etag: String::new(),
             label_bucket_bits: 0,
+            label_record_bytes: 0,
             costs: None,
         },
     );
