@@ -4,15 +4,31 @@
 use psi_client::{ChoiceReport, Policy, ProtocolChoice};
 use serde_json::{Value, json};
 
-/// Parses `--protocol`: `auto` or a protocol (`dh`, `ot`, `dh-psi`, `ot-psi`); `policy`
-/// applies to `auto`.
-pub fn resolve(protocol: &str, policy: Policy) -> Result<ProtocolChoice, String> {
-    if protocol.trim().eq_ignore_ascii_case("auto") {
-        return Ok(ProtocolChoice::Auto(policy));
+/// A `--protocol` value: `auto` or a protocol.
+#[derive(Debug, Clone, Copy)]
+pub enum ProtocolArg {
+    /// `auto`.
+    Auto,
+    /// `dh`, `ot`, `dh-psi`, `ot-psi`.
+    Fixed(psi_core::Protocol),
+}
+
+/// Parses `--protocol`: `auto` or a protocol (`dh`, `ot`, `dh-psi`, `ot-psi`).
+pub fn parse_arg(s: &str) -> Result<ProtocolArg, String> {
+    if s.trim().eq_ignore_ascii_case("auto") {
+        return Ok(ProtocolArg::Auto);
     }
-    crate::parse_protocol(protocol)
-        .map(ProtocolChoice::Fixed)
-        .map_err(|e| format!("{e} (or auto)"))
+    crate::parse_protocol(s)
+        .map(ProtocolArg::Fixed)
+        .map_err(|_| "unknown protocol (expected one of: auto, dh, ot, dh-psi, ot-psi)".into())
+}
+
+/// The choice `--protocol` and `--policy` make.
+pub fn resolve(protocol: ProtocolArg, policy: Policy) -> ProtocolChoice {
+    match protocol {
+        ProtocolArg::Auto => ProtocolChoice::Auto(policy),
+        ProtocolArg::Fixed(p) => ProtocolChoice::Fixed(p),
+    }
 }
 
 /// Parses `--policy`.

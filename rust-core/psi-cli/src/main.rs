@@ -109,8 +109,8 @@ enum Command {
     Demo {
         /// Protocol: auto (predicted best for this machine, docs/protocol-choice.md),
         /// dh (DH-PSI) or ot (OT-PSI).
-        #[arg(long, default_value = "auto")]
-        protocol: String,
+        #[arg(long, default_value = "auto", value_parser = choice::parse_arg)]
+        protocol: choice::ProtocolArg,
         /// With --protocol auto: fastest, or fewest-bytes.
         #[arg(long, default_value = "fastest", value_parser = choice::parse_policy)]
         policy: psi_client::Policy,
@@ -170,13 +170,14 @@ fn main() -> ExitCode {
             threads,
             json,
             in_process,
-        } => choice::resolve(&protocol, policy).and_then(|choice| {
+        } => {
+            let choice = choice::resolve(protocol, policy);
             if in_process {
                 demo::run_in_process(choice, registry_size, threads)
             } else {
                 demo::run(choice, registry_size, threads, json)
             }
-        }),
+        }
         Command::Serve(args) => serve::run(args),
         Command::Import(args) => import::run(args),
         Command::RotateKey { server } => import::rotate(server),

@@ -27,8 +27,8 @@ pub struct MatchArgs {
     region: String,
     /// Protocol: auto (the one predicted best for this device, network and server:
     /// docs/protocol-choice.md), dh (DH-PSI) or ot (OT-PSI).
-    #[arg(long, default_value = "auto")]
-    protocol: String,
+    #[arg(long, default_value = "auto", value_parser = crate::choice::parse_arg)]
+    protocol: crate::choice::ProtocolArg,
     /// With --protocol auto: fastest, or fewest-bytes (metered or constrained networks).
     #[arg(long, default_value = "fastest", value_parser = crate::choice::parse_policy)]
     policy: psi_client::Policy,
@@ -69,7 +69,7 @@ pub struct MatchArgs {
 pub fn run(args: MatchArgs) -> Result<(), String> {
     let f = std::fs::File::open(&args.file).map_err(|e| format!("{}: {e}", args.file.display()))?;
     let rows = read_rows(f).map_err(|e| format!("{}: {e}", args.file.display()))?;
-    let choice = crate::choice::resolve(&args.protocol, args.policy)?;
+    let choice = crate::choice::resolve(args.protocol, args.policy);
     let mut hints = psi_client::LinkHints::new(args.network.clone());
     hints.down_mbit = args.down_mbit;
     hints.up_mbit = args.up_mbit;

@@ -442,8 +442,10 @@ mod tests {
 
     #[test]
     fn the_store_round_trips_through_json_and_survives_garbage() {
-        let mut m = Measurements::default();
-        m.device = Some(DeviceCosts::from_units(&UnitCosts::REFERENCE));
+        let mut m = Measurements {
+            device: Some(DeviceCosts::from_units(&UnitCosts::REFERENCE)),
+            ..Measurements::default()
+        };
         m.networks
             .insert("wifi".into(), LinkEstimate::prior(DEFAULT_LINK));
         let back = Measurements::from_json(&m.to_json());
