@@ -219,6 +219,22 @@ impl Client {
                     attempt += 1;
                     wait_unless_cancelled(wait, cancel)?;
                 }
+                Err(e) => {
+                    // A stored health that names a protocol the server no longer runs
+                    // is dropped: the next automatic run asks again.
+                    if matches!(choice, ProtocolChoice::Auto(_))
+                        && matches!(
+                            e,
+                            ClientError::Http {
+                                code: ErrorCode::UnsupportedProtocol,
+                                ..
+                            }
+                        )
+                    {
+                        self.measurements.update(|m| m.servers.remove(&self.base));
+                    }
+                    return Err(e);
+                }
                 result => return result,
             }
         }

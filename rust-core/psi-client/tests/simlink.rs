@@ -451,3 +451,64 @@ fn the_link_estimate_follows_the_simulated_link_and_drives_the_choice() {
     );
     assert_eq!(lean.protocol, Protocol::Dh);
 }
+
+/// A stored health can go stale: a server restarted without OT-PSI refuses the session
+/// the choice asked for; the stale health is dropped and the next automatic run asks
+/// again and picks a protocol the server runs.
+#[test]
+fn a_stale_stored_health_is_dropped_after_an_unsupported_protocol() {
+    let mut config = Config::default();
+    config.db_path = ":memory:".into();
+    config.enable_ot = false;
+    config.items_per_hour = 0;
+    let mut store = Store::open(std::path::Path::new(":memory:")).unwrap();
+    store.add_entries([("s1@example.com", None)]).unwrap();
+    let registry = Registry::from_store(&mut store, &config, &mut |_, _| {}).unwrap();
+    let srv = RunningServer::start(
+        AppState::with_registry(config, registry),
+        ([127, 0, 0, 1], 0).into(),
+    )
+    .unwrap();
+    let sim = SimLink::new(Link::mbit(0.4, 1000.0, 1000.0));
+    let measurements = Arc::new(MeasurementStore::default());
+    let client = Client::with_transport(
+        &srv.url(),
+        sim.clone(),
+        ClientConfig::default().with_retries(0),
+    )
+    .with_measurements(measurements.clone())
+    .with_clock(sim.clone());
+    // What a client stored while the server still ran OT-PSI (4,096 balanced on a LAN:
+    // OT-PSI is the prediction).
+    let mut stale = client.health().unwrap();
+    assert_eq!(stale.protocols, ["dh-psi"]);
+    stale.protocols.push("ot-psi".into());
+    stale.registry_items = 4096;
+    measurements.update(|m| {
+        m.servers.insert(srv.url(), stale);
+        m.device = Some(DeviceCosts::calibrate());
+    });
+    let run = || {
+        client.match_items(
+            client_items(4096),
+            ProtocolChoice::default(),
+            &mut |_| {},
+            &CancelToken::new(),
+        )
+    };
+    let e = run().unwrap_err();
+    assert!(
+        matches!(
+            e,
+            psi_client::ClientError::Http {
+                code: psi_client::ErrorCode::UnsupportedProtocol,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(measurements.snapshot().servers.is_empty());
+    let r = run().unwrap();
+    assert_eq!(r.protocol, Protocol::Dh);
+    assert!(r.choice.unwrap().health_requested);
+}
