@@ -487,6 +487,18 @@ fn a_stale_stored_health_is_dropped_after_an_unsupported_protocol() {
     measurements.update(|m| {
         m.servers.insert(srv.url(), stale);
         m.device = Some(DeviceCosts::calibrate());
+        // A LAN measured before.
+        m.networks.insert(
+            String::new(),
+            LinkEstimate {
+                rtt: 0.0004,
+                up: 125e6,
+                down: 125e6,
+                rtt_samples: 1,
+                up_samples: 1,
+                down_samples: 1,
+            },
+        );
     });
     let run = || {
         client.match_items(
