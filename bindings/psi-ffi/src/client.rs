@@ -112,8 +112,8 @@ impl DiscoveryClient {
                     l.on_progress(p.into());
                 }
             };
-            let report =
-                client.match_contacts(&contacts, protocol.into(), &mut progress, &cancel)?;
+            let fixed: psi_client::Protocol = protocol.into();
+            let report = client.match_contacts(&contacts, fixed, &mut progress, &cancel)?;
             Ok(ContactReport::from_client(
                 report,
                 protocol,

@@ -74,7 +74,7 @@ fn sample(registry_size: usize) -> Sample {
 /// Starts a server on loopback with the generated registry (labels `member-<n>`), then
 /// matches the sample over HTTP with the real client driver.
 pub fn run(
-    protocol: Protocol,
+    choice: psi_client::ProtocolChoice,
     registry_size: usize,
     threads: Option<usize>,
     json: bool,
@@ -123,12 +123,13 @@ pub fn run(
     let report = client
         .match_items(
             client_items.clone(),
-            protocol,
+            choice,
             &mut |_| {},
             &CancelToken::new(),
         )
         .map_err(|e| e.to_string())?;
     srv.shutdown().map_err(|e| e.to_string())?;
+    let protocol = report.protocol;
     let s = &report.stats;
     if json {
         let v = serde_json::json!({
@@ -151,6 +152,7 @@ pub fn run(
             "label_bytes": s.label_bytes,
             "http_bytes_sent": s.bytes_sent,
             "http_bytes_received": s.bytes_received,
+            "choice": report.choice.as_ref().map(crate::choice::to_json),
         });
         println!("{v}");
     } else {
@@ -161,6 +163,10 @@ pub fn run(
             thousands(client_items.len() as u64),
             thousands(server.len() as u64)
         );
+        if let Some(c) = &report.choice {
+            print!("  ");
+            crate::choice::print(c);
+        }
         println!("\n  phase                                          wall ms");
         let encode_name = if protocol == Protocol::Dh {
             "server  encode registry (once per key epoch)"
@@ -247,7 +253,7 @@ pub fn run(
 /// The in-process run (no HTTP): both sides in this process through the real message
 /// encoding, with times per phase.
 pub fn run_in_process(
-    protocol: Protocol,
+    choice: psi_client::ProtocolChoice,
     registry_size: usize,
     threads: Option<usize>,
 ) -> Result<(), String> {
@@ -258,6 +264,42 @@ pub fn run_in_process(
         server,
         expected,
     } = sample(registry_size);
+    let protocol = match choice {
+        psi_client::ProtocolChoice::Fixed(p) => p,
+        psi_client::ProtocolChoice::Auto(policy) => {
+            // In one process the link costs nothing: the model weighs computation only,
+            // both sides on this machine's measured costs.
+            let units = psi_core::calibrate::unit_costs(psi_core::Threads::new(threads));
+            let inputs = psi_core::cost::Inputs {
+                link: psi_core::cost::Link {
+                    rtt: 0.0,
+                    up: 1e12,
+                    down: 1e12,
+                },
+                client: units,
+                server: units,
+            };
+            let w = psi_core::cost::Workload::new(client.len() as u64, server.len() as u64)
+                .with_labels(false);
+            let c = psi_core::cost::choose(&w, &inputs, policy, psi_core::Protocol::ALL)
+                .ok_or("no protocol to choose from")?;
+            for p in &c.predictions {
+                println!(
+                    "  predicted {}: {:.1} ms ({} bytes){}",
+                    p.protocol,
+                    p.total() * 1e3,
+                    p.bytes(),
+                    if p.protocol == c.protocol {
+                        "  <- chosen"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            c.protocol
+        }
+        _ => return Err("unknown protocol choice".into()),
+    };
     println!(
         "psi demo: {}, {threads} thread(s) per side, in process",
         protocol.description()

@@ -10,6 +10,7 @@
 //! - `psi bench`: the benchmark table recorded in docs/benchmarks.md.
 
 mod bench;
+mod choice;
 mod demo;
 mod import;
 mod loadgen;
@@ -106,9 +107,13 @@ struct ServerArgs {
 enum Command {
     /// Run a contact discovery on an embedded sample over HTTP on loopback (no setup).
     Demo {
-        /// Protocol to use: dh (DH-PSI) or ot (OT-PSI).
-        #[arg(long, default_value = "dh", value_parser = parse_protocol)]
-        protocol: Protocol,
+        /// Protocol: auto (predicted best for this machine, docs/protocol-choice.md),
+        /// dh (DH-PSI) or ot (OT-PSI).
+        #[arg(long, default_value = "auto", value_parser = choice::parse_arg)]
+        protocol: choice::ProtocolArg,
+        /// With --protocol auto: fastest, or fewest-bytes.
+        #[arg(long, default_value = "fastest", value_parser = choice::parse_policy)]
+        policy: psi_client::Policy,
         /// Entries in the generated registry.
         #[arg(long, default_value_t = 20_000)]
         registry_size: usize,
@@ -164,15 +169,17 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Demo {
             protocol,
+            policy,
             registry_size,
             threads,
             json,
             in_process,
         } => {
+            let choice = choice::resolve(protocol, policy);
             if in_process {
-                demo::run_in_process(protocol, registry_size, threads)
+                demo::run_in_process(choice, registry_size, threads)
             } else {
-                demo::run(protocol, registry_size, threads, json)
+                demo::run(choice, registry_size, threads, json)
             }
         }
         Command::Serve(args) => serve::run(args),

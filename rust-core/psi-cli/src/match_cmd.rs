@@ -2,7 +2,6 @@
 
 use psi_client::{CancelToken, Client, ClientConfig, FileCache, HttpTransport, Phase};
 use psi_contacts::read_rows;
-use psi_core::Protocol;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,9 +25,26 @@ pub struct MatchArgs {
     /// Default region for phone numbers without a country code.
     #[arg(long, default_value = "US")]
     region: String,
-    /// Protocol to use: dh (DH-PSI) or ot (OT-PSI).
-    #[arg(long, default_value = "dh", value_parser = crate::parse_protocol)]
-    protocol: Protocol,
+    /// Protocol: auto (the one predicted best for this device, network and server:
+    /// docs/protocol-choice.md), dh (DH-PSI) or ot (OT-PSI).
+    #[arg(long, default_value = "auto", value_parser = crate::choice::parse_arg)]
+    protocol: crate::choice::ProtocolArg,
+    /// With --protocol auto: fastest, or fewest-bytes (metered or constrained networks).
+    #[arg(long, default_value = "fastest", value_parser = crate::choice::parse_policy)]
+    policy: psi_client::Policy,
+    /// Name of the current network: link estimates are kept per network (in
+    /// --cache-dir's measurements.json).
+    #[arg(long, default_value = "")]
+    network: String,
+    /// Prior for the link before any run measured it: downstream Mbit/s.
+    #[arg(long)]
+    down_mbit: Option<f64>,
+    /// Prior: upstream Mbit/s.
+    #[arg(long)]
+    up_mbit: Option<f64>,
+    /// Prior: round-trip time in ms.
+    #[arg(long)]
+    rtt_ms: Option<f64>,
     #[command(flatten)]
     token: crate::TokenArgs,
     /// Worker threads (default: all cores).
@@ -37,7 +53,9 @@ pub struct MatchArgs {
     /// Per-request timeout in seconds.
     #[arg(long, default_value_t = 60)]
     timeout: u64,
-    /// Directory caching the encoded registry between runs (per server, by ETag).
+    /// Directory caching the encoded registry between runs (per server, by ETag) and
+    /// the measurements of the automatic choice (`measurements.json`: device costs,
+    /// link per network, the server's advertised costs).
     #[arg(long)]
     cache_dir: Option<PathBuf>,
     /// Do not fetch labels.
@@ -51,7 +69,14 @@ pub struct MatchArgs {
 pub fn run(args: MatchArgs) -> Result<(), String> {
     let f = std::fs::File::open(&args.file).map_err(|e| format!("{}: {e}", args.file.display()))?;
     let rows = read_rows(f).map_err(|e| format!("{}: {e}", args.file.display()))?;
+    let choice = crate::choice::resolve(args.protocol, args.policy);
+    let mut hints = psi_client::LinkHints::new(args.network.clone());
+    hints.down_mbit = args.down_mbit;
+    hints.up_mbit = args.up_mbit;
+    hints.rtt_ms = args.rtt_ms;
     let mut config = ClientConfig::default()
+        .with_protocol(choice)
+        .with_link_hints(hints)
         .with_timeout(Duration::from_secs(args.timeout.max(1)))
         .with_labels(!args.no_labels)
         .with_default_region(args.region.clone())
@@ -71,15 +96,22 @@ pub fn run(args: MatchArgs) -> Result<(), String> {
             Client::with_transport(&args.server, Arc::new(transport), config)
         }
     };
+    let measurements_file = args.cache_dir.as_ref().map(|d| d.join("measurements.json"));
     if let Some(dir) = &args.cache_dir {
         client = client.with_cache(Arc::new(FileCache::new(dir)));
+    }
+    if let Some(f) = &measurements_file {
+        let stored = std::fs::read_to_string(f).unwrap_or_default();
+        client = client.with_measurements(Arc::new(psi_client::MeasurementStore::new(
+            psi_client::Measurements::from_json(&stored),
+        )));
     }
     let identifiers: Vec<&str> = rows.iter().map(|r| r.identifier.as_str()).collect();
     let pb = crate::spinner(args.json);
     let report = client
         .match_contacts(
             &identifiers,
-            args.protocol,
+            choice,
             &mut |p| {
                 pb.set_message(if p.phase == Phase::RoundTrip {
                     format!("round {}", p.round)
@@ -91,6 +123,11 @@ pub fn run(args: MatchArgs) -> Result<(), String> {
         )
         .map_err(|e| e.to_string())?;
     pb.finish_and_clear();
+    if let (Some(f), Some(dir)) = (&measurements_file, &args.cache_dir) {
+        // A cache: failing to save costs the next run a calibration, no more.
+        let _ = std::fs::create_dir_all(dir);
+        let _ = std::fs::write(f, client.measurements().snapshot().to_json());
+    }
     let run = &report.run;
     let s = &run.stats;
     if args.json {
@@ -117,6 +154,7 @@ pub fn run(args: MatchArgs) -> Result<(), String> {
             "encoded_set_from_cache": s.set_from_cache,
             "label_error": run.label_error,
             "phases_ms": s.phases.iter().map(|(p, d)| (p.name().to_string(), serde_json::Value::from(d.as_secs_f64() * 1e3))).collect::<serde_json::Map<_, _>>(),
+            "choice": run.choice.as_ref().map(crate::choice::to_json),
         });
         println!("{v}");
         return Ok(());
@@ -148,6 +186,9 @@ pub fn run(args: MatchArgs) -> Result<(), String> {
     }
     if let Some(e) = &run.label_error {
         println!("  labels unavailable: {e}");
+    }
+    if let Some(c) = &run.choice {
+        crate::choice::print(c);
     }
     println!(
         "bytes sent {}, received {} in {} requests (encoded registry {})",

@@ -48,13 +48,22 @@ impl Drop for Served {
 
 #[test]
 fn demo_finds_the_known_overlap() {
-    let (ok, out, err) = psi(&["demo", "--registry-size", "3000", "--threads", "2"]);
+    let (ok, out, err) = psi(&[
+        "demo",
+        "--registry-size",
+        "3000",
+        "--threads",
+        "2",
+        "--protocol",
+        "dh",
+    ]);
     assert!(ok, "{out}\n{err}");
     assert!(
         out.contains("36 of 250 contacts are registered (expected 36)"),
         "{out}"
     );
     assert!(out.contains("bytes client -> server:      8,017"), "{out}");
+    assert!(!out.contains("protocol chosen"), "{out}");
     // One line per match with the contact's name.
     assert!(out.contains("Ken Goldwasser"), "{out}");
 }
@@ -404,4 +413,119 @@ fn tokens_are_issued_and_revoked_while_the_server_runs() {
             .is_some_and(|l| l.contains("revoked") && l.contains("alice app")),
         "{table}"
     );
+}
+
+/// `--protocol auto` is the default: `psi demo --json` reports the choice (inputs and both
+/// predictions) and runs the chosen protocol; `--policy fewest-bytes` picks DH-PSI; the
+/// in-process demo prints its predictions.
+#[test]
+fn demo_chooses_the_protocol_and_shows_why() {
+    let demo = |extra: &[&str]| {
+        let mut args = vec![
+            "demo",
+            "--registry-size",
+            "2000",
+            "--threads",
+            "1",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let (ok, out, err) = psi(&args);
+        assert!(ok, "{out}\n{err}");
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()
+    };
+    let v = demo(&[]);
+    let c = &v["choice"];
+    assert_eq!(c["protocol"], v["protocol"], "{v}");
+    assert_eq!(c["policy"], "fastest");
+    assert_eq!(c["predictions"].as_array().unwrap().len(), 2, "{c}");
+    assert_eq!(c["inputs"]["server_source"], "measured", "{c}");
+    assert_eq!(c["inputs"]["client_items"], 250);
+    assert_eq!(c["inputs"]["server_items"], 2000);
+    assert_eq!(c["health_requested"], true);
+    for p in c["predictions"].as_array().unwrap() {
+        assert!(p["total_ms"].as_f64().unwrap() > 0.0, "{p}");
+        assert!(p["bytes_up"].as_u64().unwrap() > 8000, "{p}");
+    }
+    let lean = demo(&["--policy", "fewest-bytes"]);
+    assert_eq!(lean["protocol"], "dh-psi", "{lean}");
+    assert_eq!(lean["choice"]["policy"], "fewest-bytes");
+    let fixed = demo(&["--protocol", "ot"]);
+    assert_eq!(fixed["protocol"], "ot-psi");
+    assert!(fixed["choice"].is_null(), "{fixed}");
+    let (ok, out, err) = psi(&[
+        "demo",
+        "--in-process",
+        "--registry-size",
+        "2000",
+        "--threads",
+        "1",
+    ]);
+    assert!(ok, "{out}\n{err}");
+    assert!(out.contains("<- chosen"), "{out}");
+    assert!(out.contains("36 of 250 contacts are registered"), "{out}");
+    let (ok, _, err) = psi(&["demo", "--policy", "cheapest"]);
+    assert!(!ok && err.contains("fewest-bytes"), "{err}");
+}
+
+/// `psi match --cache-dir` keeps the measurements: the first automatic run asks for the
+/// server's health and calibrates the device, the next uses what was stored and the
+/// link the first run measured.
+#[test]
+fn match_keeps_its_measurements_in_the_cache_dir() {
+    let dir = std::env::temp_dir().join(format!("psi-cli-auto-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    std::fs::write(
+        path("reg.csv"),
+        "alice@example.com,Alice\nbob@example.com,Bob\n",
+    )
+    .unwrap();
+    std::fs::write(
+        path("contacts.csv"),
+        "alice@example.com\ncarol@example.com\n",
+    )
+    .unwrap();
+    let db = path("r.sqlite");
+    let (ok, _, err) = psi(&["import", "--db", &db, &path("reg.csv")]);
+    assert!(ok, "{err}");
+    let server = Served::start(&db, &[]);
+    let cache = path("cache");
+    let run = || {
+        let (ok, out, err) = psi(&[
+            "match",
+            "--server",
+            &server.url,
+            "--cache-dir",
+            &cache,
+            "--network",
+            "lab",
+            "--json",
+            &path("contacts.csv"),
+        ]);
+        assert!(ok, "{out}\n{err}");
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()
+    };
+    let first = run();
+    let second = run();
+    let stored = std::fs::read_to_string(path("cache/measurements.json")).unwrap();
+    drop(server);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(first["matches"].as_array().unwrap().len(), 1, "{first}");
+    assert_eq!(first["choice"]["health_requested"], true, "{first}");
+    assert_eq!(first["choice"]["inputs"]["link"]["source"], "measured");
+    assert_eq!(second["choice"]["health_requested"], false, "{second}");
+    assert_eq!(second["choice"]["inputs"]["link"]["source"], "measured");
+    assert!(
+        second["choice"]["inputs"]["link"]["samples"]
+            .as_u64()
+            .unwrap()
+            > 1
+    );
+    assert_eq!(second["matches"].as_array().unwrap().len(), 1);
+    let m: serde_json::Value = serde_json::from_str(&stored).unwrap();
+    assert!(m["device"]["scalar_mult_ns"].as_f64().unwrap() > 0.0, "{m}");
+    assert!(m["networks"]["lab"]["rtt"].as_f64().unwrap() > 0.0, "{m}");
+    assert_eq!(m["servers"].as_object().unwrap().len(), 1);
 }

@@ -6,7 +6,6 @@ use crate::driver::Client;
 use crate::error::ClientError;
 use crate::report::{MatchReport, Progress};
 use psi_contacts::{Invalid, Normalizer};
-use psi_core::Protocol;
 
 /// A contact row that is in the registry.
 #[derive(Clone, PartialEq, Eq)]
@@ -61,7 +60,7 @@ impl Client {
     pub fn match_contacts<S: AsRef<str>>(
         &self,
         contacts: &[S],
-        protocol: Protocol,
+        protocol: impl Into<crate::ProtocolChoice>,
         progress: &mut dyn FnMut(Progress),
         cancel: &CancelToken,
     ) -> Result<ContactReport, ClientError> {

@@ -6,6 +6,10 @@ use crate::cache::{CachedSet, MemoryCache, SetCache};
 use crate::cancel::CancelToken;
 use crate::config::ClientConfig;
 use crate::error::ClientError;
+use crate::measure::{
+    ChoiceReport, Clock, DeviceCosts, LinkEstimate, MeasurementStore, ProtocolChoice, Sample,
+    Source, SystemClock,
+};
 use crate::report::{MatchReport, Matched, Progress, RunStats};
 use crate::transport::{Request, Response, Transport};
 use psi_core::dh::{DhClient, EncodedSet};
@@ -29,6 +33,8 @@ pub struct Client {
     transport: Arc<dyn Transport>,
     cache: Arc<dyn SetCache>,
     config: ClientConfig,
+    measurements: Arc<MeasurementStore>,
+    clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for Client {
@@ -63,7 +69,29 @@ impl Client {
             transport,
             cache: Arc::new(MemoryCache::new()),
             config,
+            measurements: Arc::new(MeasurementStore::default()),
+            clock: Arc::new(SystemClock::default()),
         }
+    }
+
+    /// Uses `store` for the inputs of the automatic protocol choice (device costs, link
+    /// estimates per network, the servers' health): keep one per device, persisted with
+    /// [`crate::Measurements::to_json`], so a choice needs no calibration or extra
+    /// request. Every run (automatic or not) updates it with its timings.
+    pub fn with_measurements(mut self, store: Arc<MeasurementStore>) -> Client {
+        self.measurements = store;
+        self
+    }
+
+    /// The measurement store.
+    pub fn measurements(&self) -> &Arc<MeasurementStore> {
+        &self.measurements
+    }
+
+    /// Times requests with `clock` (a simulated link's clock in tests).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Client {
+        self.clock = clock;
+        self
     }
 
     /// `url` as a server base URL (`http://` or `https://`, a host, no query, fragment or
@@ -102,6 +130,11 @@ impl Client {
         self
     }
 
+    /// The encoded-registry cache.
+    pub fn cache(&self) -> &Arc<dyn SetCache> {
+        &self.cache
+    }
+
     /// The server's base URL.
     pub fn base_url(&self) -> &str {
         &self.base
@@ -118,13 +151,14 @@ impl Client {
         let cancel = CancelToken::new();
         let mut quiet = |_| {};
         let mut run = Run::new(self, &cancel, &mut quiet);
-        let r = run.send(Route::Health, "", Vec::new(), None, vec![])?;
-        serde_json::from_slice(&r.body).map_err(|_| ClientError::BadResponse("health body".into()))
+        run.health()
     }
 
     /// Matches `items` (normalized identifiers, see psi-contacts and
-    /// [`Client::match_contacts`]) against the server's registry with `protocol`,
-    /// fetching the labels of the matches if configured. `progress` hears each phase as
+    /// [`Client::match_contacts`]) against the server's registry with `protocol` (a
+    /// [`Protocol`], or a [`ProtocolChoice`] such as [`ClientConfig::protocol`]: with
+    /// `Auto`, the protocol the cost model predicts best, reported in
+    /// [`MatchReport::choice`]), fetching the labels of the matches if configured. `progress` hears each phase as
     /// it starts; `cancel` stops the run at its next check (before every request, between
     /// protocol steps and during a retry's wait), deleting the server session.
     ///
@@ -143,10 +177,11 @@ impl Client {
     pub fn match_items(
         &self,
         items: Vec<Vec<u8>>,
-        protocol: Protocol,
+        protocol: impl Into<ProtocolChoice>,
         progress: &mut dyn FnMut(Progress),
         cancel: &CancelToken,
     ) -> Result<MatchReport> {
+        let choice = protocol.into();
         Client::check_base_url(&self.base, &self.config)?;
         let set = ItemSet::new(items);
         if set.is_empty() {
@@ -161,9 +196,22 @@ impl Client {
                 "an item is longer than 65,535 bytes".into(),
             ));
         }
+        let (protocol, mut report) = match choice {
+            ProtocolChoice::Fixed(p) => (p, None),
+            ProtocolChoice::Auto(policy) => {
+                let r = self.choose(set.len(), policy, cancel)?;
+                (r.choice.protocol, Some(r))
+            }
+        };
         let mut attempt = 0;
         loop {
-            match self.match_once(set.clone(), protocol, progress, cancel) {
+            let result = self
+                .match_once(set.clone(), protocol, progress, cancel)
+                .map(|mut r| {
+                    r.choice = report.take();
+                    r
+                });
+            match result {
                 Err(e) if attempt < self.config.retries => {
                     let Some(wait) = retry_wait(&e, attempt, &mut self.jitter()) else {
                         return Err(e);
@@ -171,9 +219,129 @@ impl Client {
                     attempt += 1;
                     wait_unless_cancelled(wait, cancel)?;
                 }
+                Err(e) => {
+                    // A stored health that names a protocol the server no longer runs
+                    // is dropped: the next automatic run asks again.
+                    if matches!(choice, ProtocolChoice::Auto(_))
+                        && matches!(
+                            e,
+                            ClientError::Http {
+                                code: ErrorCode::UnsupportedProtocol,
+                                ..
+                            }
+                        )
+                    {
+                        self.measurements.update(|m| m.servers.remove(&self.base));
+                    }
+                    return Err(e);
+                }
                 result => return result,
             }
         }
+    }
+
+    /// The automatic choice for `n` items: the server's health (stored, or one
+    /// request), this device's costs (stored, or a calibration of about 30 ms), the
+    /// link estimate of the current network (stored, or the hints' prior), then
+    /// `psi_core::cost::choose`.
+    pub fn choose(
+        &self,
+        n: usize,
+        policy: psi_core::cost::Policy,
+        cancel: &CancelToken,
+    ) -> Result<ChoiceReport> {
+        let started = self.clock.now();
+        let hints = &self.config.link_hints;
+        let stored = self.measurements.snapshot();
+        let (health, health_requested) = match stored.servers.get(&self.base) {
+            Some(h) => (h.clone(), false),
+            None => {
+                let mut quiet = |_| {};
+                let mut run = Run::new(self, cancel, &mut quiet);
+                let h = run.health()?;
+                let samples = std::mem::take(&mut run.samples);
+                self.measurements.update(|m| {
+                    m.servers.insert(self.base.clone(), h.clone());
+                    let e = m
+                        .networks
+                        .entry(hints.network.clone())
+                        .or_insert_with(|| LinkEstimate::from_hints(hints));
+                    e.update(&samples);
+                });
+                (h, true)
+            }
+        };
+        let threads = self.config.threads.get() as u32;
+        let (device, device_source) = match stored.device {
+            Some(d) => (d.units(threads), Source::Measured),
+            None => {
+                let d = DeviceCosts::calibrate();
+                self.measurements.update(|m| m.device = Some(d));
+                (d.units(threads), Source::Measured)
+            }
+        };
+        let (server, server_source) = match crate::measure::server_units(&health) {
+            Some(u) => (u, Source::Measured),
+            None => (psi_core::cost::UnitCosts::REFERENCE, Source::Default),
+        };
+        let link = self
+            .measurements
+            .snapshot()
+            .networks
+            .get(&hints.network)
+            .copied();
+        let (link, link_source) = match link {
+            Some(e) if e.rtt_samples + e.up_samples + e.down_samples > 0 => (e, Source::Measured),
+            _ => {
+                let given = hints.down_mbit.is_some() || hints.rtt_ms.is_some();
+                let source = if given {
+                    Source::Given
+                } else {
+                    Source::Default
+                };
+                (LinkEstimate::from_hints(hints), source)
+            }
+        };
+        let cached = self.cache.load(&self.base).is_some_and(|c| {
+            !health.encoded_set_etag.is_empty() && c.etag == health.encoded_set_etag
+        });
+        let workload = psi_core::cost::Workload::new(n as u64, health.registry_items)
+            .with_labels(self.config.fetch_labels)
+            .with_cached_set(cached)
+            .with_limits(u64::from(health.max_client_items), health.max_body_bytes)
+            .with_label_layout(
+                (!health.encoded_set_etag.is_empty()).then_some(health.label_bucket_bits),
+                (!health.encoded_set_etag.is_empty()).then_some(health.label_record_bytes),
+            );
+        let policy = if hints.constrained {
+            psi_core::cost::Policy::FewestBytes
+        } else {
+            policy
+        };
+        let served: Vec<Protocol> = health
+            .protocols
+            .iter()
+            .filter_map(|p| Protocol::from_api_name(p))
+            .collect();
+        let inputs = psi_core::cost::Inputs {
+            link: link.link(),
+            client: device,
+            server,
+        };
+        let choice = psi_core::cost::choose(&workload, &inputs, policy, &served)
+            .ok_or_else(|| ClientError::BadResponse("the server runs no known protocol".into()))?;
+        Ok(ChoiceReport {
+            choice,
+            workload,
+            link,
+            link_source,
+            device,
+            device_source,
+            server,
+            server_source,
+            health_requested,
+            overhead: self.clock.now().saturating_sub(started),
+        })
     }
 
     fn jitter(&self) -> impl FnMut() -> f64 {
@@ -214,7 +382,24 @@ impl Client {
         // here changes nothing for the caller.
         let _ = run.delete_session(&session.session_id);
         let (client_items, duplicates, (matches, label_error, labels_skipped)) = result?;
+        // What this run saw of the link and the registry goes into the store.
+        let hints = &self.config.link_hints;
+        self.measurements.update(|m| {
+            m.networks
+                .entry(hints.network.clone())
+                .or_insert_with(|| LinkEstimate::from_hints(hints))
+                .update(&run.samples);
+            if let Some(h) = m.servers.get_mut(&self.base) {
+                h.epoch = session.epoch;
+                h.registry_items = session.registry_items;
+                h.encoded_set_etag = session.encoded_set_etag.clone();
+                h.label_bucket_bits = session.label_bucket_bits;
+                h.max_client_items = session.max_client_items;
+                h.max_body_bytes = session.max_body_bytes;
+            }
+        });
         Ok(MatchReport {
+            choice: None,
             label_error,
             labels_skipped,
             matches,
@@ -317,6 +502,8 @@ struct Run<'a> {
     progress: &'a mut dyn FnMut(Progress),
     stats: RunStats,
     rng: Option<ChaCha20Rng>,
+    /// The timing of each request, for the link estimate.
+    samples: Vec<Sample>,
 }
 
 impl<'a> Run<'a> {
@@ -331,6 +518,7 @@ impl<'a> Run<'a> {
             progress,
             stats: RunStats::default(),
             rng: None,
+            samples: Vec::new(),
         }
     }
 
@@ -385,6 +573,7 @@ impl<'a> Run<'a> {
             headers.push(("content-type".into(), c.to_string()));
         }
         let sent = body.len() as u64;
+        let t0 = self.client.clock.now();
         let resp = self.client.transport.send(Request {
             method: route.method(),
             url: format!("{}{}", self.client.base, route.path(session)),
@@ -394,16 +583,26 @@ impl<'a> Run<'a> {
             max_response_bytes: config.max_response_bytes,
             abandon_on_cancel: !matches!(route, Route::CreateSession | Route::DeleteSession),
         })?;
+        let elapsed = self.client.clock.now().saturating_sub(t0);
         self.stats.requests += 1;
         self.stats.bytes_sent += sent;
         self.stats.bytes_received += resp.body.len() as u64;
-        if let Some(ms) = resp
+        let server = resp
             .header("server-timing")
             .and_then(|v| v.split("dur=").nth(1))
             .and_then(|v| v.split([',', ';']).next())
             .and_then(|v| v.trim().parse::<f64>().ok())
-        {
-            self.stats.server_time += Duration::from_secs_f64(ms.clamp(0.0, 1e9) / 1e3);
+            .map(|ms| Duration::from_secs_f64(ms.clamp(0.0, 1e9) / 1e3));
+        if let Some(d) = server {
+            self.stats.server_time += d;
+        }
+        if resp.status < 400 {
+            self.samples.push(Sample {
+                up: sent,
+                down: resp.body.len() as u64,
+                elapsed: elapsed.as_secs_f64(),
+                server: server.unwrap_or_default().as_secs_f64(),
+            });
         }
         if resp.status >= 400 {
             let retry_after = resp
@@ -421,6 +620,11 @@ impl<'a> Run<'a> {
             });
         }
         Ok(resp)
+    }
+
+    fn health(&mut self) -> Result<psi_http::Health> {
+        let r = self.send(Route::Health, "", Vec::new(), None, vec![])?;
+        serde_json::from_slice(&r.body).map_err(|_| ClientError::BadResponse("health body".into()))
     }
 
     fn post_binary(&mut self, route: Route, session: &str, body: Vec<u8>) -> Result<Vec<u8>> {

@@ -29,7 +29,8 @@
 //! [`transport`] the [`Transport`] seam and the default [`HttpTransport`]; [`cache`] the
 //! [`SetCache`] seam with [`MemoryCache`] and [`FileCache`]; [`cancel`] the
 //! [`CancelToken`]; [`contacts`] [`Client::match_contacts`] (raw contacts in, rows out);
-//! [`report`] [`MatchReport`], [`RunStats`] and [`Progress`].
+//! [`report`] [`MatchReport`], [`RunStats`] and [`Progress`]; [`measure`] the inputs of the
+//! automatic protocol choice ([`ProtocolChoice`], [`LinkHints`], [`Measurements`]).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -40,6 +41,7 @@ pub mod config;
 pub mod contacts;
 pub mod driver;
 mod error;
+pub mod measure;
 pub mod report;
 pub mod transport;
 
@@ -49,7 +51,12 @@ pub use config::ClientConfig;
 pub use contacts::{ContactMatch, ContactReport, Rejected};
 pub use driver::Client;
 pub use error::ClientError;
+pub use measure::{
+    ChoiceReport, Clock, DeviceCosts, LinkEstimate, LinkHints, MeasurementStore, Measurements,
+    ProtocolChoice, Source,
+};
 pub use psi_contacts::Invalid;
+pub use psi_core::cost::{Policy, Prediction};
 pub use psi_core::{Phase, Protocol, Threads};
 pub use psi_http::{ErrorCode, Health};
 pub use report::{MatchReport, Matched, Progress, RunStats};

@@ -101,6 +101,9 @@ pub struct MatchReport {
     /// more than its fetch names: docs/protocol/labels.md §6); their `label` is `None`.
     /// 0 when labels are off or the step failed.
     pub labels_skipped: usize,
+    /// The automatic choice that picked `protocol` (its inputs and every protocol's
+    /// prediction); `None` when the protocol was fixed.
+    pub choice: Option<crate::measure::ChoiceReport>,
 }
 
 /// A progress event: the run entered `phase`. `round` counts the protocol's round

@@ -11,6 +11,8 @@
 //!   encoded set can be cached by clients).
 //! - [`ot`]: OT-extension PSI (KKRT16 batched OPRF with Cuckoo hashing; least computation).
 //! - [`labels`]: labels revealed only to holders of the item, client and server sides.
+//! - [`cost`]: the pure cost model that picks a protocol for a workload, link and
+//!   devices (docs/protocol-choice.md).
 //! - [`Phase`]: the phases of a run, for progress and timings.
 //!
 //! Wire framing shared by all protocols is in [`wire`]; the byte-level specification
@@ -22,6 +24,9 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+#[cfg(feature = "calibrate")]
+pub mod calibrate;
+pub mod cost;
 pub mod dh;
 pub mod error;
 pub mod golomb;

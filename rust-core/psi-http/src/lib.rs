@@ -156,6 +156,47 @@ pub struct Health {
     /// Largest request body accepted, in bytes.
     #[serde(default)]
     pub max_body_bytes: u64,
+    /// ETag of the current DH-PSI encoded registry (as in [`SessionCreated`]): a client
+    /// can tell before it picks a protocol whether its cached set is current. Empty
+    /// from older servers.
+    #[serde(default)]
+    pub encoded_set_etag: String,
+    /// Bits of the label bucket id (as in [`SessionCreated`]).
+    #[serde(default)]
+    pub label_bucket_bits: u8,
+    /// Bytes of all label records (a fetch of `K` of the `2^label_bucket_bits` buckets
+    /// returns about `K / 2^bits` of them): sizes the label step for the protocol choice.
+    #[serde(default)]
+    pub label_record_bytes: u64,
+    /// The server's own unit costs, measured at start, and its workers: an input of the
+    /// client's protocol choice (docs/protocol-choice.md). `null` from a server that did
+    /// not measure them (older servers omit it).
+    #[serde(default)]
+    pub costs: Option<ServerCosts>,
+}
+
+/// A server's measured computation costs (nanoseconds per operation on one thread, the
+/// units of `psi_core::cost::UnitCosts`) and its parallelism.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ServerCosts {
+    /// ns per ristretto255 scalar multiplication.
+    pub scalar_mult_ns: f64,
+    /// ns per hash-to-group.
+    pub hash_to_group_ns: f64,
+    /// ns per group element decoding.
+    pub element_decode_ns: f64,
+    /// ns per AES-128 block.
+    pub aes_block_ns: f64,
+    /// ns per SHA-256 compression block.
+    pub hash_block_ns: f64,
+    /// ns per entry of memory work (hash-table insert or probe, shuffle step).
+    pub entry_ns: f64,
+    /// Threads one session step runs on (the reference server: 1).
+    pub threads_per_step: u32,
+    /// Session steps other than OT rounds run at once (`--workers`).
+    pub workers: u32,
+    /// OT-PSI rounds run at once (`--ot-workers`).
+    pub ot_workers: u32,
 }
 
 /// Body of every 4xx/5xx response.

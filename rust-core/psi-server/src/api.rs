@@ -316,6 +316,10 @@ async fn health(S(state): AppS) -> Json<Health> {
             .collect(),
         max_client_items: state.config.max_client_items as u32,
         max_body_bytes: state.config.max_body_bytes as u64,
+        encoded_set_etag: r.etag.clone(),
+        label_bucket_bits: r.labels.bucket_bits(),
+        label_record_bytes: r.labels.record_bytes() as u64,
+        costs: Some(state.costs),
     })
 }
 

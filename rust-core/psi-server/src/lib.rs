@@ -168,6 +168,23 @@ impl Default for Config {
     }
 }
 
+/// Times the cost model's kernels on this machine (one thread: each session step runs
+/// on one worker) and adds the worker counts.
+fn measure_costs(config: &Config) -> psi_http::ServerCosts {
+    let u = psi_core::calibrate::unit_costs(psi_core::Threads::ONE);
+    psi_http::ServerCosts {
+        scalar_mult_ns: u.scalar_mult,
+        hash_to_group_ns: u.hash_to_group,
+        element_decode_ns: u.element_decode,
+        aes_block_ns: u.aes_block,
+        hash_block_ns: u.hash_block,
+        entry_ns: u.entry,
+        threads_per_step: 1,
+        workers: config.workers.max(1) as u32,
+        ot_workers: config.ot_workers.max(1) as u32,
+    }
+}
+
 /// The epochs served: the current registry and, for `epoch_overlap` after a swap to a
 /// new epoch, the previous one. Swapped under one lock, so a reader sees both or neither.
 pub(crate) struct Epochs {
@@ -191,6 +208,9 @@ pub struct AppState {
     pub(crate) workers: Arc<tokio::sync::Semaphore>,
     /// Workers for OT-PSI rounds only.
     pub(crate) ot_workers: Arc<tokio::sync::Semaphore>,
+    /// This machine's unit costs, measured once at start (about 30 ms), advertised in
+    /// `GET /v1/health` for the clients' protocol choice (docs/protocol-choice.md).
+    pub(crate) costs: psi_http::ServerCosts,
 }
 
 impl AppState {
@@ -223,6 +243,7 @@ impl AppState {
             accounts,
             workers: Arc::new(tokio::sync::Semaphore::new(config.workers.max(1))),
             ot_workers: Arc::new(tokio::sync::Semaphore::new(config.ot_workers.max(1))),
+            costs: measure_costs(&config),
             epochs: RwLock::new(Epochs {
                 current: Arc::new(registry),
                 retired: None,

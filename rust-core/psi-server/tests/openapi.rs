@@ -11,7 +11,7 @@
 
 mod common;
 
-use psi_http::{CreateSession, ErrorCode, Health, Route, SessionCreated};
+use psi_http::{CreateSession, ErrorCode, Health, Route, ServerCosts, SessionCreated};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -359,6 +359,25 @@ fn json_bodies_match_psi_http() {
             protocols: vec![],
             max_client_items: 0,
             max_body_bytes: 0,
+            encoded_set_etag: String::new(),
+            label_bucket_bits: 0,
+            label_record_bytes: 0,
+            costs: None,
+        },
+    );
+    assert_fields(
+        &doc,
+        "ServerCosts",
+        ServerCosts {
+            scalar_mult_ns: 0.0,
+            hash_to_group_ns: 0.0,
+            element_decode_ns: 0.0,
+            aes_block_ns: 0.0,
+            hash_block_ns: 0.0,
+            entry_ns: 0.0,
+            threads_per_step: 0,
+            workers: 0,
+            ot_workers: 0,
         },
     );
     // Protocol names: psi-core's API names.

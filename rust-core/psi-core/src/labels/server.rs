@@ -77,6 +77,12 @@ impl LabelStore {
         self.records
     }
 
+    /// Bytes of all records together (what fetching every bucket returns, without the
+    /// section headers).
+    pub fn record_bytes(&self) -> usize {
+        self.buckets.values().map(Vec::len).sum()
+    }
+
     /// True if no entry has a label.
     pub fn is_empty(&self) -> bool {
         self.records == 0

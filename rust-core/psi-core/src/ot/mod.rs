@@ -182,6 +182,24 @@ fn matrix_rows(prgs: &[prc::Prg], j0: usize, n: usize) -> zeroize::Zeroizing<Vec
     rows
 }
 
+/// Calibration kernel (see [`crate::cost::kernels`]): `k` AES-128 blocks of the column
+/// PRG, 256 blocks (4 KiB) at a time, as the matrix code runs it.
+pub(crate) fn kernel_aes_blocks(k: u32, seed: u64) -> u8 {
+    let mut key = [0u8; 16];
+    key[..8].copy_from_slice(&seed.to_le_bytes());
+    let prg = prc::Prg::new(&key);
+    let mut buf = [0u8; 4096];
+    let mut acc = 0u8;
+    let mut done = 0u64;
+    while done < u64::from(k) {
+        let n = (u64::from(k) - done).min(256) as usize;
+        prg.fill(done, &mut buf[..16 * n]);
+        acc ^= buf[0];
+        done += n as u64;
+    }
+    acc
+}
+
 /// Analytic message sizes in bytes (frame header included), as in the spec.
 pub mod sizes {
     use super::messages::{HELLO_BODY_LEN, SETUP_BODY_LEN};

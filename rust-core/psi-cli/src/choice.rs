@@ -1,0 +1,128 @@
+//! `--protocol auto`: parsing the choice, and showing it (the inputs and every
+//! protocol's prediction) in text and JSON.
+
+use psi_client::{ChoiceReport, Policy, ProtocolChoice};
+use serde_json::{Value, json};
+
+/// A `--protocol` value: `auto` or a protocol.
+#[derive(Debug, Clone, Copy)]
+pub enum ProtocolArg {
+    /// `auto`.
+    Auto,
+    /// `dh`, `ot`, `dh-psi`, `ot-psi`.
+    Fixed(psi_core::Protocol),
+}
+
+/// Parses `--protocol`: `auto` or a protocol (`dh`, `ot`, `dh-psi`, `ot-psi`).
+pub fn parse_arg(s: &str) -> Result<ProtocolArg, String> {
+    if s.trim().eq_ignore_ascii_case("auto") {
+        return Ok(ProtocolArg::Auto);
+    }
+    crate::parse_protocol(s)
+        .map(ProtocolArg::Fixed)
+        .map_err(|_| "unknown protocol (expected one of: auto, dh, ot, dh-psi, ot-psi)".into())
+}
+
+/// The choice `--protocol` and `--policy` make.
+pub fn resolve(protocol: ProtocolArg, policy: Policy) -> ProtocolChoice {
+    match protocol {
+        ProtocolArg::Auto => ProtocolChoice::Auto(policy),
+        ProtocolArg::Fixed(p) => ProtocolChoice::Fixed(p),
+    }
+}
+
+/// Parses `--policy`.
+pub fn parse_policy(s: &str) -> Result<Policy, String> {
+    Policy::parse(s).ok_or_else(|| "unknown policy (expected fastest or fewest-bytes)".into())
+}
+
+/// The choice as JSON: policy, protocol, inputs (workload, link, device, server) with
+/// their sources, and each protocol's predicted requests, bytes and seconds.
+pub fn to_json(r: &ChoiceReport) -> Value {
+    let w = &r.workload;
+    let units = |u: &psi_core::cost::UnitCosts| {
+        json!({
+            "scalar_mult_ns": u.scalar_mult,
+            "hash_to_group_ns": u.hash_to_group,
+            "element_decode_ns": u.element_decode,
+            "aes_block_ns": u.aes_block,
+            "hash_block_ns": u.hash_block,
+            "entry_ns": u.entry,
+            "threads": u.threads,
+        })
+    };
+    json!({
+        "policy": r.choice.policy.name(),
+        "protocol": r.choice.protocol.api_name(),
+        "inputs": {
+            "client_items": w.client_items,
+            "server_items": w.server_items,
+            "labels": w.labels,
+            "cached_set": w.cached_set,
+            "link": {
+                "source": r.link_source.name(),
+                "rtt_ms": r.link.rtt * 1e3,
+                "up_mbit": r.link.up * 8.0 / 1e6,
+                "down_mbit": r.link.down * 8.0 / 1e6,
+                "samples": r.link.rtt_samples + r.link.up_samples + r.link.down_samples,
+            },
+            "device": units(&r.device),
+            "device_source": r.device_source.name(),
+            "server": units(&r.server),
+            "server_source": r.server_source.name(),
+        },
+        "health_requested": r.health_requested,
+        "overhead_ms": r.overhead.as_secs_f64() * 1e3,
+        "predictions": r.choice.predictions.iter().map(|p| json!({
+            "protocol": p.protocol.api_name(),
+            "requests": p.requests,
+            "bytes_up": p.bytes_up,
+            "bytes_down": p.bytes_down,
+            "network_ms": p.network * 1e3,
+            "client_ms": p.client * 1e3,
+            "server_ms": p.server * 1e3,
+            "total_ms": p.total() * 1e3,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The choice as text lines (for `psi match` and `psi demo`).
+pub fn print(r: &ChoiceReport) {
+    let l = &r.link;
+    println!(
+        "protocol chosen: {} (auto, {}); link {:.1} ms RTT, {:.2} Mbit/s up, {:.2} down ({}), device costs {}, server costs {}",
+        r.choice.protocol,
+        r.choice.policy.name(),
+        l.rtt * 1e3,
+        l.up * 8.0 / 1e6,
+        l.down * 8.0 / 1e6,
+        r.link_source.name(),
+        r.device_source.name(),
+        if r.server_source == psi_client::Source::Measured {
+            "advertised"
+        } else {
+            "default"
+        },
+    );
+    println!(
+        "  predicted     requests   bytes up  bytes down  network ms  client ms  server ms  total ms"
+    );
+    for p in &r.choice.predictions {
+        println!(
+            "  {:<8}{}  {:>10} {:>10} {:>11} {:>11.1} {:>10.1} {:>10.1} {:>9.1}",
+            p.protocol.to_string(),
+            if p.protocol == r.choice.protocol {
+                " *"
+            } else {
+                "  "
+            },
+            p.requests,
+            p.bytes_up,
+            p.bytes_down,
+            p.network * 1e3,
+            p.client * 1e3,
+            p.server * 1e3,
+            p.total() * 1e3
+        );
+    }
+}

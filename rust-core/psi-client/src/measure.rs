@@ -1,0 +1,456 @@
+//! Inputs of the automatic protocol choice (docs/protocol-choice.md): the device's unit
+//! costs (a short calibration, cached), the link (timed from the requests runs make
+//! anyway, kept per network, with the platform's hints as priors) and the server's
+//! advertised costs. The model itself is `psi_core::cost`.
+//!
+//! [`Measurements`] is the small store the caller keeps (per device; its link estimates
+//! per network): [`Measurements::to_json`] / [`Measurements::from_json`] persist it.
+
+use psi_core::cost::{Link, UnitCosts};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How a run's protocol is picked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ProtocolChoice {
+    /// Predict every protocol the server runs and take the best by the policy.
+    Auto(psi_core::cost::Policy),
+    /// Always this protocol.
+    Fixed(psi_core::Protocol),
+}
+
+impl Default for ProtocolChoice {
+    /// `Auto(Fastest)`.
+    fn default() -> Self {
+        ProtocolChoice::Auto(psi_core::cost::Policy::Fastest)
+    }
+}
+
+impl From<psi_core::Protocol> for ProtocolChoice {
+    fn from(p: psi_core::Protocol) -> Self {
+        ProtocolChoice::Fixed(p)
+    }
+}
+
+impl std::fmt::Display for ProtocolChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProtocolChoice::Auto(p) => write!(f, "auto ({})", p.name()),
+            ProtocolChoice::Fixed(p) => write!(f, "{p}"),
+        }
+    }
+}
+
+/// What the platform knows about the current network (Android `NetworkCapabilities`,
+/// iOS `NWPath`), passed in by the SDKs: priors until runs have measured the link.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct LinkHints {
+    /// The caller's name for the network (e.g. `wifi`, `cellular`, a hash of the SSID):
+    /// link estimates are kept per network. Empty: one shared estimate.
+    pub network: String,
+    /// Estimated downstream bandwidth, Mbit/s (Android `getLinkDownstreamBandwidthKbps`).
+    pub down_mbit: Option<f64>,
+    /// Estimated upstream bandwidth, Mbit/s.
+    pub up_mbit: Option<f64>,
+    /// Round-trip time, ms, if the platform knows one.
+    pub rtt_ms: Option<f64>,
+    /// The network is metered (Android `NET_CAPABILITY_NOT_METERED` absent, iOS
+    /// `isExpensive`). Reported; the caller picks the policy.
+    pub metered: bool,
+    /// The user asked to save data (iOS `isConstrained`, Android Data Saver): an
+    /// `Auto` choice uses the fewest-bytes policy.
+    pub constrained: bool,
+}
+
+impl LinkHints {
+    /// Hints for the network named `network`.
+    pub fn new(network: impl Into<String>) -> Self {
+        LinkHints {
+            network: network.into(),
+            ..LinkHints::default()
+        }
+    }
+    /// Sets the bandwidth estimates (Mbit/s).
+    pub fn with_bandwidth(mut self, down_mbit: f64, up_mbit: f64) -> Self {
+        self.down_mbit = Some(down_mbit);
+        self.up_mbit = Some(up_mbit);
+        self
+    }
+    /// Sets the round-trip time (ms).
+    pub fn with_rtt_ms(mut self, rtt_ms: f64) -> Self {
+        self.rtt_ms = Some(rtt_ms);
+        self
+    }
+    /// Sets the metered and constrained flags.
+    pub fn with_flags(mut self, metered: bool, constrained: bool) -> Self {
+        self.metered = metered;
+        self.constrained = constrained;
+        self
+    }
+}
+
+/// The link assumed when nothing is known: 50 ms, 10 Mbit/s down, 5 up (a middling
+/// mobile or home connection). Runs replace it with measurements.
+pub const DEFAULT_LINK: Link = Link {
+    rtt: 0.050,
+    up: 5e6 / 8.0,
+    down: 10e6 / 8.0,
+};
+
+/// Smallest transfer (bytes, one direction) whose timing updates a throughput estimate:
+/// below it latency dominates and the rate would be noise.
+pub const MIN_RATE_SAMPLE_BYTES: u64 = 32 * 1024;
+
+/// A link estimate and how much it rests on.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LinkEstimate {
+    /// Round-trip time, seconds.
+    pub rtt: f64,
+    /// Upstream bytes per second.
+    pub up: f64,
+    /// Downstream bytes per second.
+    pub down: f64,
+    /// Requests whose timing went into `rtt`.
+    pub rtt_samples: u32,
+    /// Transfers whose timing went into `up`.
+    pub up_samples: u32,
+    /// Transfers whose timing went into `down`.
+    pub down_samples: u32,
+}
+
+impl LinkEstimate {
+    /// The estimate as the model's link.
+    pub fn link(&self) -> Link {
+        Link {
+            rtt: self.rtt,
+            up: self.up,
+            down: self.down,
+        }
+    }
+
+    /// An estimate from `link` with no samples.
+    pub fn prior(link: Link) -> Self {
+        LinkEstimate {
+            rtt: link.rtt,
+            up: link.up,
+            down: link.down,
+            rtt_samples: 0,
+            up_samples: 0,
+            down_samples: 0,
+        }
+    }
+
+    /// The prior from platform hints over [`DEFAULT_LINK`].
+    pub fn from_hints(h: &LinkHints) -> Self {
+        let pos = |v: Option<f64>| v.filter(|x| x.is_finite() && *x > 0.0);
+        let down = pos(h.down_mbit).map_or(DEFAULT_LINK.down, |m| m * 1e6 / 8.0);
+        // Platforms often know only the downstream: assume a quarter of it upstream.
+        let up = pos(h.up_mbit).map_or(
+            if pos(h.down_mbit).is_some() {
+                down / 4.0
+            } else {
+                DEFAULT_LINK.up
+            },
+            |m| m * 1e6 / 8.0,
+        );
+        let rtt = pos(h.rtt_ms).map_or(DEFAULT_LINK.rtt, |ms| ms / 1e3);
+        LinkEstimate::prior(Link { rtt, up, down })
+    }
+
+    /// Folds in the timings of one run's requests. RTT: the fastest small request
+    /// (less the server's reported time). Throughput: each transfer of at least
+    /// [`MIN_RATE_SAMPLE_BYTES`] one way, its time less this run's RTT, the server's time
+    /// and the other direction's bytes at the current estimate. A new value within a
+    /// factor of 2 of the estimate is averaged 1:1 with it (noise is smoothed); one
+    /// further off replaces it (the network changed: followed at once).
+    pub fn update(&mut self, samples: &[Sample]) {
+        fn fold(old: &mut f64, new: f64, n: &mut u32) {
+            let ratio = new / *old;
+            *old = if *n == 0 || !(0.5..=2.0).contains(&ratio) {
+                new
+            } else {
+                (*old + new) / 2.0
+            };
+            *n = n.saturating_add(1);
+        }
+        let rtt = samples
+            .iter()
+            .filter(|s| s.up + s.down < 4096)
+            .map(|s| (s.elapsed - s.server).max(1e-5))
+            .min_by(f64::total_cmp);
+        if let Some(r) = rtt {
+            fold(&mut self.rtt, r, &mut self.rtt_samples);
+        }
+        let rtt = rtt.unwrap_or(self.rtt);
+        for s in samples {
+            let left = s.elapsed - s.server - rtt;
+            // A transfer faster than the clock resolves counts as 0.1 ms.
+            if s.down >= MIN_RATE_SAMPLE_BYTES && s.down >= s.up {
+                let t = (left - s.up as f64 / self.up).max(1e-4);
+                fold(&mut self.down, s.down as f64 / t, &mut self.down_samples);
+            } else if s.up >= MIN_RATE_SAMPLE_BYTES {
+                let t = (left - s.down as f64 / self.down).max(1e-4);
+                fold(&mut self.up, s.up as f64 / t, &mut self.up_samples);
+            }
+        }
+    }
+}
+
+/// The timing of one request: body bytes each way, seconds from send to the complete
+/// response, and the server's reported computation (`Server-Timing`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    /// Request body bytes.
+    pub up: u64,
+    /// Response body bytes.
+    pub down: u64,
+    /// Seconds from send to the full response.
+    pub elapsed: f64,
+    /// Seconds of server computation reported.
+    pub server: f64,
+}
+
+/// A device's unit costs as stored (`psi_core::cost::UnitCosts` in ns per operation).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct DeviceCosts {
+    /// ns per scalar multiplication.
+    pub scalar_mult_ns: f64,
+    /// ns per hash-to-group.
+    pub hash_to_group_ns: f64,
+    /// ns per element decoding.
+    pub element_decode_ns: f64,
+    /// ns per AES block.
+    pub aes_block_ns: f64,
+    /// ns per hash block.
+    pub hash_block_ns: f64,
+    /// ns per entry.
+    pub entry_ns: f64,
+}
+
+impl DeviceCosts {
+    /// The model's unit costs on `threads` threads.
+    pub fn units(&self, threads: u32) -> UnitCosts {
+        UnitCosts::new(
+            self.scalar_mult_ns,
+            self.hash_to_group_ns,
+            self.element_decode_ns,
+            self.aes_block_ns,
+            self.hash_block_ns,
+            self.entry_ns,
+            threads,
+        )
+    }
+    /// From the model's unit costs.
+    pub fn from_units(u: &UnitCosts) -> Self {
+        DeviceCosts {
+            scalar_mult_ns: u.scalar_mult,
+            hash_to_group_ns: u.hash_to_group,
+            element_decode_ns: u.element_decode,
+            aes_block_ns: u.aes_block,
+            hash_block_ns: u.hash_block,
+            entry_ns: u.entry,
+        }
+    }
+    /// Measures this device (about 30 ms).
+    pub fn calibrate() -> Self {
+        Self::from_units(&psi_core::calibrate::unit_costs(psi_core::Threads::ONE))
+    }
+}
+
+/// The server costs of a [`psi_http::Health`], if advertised and sane.
+pub fn server_units(h: &psi_http::Health) -> Option<UnitCosts> {
+    let c = h.costs?;
+    let u = UnitCosts::new(
+        c.scalar_mult_ns,
+        c.hash_to_group_ns,
+        c.element_decode_ns,
+        c.aes_block_ns,
+        c.hash_block_ns,
+        c.entry_ns,
+        c.threads_per_step.max(1),
+    );
+    u.is_sane().then_some(u)
+}
+
+/// What the caller keeps between runs: the device's unit costs, a link estimate per
+/// network, and each server's last health (so a choice needs no extra request).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Measurements {
+    /// This device's unit costs, once calibrated.
+    pub device: Option<DeviceCosts>,
+    /// Link estimates by network name ([`LinkHints::network`]).
+    pub networks: BTreeMap<String, LinkEstimate>,
+    /// The last health of each server, by base URL.
+    pub servers: BTreeMap<String, psi_http::Health>,
+}
+
+impl Measurements {
+    /// As JSON (for a file in the app's cache directory).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|_| "{}".into())
+    }
+    /// From [`Measurements::to_json`]'s output; anything unreadable gives an empty store
+    /// (measurements are a cache: losing them costs a calibration and priors).
+    pub fn from_json(s: &str) -> Self {
+        serde_json::from_str(s).unwrap_or_default()
+    }
+}
+
+/// A [`Measurements`] shared by the runs of one or more clients.
+#[derive(Debug, Default)]
+pub struct MeasurementStore(Mutex<Measurements>);
+
+impl MeasurementStore {
+    /// A store holding `m`.
+    pub fn new(m: Measurements) -> Self {
+        MeasurementStore(Mutex::new(m))
+    }
+    /// A copy of the contents.
+    pub fn snapshot(&self) -> Measurements {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    /// Changes the contents.
+    pub fn update<T>(&self, f: impl FnOnce(&mut Measurements) -> T) -> T {
+        f(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// The clock the driver times requests with. [`SystemClock`] by default; a simulated
+/// link supplies its own (psi-client/tests/simlink.rs).
+pub trait Clock: Send + Sync {
+    /// Time since an arbitrary fixed start.
+    fn now(&self) -> Duration;
+}
+
+/// The monotonic system clock.
+#[derive(Debug)]
+pub struct SystemClock(Instant);
+
+impl Default for SystemClock {
+    fn default() -> Self {
+        SystemClock(Instant::now())
+    }
+}
+
+impl Clock for SystemClock {
+    fn now(&self) -> Duration {
+        self.0.elapsed()
+    }
+}
+
+/// Where an input of the choice came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Source {
+    /// Measured during earlier runs or this one.
+    Measured,
+    /// From the platform's hints (link) or the configuration (device).
+    Given,
+    /// The built-in default ([`DEFAULT_LINK`], [`UnitCosts::REFERENCE`]).
+    Default,
+}
+
+impl Source {
+    /// `measured`, `given`, `default`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::Measured => "measured",
+            Source::Given => "given",
+            Source::Default => "default",
+        }
+    }
+}
+
+/// The automatic choice of a run: what was chosen, from which inputs, and every
+/// protocol's prediction.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ChoiceReport {
+    /// The choice and the predictions.
+    pub choice: psi_core::cost::Choice,
+    /// The workload predicted.
+    pub workload: psi_core::cost::Workload,
+    /// The link assumed, and where it came from.
+    pub link: LinkEstimate,
+    /// Where the link came from.
+    pub link_source: Source,
+    /// The device's unit costs.
+    pub device: UnitCosts,
+    /// Where they came from.
+    pub device_source: Source,
+    /// The server's unit costs.
+    pub server: UnitCosts,
+    /// Where they came from (`Measured`: advertised by the server).
+    pub server_source: Source,
+    /// Whether the choice asked the server for its health (one request) rather than
+    /// using the stored one.
+    pub health_requested: bool,
+    /// Time spent choosing (calibration, health request), included in nothing else.
+    pub overhead: Duration,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn estimates_recover_a_link_from_its_timings() {
+        // A 100 ms, 2 Mbit/s down, 0.5 Mbit/s up link, seen through a prior that is
+        // far off (the default).
+        let truth = Link::mbit(100.0, 0.5, 2.0);
+        let time = |up: u64, down: u64, server: f64| Sample {
+            up,
+            down,
+            elapsed: truth.rtt + up as f64 / truth.up + down as f64 / truth.down + server,
+            server,
+        };
+        let mut e = LinkEstimate::from_hints(&LinkHints::default());
+        for _ in 0..6 {
+            e.update(&[
+                time(44, 300, 0.001),
+                time(32_017, 32_017, 0.02),
+                time(0, 680_000, 0.0),
+                time(200_000, 21, 0.01),
+                time(0, 0, 0.0),
+            ]);
+        }
+        let close = |a: f64, b: f64| (a / b - 1.0).abs() < 0.1;
+        assert!(close(e.rtt, truth.rtt), "{e:?}");
+        assert!(close(e.down, truth.down), "{e:?}");
+        assert!(close(e.up, truth.up), "{e:?}");
+        assert!(e.rtt_samples >= 6 && e.down_samples >= 6 && e.up_samples >= 6);
+    }
+
+    #[test]
+    fn hints_make_the_prior() {
+        let e = LinkEstimate::from_hints(&LinkHints::new("cell").with_bandwidth(20.0, 5.0));
+        assert_eq!(e.down, 2.5e6);
+        assert_eq!(e.up, 625_000.0);
+        assert_eq!(e.rtt, DEFAULT_LINK.rtt);
+        let only_down = LinkEstimate::from_hints(&LinkHints {
+            down_mbit: Some(8.0),
+            up_mbit: Some(f64::NAN),
+            ..LinkHints::default()
+        });
+        assert_eq!(only_down.up, 250_000.0);
+    }
+
+    #[test]
+    fn the_store_round_trips_through_json_and_survives_garbage() {
+        let mut m = Measurements {
+            device: Some(DeviceCosts::from_units(&UnitCosts::REFERENCE)),
+            ..Measurements::default()
+        };
+        m.networks
+            .insert("wifi".into(), LinkEstimate::prior(DEFAULT_LINK));
+        let back = Measurements::from_json(&m.to_json());
+        assert_eq!(back.device, m.device);
+        assert_eq!(back.networks, m.networks);
+        assert!(Measurements::from_json("not json").device.is_none());
+    }
+}

@@ -1,0 +1,59 @@
+//! Measures a device's unit costs for the cost model ([`crate::cost::UnitCosts`]) by
+//! timing [`crate::cost::kernels`]. Feature `calibrate`: it reads the clock, so like
+//! [`crate::rng`] it is a helper for drivers (the client at its first automatic choice,
+//! the server at start); no protocol code calls it.
+
+use crate::cost::{UnitCosts, kernels};
+use crate::parallel::Threads;
+use std::time::Instant;
+
+/// Wall time each timed repetition of a kernel aims at.
+const TARGET_NS: f64 = 1.0e6;
+/// Timed repetitions per kernel.
+const REPS: u64 = 5;
+
+/// Times `kernel` for about [`TARGET_NS`] (sized from `reference` ns per operation),
+/// once to warm up and [`REPS`] times measured; the fastest repetition's ns per
+/// operation. The minimum, not the median: on a device busy with other work every
+/// repetition is slowed by a different amount, and the fastest is the closest to the
+/// cost of the work itself (a busy device is slower for both protocols alike).
+fn per_op(kernel: fn(u32, u64) -> u8, reference: f64) -> f64 {
+    let k = (TARGET_NS / reference).clamp(8.0, 4e6) as u32;
+    std::hint::black_box(kernel(k, 7));
+    (0..REPS)
+        .map(|i| {
+            let t = Instant::now();
+            std::hint::black_box(kernel(std::hint::black_box(k), i));
+            t.elapsed().as_nanos() as f64 / f64::from(k)
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// This device's unit costs on one thread (about 36 ms of work), for `threads` threads.
+pub fn unit_costs(threads: Threads) -> UnitCosts {
+    let r = UnitCosts::REFERENCE;
+    UnitCosts::new(
+        per_op(kernels::scalar_mults, r.scalar_mult),
+        per_op(kernels::hash_to_group, r.hash_to_group),
+        per_op(kernels::element_decodes, r.element_decode),
+        per_op(kernels::aes_blocks, r.aes_block),
+        per_op(kernels::hash_blocks, r.hash_block),
+        per_op(kernels::entries, r.entry),
+        threads.get() as u32,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn measured_costs_are_positive_and_ordered() {
+        let u = unit_costs(Threads::new(2));
+        assert!(u.is_sane());
+        assert_eq!(u.threads, 2);
+        // A scalar multiplication costs far more than an AES block on any device.
+        assert!(u.scalar_mult > 100.0 * u.aes_block, "{u:?}");
+        assert!(u.scalar_mult > u.element_decode, "{u:?}");
+    }
+}
