@@ -93,7 +93,10 @@ fn bench_ot_fixed_cost_runs_and_splits() {
     let (ok, out, err) = psi(&["bench", "--ot-fixed-cost", "2"]);
     assert!(ok, "{out}\n{err}");
     assert!(out.contains("median over loopback TCP:"), "{out}");
-    assert!(out.contains("fixed-cost split (medians): base OTs client"), "{out}");
+    assert!(
+        out.contains("fixed-cost split (medians): base OTs client"),
+        "{out}"
+    );
     let walls = out
         .lines()
         .find_map(|l| l.strip_prefix("tcp wall ms per round: "))
