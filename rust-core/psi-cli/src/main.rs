@@ -37,7 +37,7 @@ struct Cli {
     command: Command,
 }
 
-/// Parses `--protocol` (`dh`, `ot`, or the API names `dh-psi`, `ot-psi`).
+/// Parses `--protocol` (`dh`, `ot`, `cm20`, or the API names `dh-psi`, `ot-psi`, `cm20-psi`).
 fn parse_protocol(s: &str) -> Result<Protocol, String> {
     s.parse()
         .map_err(|e: psi_core::protocol::UnknownProtocol| e.to_string())
@@ -149,6 +149,9 @@ enum Command {
         /// Thread counts to run, comma separated.
         #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2])]
         threads: Vec<usize>,
+        /// Protocols to run, comma separated (`dh`, `ot`, `cm20`; default all).
+        #[arg(long, value_delimiter = ',', value_parser = parse_protocol)]
+        protocol: Vec<Protocol>,
     },
 }
 
@@ -177,7 +180,18 @@ fn main() -> ExitCode {
         Command::Token { command } => token_cmd::run(command),
         Command::Match(args) => match_cmd::run(args),
         Command::Loadgen(args) => loadgen::run(args),
-        Command::Bench { quick, threads } => bench::run(quick, &threads),
+        Command::Bench {
+            quick,
+            threads,
+            protocol,
+        } => {
+            let protocols = if protocol.is_empty() {
+                Protocol::ALL.to_vec()
+            } else {
+                protocol
+            };
+            bench::run(quick, &threads, &protocols)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -59,6 +59,12 @@ impl Protocol {
         }
     }
 
+    /// True for the protocols that run as client-driven rounds of OT extension (OT-PSI,
+    /// CM20-PSI): a server admits them with OT slots and runs their rounds on its OT workers.
+    pub fn runs_in_rounds(self) -> bool {
+        matches!(self, Protocol::Ot | Protocol::Cm20)
+    }
+
     /// A one-line description for people.
     pub fn description(self) -> &'static str {
         match self {

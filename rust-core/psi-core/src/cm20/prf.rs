@@ -33,8 +33,9 @@ pub(crate) mod ds {
 
 /// Columns one task handles together (they share `F`'s output blocks).
 pub(crate) const GROUP: usize = 16;
-/// Items whose indices a task holds at a time (64 Ki items: 4 MiB of indices).
-const ITEM_BATCH: usize = 1 << 16;
+/// Items a task looks up together (32 Ki items: up to 2.5 MiB of `F` output), so one
+/// column stays in cache while the batch is looked up in it.
+const ITEM_BATCH: usize = 1 << 17;
 
 fn cipher(key: &Block) -> Aes128 {
     Aes128::new(&Array::from(*key))
@@ -139,55 +140,56 @@ fn lookup_group(
     clear: &mut Option<&mut [u8]>,
 ) {
     let b = prf.index_bits as usize;
-    let mask = (1u32 << b) - 1;
+    let mask = (1u128 << b) - 1;
     let first_block = c0 * b / 128;
     let last_block = ((c0 + gc) * b - 1) / 128;
     let nb = last_block - first_block + 1;
-    // Per item: its nb output blocks plus 4 bytes of slack for the unaligned 32-bit reads.
-    let stride = nb * 16 + 4;
-    let mut fout = Zeroizing::new(Vec::new());
-    let mut idx = Zeroizing::new(Vec::new());
+    // `F`'s output blocks `first_block ..= last_block` of a batch of items, block-major:
+    // `fb[j * n + i]` is block `first_block + j` of item `i`, read as a little-endian u128.
+    let mut fb: Zeroizing<Vec<u128>> = Zeroizing::new(Vec::new());
     let mut buf = Zeroizing::new(Vec::new());
     for (bi, zb) in z.chunks(ITEM_BATCH).enumerate() {
         let n = zb.len();
         let base = bi * ITEM_BATCH;
-        fout.clear();
-        fout.resize(n * stride, 0);
+        fb.clear();
         for j in 0..nb {
             buf.clear();
             buf.extend_from_slice(zb);
             encrypt(&prf.keys[first_block + j], &mut buf);
-            for (i, blk) in buf.iter().enumerate() {
-                fout[i * stride + 16 * j..i * stride + 16 * j + 16].copy_from_slice(blk);
-            }
-        }
-        idx.clear();
-        idx.resize(gc * n, 0u32);
-        for (i, f) in fout.chunks_exact(stride).enumerate() {
-            for k in 0..gc {
-                let bit = (c0 + k) * b - first_block * 128;
-                let w = u32::from_le_bytes(f[bit / 8..bit / 8 + 4].try_into().expect("4 bytes"));
-                idx[k * n + i] = (w >> (bit % 8)) & mask;
-            }
+            fb.extend(buf.iter().map(|blk| u128::from_le_bytes(*blk)));
         }
         for k in 0..gc {
+            let bit = (c0 + k) * b - first_block * 128;
+            let (j, off) = (bit / 128, (bit % 128) as u32);
+            let lo = &fb[j * n..(j + 1) * n];
+            // An index that straddles two blocks takes its high bits from the next one.
+            let hi = if off as usize + b > 128 {
+                &fb[(j + 1) * n..(j + 2) * n]
+            } else {
+                lo
+            };
+            let straddles = off as usize + b > 128;
             let col = &cols[k * col_bytes..(k + 1) * col_bytes];
             let row = &mut acc[k * acc_bytes..(k + 1) * acc_bytes];
-            let vs = &idx[k * n..(k + 1) * n];
-            for (wi, chunk) in vs.chunks(64).enumerate() {
+            let mut clear_col = clear
+                .as_deref_mut()
+                .map(|d| &mut d[k * col_bytes..(k + 1) * col_bytes]);
+            for (wi, (lo, hi)) in lo.chunks(64).zip(hi.chunks(64)).enumerate() {
                 let mut word = 0u64;
-                for (t, &v) in chunk.iter().enumerate() {
-                    let bit = (col[(v >> 3) as usize] >> (v & 7)) & 1;
+                for (t, (&l, &h)) in lo.iter().zip(hi).enumerate() {
+                    let v = if straddles {
+                        ((l >> off) | (h << (128 - off))) & mask
+                    } else {
+                        (l >> off) & mask
+                    } as usize;
+                    let bit = (col[v >> 3] >> (v & 7)) & 1;
                     word |= (bit as u64) << t;
+                    if let Some(d) = clear_col.as_deref_mut() {
+                        d[v >> 3] &= !(1u8 << (v & 7));
+                    }
                 }
                 let at = base / 8 + wi * 8;
                 row[at..at + 8].copy_from_slice(&word.to_le_bytes());
-            }
-            if let Some(clear) = clear.as_deref_mut() {
-                let d = &mut clear[k * col_bytes..(k + 1) * col_bytes];
-                for &v in vs {
-                    d[(v >> 3) as usize] &= !(1u8 << (v & 7));
-                }
             }
         }
     }
