@@ -87,7 +87,11 @@ fn run_cm20(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
     use psi_core::{ItemSet, Threads};
     use std::sync::Arc;
     let mut cases: Vec<(usize, usize, usize)> = if quick {
-        vec![(1 << 8, 1 << 8, 1 << 7), (1 << 12, 1 << 12, 1 << 11), (1000, 10_000, 100)]
+        vec![
+            (1 << 8, 1 << 8, 1 << 7),
+            (1 << 12, 1 << 12, 1 << 11),
+            (1000, 10_000, 100),
+        ]
     } else {
         vec![
             (1 << 12, 1 << 12, 1 << 11),
@@ -110,10 +114,10 @@ fn run_cm20(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
     );
     println!();
     println!(
-        "| n_c | n_s | threads | m | w | client ms | server ms | total ms | CPU s | round trips | bytes c->s | bytes s->c | spec bytes | bytes / spec | peak heap MB | KKRT total ms | KKRT bytes | KKRT peak MB | time / KKRT | bytes / KKRT |"
+        "| n_c | n_s | threads | m | w | client ms | server ms | total ms | CPU s | round trips | bytes c->s | bytes s->c | spec bytes | bytes / spec | peak heap MB | KKRT total ms | KKRT CPU s | KKRT bytes | KKRT peak MB | time / KKRT | CPU / KKRT | bytes / KKRT |"
     );
     println!(
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for &(n_c, n_s, overlap) in &cases {
         let (client, server) = sets(n_c, n_s, overlap);
@@ -137,7 +141,7 @@ fn run_cm20(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
             let total = r.stats.client_to_server_bytes + r.stats.server_to_client_bytes;
             let kkrt_total = kkrt.stats.client_to_server_bytes + kkrt.stats.server_to_client_bytes;
             println!(
-                "| {} | {} | {t} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {:.4} | {} | {} | {} | {} | {:.2} | {:.3} |",
+                "| {} | {} | {t} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {:.4} | {} | {} | {:.2} | {} | {} | {:.2} | {:.2} | {:.3} |",
                 thousands(n_c as u64),
                 thousands(n_s as u64),
                 thousands(p.height as u64),
@@ -153,9 +157,11 @@ fn run_cm20(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
                 total as f64 / spec_total as f64,
                 mb(peak),
                 ms(kkrt.wall),
+                kkrt.cpu.as_secs_f64(),
                 thousands(kkrt_total),
                 mb(kkrt_peak),
                 r.wall.as_secs_f64() / kkrt.wall.as_secs_f64(),
+                r.cpu.as_secs_f64() / kkrt.cpu.as_secs_f64(),
                 total as f64 / kkrt_total as f64,
             );
         }

@@ -586,7 +586,11 @@ impl<'a> Run<'a> {
     /// CM20-PSI: hello, then one round per matrix chunk (sized to the server's body limit),
     /// the outputs answering the last. Labels follow as for OT-PSI (an OPRF query over the
     /// matches).
-    fn cm20(&mut self, session: &SessionCreated, set: ItemSet) -> Result<(MatchOutput, LabelSource)> {
+    fn cm20(
+        &mut self,
+        session: &SessionCreated,
+        set: ItemSet,
+    ) -> Result<(MatchOutput, LabelSource)> {
         use psi_core::cm20::{self, Cm20Client, Cm20Config};
         let config = Cm20Config::new(self.client.config.threads)
             .with_max_request_bytes(session.max_body_bytes.min(cm20::DEFAULT_MAX_REQUEST_BYTES));

@@ -57,7 +57,13 @@ fn check(client_items: &[Vec<u8>], server_items: &[Vec<u8>], config: &Cm20Config
     let (out, _) = run(client_items, server_items, config, (seed, seed ^ 0xabcdef));
     let want = expected(client_items, server_items);
     let got: Vec<usize> = out.matches.iter().map(|m| m.index).collect();
-    assert_eq!(got, want, "n_c={} n_s={}", client_items.len(), server_items.len());
+    assert_eq!(
+        got,
+        want,
+        "n_c={} n_s={}",
+        client_items.len(),
+        server_items.len()
+    );
     for m in &out.matches {
         assert_eq!(m.item, client_items[m.index]);
     }
@@ -89,7 +95,13 @@ fn edge_cases() {
         b"x".to_vec(),
         b"y".to_vec(),
     ];
-    let s = vec![b"x".to_vec(), b"".to_vec(), b"".to_vec(), vec![0, 255, 0], b"z".to_vec()];
+    let s = vec![
+        b"x".to_vec(),
+        b"".to_vec(),
+        b"".to_vec(),
+        vec![0, 255, 0],
+        b"z".to_vec(),
+    ];
     check(&c, &s, &config, 6);
     let long: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 1000 + i as usize]).collect();
     check(&long, &long[5..], &config, 7);
@@ -100,14 +112,24 @@ fn unbalanced_both_ways_and_many_chunks() {
     // 16 KiB requests: 16 columns per chunk for n_c = 16,000 (m = 2^14, 2 KiB columns).
     let config = Cm20Config::new(Threads::new(2)).with_max_request_bytes(16 << 10);
     check(&items("u", 0..10), &items("u", 5..16_000), &config, 8);
-    check(&items("u", 0..16_000), &items("u", 15_990..16_010), &config, 9);
+    check(
+        &items("u", 0..16_000),
+        &items("u", 15_990..16_010),
+        &config,
+        9,
+    );
 }
 
 /// 1,000 contacts against 10^5 registry entries (the contact-discovery shape).
 #[test]
 fn contacts_against_a_large_registry() {
     let config = Cm20Config::new(Threads::new(2));
-    check(&items("+1555", 0..1000), &items("+1555", 900..100_900), &config, 10);
+    check(
+        &items("+1555", 0..1000),
+        &items("+1555", 900..100_900),
+        &config,
+        10,
+    );
 }
 
 proptest! {
@@ -205,14 +227,20 @@ fn transcript_json(threads: Threads) -> serde_json::Value {
 fn transcript_vector() {
     let one = transcript_json(Threads::ONE);
     let two = transcript_json(Threads::new(2));
-    assert_eq!(one, two, "the transcript must not depend on the thread count");
+    assert_eq!(
+        one, two,
+        "the transcript must not depend on the thread count"
+    );
     let path = vector_path();
     if std::env::var_os("CM20_PSI_WRITE_VECTORS").is_some() {
         std::fs::write(&path, serde_json::to_string_pretty(&one).unwrap() + "\n").unwrap();
     }
     let stored: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| {
-            panic!("{}: {e} (set CM20_PSI_WRITE_VECTORS=1 to create it)", path.display())
+            panic!(
+                "{}: {e} (set CM20_PSI_WRITE_VECTORS=1 to create it)",
+                path.display()
+            )
         }))
         .unwrap();
     let (got, want) = (
@@ -223,7 +251,10 @@ fn transcript_vector() {
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         assert_eq!(g, w, "message {i}");
     }
-    assert!(one == stored, "transcript vector differs outside the messages");
+    assert!(
+        one == stored,
+        "transcript vector differs outside the messages"
+    );
     let (client, server) = vector_sets();
     let c: Vec<Vec<u8>> = client.into_iter().map(String::into_bytes).collect();
     let s: Vec<Vec<u8>> = server.into_iter().map(String::into_bytes).collect();
@@ -253,7 +284,10 @@ fn message_sizes_match_the_spec() {
         let l2 = cm20::params::output_bits(n_c as u64, n_s as u64);
         let expect = cm20::sizes::outputs_expected(n_s as u64, l2) as f64;
         let rel = (outputs as f64 - expect).abs() / expect;
-        assert!(rel < 0.01, "{n_c} x {n_s}: outputs {outputs} vs expected {expect}");
+        assert!(
+            rel < 0.01,
+            "{n_c} x {n_s}: outputs {outputs} vs expected {expect}"
+        );
     }
 }
 
@@ -282,7 +316,10 @@ fn malformed_oversized_and_wrong_phase_messages_are_typed_errors() {
         Cm20Client::start(ItemSet::new(items("w", 0..200)), config.clone(), &mut crng).unwrap();
     let mut server =
         Cm20Server::new(ItemSet::new(items("w", 100..300)), config, &mut srng).unwrap();
-    assert!(matches!(decode_err(server.handle(&[])), DecodeError::Truncated { .. }));
+    assert!(matches!(
+        decode_err(server.handle(&[])),
+        DecodeError::Truncated { .. }
+    ));
     for cut in [1, 8, 9, 50, hello.len() - 1] {
         assert!(matches!(
             decode_err(server.handle(&hello[..cut])),
@@ -291,11 +328,17 @@ fn malformed_oversized_and_wrong_phase_messages_are_typed_errors() {
     }
     let mut bad = hello.clone();
     bad[4] = 0x09;
-    assert_eq!(decode_err(server.handle(&bad)), DecodeError::UnknownMessageType(9));
+    assert_eq!(
+        decode_err(server.handle(&bad)),
+        DecodeError::UnknownMessageType(9)
+    );
     // Oversized: a header announcing more than the 1 GiB frame limit.
     let mut bad = hello.clone();
     bad[5..9].copy_from_slice(&u32::MAX.to_be_bytes());
-    assert!(matches!(decode_err(server.handle(&bad)), DecodeError::LimitExceeded { .. }));
+    assert!(matches!(
+        decode_err(server.handle(&bad)),
+        DecodeError::LimitExceeded { .. }
+    ));
     // A chunk, an ack and outputs before the hello: wrong phase.
     for t in [0x03u8, 0x04, 0x05] {
         let body: Vec<u8> = match t {
@@ -316,7 +359,12 @@ fn malformed_oversized_and_wrong_phase_messages_are_typed_errors() {
         DecodeError::LimitExceeded { .. }
     ));
     // Outputs declaring 2^24 + 1 values.
-    let body = [vec![80u8], (1u32 << 24 | 1).to_be_bytes().to_vec(), vec![0, 0, 0, 0, 0]].concat();
+    let body = [
+        vec![80u8],
+        (1u32 << 24 | 1).to_be_bytes().to_vec(),
+        vec![0, 0, 0, 0, 0],
+    ]
+    .concat();
     assert!(matches!(
         decode_err(client.handle(&frame(0x05, &body))),
         DecodeError::LimitExceeded { .. }

@@ -14,8 +14,8 @@ use axum::middleware::{Next, from_fn, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter, on};
 use axum::{Extension, Json, Router};
-use psi_core::dh::{Elements, message_type};
 use psi_core::cm20::{Cm20Config, Cm20Server};
+use psi_core::dh::{Elements, message_type};
 use psi_core::ot::{OtConfig, OtServer};
 use psi_core::{Protocol, Threads};
 use psi_http::{CreateSession, ErrorBody, ErrorCode, Health, Route, SessionCreated};
@@ -691,7 +691,11 @@ async fn dh_query(
         &state,
         &s,
         |g| {
-            expect_protocol(g, Protocol::Dh, "use its round route (/ot/round, /cm20/round)")?;
+            expect_protocol(
+                g,
+                Protocol::Dh,
+                "use its round route (/ot/round, /cm20/round)",
+            )?;
             match g.phase {
                 Phase::DhAwaitingQuery | Phase::Busy => Ok(()),
                 _ => Err(wrong_phase("the session's query was already answered")),

@@ -11,7 +11,9 @@ use psi_core::cm20::{ClientStep, Cm20Client, Cm20Config};
 use std::collections::HashSet;
 
 fn items(registry: u64) -> Vec<Vec<u8>> {
-    let mut v: Vec<Vec<u8>> = (0..300).map(|j| format!("+1303{j:07}").into_bytes()).collect();
+    let mut v: Vec<Vec<u8>> = (0..300)
+        .map(|j| format!("+1303{j:07}").into_bytes())
+        .collect();
     v.extend((0..50).map(|k| id(k * (registry / 50)).into_bytes()));
     v
 }
@@ -33,16 +35,27 @@ fn matches_labels_and_request_count() {
     );
     let items = items(registry);
     let report = client
-        .match_items(items.clone(), Protocol::Cm20, &mut |_| {}, &CancelToken::new())
+        .match_items(
+            items.clone(),
+            Protocol::Cm20,
+            &mut |_| {},
+            &CancelToken::new(),
+        )
         .unwrap();
     let reg: HashSet<Vec<u8>> = (0..registry).map(|i| id(i).into_bytes()).collect();
-    let expected: Vec<usize> = (0..items.len()).filter(|&i| reg.contains(&items[i])).collect();
+    let expected: Vec<usize> = (0..items.len())
+        .filter(|&i| reg.contains(&items[i]))
+        .collect();
     let got: Vec<usize> = report.matches.iter().map(|m| m.index).collect();
     assert_eq!(got, expected);
     assert_eq!(report.protocol, Protocol::Cm20);
     for m in &report.matches {
         let i: u64 = std::str::from_utf8(&m.item).unwrap()[5..].parse().unwrap();
-        assert_eq!(m.label, (i % 2 == 0).then(|| format!("user-{i}")), "entry {i}");
+        assert_eq!(
+            m.label,
+            (i % 2 == 0).then(|| format!("user-{i}")),
+            "entry {i}"
+        );
     }
     // 350 items: m = 512, 64-byte columns, the whole matrix in one chunk: the protocol is
     // two round trips (hello, matrix), and the run is session + 2 rounds + label query +
@@ -54,9 +67,18 @@ fn matches_labels_and_request_count() {
     assert_eq!(report.stats.protocol_bytes_sent, t.client_to_server);
     let rel = (report.stats.protocol_bytes_received as f64 - t.server_to_client as f64).abs()
         / t.server_to_client as f64;
-    assert!(rel < 0.01, "{} vs {}", report.stats.protocol_bytes_received, t.server_to_client);
+    assert!(
+        rel < 0.01,
+        "{} vs {}",
+        report.stats.protocol_bytes_received,
+        t.server_to_client
+    );
     assert_eq!(server.state.live_sessions(), 0);
-    assert_eq!(server.state.ot_runs_in_progress(), 0, "the OT slot is freed at the end");
+    assert_eq!(
+        server.state.ot_runs_in_progress(),
+        0,
+        "the OT slot is freed at the end"
+    );
     server.shutdown().unwrap();
 }
 
@@ -74,7 +96,12 @@ fn off_unless_enabled() {
     let client = Client::new(&server.url(), ClientConfig::default());
     assert!(
         client
-            .match_items(vec![b"x".to_vec()], Protocol::Cm20, &mut |_| {}, &CancelToken::new())
+            .match_items(
+                vec![b"x".to_vec()],
+                Protocol::Cm20,
+                &mut |_| {},
+                &CancelToken::new()
+            )
             .is_err()
     );
     server.shutdown().unwrap();
@@ -87,10 +114,22 @@ fn round_route_checks_and_the_server_keeps_serving() {
     let bin = [("content-type", "application/octet-stream")];
     // The CM20 route on an OT session, and the OT route on a CM20 session: wrong phase.
     let ot = session_id(&session(&t, "ot-psi", 10, &[]));
-    let r = send(&t, Method::Post, &format!("/v1/sessions/{ot}/cm20/round"), &bin, b"x");
+    let r = send(
+        &t,
+        Method::Post,
+        &format!("/v1/sessions/{ot}/cm20/round"),
+        &bin,
+        b"x",
+    );
     assert_eq!(r.status, 409, "{}", String::from_utf8_lossy(&r.body));
     let id = session_id(&session(&t, "cm20-psi", 10, &[]));
-    let r = send(&t, Method::Post, &format!("/v1/sessions/{id}/ot/round"), &bin, b"x");
+    let r = send(
+        &t,
+        Method::Post,
+        &format!("/v1/sessions/{id}/ot/round"),
+        &bin,
+        b"x",
+    );
     assert_eq!(r.status, 409);
     let path = format!("/v1/sessions/{id}/cm20/round");
     // Garbage, a truncated hello, a hello for another count: typed 400s, session kept.

@@ -112,9 +112,11 @@ fn every_route_is_documented_and_nothing_else() {
         });
         let want = match route {
             Route::CreateSession => Some(vec![psi_http::JSON.to_string()]),
-            Route::DhQuery | Route::OtRound | Route::Cm20Round | Route::LabelQuery | Route::LabelFetch => {
-                Some(vec![psi_http::BINARY.to_string()])
-            }
+            Route::DhQuery
+            | Route::OtRound
+            | Route::Cm20Round
+            | Route::LabelQuery
+            | Route::LabelFetch => Some(vec![psi_http::BINARY.to_string()]),
             _ => None,
         };
         assert_eq!(body, want, "{route:?}: request body content types");

@@ -98,9 +98,7 @@ impl Cm20Client {
                 limit: MAX_ITEMS as u64,
             });
         }
-        let height = config
-            .height
-            .unwrap_or_else(|| params::height(n as u64));
+        let height = config.height.unwrap_or_else(|| params::height(n as u64));
         if !messages::height_allowed(n as u32, height) {
             return Err(Error::InputTooLarge {
                 what: "matrix height",
@@ -199,8 +197,7 @@ impl Cm20Client {
 
     fn on_setup(&mut self, setup: Setup) -> Result<ClientStep> {
         let n_c = self.items.len() as u32;
-        let Some(width) = params::width(n_c as u64, setup.server_items as u64, self.height)
-        else {
+        let Some(width) = params::width(n_c as u64, setup.server_items as u64, self.height) else {
             return Err(DecodeError::InvalidParameter {
                 what: "matrix width",
             }
@@ -281,10 +278,17 @@ impl Cm20Client {
         let n = self.items.len();
         let p = st.params;
         let mut mine: Zeroizing<Vec<(u128, u32)>> = {
-            let values = self.config.threads.install(|| {
-                prf::outputs(&st.sid, &st.acc, n, p.width as usize, p.output_bits)
-            })?;
-            Zeroizing::new(values.iter().enumerate().map(|(i, &v)| (v, i as u32)).collect())
+            let values = self
+                .config
+                .threads
+                .install(|| prf::outputs(&st.sid, &st.acc, n, p.width as usize, p.output_bits))?;
+            Zeroizing::new(
+                values
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &v)| (v, i as u32))
+                    .collect(),
+            )
         };
         self.config.threads.install(|| mine.par_sort_unstable())?;
         // Merge the two sorted lists; the server's is checked value by value as it streams.

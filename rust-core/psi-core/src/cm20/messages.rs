@@ -258,7 +258,7 @@ impl Chunk<'_> {
             });
         }
         let n = r.remaining();
-        if n % column_count as usize != 0 {
+        if !n.is_multiple_of(column_count as usize) {
             return Err(DecodeError::LengthMismatch {
                 what: "matrix chunk",
                 declared: n as u64,
@@ -299,7 +299,12 @@ pub(crate) struct Outputs<'a> {
 }
 
 impl<'a> Outputs<'a> {
-    pub(crate) fn encode(output_bits: u8, server_items: u32, rice_bits: u8, data: &[u8]) -> Vec<u8> {
+    pub(crate) fn encode(
+        output_bits: u8,
+        server_items: u32,
+        rice_bits: u8,
+        data: &[u8],
+    ) -> Vec<u8> {
         let body = OUTPUTS_FIELDS_LEN + data.len();
         let mut out = wire::begin(Protocol::Cm20, message_type::OUTPUTS, body);
         out.push(output_bits);

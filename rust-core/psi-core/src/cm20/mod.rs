@@ -171,7 +171,9 @@ pub mod sizes {
 
     /// [`traffic`] for a client configuration (height, request size).
     pub fn traffic_with(client_items: u64, server_items: u64, config: &Cm20Config) -> Traffic {
-        let m = config.height.unwrap_or_else(|| params::height(client_items));
+        let m = config
+            .height
+            .unwrap_or_else(|| params::height(client_items));
         let w = params::width(client_items, server_items, m).unwrap_or(params::MAX_WIDTH) as u64;
         let cb = m as u64 / 8;
         let per_chunk = config.chunk_columns(cb as usize) as u64;

@@ -123,7 +123,9 @@ pub(crate) fn lookup(
         .for_each(|(g, ((cols, acc), mut clear))| {
             let first = c0 + g * GROUP;
             let gc = cols.len() / col_bytes;
-            lookup_group(prf, z, first, gc, col_bytes, cols, acc, acc_bytes, &mut clear);
+            lookup_group(
+                prf, z, first, gc, col_bytes, cols, acc, acc_bytes, &mut clear,
+            );
         });
 }
 
@@ -261,8 +263,28 @@ mod tests {
         let mut acc = vec![0u8; acc_rows(w) * ab];
         let mut clear = vec![0xffu8; w * cb];
         // Two calls, as two chunks would make.
-        lookup(&prf, &z, 0, 20, cb, &cols[..20 * cb], &mut acc[..20 * ab], ab, Some(&mut clear[..20 * cb]));
-        lookup(&prf, &z, 20, 17, cb, &cols[20 * cb..], &mut acc[20 * ab..w * ab], ab, Some(&mut clear[20 * cb..]));
+        lookup(
+            &prf,
+            &z,
+            0,
+            20,
+            cb,
+            &cols[..20 * cb],
+            &mut acc[..20 * ab],
+            ab,
+            Some(&mut clear[..20 * cb]),
+        );
+        lookup(
+            &prf,
+            &z,
+            20,
+            17,
+            cb,
+            &cols[20 * cb..],
+            &mut acc[20 * ab..w * ab],
+            ab,
+            Some(&mut clear[20 * cb..]),
+        );
         let mut zeros = std::collections::HashSet::new();
         for (i, x) in items.iter().enumerate() {
             let h = hash(ds::H1, &[x]);

@@ -32,7 +32,12 @@ fn instance_sid(sid: &[u8; 32], r: usize) -> [u8; 32] {
 fn instance_key(sid: &[u8; 32], r: usize, i: usize, key: &Block) -> Block {
     let h = hash(
         ds::ROT_KEY,
-        &[sid, &(r as u16).to_be_bytes(), &(i as u16).to_be_bytes(), key],
+        &[
+            sid,
+            &(r as u16).to_be_bytes(),
+            &(i as u16).to_be_bytes(),
+            key,
+        ],
     );
     h[..16].try_into().expect("16 bytes")
 }

@@ -236,10 +236,7 @@ impl Cm20Server {
             None => {
                 let prf = Prf::new(&chunk.prf_key, p.prf_blocks(), params::index_bits(p.height));
                 let z = threads.install(|| prf.inputs(items.items()))?;
-                ev.acc = Zeroizing::new(vec![
-                    0u8;
-                    prf::acc_rows(w) * prf::acc_bytes(items.len())
-                ]);
+                ev.acc = Zeroizing::new(vec![0u8; prf::acc_rows(w) * prf::acc_bytes(items.len())]);
                 ev.prf = Some((Zeroizing::new(chunk.prf_key), prf, z));
             }
         }
@@ -260,7 +257,17 @@ impl Cm20Server {
                         *x ^= d & mask;
                     }
                 });
-            prf::lookup(prf, z, c0, count, cb, &c, &mut ev.acc[c0 * ab..(c0 + count) * ab], ab, None);
+            prf::lookup(
+                prf,
+                z,
+                c0,
+                count,
+                cb,
+                &c,
+                &mut ev.acc[c0 * ab..(c0 + count) * ab],
+                ab,
+                None,
+            );
         })?;
         ev.next_column = c0 + count;
         if ev.next_column < w {

@@ -19,7 +19,12 @@ fn run(c: ItemSet, s: ItemSet, config: &Cm20Config, seed: u64) -> (MatchOutput, 
 
 #[test]
 fn finds_the_intersection() {
-    let (out, stats) = run(set(0..300), set(200..5000), &Cm20Config::new(Threads::ONE), 1);
+    let (out, stats) = run(
+        set(0..300),
+        set(200..5000),
+        &Cm20Config::new(Threads::ONE),
+        1,
+    );
     let idx: Vec<usize> = out.matches.iter().map(|m| m.index).collect();
     assert_eq!(idx, (200..300).collect::<Vec<_>>());
     assert_eq!(out.server_items, 4800);
@@ -60,13 +65,25 @@ fn empty_sets() {
 #[test]
 fn bytes_match_the_analytic_formula() {
     for (n_c, n_s) in [(1000u32, 20_000u32), (3000, 3000), (100, 50_000)] {
-        let (_, stats) = run(set(0..n_c), set(0..n_s), &Cm20Config::new(Threads::new(2)), 7);
+        let (_, stats) = run(
+            set(0..n_c),
+            set(0..n_s),
+            &Cm20Config::new(Threads::new(2)),
+            7,
+        );
         let t = sizes::traffic(n_c as u64, n_s as u64);
-        assert_eq!(t.client_to_server, stats.client_to_server_bytes, "{n_c} x {n_s}");
+        assert_eq!(
+            t.client_to_server, stats.client_to_server_bytes,
+            "{n_c} x {n_s}"
+        );
         assert_eq!(t.round_trips as usize, stats.round_trips);
         let measured = stats.server_to_client_bytes as f64;
         let rel = (measured - t.server_to_client as f64).abs() / measured;
-        assert!(rel < 0.003, "{n_c} x {n_s}: {measured} vs {}", t.server_to_client);
+        assert!(
+            rel < 0.003,
+            "{n_c} x {n_s}: {measured} vs {}",
+            t.server_to_client
+        );
     }
 }
 
@@ -160,7 +177,9 @@ fn wrong_phase_and_malformed_messages() {
     bad[HEADER_LEN + 16..HEADER_LEN + 18].copy_from_slice(&16u16.to_be_bytes());
     assert!(matches!(
         server.handle(&bad),
-        Err(Error::Decode(DecodeError::InvalidParameter { what: "first column" }))
+        Err(Error::Decode(DecodeError::InvalidParameter {
+            what: "first column"
+        }))
     ));
     let ack = server.handle(&chunk1).unwrap();
     assert!(matches!(messages::decode(&ack).unwrap(), Message::Ack(_)));
@@ -174,7 +193,9 @@ fn wrong_phase_and_malformed_messages() {
     bad[HEADER_LEN] ^= 1;
     assert!(matches!(
         server.handle(&bad),
-        Err(Error::Decode(DecodeError::InvalidParameter { what: "PRF key" }))
+        Err(Error::Decode(DecodeError::InvalidParameter {
+            what: "PRF key"
+        }))
     ));
     // The first chunk again.
     assert!(server.handle(&chunk1).is_err());
@@ -184,12 +205,20 @@ fn wrong_phase_and_malformed_messages() {
         resp = server.handle(&req).unwrap();
         step = client.handle(&resp).unwrap();
     }
-    let ClientStep::Done(out) = step else { panic!() };
+    let ClientStep::Done(out) = step else {
+        panic!()
+    };
     assert_eq!(out.matches.len(), 100);
     assert!(server.is_done() && server.is_finished() && client.is_done());
     // After the end, everything is the wrong phase.
-    assert!(matches!(server.handle(&chunk2), Err(Error::WrongPhase { .. })));
-    assert!(matches!(client.handle(&resp), Err(Error::WrongPhase { .. })));
+    assert!(matches!(
+        server.handle(&chunk2),
+        Err(Error::WrongPhase { .. })
+    ));
+    assert!(matches!(
+        client.handle(&resp),
+        Err(Error::WrongPhase { .. })
+    ));
 }
 
 #[test]
@@ -240,12 +269,16 @@ fn client_rejects_bad_setup_and_outputs() {
 #[test]
 fn server_checks_the_admitted_count_and_height() {
     let mut rng = ChaCha20Rng::seed_from_u64(11);
-    let (_, hello) = Cm20Client::start(set(0..20), Cm20Config::new(Threads::ONE), &mut rng).unwrap();
+    let (_, hello) =
+        Cm20Client::start(set(0..20), Cm20Config::new(Threads::ONE), &mut rng).unwrap();
     let config = Cm20Config::new(Threads::ONE).with_expected_client_items(19);
     let mut server = Cm20Server::new(set(0..30), config, &mut rng).unwrap();
     assert!(matches!(
         server.handle(&hello),
-        Err(Error::CountMismatch { expected: 19, found: 20 })
+        Err(Error::CountMismatch {
+            expected: 19,
+            found: 20
+        })
     ));
     // A height that is not allowed (not a power of two, or too large).
     for m in [129u32, 1024, 1 << 20] {
@@ -254,7 +287,9 @@ fn server_checks_the_admitted_count_and_height() {
         assert!(
             matches!(
                 messages::check(&bad),
-                Err(DecodeError::InvalidParameter { what: "matrix height" })
+                Err(DecodeError::InvalidParameter {
+                    what: "matrix height"
+                })
             ),
             "m = {m}"
         );
