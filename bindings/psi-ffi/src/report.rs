@@ -10,6 +10,9 @@ pub enum Protocol {
     Dh,
     /// OT-PSI: far less computation, more bytes, several round trips.
     Ot,
+    /// CM20-PSI: OT-like computation with fewer bytes than OT-PSI; only against servers
+    /// that enable it (it trusts the client to follow the protocol).
+    Cm20,
 }
 
 impl From<Protocol> for psi_client::Protocol {
@@ -17,6 +20,7 @@ impl From<Protocol> for psi_client::Protocol {
         match p {
             Protocol::Dh => psi_client::Protocol::Dh,
             Protocol::Ot => psi_client::Protocol::Ot,
+            Protocol::Cm20 => psi_client::Protocol::Cm20,
         }
     }
 }
@@ -27,6 +31,7 @@ impl Protocol {
         match p {
             psi_client::Protocol::Dh => Some(Protocol::Dh),
             psi_client::Protocol::Ot => Some(Protocol::Ot),
+            psi_client::Protocol::Cm20 => Some(Protocol::Cm20),
             _ => None,
         }
     }

@@ -115,5 +115,27 @@ fn main() {
             write(t, &format!("short-{i}"), s);
         }
     }
+    // CM20-PSI: the empty input is the vector's honest run (the target asserts its
+    // matches); the vector's hello, framed, is a raw first message; short inputs as above.
+    let c = psi_fuzz::cm20();
+    let (_, hello) = psi_core::cm20::Cm20Client::start(
+        ItemSet::new(c.client_items.clone()),
+        c.client_config(),
+        &mut psi_fuzz::rng(c.client_seed),
+    )
+    .expect("client");
+    assert_eq!(
+        hex::encode(Sha256::digest(&hello)),
+        c.sha256[0],
+        "CM20-PSI hello = tests/vectors/cm20-psi-transcript.json"
+    );
+    write("wire_frame", "cm20-hello", &hello);
+    write("cm20", "honest", &[]);
+    for (i, s) in [&[0x40u8, 0, 0, 0][..], &[0xc0, 0, 0, 0, 1], &[1, 0x40, 0, 0, 0, 3, 0]]
+        .iter()
+        .enumerate()
+    {
+        write("cm20", &format!("short-{i}"), s);
+    }
     println!("seeds written");
 }

@@ -594,3 +594,64 @@ pub mod fake {
         }
     }
 }
+
+/// The CM20-PSI transcript vector (`tests/vectors/cm20-psi-transcript.json`), compiled in.
+pub const CM20_TRANSCRIPT: &str =
+    include_str!("../../../tests/vectors/cm20-psi-transcript.json");
+
+/// The CM20-PSI fixture: the transcript's items, seeds, request size and matches.
+pub struct Cm20 {
+    /// Client items.
+    pub client_items: Vec<Vec<u8>>,
+    /// Server items.
+    pub server_items: Arc<ItemSet>,
+    /// Client RNG seed.
+    pub client_seed: u64,
+    /// Server RNG seed.
+    pub server_seed: u64,
+    /// The client's request limit (several chunks).
+    pub max_request_bytes: u64,
+    /// Indices of the client items in the intersection.
+    pub matches: Vec<usize>,
+    /// SHA-256 of every message of the transcript.
+    pub sha256: Vec<String>,
+}
+
+impl Cm20 {
+    /// Client configuration: one thread, the vector's chunking.
+    pub fn client_config(&self) -> psi_core::cm20::Cm20Config {
+        psi_core::cm20::Cm20Config::new(Threads::ONE).with_max_request_bytes(self.max_request_bytes)
+    }
+
+    /// Server configuration: one thread, at most 1024 client items.
+    pub fn server_config(&self) -> psi_core::cm20::Cm20Config {
+        psi_core::cm20::Cm20Config::new(Threads::ONE).with_max_client_items(1024)
+    }
+}
+
+/// The CM20-PSI fixture, built on first use.
+pub fn cm20() -> &'static Cm20 {
+    static CM20: OnceLock<Cm20> = OnceLock::new();
+    CM20.get_or_init(|| {
+        let v: serde_json::Value = serde_json::from_str(CM20_TRANSCRIPT).expect("json");
+        Cm20 {
+            client_items: strings(&v["client_items"]),
+            server_items: Arc::new(ItemSet::new(strings(&v["server_items"]))),
+            client_seed: v["client_seed"].as_u64().expect("seed"),
+            server_seed: v["server_seed"].as_u64().expect("seed"),
+            max_request_bytes: v["max_request_bytes"].as_u64().expect("bytes"),
+            matches: v["match_indices"]
+                .as_array()
+                .expect("matches")
+                .iter()
+                .map(|m| m.as_u64().expect("index") as usize)
+                .collect(),
+            sha256: v["messages"]
+                .as_array()
+                .expect("messages")
+                .iter()
+                .map(|m| m["sha256"].as_str().expect("sha").to_string())
+                .collect(),
+        }
+    })
+}

@@ -4,6 +4,7 @@ use crate::measure::{ms, peak_heap_bytes, reset_peak_heap, thousands, timed};
 use crate::runner::{os_rng, run_dh as dh_once};
 use curve25519_dalek::ristretto::RistrettoPoint;
 use curve25519_dalek::scalar::Scalar;
+use psi_core::Protocol;
 use psi_core::dh::sizes;
 use std::time::Duration;
 
@@ -61,10 +62,115 @@ fn unit_costs() -> Result<UnitCosts, String> {
     })
 }
 
-pub fn run(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
-    run_dh(quick, thread_counts)?;
+pub fn run(quick: bool, thread_counts: &[usize], protocols: &[Protocol]) -> Result<(), String> {
+    let mut first = true;
+    for &p in protocols {
+        if !first {
+            println!();
+        }
+        first = false;
+        match p {
+            Protocol::Dh => run_dh(quick, thread_counts)?,
+            Protocol::Ot => run_ot(quick, thread_counts)?,
+            Protocol::Cm20 => run_cm20(quick, thread_counts)?,
+            _ => return Err(format!("no benchmark for {p}")),
+        }
+    }
+    Ok(())
+}
+
+/// CM20-PSI rows, each beside a KKRT16 (OT-PSI) run of the same sets made just before it
+/// in the same process, so the ratios compare like with like on a noisy machine.
+fn run_cm20(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
+    use psi_core::cm20::{self, Cm20Config};
+    use psi_core::ot::OtConfig;
+    use psi_core::{ItemSet, Threads};
+    use std::sync::Arc;
+    let mut cases: Vec<(usize, usize, usize)> = if quick {
+        vec![
+            (1 << 8, 1 << 8, 1 << 7),
+            (1 << 12, 1 << 12, 1 << 11),
+            (1000, 10_000, 100),
+        ]
+    } else {
+        vec![
+            (1 << 12, 1 << 12, 1 << 11),
+            (1 << 16, 1 << 16, 1 << 15),
+            (1 << 20, 1 << 20, 1 << 19),
+            (1000, 100_000, 100),
+            (1000, 1_000_000, 100),
+        ]
+    };
+    if let Some(n) = std::env::var("PSI_BENCH_CM20_ONLY")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        cases.retain(|c| c.0.max(c.1) == n);
+    }
+    println!("# psi bench: CM20-PSI (Chase-Miao multi-point OPRF) beside OT-PSI (KKRT16)");
     println!();
-    run_ot(quick, thread_counts)
+    println!(
+        "In one process through the real message encoding; 16 MiB requests. Each CM20 row is run right after a KKRT run of the same sets (same process, same threads): the last columns are the ratios."
+    );
+    println!();
+    println!(
+        "| n_c | n_s | threads | m | w | client ms | server ms | total ms | CPU s | round trips | bytes c->s | bytes s->c | spec bytes | bytes / spec | peak heap MB | KKRT total ms | KKRT CPU s | KKRT bytes | KKRT peak MB | time / KKRT | CPU / KKRT | bytes / KKRT |"
+    );
+    println!(
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for &(n_c, n_s, overlap) in &cases {
+        let (client, server) = sets(n_c, n_s, overlap);
+        let (client, server) = (ItemSet::new(&client), Arc::new(ItemSet::new(&server)));
+        for &t in thread_counts {
+            reset_peak_heap();
+            let kkrt = crate::runner::run_ot(&client, &server, &OtConfig::new(Threads::new(t)))?;
+            let kkrt_peak = peak_heap_bytes();
+            reset_peak_heap();
+            let r = crate::runner::run_cm20(&client, &server, &Cm20Config::new(Threads::new(t)))?;
+            let peak = peak_heap_bytes();
+            if r.matches != overlap || kkrt.matches != overlap {
+                return Err(format!(
+                    "wrong result: {} (CM20) and {} (KKRT) matches, expected {overlap}",
+                    r.matches, kkrt.matches
+                ));
+            }
+            let p = r.stats.params.ok_or("no parameters")?;
+            let spec = cm20::sizes::traffic(n_c as u64, n_s as u64);
+            let spec_total = spec.client_to_server + spec.server_to_client;
+            let total = r.stats.client_to_server_bytes + r.stats.server_to_client_bytes;
+            let kkrt_total = kkrt.stats.client_to_server_bytes + kkrt.stats.server_to_client_bytes;
+            println!(
+                "| {} | {} | {t} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {:.4} | {} | {} | {:.2} | {} | {} | {:.2} | {:.2} | {:.3} |",
+                thousands(n_c as u64),
+                thousands(n_s as u64),
+                thousands(p.height as u64),
+                p.width,
+                ms(r.side(true)),
+                ms(r.side(false)),
+                ms(r.wall),
+                r.cpu.as_secs_f64(),
+                r.stats.round_trips,
+                thousands(r.stats.client_to_server_bytes),
+                thousands(r.stats.server_to_client_bytes),
+                thousands(spec_total),
+                total as f64 / spec_total as f64,
+                mb(peak),
+                ms(kkrt.wall),
+                kkrt.cpu.as_secs_f64(),
+                thousands(kkrt_total),
+                mb(kkrt_peak),
+                r.wall.as_secs_f64() / kkrt.wall.as_secs_f64(),
+                r.cpu.as_secs_f64() / kkrt.cpu.as_secs_f64(),
+                total as f64 / kkrt_total as f64,
+            );
+        }
+    }
+    println!();
+    println!(
+        "spec bytes is docs/protocol/cm20-psi.md's formula (psi_core::cm20::sizes::traffic: exact client to server, expected Golomb-Rice payload server to client); peak heap includes both input sets."
+    );
+    Ok(())
 }
 
 fn mb(bytes: u64) -> String {

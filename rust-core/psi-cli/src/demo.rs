@@ -93,6 +93,8 @@ pub fn run(
     config.build_threads = threads;
     config.workers = threads;
     config.max_client_items = client_items.len().max(1000);
+    // CM20 is opt-in on a server (semi-honest clients only); the demo's client is ours.
+    config.enable_cm20 = matches!(choice, psi_client::ProtocolChoice::Fixed(Protocol::Cm20));
     let mut store =
         psi_server::Store::open(std::path::Path::new(":memory:")).map_err(|e| e.to_string())?;
     let labels: Vec<String> = (0..server.len()).map(|i| format!("member-{i}")).collect();
@@ -357,6 +359,35 @@ pub fn run_in_process(
             thousands(r.stats.client_to_server_bytes),
             r.stats.round_trips,
             r.stats.bins
+        );
+        println!(
+            "  bytes server -> client: {:>10}",
+            thousands(r.stats.server_to_client_bytes)
+        );
+        r.output
+    } else if protocol == Protocol::Cm20 {
+        let config = psi_core::cm20::Cm20Config::new(psi_core::Threads::new(threads));
+        let r = crate::runner::run_cm20(
+            &psi_core::ItemSet::new(&client),
+            &std::sync::Arc::new(psi_core::ItemSet::new(&server)),
+            &config,
+        )?;
+        println!("\n  phase                                          wall ms");
+        for (phase, t) in &r.steps {
+            let side = if phase.is_client() {
+                "client"
+            } else {
+                "server"
+            };
+            println!("  {side}  {:<37} {:>8}", phase.name(), ms(*t));
+        }
+        let p = r.stats.params;
+        println!(
+            "\n  bytes client -> server: {:>10}  ({} round trips, matrix {} x {})",
+            thousands(r.stats.client_to_server_bytes),
+            r.stats.round_trips,
+            p.map_or(0, |p| p.height),
+            p.map_or(0, |p| p.width)
         );
         println!(
             "  bytes server -> client: {:>10}",

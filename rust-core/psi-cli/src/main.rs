@@ -38,7 +38,7 @@ struct Cli {
     command: Command,
 }
 
-/// Parses `--protocol` (`dh`, `ot`, or the API names `dh-psi`, `ot-psi`).
+/// Parses `--protocol` (`dh`, `ot`, `cm20`, or the API names `dh-psi`, `ot-psi`, `cm20-psi`).
 fn parse_protocol(s: &str) -> Result<Protocol, String> {
     s.parse()
         .map_err(|e: psi_core::protocol::UnknownProtocol| e.to_string())
@@ -158,6 +158,9 @@ enum Command {
         /// OTs alone, in one process), this many rounds, with medians.
         #[arg(long, value_name = "ROUNDS")]
         ot_fixed_cost: Option<usize>,
+        /// Protocols to run, comma separated (`dh`, `ot`, `cm20`; default all).
+        #[arg(long, value_delimiter = ',', value_parser = parse_protocol)]
+        protocol: Vec<Protocol>,
     },
 }
 
@@ -192,7 +195,19 @@ fn main() -> ExitCode {
             ot_fixed_cost: Some(rounds),
             ..
         } => bench::run_ot_fixed_cost(rounds),
-        Command::Bench { quick, threads, .. } => bench::run(quick, &threads),
+        Command::Bench {
+            quick,
+            threads,
+            protocol,
+            ..
+        } => {
+            let protocols = if protocol.is_empty() {
+                Protocol::ALL.to_vec()
+            } else {
+                protocol
+            };
+            bench::run(quick, &threads, &protocols)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -127,3 +127,59 @@ pub fn run_ot(
         output,
     })
 }
+
+/// Results of one CM20-PSI run.
+pub struct Cm20Run {
+    /// Wall time per step kind, in first-seen order (chunks summed).
+    pub steps: Vec<(psi_core::Phase, std::time::Duration)>,
+    /// Process CPU time of the whole run.
+    pub cpu: std::time::Duration,
+    pub wall: std::time::Duration,
+    pub stats: psi_core::cm20::RunStats,
+    pub matches: usize,
+    pub output: psi_core::MatchOutput,
+}
+
+impl Cm20Run {
+    /// Total wall time of one side's steps.
+    pub fn side(&self, client: bool) -> std::time::Duration {
+        self.steps
+            .iter()
+            .filter(|(s, _)| s.is_client() == client)
+            .map(|(_, d)| *d)
+            .sum()
+    }
+}
+
+/// Runs CM20-PSI with both sides in this process, through the real message encoding,
+/// timing each step.
+pub fn run_cm20(
+    client: &ItemSet,
+    server: &std::sync::Arc<ItemSet>,
+    config: &psi_core::cm20::Cm20Config,
+) -> Result<Cm20Run, String> {
+    use std::time::Instant;
+    let mut rng = os_rng()?;
+    let mut steps: Vec<(psi_core::Phase, std::time::Duration)> = Vec::new();
+    let (result, t) = timed(|| {
+        let mut last = Instant::now();
+        psi_core::cm20::run_in_memory(client.clone(), server.clone(), config, &mut rng, |step| {
+            let now = Instant::now();
+            let d = now - last;
+            last = now;
+            match steps.iter_mut().find(|(s, _)| *s == step) {
+                Some((_, total)) => *total += d,
+                None => steps.push((step, d)),
+            }
+        })
+    });
+    let (output, stats) = result.map_err(|e| e.to_string())?;
+    Ok(Cm20Run {
+        steps,
+        cpu: t.cpu,
+        wall: t.wall,
+        stats,
+        matches: output.matches.len(),
+        output,
+    })
+}

@@ -86,6 +86,11 @@ pub struct ServeArgs {
     /// Serve DH-PSI only.
     #[arg(long)]
     no_ot: bool,
+    /// Also serve CM20-PSI (fewer bytes than OT-PSI, similar computation). Off by default:
+    /// CM20 is secure against semi-honest clients only, and a malicious client could test
+    /// any numbers it likes against the registry (docs/adr/0021-cm20-psi.md).
+    #[arg(long)]
+    enable_cm20: bool,
     /// TLS certificate chain (PEM, leaf first): serve HTTPS. Needs --tls-key.
     #[arg(long, requires = "tls_key")]
     tls_cert: Option<std::path::PathBuf>,
@@ -214,6 +219,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     }
     config.ot_idle_timeout = Duration::from_secs(args.ot_idle_timeout.max(1));
     config.enable_ot = !args.no_ot;
+    config.enable_cm20 = args.enable_cm20;
     config.header_read_timeout = Duration::from_secs(args.header_read_timeout.max(1));
     config.idle_timeout = Duration::from_secs(args.idle_timeout.max(1));
     config.max_connections = args.max_connections.max(1);

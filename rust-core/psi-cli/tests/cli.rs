@@ -112,8 +112,8 @@ fn bad_arguments_fail_with_usage() {
 }
 
 #[test]
-fn demo_in_process_runs_both_protocols() {
-    for protocol in ["dh", "ot"] {
+fn demo_in_process_runs_every_protocol() {
+    for protocol in ["dh", "ot", "cm20"] {
         let (ok, out, err) = psi(&[
             "demo",
             "--in-process",
@@ -531,4 +531,69 @@ fn match_keeps_its_measurements_in_the_cache_dir() {
     assert!(m["device"]["scalar_mult_ns"].as_f64().unwrap() > 0.0, "{m}");
     assert!(m["networks"]["lab"]["rtt"].as_f64().unwrap() > 0.0, "{m}");
     assert_eq!(m["servers"].as_object().unwrap().len(), 1);
+}
+
+/// `psi demo --protocol cm20` over loopback HTTP, and `psi serve --enable-cm20` with
+/// `psi match --protocol cm20` (refused by a server without the flag).
+#[test]
+fn cm20_demo_and_serve_match() {
+    let (ok, out, err) = psi(&[
+        "demo",
+        "--protocol",
+        "cm20",
+        "--registry-size",
+        "3000",
+        "--threads",
+        "2",
+    ]);
+    assert!(ok, "{out}\n{err}");
+    assert!(
+        out.contains("36 of 250 contacts are registered (expected 36)"),
+        "{out}"
+    );
+    assert!(out.contains("CM20-PSI"), "{out}");
+    let dir = std::env::temp_dir().join(format!("psi-cli-cm20-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    std::fs::write(
+        path("reg.csv"),
+        "alice@example.com,Alice\nbob@example.com,Bob\n",
+    )
+    .unwrap();
+    std::fs::write(
+        path("contacts.csv"),
+        "alice@example.com\ncarol@example.com\n",
+    )
+    .unwrap();
+    let db = path("r.sqlite");
+    let (ok, _, err) = psi(&["import", "--db", &db, &path("reg.csv")]);
+    assert!(ok, "{err}");
+    let plain = Served::start(&db, &[]);
+    let refused = psi(&[
+        "match",
+        "--server",
+        &plain.url,
+        "--protocol",
+        "cm20",
+        &path("contacts.csv"),
+    ]);
+    drop(plain);
+    assert!(!refused.0, "{}", refused.1);
+    assert!(refused.2.contains("unsupported"), "{}", refused.2);
+    let server = Served::start(&db, &["--enable-cm20"]);
+    let (ok, out, err) = psi(&[
+        "match",
+        "--server",
+        &server.url,
+        "--protocol",
+        "cm20",
+        "--json",
+        &path("contacts.csv"),
+    ]);
+    drop(server);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(ok, "{out}\n{err}");
+    assert!(out.contains("alice@example.com"), "{out}");
+    assert!(out.contains("cm20-psi"), "{out}");
 }

@@ -661,6 +661,7 @@ impl<'a> Run<'a> {
         match protocol {
             Protocol::Dh => self.dh(session, set),
             Protocol::Ot => self.ot(session, set),
+            Protocol::Cm20 => self.cm20(session, set),
             _ => Err(ClientError::BadInput(format!(
                 "{protocol} is not supported by this client"
             ))),
@@ -779,6 +780,46 @@ impl<'a> Run<'a> {
                     request = next;
                 }
                 ClientStep::Done(output) => {
+                    self.leave(Phase::ClientFinish, t);
+                    return Ok((output, LabelSource::Query));
+                }
+            }
+        }
+    }
+
+    /// CM20-PSI: hello, then one round per matrix chunk (sized to the server's body limit),
+    /// the outputs answering the last. Labels follow as for OT-PSI (an OPRF query over the
+    /// matches).
+    fn cm20(
+        &mut self,
+        session: &SessionCreated,
+        set: ItemSet,
+    ) -> Result<(MatchOutput, LabelSource)> {
+        use psi_core::cm20::{self, Cm20Client, Cm20Config};
+        let config = Cm20Config::new(self.client.config.threads)
+            .with_max_request_bytes(session.max_body_bytes.min(cm20::DEFAULT_MAX_REQUEST_BYTES));
+        let t = self.enter(Phase::ClientStart)?;
+        let (mut client, mut request) = Cm20Client::start(set, config, self.rng()?)?;
+        self.leave(Phase::ClientStart, t);
+        let mut first = true;
+        loop {
+            if self.stats.round_trips >= MAX_OT_ROUNDS {
+                return Err(ClientError::BadResponse("too many CM20 rounds".into()));
+            }
+            let response = self.round_trip(Route::Cm20Round, &session.session_id, request)?;
+            let phase = if first {
+                Phase::ClientSetup
+            } else {
+                Phase::ClientChunk
+            };
+            first = false;
+            let t = self.enter(phase)?;
+            match client.handle(&response)? {
+                cm20::ClientStep::Send(next) => {
+                    self.leave(phase, t);
+                    request = next;
+                }
+                cm20::ClientStep::Done(output) => {
                     self.leave(Phase::ClientFinish, t);
                     return Ok((output, LabelSource::Query));
                 }

@@ -10,6 +10,8 @@
 //! - [`dh`]: DH-PSI on the RFC 9497 OPRF over ristretto255 (fewest bytes; the server's
 //!   encoded set can be cached by clients).
 //! - [`ot`]: OT-extension PSI (KKRT16 batched OPRF with Cuckoo hashing; least computation).
+//! - [`cm20`]: CM20 PSI (Chase-Miao multi-point OPRF from OT extension; fewer bytes than
+//!   OT-PSI at similar computation; semi-honest clients).
 //! - [`labels`]: labels revealed only to holders of the item, client and server sides.
 //! - [`cost`]: the pure cost model that picks a protocol for a workload, link and
 //!   devices (docs/protocol-choice.md).
@@ -26,6 +28,7 @@
 
 #[cfg(feature = "calibrate")]
 pub mod calibrate;
+pub mod cm20;
 pub mod cost;
 pub mod dh;
 pub mod error;

@@ -17,11 +17,14 @@ pub enum Protocol {
     /// OT-extension PSI (KKRT16 batched OPRF with Cuckoo hashing): less computation,
     /// more bytes (docs/protocol/ot-psi.md).
     Ot = 0x02,
+    /// CM20 PSI (Chase-Miao lightweight multi-point OPRF from OT extension): KKRT-like
+    /// computation with fewer bytes; semi-honest clients only (docs/protocol/cm20-psi.md).
+    Cm20 = 0x03,
 }
 
 impl Protocol {
     /// Every protocol, in wire-id order.
-    pub const ALL: &'static [Protocol] = &[Protocol::Dh, Protocol::Ot];
+    pub const ALL: &'static [Protocol] = &[Protocol::Dh, Protocol::Ot, Protocol::Cm20];
 
     /// The protocol id in byte 3 of every message header.
     pub fn wire_id(self) -> u8 {
@@ -33,11 +36,12 @@ impl Protocol {
         Protocol::ALL.iter().copied().find(|p| p.wire_id() == id)
     }
 
-    /// The name in the HTTP API (`"dh-psi"`, `"ot-psi"`).
+    /// The name in the HTTP API (`"dh-psi"`, `"ot-psi"`, `"cm20-psi"`).
     pub fn api_name(self) -> &'static str {
         match self {
             Protocol::Dh => "dh-psi",
             Protocol::Ot => "ot-psi",
+            Protocol::Cm20 => "cm20-psi",
         }
     }
 
@@ -46,12 +50,19 @@ impl Protocol {
         Protocol::ALL.iter().copied().find(|p| p.api_name() == name)
     }
 
-    /// The short name used on the command line (`"dh"`, `"ot"`).
+    /// The short name used on the command line (`"dh"`, `"ot"`, `"cm20"`).
     pub fn short_name(self) -> &'static str {
         match self {
             Protocol::Dh => "dh",
             Protocol::Ot => "ot",
+            Protocol::Cm20 => "cm20",
         }
+    }
+
+    /// True for the protocols that run as client-driven rounds of OT extension (OT-PSI,
+    /// CM20-PSI): a server admits them with OT slots and runs their rounds on its OT workers.
+    pub fn runs_in_rounds(self) -> bool {
+        matches!(self, Protocol::Ot | Protocol::Cm20)
     }
 
     /// A one-line description for people.
@@ -63,23 +74,28 @@ impl Protocol {
             Protocol::Ot => {
                 "OT-PSI (KKRT16 OT extension + Cuckoo hashing): less computation, more bytes"
             }
+            Protocol::Cm20 => {
+                "CM20-PSI (Chase-Miao OPRF from OT extension): OT-like computation, fewer bytes \
+                 than OT-PSI; semi-honest clients"
+            }
         }
     }
 }
 
-/// `DH-PSI`, `OT-PSI`.
+/// `DH-PSI`, `OT-PSI`, `CM20-PSI`.
 impl fmt::Display for Protocol {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Protocol::Dh => "DH-PSI",
             Protocol::Ot => "OT-PSI",
+            Protocol::Cm20 => "CM20-PSI",
         })
     }
 }
 
 /// The protocol name was not recognised (the text is not echoed: it may be user input).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown protocol (expected one of: dh, ot, dh-psi, ot-psi)")]
+#[error("unknown protocol (expected one of: dh, ot, cm20, dh-psi, ot-psi, cm20-psi)")]
 pub struct UnknownProtocol;
 
 /// Parses the short name or the API name, case-insensitively.
@@ -132,7 +148,10 @@ mod tests {
         assert_eq!(Protocol::Dh.wire_id(), 0x01);
         assert_eq!(Protocol::Ot.wire_id(), 0x02);
         assert_eq!(Protocol::from_wire_id(0), None);
-        assert_eq!("cm20".parse::<Protocol>(), Err(UnknownProtocol));
+        assert_eq!(Protocol::Cm20.wire_id(), 0x03);
+        assert_eq!("cm20".parse::<Protocol>(), Ok(Protocol::Cm20));
+        assert_eq!("cm20-psi".parse::<Protocol>(), Ok(Protocol::Cm20));
+        assert_eq!("cm21".parse::<Protocol>(), Err(UnknownProtocol));
         assert_eq!(Protocol::Ot.to_string(), "OT-PSI");
     }
 

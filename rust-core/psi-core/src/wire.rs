@@ -4,7 +4,7 @@
 //! offset size field
 //! 0      2    magic "PS" (0x50 0x53)
 //! 2      1    wire version (1)
-//! 3      1    protocol id (crate::Protocol::wire_id: 0x01 DH-PSI, 0x02 OT-PSI)
+//! 3      1    protocol id (crate::Protocol::wire_id: 0x01 DH-PSI, 0x02 OT-PSI, 0x03 CM20-PSI)
 //! 4      1    message type (per protocol)
 //! 5      4    body length, u32 big-endian
 //! 9      ...  body

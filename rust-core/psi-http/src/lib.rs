@@ -47,6 +47,8 @@ pub enum Route {
     DhEncodedSet,
     /// `POST /v1/sessions/{id}/ot/round`: one OT-PSI round.
     OtRound,
+    /// `POST /v1/sessions/{id}/cm20/round`: one CM20-PSI round.
+    Cm20Round,
     /// `POST /v1/sessions/{id}/labels/query`: the label OPRF query (OT-PSI sessions).
     LabelQuery,
     /// `POST /v1/sessions/{id}/labels/fetch`: fetch label buckets.
@@ -62,6 +64,7 @@ impl Route {
         Route::DhQuery,
         Route::DhEncodedSet,
         Route::OtRound,
+        Route::Cm20Round,
         Route::LabelQuery,
         Route::LabelFetch,
     ];
@@ -84,6 +87,7 @@ impl Route {
             Route::DhQuery => "/v1/sessions/{id}/dh/query",
             Route::DhEncodedSet => "/v1/dh/encoded-set",
             Route::OtRound => "/v1/sessions/{id}/ot/round",
+            Route::Cm20Round => "/v1/sessions/{id}/cm20/round",
             Route::LabelQuery => "/v1/sessions/{id}/labels/query",
             Route::LabelFetch => "/v1/sessions/{id}/labels/fetch",
         }
@@ -106,7 +110,7 @@ pub const JSON: &str = "application/json";
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSession {
-    /// The protocol's API name (`psi_core::Protocol::api_name`: `"dh-psi"`, `"ot-psi"`).
+    /// The protocol's API name (`psi_core::Protocol::api_name`: `"dh-psi"`, `"ot-psi"`, `"cm20-psi"`).
     pub protocol: String,
     /// Number of distinct items the client will query (a number above the server's
     /// limit gets `too_many_items`, however large).

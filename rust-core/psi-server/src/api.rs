@@ -2,7 +2,7 @@
 //! code; nothing here panics on input, and nothing logs contact data.
 
 use crate::AppState;
-use crate::sessions::{Full, Lookup, OtRun, Phase, Session, lock};
+use crate::sessions::{Full, Lookup, OtRun, Phase, RoundServer, Session, lock};
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection};
 use axum::extract::{
@@ -14,6 +14,7 @@ use axum::middleware::{Next, from_fn, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter, on};
 use axum::{Extension, Json, Router};
+use psi_core::cm20::{Cm20Config, Cm20Server};
 use psi_core::dh::{Elements, message_type};
 use psi_core::ot::{OtConfig, OtServer};
 use psi_core::{Protocol, Threads};
@@ -139,6 +140,7 @@ fn handler(route: Route) -> MethodRouter<Arc<AppState>> {
         Route::DhQuery => on(f, dh_query),
         Route::DhEncodedSet => on(f, encoded_set),
         Route::OtRound => on(f, ot_round),
+        Route::Cm20Round => on(f, cm20_round),
         Route::LabelQuery => on(f, label_query),
         Route::LabelFetch => on(f, label_fetch),
         _ => on(f, || async {
@@ -337,7 +339,7 @@ async fn create_session(
         // serde's text can quote the request's values: never echo it.
         _ => ApiError::new(
             ErrorCode::BadRequest,
-            "invalid session request: expected {\"protocol\": \"dh-psi\"|\"ot-psi\", \"client_items\": integer}",
+            "invalid session request: expected {\"protocol\": \"dh-psi\"|\"ot-psi\"|\"cm20-psi\", \"client_items\": integer}",
         ),
     })?;
     let supported = state.protocols();
@@ -384,9 +386,10 @@ async fn create_session(
         client: client.clone(),
         epoch: registry.dh.epoch(),
         label_bits: registry.labels.bucket_bits(),
-        phase: match protocol {
-            Protocol::Ot => Phase::Busy,
-            _ => Phase::DhAwaitingQuery,
+        phase: if protocol.runs_in_rounds() {
+            Phase::Busy
+        } else {
+            Phase::DhAwaitingQuery
         },
         in_flight: 0,
         last_active: Instant::now(),
@@ -419,7 +422,10 @@ async fn create_session(
     };
     // Charged what the protocol can give: DH-PSI evaluates exactly `n` elements (the query
     // must have `n`); an OT-PSI client gets one OPRF evaluation per Cuckoo bin, at most
-    // `max_bins_for(n)` (the hello must declare `n` items; psi-core enforces both).
+    // `max_bins_for(n)` (the hello must declare `n` items; psi-core enforces both). A
+    // CM20-PSI client that follows the protocol gets one evaluation per item, `n` (the hello
+    // must declare `n`); a malicious one can get more, which is why CM20 is opt-in
+    // (docs/adr/0021-cm20-psi.md).
     let charge = match protocol {
         Protocol::Ot => u64::from(psi_core::ot::messages::max_bins_for(n)),
         _ => u64::from(n),
@@ -428,16 +434,28 @@ async fn create_session(
         state.sessions.undo_insert(&id, protocol, &client);
         return Err(rate_limited(wait));
     }
-    if let (Protocol::Ot, Some(slot)) = (protocol, slot) {
+    if let (true, Some(slot)) = (protocol.runs_in_rounds(), slot) {
         // Built here, without an await between admission and storing the state: a request
         // dropped at an await would leave the charged session busy until it expires.
         // `OtServer::new` only draws the session's randomness (one scalar multiplication);
         // the per-registry work happens at the hello, on a worker.
-        let config = OtConfig::new(Threads::ONE).with_expected_client_items(n as usize);
         let built = crate::store::os_rng()
             .map_err(|_| internal())
             .and_then(|mut rng| {
-                OtServer::new(registry.items.clone(), config, &mut rng).map_err(ApiError::from)
+                let items = registry.items.clone();
+                match protocol {
+                    Protocol::Cm20 => {
+                        let config =
+                            Cm20Config::new(Threads::ONE).with_expected_client_items(n as usize);
+                        Cm20Server::new(items, config, &mut rng).map(RoundServer::Cm20)
+                    }
+                    _ => {
+                        let config =
+                            OtConfig::new(Threads::ONE).with_expected_client_items(n as usize);
+                        OtServer::new(items, config, &mut rng).map(RoundServer::Ot)
+                    }
+                }
+                .map_err(ApiError::from)
             });
         let server = match built {
             Ok(server) => server,
@@ -677,7 +695,11 @@ async fn dh_query(
         &state,
         &s,
         |g| {
-            expect_protocol(g, Protocol::Dh, "use /ot/round")?;
+            expect_protocol(
+                g,
+                Protocol::Dh,
+                "use its round route (/ot/round, /cm20/round)",
+            )?;
             match g.phase {
                 Phase::DhAwaitingQuery | Phase::Busy => Ok(()),
                 _ => Err(wrong_phase("the session's query was already answered")),
@@ -710,19 +732,33 @@ async fn dh_query(
     .await
 }
 
-async fn ot_round(
-    S(state): AppS,
+async fn ot_round(S(state): AppS, call: SessionCall) -> Result<Response, ApiError> {
+    round(state, call, Protocol::Ot).await
+}
+
+async fn cm20_round(S(state): AppS, call: SessionCall) -> Result<Response, ApiError> {
+    round(state, call, Protocol::Cm20).await
+}
+
+/// One round of a round-based protocol (OT-PSI, CM20-PSI) on the OT worker pool.
+async fn round(
+    state: Arc<AppState>,
     SessionCall {
         session: s,
         body,
         _active,
     }: SessionCall,
+    protocol: Protocol,
 ) -> Result<Response, ApiError> {
     transition_in(
         &state.ot_workers,
         &s,
         |g| {
-            expect_protocol(g, Protocol::Ot, "use /dh/query")?;
+            expect_protocol(
+                g,
+                protocol,
+                "use the round route of the session's protocol (or /dh/query)",
+            )?;
             match g.phase {
                 Phase::OtRunning(_) | Phase::Busy => Ok(()),
                 _ => Err(wrong_phase("the session's protocol run is over")),
@@ -732,6 +768,7 @@ async fn ot_round(
             let Phase::OtRunning(mut run) = phase else {
                 return (phase, Err(internal()));
             };
+            debug_assert_eq!(run.server.protocol(), protocol);
             let result = run.server.handle(&body).map_err(ApiError::from);
             // Once the run is over (outputs sent, or failed), its state and OT slot are
             // dropped here: the slot is free for the next OT session at once, not when this

@@ -97,6 +97,11 @@ pub struct Config {
     pub build_threads: usize,
     /// Serve OT-PSI sessions (default true).
     pub enable_ot: bool,
+    /// Serve CM20-PSI sessions (default false: CM20 is secure against semi-honest clients
+    /// only; a malicious client can evaluate the OPRF on any inputs it likes and test them
+    /// against the registry offline; docs/adr/0021-cm20-psi.md). Needs `enable_ot` too
+    /// (CM20 runs share the OT slots, budget and workers).
+    pub enable_cm20: bool,
     /// Average label records per bucket a client fetches (default 32): more hides
     /// better which entries matched, at more bytes.
     pub label_bucket_size: usize,
@@ -156,6 +161,7 @@ impl Default for Config {
             ot_idle_timeout: Duration::from_secs(30),
             build_threads: cores,
             enable_ot: true,
+            enable_cm20: false,
             label_bucket_size: 32,
             header_read_timeout: Duration::from_secs(20),
             idle_timeout: Duration::from_secs(30),
@@ -417,7 +423,11 @@ impl AppState {
         psi_core::Protocol::ALL
             .iter()
             .copied()
-            .filter(|&p| p != psi_core::Protocol::Ot || self.config.enable_ot)
+            .filter(|&p| match p {
+                psi_core::Protocol::Ot => self.config.enable_ot,
+                psi_core::Protocol::Cm20 => self.config.enable_ot && self.config.enable_cm20,
+                _ => true,
+            })
             .collect()
     }
 

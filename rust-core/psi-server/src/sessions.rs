@@ -4,6 +4,7 @@
 
 use crate::limits::RateLimiter;
 use psi_core::Protocol;
+use psi_core::cm20::Cm20Server;
 use psi_core::ot::OtServer;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -30,11 +31,48 @@ pub(crate) enum Phase {
     Done,
 }
 
-/// An OT-PSI run in progress: the server state (about 90 bytes per registry entry) and
-/// the slot that counts it against the OT caps. Dropping it frees both.
+/// An OT-PSI or CM20-PSI run in progress: the server state (OT-PSI: about 90 bytes per
+/// registry entry; CM20-PSI: about `16 + w / 8`, some 95 bytes) and the slot that counts it
+/// against the OT caps. Dropping it frees both.
 pub(crate) struct OtRun {
-    pub server: OtServer,
+    pub server: RoundServer,
     pub _slot: OtSlot,
+}
+
+/// The server state machine of a round-based protocol ([`Protocol::runs_in_rounds`]).
+pub(crate) enum RoundServer {
+    Ot(OtServer),
+    Cm20(Cm20Server),
+}
+
+impl RoundServer {
+    pub(crate) fn protocol(&self) -> Protocol {
+        match self {
+            RoundServer::Ot(_) => Protocol::Ot,
+            RoundServer::Cm20(_) => Protocol::Cm20,
+        }
+    }
+
+    pub(crate) fn handle(&mut self, request: &[u8]) -> psi_core::Result<Vec<u8>> {
+        match self {
+            RoundServer::Ot(s) => s.handle(request),
+            RoundServer::Cm20(s) => s.handle(request),
+        }
+    }
+
+    pub(crate) fn is_done(&self) -> bool {
+        match self {
+            RoundServer::Ot(s) => s.is_done(),
+            RoundServer::Cm20(s) => s.is_done(),
+        }
+    }
+
+    pub(crate) fn is_finished(&self) -> bool {
+        match self {
+            RoundServer::Ot(s) => s.is_finished(),
+            RoundServer::Cm20(s) => s.is_finished(),
+        }
+    }
 }
 
 /// One admitted OT-PSI run, counted against the global and the caller's OT caps until
@@ -169,7 +207,7 @@ impl Sessions {
         if live.iter().filter(|e| e.client == session.client).count() >= self.limits.per_client {
             return Err(Full::Client);
         }
-        let slot = if session.protocol == Protocol::Ot {
+        let slot = if session.protocol.runs_in_rounds() {
             let mut ot = lock_ot(&self.ot);
             if ot.running >= self.limits.ot {
                 return Err(Full::Ot);
@@ -205,7 +243,7 @@ impl Sessions {
     /// insertion took (for a session refused after admission, e.g. by the item budget).
     pub(crate) fn undo_insert(&self, id: &str, protocol: Protocol, client: &str) {
         self.remove(id);
-        if protocol == Protocol::Ot {
+        if protocol.runs_in_rounds() {
             self.ot_budget.refund(client, 1);
         }
     }

@@ -19,7 +19,8 @@ fn contacts(overlap: &[u64], extra: usize) -> Vec<Vec<u8>> {
 }
 
 fn check(protocol: Protocol, registry: u64) {
-    let config = config("e2e");
+    let mut config = config("e2e");
+    config.enable_cm20 = protocol == Protocol::Cm20;
     fill(&config, registry, |i| i % 3 != 0);
     let server = start(config);
     let overlap: Vec<u64> = (0..40).map(|k| k * (registry / 40)).collect();
@@ -123,4 +124,9 @@ fn no_labels_when_disabled_and_empty_input_is_bad_input() {
         .match_items(vec![], Protocol::Dh, &mut |_| {}, &CancelToken::new())
         .unwrap_err();
     assert!(matches!(e, psi_client::ClientError::BadInput(_)), "{e}");
+}
+
+#[test]
+fn cm20_psi_over_http_matches_and_labels() {
+    check(Protocol::Cm20, 1000);
 }

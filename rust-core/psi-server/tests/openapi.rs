@@ -112,9 +112,11 @@ fn every_route_is_documented_and_nothing_else() {
         });
         let want = match route {
             Route::CreateSession => Some(vec![psi_http::JSON.to_string()]),
-            Route::DhQuery | Route::OtRound | Route::LabelQuery | Route::LabelFetch => {
-                Some(vec![psi_http::BINARY.to_string()])
-            }
+            Route::DhQuery
+            | Route::OtRound
+            | Route::Cm20Round
+            | Route::LabelQuery
+            | Route::LabelFetch => Some(vec![psi_http::BINARY.to_string()]),
             _ => None,
         };
         assert_eq!(body, want, "{route:?}: request body content types");
@@ -228,7 +230,7 @@ fn can_return(route: Route) -> HashSet<ErrorCode> {
     let session = route.template().contains("{id}");
     let step = matches!(
         route,
-        Route::DhQuery | Route::OtRound | Route::LabelQuery | Route::LabelFetch
+        Route::DhQuery | Route::OtRound | Route::Cm20Round | Route::LabelQuery | Route::LabelFetch
     );
     if authenticated {
         // `auth`: no or a refused token; an unreadable trusted-proxy client header.
@@ -265,7 +267,7 @@ fn can_return(route: Route) -> HashSet<ErrorCode> {
         ]),
         // Charged to the hourly budget.
         Route::LabelQuery => codes.extend([E::RateLimited]),
-        Route::DhQuery | Route::OtRound | Route::LabelFetch => {}
+        Route::DhQuery | Route::OtRound | Route::Cm20Round | Route::LabelFetch => {}
         // `X-PSI-Epoch`: not a number, or an epoch not served.
         Route::DhEncodedSet => codes.extend([E::BadRequest, E::EpochMismatch]),
         other => panic!("{other:?}: add it to docs/openapi.json and to can_return"),

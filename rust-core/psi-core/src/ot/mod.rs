@@ -22,14 +22,16 @@
 //! With one chunk the whole run is two round trips, the minimum for KKRT16 with OT
 //! extension (the matrix needs the server's base-OT reply).
 
-mod base_ot;
+// `pub(crate)`: CM20 (`crate::cm20`) reuses the base OTs, IKNP, the AES/hash helpers and
+// the bit transpose.
+pub(crate) mod base_ot;
 mod client;
 mod cuckoo;
-mod iknp;
+pub(crate) mod iknp;
 pub mod messages;
-mod prc;
+pub(crate) mod prc;
 mod server;
-mod transpose;
+pub(crate) mod transpose;
 
 pub use client::{ClientStep, OtClient};
 pub use cuckoo::{failure_bound_log2, table_size};

@@ -10,4 +10,11 @@ enum class Protocol {
 
     /** OT-PSI (KKRT16 OT extension): far less computation, more bytes, several round trips. */
     OT,
+
+    /**
+     * CM20-PSI (Chase-Miao OPRF from OT extension): OT-like computation, fewer bytes than
+     * OT-PSI. Only servers that enable it accept it (it trusts the client to follow the
+     * protocol).
+     */
+    CM20,
 }

@@ -42,11 +42,13 @@ internal fun DiscoveryConfig.toFfi(): FfiConfig {
 internal fun Protocol.toFfi() = when (this) {
     Protocol.DH -> FfiProtocol.DH
     Protocol.OT -> FfiProtocol.OT
+    Protocol.CM20 -> FfiProtocol.CM20
 }
 
 internal fun FfiProtocol.toPublic() = when (this) {
     FfiProtocol.DH -> Protocol.DH
     FfiProtocol.OT -> Protocol.OT
+    FfiProtocol.CM20 -> Protocol.CM20
 }
 
 internal fun FfiPhase.toPublic() = when (this) {

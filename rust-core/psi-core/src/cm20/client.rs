@@ -1,0 +1,381 @@
+//! The client (PSI receiver `P2`): builds the matrices `A` and `D` column by column,
+//! sends `Δ_c = PRG(seed0_c) ⊕ PRG(seed1_c) ⊕ D_c` in chunks, and matches its own OPRF
+//! values `H2(A[v(y)])` against the server's sorted list.
+
+use super::messages::{self, Chunk, Hello, MAX_ITEMS, Message, Outputs, Setup};
+use super::params::{self, Params};
+use super::prf::{self, Prf};
+use super::{Cm20Config, Match, MatchOutput, rot, session_id};
+use crate::error::{DecodeError, Error, Result};
+use crate::items::ItemSet;
+use crate::ot::base_ot::{self, BASE_OTS};
+use crate::ot::prc::{Block, Prg};
+use crate::wire;
+use rand_core::CryptoRng;
+use rayon::prelude::*;
+use zeroize::Zeroizing;
+
+/// What the client does next. Deliberately exhaustive: a driver's loop matches on it.
+#[derive(Debug)]
+pub enum ClientStep {
+    /// Send these bytes as the next request and pass the response to [`Cm20Client::handle`].
+    Send(Vec<u8>),
+    /// The run is over.
+    Done(MatchOutput),
+}
+
+/// Client side of CM20-PSI, a sans-IO state machine (the same loop as
+/// [`crate::ot::OtClient`]: one request per [`ClientStep::Send`]).
+pub struct Cm20Client {
+    items: ItemSet,
+    config: Cm20Config,
+    height: u32,
+    phase: Phase,
+}
+
+enum Phase {
+    AwaitSetup(Box<AwaitSetup>),
+    AwaitAck(Box<Sending>),
+    AwaitOutputs(Box<Sending>),
+    Done,
+    Failed,
+}
+
+impl Phase {
+    fn name(&self) -> &'static str {
+        match self {
+            Phase::AwaitSetup(_) => "client awaiting setup",
+            Phase::AwaitAck(_) => "client awaiting chunk ack",
+            Phase::AwaitOutputs(_) => "client awaiting outputs",
+            Phase::Done => "client done",
+            Phase::Failed => "client failed",
+        }
+    }
+}
+
+struct AwaitSetup {
+    nonce: [u8; 32],
+    receiver: base_ot::Receiver,
+    delta: Zeroizing<Vec<u8>>,
+    prf_key: Zeroizing<Block>,
+}
+
+/// State while the matrix is being sent; everything derived from the items is zeroized.
+struct Sending {
+    sid: [u8; 32],
+    params: Params,
+    prf_key: Zeroizing<Block>,
+    prf: Prf,
+    seeds: Zeroizing<Vec<[Block; 2]>>,
+    z: Zeroizing<Vec<Block>>,
+    /// The client's lookups `A_c[v_c(y)]`, one row per column (see `prf::outputs`).
+    acc: Zeroizing<Vec<u8>>,
+    chunk_columns: usize,
+    next_column: usize,
+}
+
+impl std::fmt::Debug for Cm20Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cm20Client")
+            .field("items", &self.items)
+            .field("phase", &self.phase.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cm20Client {
+    /// Starts a run: draws the client's randomness and returns the first request (hello).
+    pub fn start<R: CryptoRng + ?Sized>(
+        items: ItemSet,
+        config: Cm20Config,
+        rng: &mut R,
+    ) -> Result<(Cm20Client, Vec<u8>)> {
+        let n = items.len();
+        if n > MAX_ITEMS as usize {
+            return Err(Error::InputTooLarge {
+                what: "client items",
+                value: n as u64,
+                limit: MAX_ITEMS as u64,
+            });
+        }
+        let height = config.height.unwrap_or_else(|| params::height(n as u64));
+        if !messages::height_allowed(n as u32, height) {
+            return Err(Error::InputTooLarge {
+                what: "matrix height",
+                value: height as u64,
+                limit: messages::MAX_HEIGHT as u64,
+            });
+        }
+        let mut nonce = [0u8; 32];
+        rng.fill_bytes(&mut nonce);
+        let mut delta_bytes = Zeroizing::new([0u8; BASE_OTS / 8]);
+        rng.fill_bytes(delta_bytes.as_mut());
+        let delta: Zeroizing<Vec<u8>> = Zeroizing::new(
+            (0..BASE_OTS)
+                .map(|i| (delta_bytes[i / 8] >> (i % 8)) & 1)
+                .collect(),
+        );
+        let mut prf_key = Zeroizing::new([0u8; 16]);
+        rng.fill_bytes(prf_key.as_mut());
+        let (receiver, base_ot) = base_ot::Receiver::start(&delta, &nonce, rng, config.threads)?;
+        let hello = Hello {
+            client_nonce: nonce,
+            client_items: n as u32,
+            height,
+            base_ot,
+        };
+        let client = Cm20Client {
+            items,
+            config,
+            height,
+            phase: Phase::AwaitSetup(Box::new(AwaitSetup {
+                nonce,
+                receiver,
+                delta,
+                prf_key,
+            })),
+        };
+        Ok((client, hello.encode()))
+    }
+
+    /// Handles a server response; returns the next request or the result.
+    ///
+    /// A malformed response or one that does not fit the current phase is an error and
+    /// leaves the client as it was.
+    pub fn handle(&mut self, response: &[u8]) -> Result<ClientStep> {
+        let msg = messages::decode(response)?;
+        match (&mut self.phase, msg) {
+            (Phase::AwaitSetup(_), Message::Setup(setup)) => self.on_setup(setup),
+            (Phase::AwaitAck(st), Message::Ack(ack)) => {
+                if ack.next_column as usize != st.next_column {
+                    return Err(DecodeError::InvalidParameter {
+                        what: "next column",
+                    }
+                    .into());
+                }
+                self.next_chunk()
+            }
+            (Phase::AwaitOutputs(st), Message::Outputs(out)) => {
+                if out.output_bits as u32 != st.params.output_bits {
+                    return Err(DecodeError::InvalidParameter {
+                        what: "output bits",
+                    }
+                    .into());
+                }
+                if out.server_items != st.params.server_items {
+                    return Err(Error::CountMismatch {
+                        expected: st.params.server_items as u64,
+                        found: out.server_items as u64,
+                    });
+                }
+                self.finish(out)
+            }
+            (phase, msg) => Err(Error::WrongPhase {
+                phase: phase.name(),
+                message: msg.message_type(),
+            }),
+        }
+    }
+
+    /// The matrix height `m` of this run.
+    pub fn height(&self) -> u32 {
+        self.height
+    }
+
+    /// The run's parameters, once the setup has arrived.
+    pub fn params(&self) -> Option<Params> {
+        match &self.phase {
+            Phase::AwaitAck(s) | Phase::AwaitOutputs(s) => Some(s.params),
+            _ => None,
+        }
+    }
+
+    /// True once [`ClientStep::Done`] has been returned.
+    pub fn is_done(&self) -> bool {
+        matches!(self.phase, Phase::Done)
+    }
+
+    fn on_setup(&mut self, setup: Setup) -> Result<ClientStep> {
+        let n_c = self.items.len() as u32;
+        let Some(width) = params::width(n_c as u64, setup.server_items as u64, self.height) else {
+            return Err(DecodeError::InvalidParameter {
+                what: "matrix width",
+            }
+            .into());
+        };
+        // A server may ask for a wider matrix (it only costs the client bytes), never a
+        // narrower one: the width is what makes non-members' values pseudorandom.
+        if (setup.width as u32) < width {
+            return Err(DecodeError::InvalidParameter {
+                what: "matrix width",
+            }
+            .into());
+        }
+        let p = Params {
+            client_items: n_c,
+            server_items: setup.server_items,
+            height: self.height,
+            width: setup.width as u32,
+            output_bits: params::output_bits(n_c as u64, setup.server_items as u64),
+        };
+        if setup.output_bits as u32 != p.output_bits {
+            return Err(DecodeError::InvalidParameter {
+                what: "output bits",
+            }
+            .into());
+        }
+        let Phase::AwaitSetup(st) = &self.phase else {
+            unreachable!("checked by caller")
+        };
+        let base_keys = self
+            .config
+            .threads
+            .install(|| st.receiver.finish(&st.nonce, &setup.sender_point))??;
+        let Phase::AwaitSetup(st) = std::mem::replace(&mut self.phase, Phase::Failed) else {
+            unreachable!("checked above")
+        };
+        let sid = session_id(&st.nonce, &setup.server_nonce, &p);
+        let w = p.width as usize;
+        let seeds = rot::sender(&sid, &base_keys, &st.delta, &setup.iknp_u, w);
+        let prf = Prf::new(&st.prf_key, p.prf_blocks(), params::index_bits(p.height));
+        let items = &self.items;
+        let z = self.config.threads.install(|| prf.inputs(items.items()))?;
+        let n = self.items.len();
+        let st = Sending {
+            sid,
+            params: p,
+            prf_key: st.prf_key,
+            prf,
+            seeds,
+            z,
+            acc: Zeroizing::new(vec![0u8; prf::acc_rows(w) * prf::acc_bytes(n)]),
+            chunk_columns: self.config.chunk_columns(p.column_bytes()),
+            next_column: 0,
+        };
+        self.phase = Phase::AwaitAck(Box::new(st));
+        self.next_chunk()
+    }
+
+    /// Builds the next chunk (the phase is `AwaitAck` on entry).
+    fn next_chunk(&mut self) -> Result<ClientStep> {
+        let Phase::AwaitAck(st) = &mut self.phase else {
+            unreachable!("checked by caller")
+        };
+        let msg = self.config.threads.install(|| st.chunk())?;
+        if st.next_column == st.params.width as usize {
+            let Phase::AwaitAck(st) = std::mem::replace(&mut self.phase, Phase::Failed) else {
+                unreachable!()
+            };
+            self.phase = Phase::AwaitOutputs(st);
+        }
+        Ok(ClientStep::Send(msg))
+    }
+
+    fn finish(&mut self, out: Outputs<'_>) -> Result<ClientStep> {
+        let Phase::AwaitOutputs(st) = &self.phase else {
+            unreachable!("checked by caller")
+        };
+        let n = self.items.len();
+        let p = st.params;
+        let mut mine: Zeroizing<Vec<(u128, u32)>> = {
+            let values = self
+                .config
+                .threads
+                .install(|| prf::outputs(&st.sid, &st.acc, n, p.width as usize, p.output_bits))?;
+            Zeroizing::new(
+                values
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &v)| (v, i as u32))
+                    .collect(),
+            )
+        };
+        self.config.threads.install(|| mine.par_sort_unstable())?;
+        // Merge the two sorted lists; the server's is checked value by value as it streams.
+        let mut matched = Vec::new();
+        let mut values = out.values();
+        let mut k = 0;
+        while let Some(v) = values.next_value()? {
+            while k < mine.len() && mine[k].0 < v {
+                k += 1;
+            }
+            let mut j = k;
+            while j < mine.len() && mine[j].0 == v {
+                matched.push(mine[j].1 as usize);
+                j += 1;
+            }
+        }
+        matched.sort_unstable();
+        matched.dedup();
+        let matches = matched
+            .iter()
+            .map(|&x| Match {
+                index: self.items.original_index(x),
+                item: self.items.items()[x].clone(),
+            })
+            .collect();
+        let output = MatchOutput {
+            matches,
+            client_items: n,
+            duplicates: self.items.duplicates(),
+            server_items: p.server_items,
+        };
+        self.phase = Phase::Done;
+        Ok(ClientStep::Done(output))
+    }
+}
+
+impl Sending {
+    /// Columns `next_column ..` as one chunk message; records the client's lookups.
+    fn chunk(&mut self) -> Vec<u8> {
+        let w = self.params.width as usize;
+        let cb = self.params.column_bytes();
+        let c0 = self.next_column;
+        let count = self.chunk_columns.min(w - c0);
+        let mut a = Zeroizing::new(vec![0u8; count * cb]);
+        a.par_chunks_mut(cb)
+            .zip(&self.seeds[c0..c0 + count])
+            .for_each(|(col, s)| Prg::new(&s[0]).fill(0, col));
+        let mut msg = Chunk::begin(&self.prf_key, c0 as u16, count as u16, cb);
+        let body = msg.len();
+        msg.resize(body + count * cb, 0xff); // D starts as all ones
+        let ab = prf::acc_bytes(self.z.len());
+        prf::lookup(
+            &self.prf,
+            &self.z,
+            c0,
+            count,
+            cb,
+            &a,
+            &mut self.acc[c0 * ab..(c0 + count) * ab],
+            ab,
+            Some(&mut msg[body..]),
+        );
+        // Δ_c = A_c ⊕ PRG(seed1_c) ⊕ D_c.
+        msg[body..]
+            .par_chunks_mut(cb)
+            .zip(a.par_chunks(cb))
+            .zip(&self.seeds[c0..c0 + count])
+            .for_each(|((d, a), s)| {
+                let mut b = Zeroizing::new(vec![0u8; cb]);
+                Prg::new(&s[1]).fill(0, &mut b);
+                for ((d, a), b) in d.iter_mut().zip(a).zip(b.iter()) {
+                    *d ^= a ^ b;
+                }
+            });
+        self.next_column = c0 + count;
+        wire::finish(msg)
+    }
+}
+
+#[cfg(test)]
+impl Cm20Client {
+    /// Test hook: the client's `A` column `c` and `D` column `c` are not kept; this returns
+    /// the seeds of OT `c`.
+    pub(crate) fn test_seeds(&self, c: usize) -> [Block; 2] {
+        match &self.phase {
+            Phase::AwaitAck(s) | Phase::AwaitOutputs(s) => s.seeds[c],
+            _ => panic!("no seeds yet"),
+        }
+    }
+}

@@ -1,0 +1,357 @@
+//! CM20-PSI wire messages (protocol id 0x03), byte by byte in `docs/protocol/cm20-psi.md`.
+//!
+//! All integers are big-endian. Every decoder checks exact lengths and hard limits and
+//! returns a [`DecodeError`]; none panics on any input.
+
+use super::params::{self, MAX_WIDTH, MIN_HEIGHT};
+use super::rot;
+use crate::error::DecodeError;
+use crate::golomb::{self, MAX_RICE_BITS};
+use crate::ot::base_ot::{BASE_OTS, RECEIVER_MSG_LEN};
+use crate::protocol::Protocol;
+use crate::wire::{self, Reader};
+
+/// Message types (byte 4 of the frame header).
+pub mod message_type {
+    /// Client → server: set size, matrix height, the base-OT receiver messages.
+    pub const HELLO: u8 = 0x01;
+    /// Server → client: set size, matrix width, base-OT sender point, IKNP matrices.
+    pub const SETUP: u8 = 0x02;
+    /// Client → server: the PRF key and a run of matrix columns.
+    pub const MATRIX_CHUNK: u8 = 0x03;
+    /// Server → client: chunk received, send the next one.
+    pub const CHUNK_ACK: u8 = 0x04;
+    /// Server → client: the server's OPRF values, sorted and Golomb-Rice coded.
+    pub const OUTPUTS: u8 = 0x05;
+}
+
+/// The parameter suite byte: λ = 128, σ = 40, d = 128, 128 MR19 base OTs over
+/// ristretto255 extended by IKNP, AES-128 for `F`, SHA-256 for `H1` and `H2`.
+pub const SUITE: u8 = 0x01;
+/// Most items either side may have (2^24).
+pub const MAX_ITEMS: u32 = 1 << 24;
+/// Largest matrix height: 4 times the default for the largest client set.
+pub const MAX_HEIGHT: u32 = 1 << 26;
+/// Bytes of a matrix chunk's fixed fields (PRF key, first column, column count).
+pub const CHUNK_FIELDS_LEN: usize = 16 + 2 + 2;
+/// Bytes of the outputs message's fixed fields.
+pub const OUTPUTS_FIELDS_LEN: usize = 1 + 4 + 1 + 4;
+/// Body length of a hello message.
+pub const HELLO_BODY_LEN: usize = 1 + 32 + 4 + 4 + 2 + BASE_OTS * RECEIVER_MSG_LEN;
+/// Body length of a setup message for width `w`.
+pub fn setup_body_len(width: usize) -> usize {
+    1 + 32 + 4 + 2 + 1 + 32 + rot::u_len(width)
+}
+
+/// The heights a server accepts for `n_c` client items: powers of two from the default
+/// [`params::height`]`(n_c)` to four times it (never above [`MAX_HEIGHT`]).
+pub fn height_allowed(client_items: u32, height: u32) -> bool {
+    let def = params::height(client_items as u64);
+    height.is_power_of_two()
+        && height >= MIN_HEIGHT
+        && height >= def
+        && height as u64 <= (def as u64 * 4).min(MAX_HEIGHT as u64)
+}
+
+/// A decoded message.
+#[derive(Debug)]
+pub(crate) enum Message<'a> {
+    Hello(Hello),
+    Setup(Setup),
+    Chunk(Chunk<'a>),
+    Ack(Ack),
+    Outputs(Outputs<'a>),
+}
+
+impl Message<'_> {
+    pub(crate) fn message_type(&self) -> u8 {
+        match self {
+            Message::Hello(_) => message_type::HELLO,
+            Message::Setup(_) => message_type::SETUP,
+            Message::Chunk(_) => message_type::MATRIX_CHUNK,
+            Message::Ack(_) => message_type::CHUNK_ACK,
+            Message::Outputs(_) => message_type::OUTPUTS,
+        }
+    }
+}
+
+/// Decodes any CM20-PSI message.
+pub(crate) fn decode(bytes: &[u8]) -> Result<Message<'_>, DecodeError> {
+    let frame = wire::parse_frame(bytes, Protocol::Cm20)?;
+    let mut r = Reader::new(frame.body);
+    let msg = match frame.message_type {
+        message_type::HELLO => Message::Hello(Hello::read(&mut r)?),
+        message_type::SETUP => Message::Setup(Setup::read(&mut r)?),
+        message_type::MATRIX_CHUNK => Message::Chunk(Chunk::read(&mut r)?),
+        message_type::CHUNK_ACK => Message::Ack(Ack {
+            next_column: u16::from_be_bytes(array::<2>(&mut r)?),
+        }),
+        message_type::OUTPUTS => Message::Outputs(Outputs::read(&mut r)?),
+        t => return Err(DecodeError::UnknownMessageType(t)),
+    };
+    r.end()?;
+    Ok(msg)
+}
+
+/// Checks that `bytes` decode as a CM20-PSI message (for fuzzing and drivers' sanity checks).
+pub fn check(bytes: &[u8]) -> Result<u8, DecodeError> {
+    decode(bytes).map(|m| m.message_type())
+}
+
+fn array<const N: usize>(r: &mut Reader<'_>) -> Result<[u8; N], DecodeError> {
+    Ok(r.take(N)?.try_into().expect("length checked"))
+}
+
+fn suite(r: &mut Reader<'_>) -> Result<(), DecodeError> {
+    match r.u8()? {
+        SUITE => Ok(()),
+        _ => Err(DecodeError::InvalidParameter { what: "suite" }),
+    }
+}
+
+fn limit(what: &'static str, value: u64, limit: u64) -> Result<(), DecodeError> {
+    if value > limit {
+        return Err(DecodeError::LimitExceeded { what, value, limit });
+    }
+    Ok(())
+}
+
+/// Message 0x01.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Hello {
+    pub(crate) client_nonce: [u8; 32],
+    pub(crate) client_items: u32,
+    pub(crate) height: u32,
+    pub(crate) base_ot: Vec<[u8; RECEIVER_MSG_LEN]>,
+}
+
+impl Hello {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut out = wire::begin(Protocol::Cm20, message_type::HELLO, HELLO_BODY_LEN);
+        out.push(SUITE);
+        out.extend_from_slice(&self.client_nonce);
+        out.extend_from_slice(&self.client_items.to_be_bytes());
+        out.extend_from_slice(&self.height.to_be_bytes());
+        out.extend_from_slice(&(self.base_ot.len() as u16).to_be_bytes());
+        for m in &self.base_ot {
+            out.extend_from_slice(m);
+        }
+        wire::finish(out)
+    }
+
+    fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        suite(r)?;
+        let client_nonce = array::<32>(r)?;
+        let client_items = r.u32()?;
+        limit("client items", client_items as u64, MAX_ITEMS as u64)?;
+        let height = r.u32()?;
+        limit("matrix height", height as u64, MAX_HEIGHT as u64)?;
+        if !height_allowed(client_items, height) {
+            return Err(DecodeError::InvalidParameter {
+                what: "matrix height",
+            });
+        }
+        let count = u16::from_be_bytes(array::<2>(r)?);
+        if count as usize != BASE_OTS {
+            return Err(DecodeError::InvalidParameter {
+                what: "base OT count",
+            });
+        }
+        let mut base_ot = Vec::with_capacity(BASE_OTS);
+        for _ in 0..BASE_OTS {
+            base_ot.push(array::<RECEIVER_MSG_LEN>(r)?);
+        }
+        Ok(Hello {
+            client_nonce,
+            client_items,
+            height,
+            base_ot,
+        })
+    }
+}
+
+/// Message 0x02.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Setup {
+    pub(crate) server_nonce: [u8; 32],
+    pub(crate) server_items: u32,
+    pub(crate) width: u16,
+    pub(crate) output_bits: u8,
+    pub(crate) sender_point: [u8; 32],
+    pub(crate) iknp_u: Vec<u8>,
+}
+
+impl Setup {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let body = setup_body_len(self.width as usize);
+        let mut out = wire::begin(Protocol::Cm20, message_type::SETUP, body);
+        out.push(SUITE);
+        out.extend_from_slice(&self.server_nonce);
+        out.extend_from_slice(&self.server_items.to_be_bytes());
+        out.extend_from_slice(&self.width.to_be_bytes());
+        out.push(self.output_bits);
+        out.extend_from_slice(&self.sender_point);
+        out.extend_from_slice(&self.iknp_u);
+        wire::finish(out)
+    }
+
+    fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        suite(r)?;
+        let server_nonce = array::<32>(r)?;
+        let server_items = r.u32()?;
+        limit("server items", server_items as u64, MAX_ITEMS as u64)?;
+        let width = u16::from_be_bytes(array::<2>(r)?);
+        limit("matrix width", width as u64, MAX_WIDTH as u64)?;
+        if (width as u32) < params::MIN_WEIGHT {
+            return Err(DecodeError::InvalidParameter {
+                what: "matrix width",
+            });
+        }
+        let output_bits = r.u8()?;
+        if !(40..=128).contains(&output_bits) {
+            return Err(DecodeError::InvalidParameter {
+                what: "output bits",
+            });
+        }
+        let sender_point = array::<32>(r)?;
+        let iknp_u = r.take(rot::u_len(width as usize))?.to_vec();
+        Ok(Setup {
+            server_nonce,
+            server_items,
+            width,
+            output_bits,
+            sender_point,
+            iknp_u,
+        })
+    }
+}
+
+/// Message 0x03; `columns` borrows the request bytes (`column_count · m / 8` bytes, checked
+/// by the server, which knows `m`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Chunk<'a> {
+    pub(crate) prf_key: [u8; 16],
+    pub(crate) first_column: u16,
+    pub(crate) column_count: u16,
+    pub(crate) columns: &'a [u8],
+}
+
+impl Chunk<'_> {
+    /// Starts a chunk message; the caller appends the columns and calls `wire::finish`.
+    pub(crate) fn begin(prf_key: &[u8; 16], first: u16, count: u16, col_bytes: usize) -> Vec<u8> {
+        let body = CHUNK_FIELDS_LEN + count as usize * col_bytes;
+        let mut out = wire::begin(Protocol::Cm20, message_type::MATRIX_CHUNK, body);
+        out.extend_from_slice(prf_key);
+        out.extend_from_slice(&first.to_be_bytes());
+        out.extend_from_slice(&count.to_be_bytes());
+        out
+    }
+
+    fn read<'a>(r: &mut Reader<'a>) -> Result<Chunk<'a>, DecodeError> {
+        let prf_key = array::<16>(r)?;
+        let first_column = u16::from_be_bytes(array::<2>(r)?);
+        let column_count = u16::from_be_bytes(array::<2>(r)?);
+        limit("chunk columns", column_count as u64, MAX_WIDTH as u64)?;
+        if column_count == 0 {
+            return Err(DecodeError::InvalidParameter {
+                what: "chunk columns",
+            });
+        }
+        let n = r.remaining();
+        if !n.is_multiple_of(column_count as usize) {
+            return Err(DecodeError::LengthMismatch {
+                what: "matrix chunk",
+                declared: n as u64,
+                actual: column_count as u64,
+            });
+        }
+        let columns = r.take(n)?;
+        Ok(Chunk {
+            prf_key,
+            first_column,
+            column_count,
+            columns,
+        })
+    }
+}
+
+/// Message 0x04.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ack {
+    pub(crate) next_column: u16,
+}
+
+impl Ack {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut out = wire::begin(Protocol::Cm20, message_type::CHUNK_ACK, 2);
+        out.extend_from_slice(&self.next_column.to_be_bytes());
+        wire::finish(out)
+    }
+}
+
+/// Message 0x05; `data` borrows the response bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Outputs<'a> {
+    pub(crate) output_bits: u8,
+    pub(crate) server_items: u32,
+    pub(crate) rice_bits: u8,
+    pub(crate) data: &'a [u8],
+}
+
+impl<'a> Outputs<'a> {
+    pub(crate) fn encode(
+        output_bits: u8,
+        server_items: u32,
+        rice_bits: u8,
+        data: &[u8],
+    ) -> Vec<u8> {
+        let body = OUTPUTS_FIELDS_LEN + data.len();
+        let mut out = wire::begin(Protocol::Cm20, message_type::OUTPUTS, body);
+        out.push(output_bits);
+        out.extend_from_slice(&server_items.to_be_bytes());
+        out.push(rice_bits);
+        out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        out.extend_from_slice(data);
+        wire::finish(out)
+    }
+
+    fn read(r: &mut Reader<'a>) -> Result<Outputs<'a>, DecodeError> {
+        let output_bits = r.u8()?;
+        if !(40..=128).contains(&output_bits) {
+            return Err(DecodeError::InvalidParameter {
+                what: "output bits",
+            });
+        }
+        let server_items = r.u32()?;
+        limit("server items", server_items as u64, MAX_ITEMS as u64)?;
+        let rice_bits = r.u8()?;
+        if rice_bits > output_bits.min(MAX_RICE_BITS) {
+            return Err(DecodeError::InvalidParameter { what: "rice bits" });
+        }
+        let len = r.u32()? as usize;
+        if r.remaining() != len {
+            return Err(DecodeError::LengthMismatch {
+                what: "coded outputs",
+                declared: len as u64,
+                actual: r.remaining() as u64,
+            });
+        }
+        let data = r.take(len)?;
+        Ok(Outputs {
+            output_bits,
+            server_items,
+            rice_bits,
+            data,
+        })
+    }
+
+    /// The sorted values, checked as they stream.
+    pub(crate) fn values(&self) -> golomb::Decoder<'a> {
+        golomb::Decoder::new(
+            self.data,
+            self.server_items as u64,
+            self.output_bits,
+            self.rice_bits,
+        )
+    }
+}

@@ -1,0 +1,304 @@
+//! The server (PSI sender `P1`): answers the base OTs and the IKNP extension with its
+//! choice bits `s`, rebuilds `C_c = PRG(seed_c) ⊕ s_c · Δ_c` column by column as chunks
+//! arrive, looks each of its items up once, and sends `H2(C[v(x)])` of every item sorted and
+//! Golomb-Rice coded.
+
+use super::messages::{self, Ack, Chunk, Hello, MAX_ITEMS, Message, Outputs, Setup};
+use super::params::{self, Params};
+use super::prf::{self, Prf};
+use super::{Cm20Config, rot, session_id};
+use crate::error::{DecodeError, Error, Result};
+use crate::items::ItemSet;
+use crate::ot::base_ot;
+use crate::ot::prc::{Block, Prg, Row};
+use rand_core::CryptoRng;
+use rayon::prelude::*;
+use std::sync::Arc;
+use zeroize::Zeroizing;
+
+/// Server side of CM20-PSI, a sans-IO state machine for one client session.
+pub struct Cm20Server {
+    items: Arc<ItemSet>,
+    config: Cm20Config,
+    phase: Phase,
+}
+
+enum Phase {
+    AwaitHello(Box<Fresh>),
+    AwaitChunk(Box<Evaluating>),
+    Done,
+    Failed,
+}
+
+impl Phase {
+    fn name(&self) -> &'static str {
+        match self {
+            Phase::AwaitHello(_) => "server awaiting hello",
+            Phase::AwaitChunk(_) => "server awaiting matrix chunk",
+            Phase::Done => "server done",
+            Phase::Failed => "server failed",
+        }
+    }
+}
+
+struct Fresh {
+    nonce: [u8; 32],
+    sender: base_ot::Sender,
+    /// The choice bits `s`, one 512-bit row per IKNP instance (enough for `MAX_WIDTH`).
+    s: Zeroizing<Vec<Row>>,
+}
+
+struct Evaluating {
+    sid: [u8; 32],
+    params: Params,
+    s: Zeroizing<Vec<Row>>,
+    seeds: Zeroizing<Vec<Block>>,
+    /// The PRF key and `F`'s inputs, from the first chunk on.
+    prf: Option<(Zeroizing<Block>, Prf, Zeroizing<Vec<Block>>)>,
+    acc: Zeroizing<Vec<u8>>,
+    next_column: usize,
+}
+
+impl std::fmt::Debug for Cm20Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cm20Server")
+            .field("items", &self.items)
+            .field("phase", &self.phase.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cm20Server {
+    /// A fresh session over the server's set; draws all of the session's randomness now.
+    pub fn new<R: CryptoRng + ?Sized>(
+        items: impl Into<Arc<ItemSet>>,
+        config: Cm20Config,
+        rng: &mut R,
+    ) -> Result<Cm20Server> {
+        let items = items.into();
+        if items.len() > MAX_ITEMS as usize {
+            return Err(Error::InputTooLarge {
+                what: "server items",
+                value: items.len() as u64,
+                limit: MAX_ITEMS as u64,
+            });
+        }
+        let mut nonce = [0u8; 32];
+        rng.fill_bytes(&mut nonce);
+        let sender = base_ot::Sender::new(rng);
+        let mut s = Zeroizing::new(vec![[0u8; 64]; rot::instances(params::MAX_WIDTH as usize)]);
+        for row in s.iter_mut() {
+            rng.fill_bytes(row);
+        }
+        Ok(Cm20Server {
+            items,
+            config,
+            phase: Phase::AwaitHello(Box::new(Fresh { nonce, sender, s })),
+        })
+    }
+
+    /// Handles one client request and returns the response to send back.
+    ///
+    /// A malformed request or one that does not fit the current phase is an error and
+    /// leaves the session as it was.
+    pub fn handle(&mut self, request: &[u8]) -> Result<Vec<u8>> {
+        let msg = messages::decode(request)?;
+        match (&self.phase, msg) {
+            (Phase::AwaitHello(_), Message::Hello(hello)) => self.on_hello(hello),
+            (Phase::AwaitChunk(_), Message::Chunk(chunk)) => self.on_chunk(chunk),
+            (phase, msg) => Err(Error::WrongPhase {
+                phase: phase.name(),
+                message: msg.message_type(),
+            }),
+        }
+    }
+
+    /// True once the outputs have been sent.
+    pub fn is_done(&self) -> bool {
+        matches!(self.phase, Phase::Done)
+    }
+
+    /// True once the run is over, successfully or not: no further message is accepted.
+    pub fn is_finished(&self) -> bool {
+        matches!(self.phase, Phase::Done | Phase::Failed)
+    }
+
+    /// The run's parameters, once the hello has been answered.
+    pub fn params(&self) -> Option<Params> {
+        match &self.phase {
+            Phase::AwaitChunk(e) => Some(e.params),
+            _ => None,
+        }
+    }
+
+    fn on_hello(&mut self, hello: Hello) -> Result<Vec<u8>> {
+        if let Some(expected) = self.config.expected_client_items
+            && hello.client_items as usize != expected
+        {
+            return Err(Error::CountMismatch {
+                expected: expected as u64,
+                found: hello.client_items as u64,
+            });
+        }
+        if hello.client_items as usize > self.config.max_client_items {
+            return Err(DecodeError::LimitExceeded {
+                what: "client items",
+                value: hello.client_items as u64,
+                limit: self.config.max_client_items as u64,
+            }
+            .into());
+        }
+        let n_s = self.items.len() as u32;
+        let width = params::width(hello.client_items as u64, n_s as u64, hello.height).ok_or(
+            DecodeError::InvalidParameter {
+                what: "matrix height",
+            },
+        )?;
+        let p = Params {
+            client_items: hello.client_items,
+            server_items: n_s,
+            height: hello.height,
+            width,
+            output_bits: params::output_bits(hello.client_items as u64, n_s as u64),
+        };
+        let Phase::AwaitHello(fresh) = &self.phase else {
+            unreachable!("checked by caller")
+        };
+        let keys = self
+            .config
+            .threads
+            .install(|| fresh.sender.keys(&hello.client_nonce, &hello.base_ot))??;
+        let Phase::AwaitHello(fresh) = std::mem::replace(&mut self.phase, Phase::Failed) else {
+            unreachable!("checked above")
+        };
+        let sid = session_id(&hello.client_nonce, &fresh.nonce, &p);
+        let w = width as usize;
+        let mut s = fresh.s;
+        s.truncate(rot::instances(w));
+        let (u, seeds) = rot::receiver(&sid, &keys, &s, w);
+        let setup = Setup {
+            server_nonce: fresh.nonce,
+            server_items: n_s,
+            width: width as u16,
+            output_bits: p.output_bits as u8,
+            sender_point: fresh.sender.point(),
+            iknp_u: u,
+        };
+        self.phase = Phase::AwaitChunk(Box::new(Evaluating {
+            sid,
+            params: p,
+            s,
+            seeds,
+            prf: None,
+            acc: Zeroizing::new(Vec::new()),
+            next_column: 0,
+        }));
+        Ok(setup.encode())
+    }
+
+    fn on_chunk(&mut self, chunk: Chunk<'_>) -> Result<Vec<u8>> {
+        let Phase::AwaitChunk(ev) = &mut self.phase else {
+            unreachable!("checked by caller")
+        };
+        let p = ev.params;
+        let w = p.width as usize;
+        let cb = p.column_bytes();
+        let c0 = chunk.first_column as usize;
+        let count = chunk.column_count as usize;
+        if c0 != ev.next_column {
+            return Err(DecodeError::InvalidParameter {
+                what: "first column",
+            }
+            .into());
+        }
+        if c0 + count > w || (c0 + count < w && !count.is_multiple_of(prf::GROUP)) {
+            return Err(DecodeError::InvalidParameter {
+                what: "chunk columns",
+            }
+            .into());
+        }
+        if chunk.columns.len() != count * cb {
+            return Err(DecodeError::LengthMismatch {
+                what: "matrix chunk",
+                declared: chunk.columns.len() as u64,
+                actual: (count * cb) as u64,
+            }
+            .into());
+        }
+        let items = &self.items;
+        let threads = self.config.threads;
+        match &ev.prf {
+            Some((key, _, _)) => {
+                if **key != chunk.prf_key {
+                    return Err(DecodeError::InvalidParameter { what: "PRF key" }.into());
+                }
+            }
+            None => {
+                let prf = Prf::new(&chunk.prf_key, p.prf_blocks(), params::index_bits(p.height));
+                let z = threads.install(|| prf.inputs(items.items()))?;
+                ev.acc = Zeroizing::new(vec![0u8; prf::acc_rows(w) * prf::acc_bytes(items.len())]);
+                ev.prf = Some((Zeroizing::new(chunk.prf_key), prf, z));
+            }
+        }
+        let Some((_, prf, z)) = &ev.prf else {
+            unreachable!("set above")
+        };
+        let ab = prf::acc_bytes(items.len());
+        threads.install(|| {
+            // C_c = PRG(seed_c) ⊕ s_c · Δ_c, constant time in s_c.
+            let mut c = Zeroizing::new(vec![0u8; count * cb]);
+            c.par_chunks_mut(cb)
+                .zip(chunk.columns.par_chunks(cb))
+                .enumerate()
+                .for_each(|(k, (col, delta))| {
+                    Prg::new(&ev.seeds[c0 + k]).fill(0, col);
+                    let mask = 0u8.wrapping_sub(rot::choice_bit(&ev.s, c0 + k));
+                    for (x, d) in col.iter_mut().zip(delta) {
+                        *x ^= d & mask;
+                    }
+                });
+            prf::lookup(
+                prf,
+                z,
+                c0,
+                count,
+                cb,
+                &c,
+                &mut ev.acc[c0 * ab..(c0 + count) * ab],
+                ab,
+                None,
+            );
+        })?;
+        ev.next_column = c0 + count;
+        if ev.next_column < w {
+            return Ok(Ack {
+                next_column: ev.next_column as u16,
+            }
+            .encode());
+        }
+        let Phase::AwaitChunk(ev) = std::mem::replace(&mut self.phase, Phase::Done) else {
+            unreachable!("checked above")
+        };
+        let n_s = self.items.len();
+        let (l2, k, data) = threads.install(|| {
+            let mut values = prf::outputs(&ev.sid, &ev.acc, n_s, w, p.output_bits);
+            // Sorted: the position of a value says nothing about which item it belongs to.
+            values.par_sort_unstable();
+            let l2 = p.output_bits as u8;
+            let k = crate::golomb::best_rice_bits(&values, l2);
+            (l2, k, crate::golomb::encode(&values, l2, k))
+        })?;
+        Ok(Outputs::encode(l2, n_s as u32, k, &data))
+    }
+}
+
+#[cfg(test)]
+impl Cm20Server {
+    /// Test hook: the choice rows `s` and the server's seeds.
+    pub(crate) fn test_choices(&self) -> (Vec<Row>, Vec<Block>) {
+        match &self.phase {
+            Phase::AwaitChunk(e) => (e.s.to_vec(), e.seeds.to_vec()),
+            _ => panic!("no seeds yet"),
+        }
+    }
+}

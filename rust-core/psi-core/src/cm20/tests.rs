@@ -1,0 +1,308 @@
+//! Unit tests of the CM20 state machines (property tests against a plain intersection are
+//! in `psi-core/tests/cm20_psi.rs`).
+
+use super::messages::{self, Message};
+use super::*;
+use crate::error::{DecodeError, Error};
+use crate::wire::HEADER_LEN;
+use rand_chacha::ChaCha20Rng;
+use rand_core::SeedableRng;
+
+fn set(range: std::ops::Range<u32>) -> ItemSet {
+    ItemSet::new(range.map(|i| format!("+1555{i:07}")))
+}
+
+fn run(c: ItemSet, s: ItemSet, config: &Cm20Config, seed: u64) -> (MatchOutput, RunStats) {
+    let mut rng = ChaCha20Rng::seed_from_u64(seed);
+    run_in_memory(c, s, config, &mut rng, |_| {}).unwrap()
+}
+
+#[test]
+fn finds_the_intersection() {
+    let (out, stats) = run(
+        set(0..300),
+        set(200..5000),
+        &Cm20Config::new(Threads::ONE),
+        1,
+    );
+    let idx: Vec<usize> = out.matches.iter().map(|m| m.index).collect();
+    assert_eq!(idx, (200..300).collect::<Vec<_>>());
+    assert_eq!(out.server_items, 4800);
+    assert_eq!(stats.round_trips, 2);
+}
+
+#[test]
+fn many_chunks_give_the_same_result() {
+    // 1,000 client items: m = 1024, 128-byte columns; 16 columns (2 KiB) per chunk.
+    let config = Cm20Config::new(Threads::new(2)).with_max_request_bytes(2048 + 29);
+    let (out, stats) = run(set(0..1000), set(500..1500), &config, 2);
+    assert_eq!(out.matches.len(), 500);
+    let w = stats.params.unwrap().width as usize;
+    assert_eq!(stats.round_trips, 1 + w.div_ceil(16));
+    let t = sizes::traffic_with(1000, 1000, &config);
+    assert_eq!(t.round_trips as usize, stats.round_trips);
+    assert_eq!(t.client_to_server, stats.client_to_server_bytes);
+}
+
+#[test]
+fn larger_height_works() {
+    let config = Cm20Config::new(Threads::ONE).with_height(1024);
+    let (out, stats) = run(set(0..200), set(100..400), &config, 3);
+    assert_eq!(out.matches.len(), 100);
+    assert_eq!(stats.params.unwrap().height, 1024);
+}
+
+#[test]
+fn empty_sets() {
+    let config = Cm20Config::new(Threads::ONE);
+    assert!(run(set(0..0), set(0..10), &config, 4).0.matches.is_empty());
+    assert!(run(set(0..10), set(0..0), &config, 5).0.matches.is_empty());
+    assert!(run(set(0..0), set(0..0), &config, 6).0.matches.is_empty());
+}
+
+/// The measured bytes equal the analytic function: exactly client to server, and within the
+/// spread of the Golomb-Rice payload server to client.
+#[test]
+fn bytes_match_the_analytic_formula() {
+    for (n_c, n_s) in [(1000u32, 20_000u32), (3000, 3000), (100, 50_000)] {
+        let (_, stats) = run(
+            set(0..n_c),
+            set(0..n_s),
+            &Cm20Config::new(Threads::new(2)),
+            7,
+        );
+        let t = sizes::traffic(n_c as u64, n_s as u64);
+        assert_eq!(
+            t.client_to_server, stats.client_to_server_bytes,
+            "{n_c} x {n_s}"
+        );
+        assert_eq!(t.round_trips as usize, stats.round_trips);
+        let measured = stats.server_to_client_bytes as f64;
+        let rel = (measured - t.server_to_client as f64).abs() / measured;
+        assert!(
+            rel < 0.003,
+            "{n_c} x {n_s}: {measured} vs {}",
+            t.server_to_client
+        );
+    }
+}
+
+/// The OPRF relation on the columns the server rebuilds: `C_c = A_c` where `s_c = 0` and
+/// `A_c ⊕ D_c` where `s_c = 1`, with the client's items at zeros of `D`.
+#[test]
+fn server_columns_satisfy_the_relation() {
+    let mut rng = ChaCha20Rng::seed_from_u64(8);
+    let config = Cm20Config::new(Threads::ONE);
+    let (mut client, hello) = Cm20Client::start(set(0..50), config.clone(), &mut rng).unwrap();
+    let mut server = Cm20Server::new(set(0..10), config, &mut rng).unwrap();
+    let setup = server.handle(&hello).unwrap();
+    let ClientStep::Send(chunk) = client.handle(&setup).unwrap() else {
+        panic!()
+    };
+    let p = client.params().unwrap();
+    let cb = p.column_bytes();
+    let cols = &chunk[HEADER_LEN + messages::CHUNK_FIELDS_LEN..];
+    assert_eq!(cols.len(), p.width as usize * cb);
+    let (s, seeds) = server.test_choices();
+    let mut ones_where_s = 0;
+    for c in 0..p.width as usize {
+        let sc = rot::choice_bit(&s, c);
+        let seeds_c = client.test_seeds(c);
+        assert_eq!(seeds[c], seeds_c[sc as usize]);
+        let mut a = vec![0u8; cb];
+        crate::ot::prc::Prg::new(&seeds_c[0]).fill(0, &mut a);
+        let mut b = vec![0u8; cb];
+        crate::ot::prc::Prg::new(&seeds_c[1]).fill(0, &mut b);
+        // D_c = Δ_c ⊕ A_c ⊕ PRG(seed1): 50 items clear at most 50 of 128 bits.
+        let zeros: u32 = (0..cb)
+            .map(|i| (!(cols[c * cb + i] ^ a[i] ^ b[i])).count_ones())
+            .sum();
+        assert!((1..=50).contains(&zeros), "column {c}: {zeros} zeros");
+        ones_where_s += sc as usize;
+    }
+    assert!(ones_where_s > 0 && ones_where_s < p.width as usize);
+}
+
+#[test]
+fn wrong_phase_and_malformed_messages() {
+    let mut rng = ChaCha20Rng::seed_from_u64(9);
+    let config = Cm20Config::new(Threads::ONE).with_max_request_bytes(2048 + 29);
+    let (mut client, hello) = Cm20Client::start(set(0..1000), config.clone(), &mut rng).unwrap();
+    let mut server = Cm20Server::new(set(0..100), config.clone(), &mut rng).unwrap();
+    // Every truncation of the hello is an error, and the server still takes the hello.
+    for n in [0, 5, 9, 100, hello.len() - 1] {
+        assert!(server.handle(&hello[..n]).is_err());
+    }
+    let mut long = hello.clone();
+    long.push(0);
+    assert!(matches!(
+        server.handle(&long),
+        Err(Error::Decode(DecodeError::TrailingBytes { .. }))
+    ));
+    // A message of another protocol.
+    let mut other = hello.clone();
+    other[3] = 0x02;
+    assert!(matches!(
+        server.handle(&other),
+        Err(Error::Decode(DecodeError::WrongProtocol { .. }))
+    ));
+    let setup = server.handle(&hello).unwrap();
+    // The hello again: wrong phase.
+    assert!(matches!(
+        server.handle(&hello),
+        Err(Error::WrongPhase { message: 0x01, .. })
+    ));
+    // The client gets its own hello back: wrong phase.
+    assert!(matches!(
+        client.handle(&hello),
+        Err(Error::WrongPhase { message: 0x01, .. })
+    ));
+    let ClientStep::Send(chunk1) = client.handle(&setup).unwrap() else {
+        panic!()
+    };
+    // The setup again: wrong phase, and the client goes on.
+    assert!(matches!(
+        client.handle(&setup),
+        Err(Error::WrongPhase { message: 0x02, .. })
+    ));
+    // A chunk with a different column count (length mismatch for the server's m).
+    let mut bad = chunk1.clone();
+    bad.truncate(bad.len() - 128);
+    let len = (bad.len() - HEADER_LEN) as u32;
+    bad[5..9].copy_from_slice(&len.to_be_bytes());
+    bad[HEADER_LEN + 18..HEADER_LEN + 20].copy_from_slice(&15u16.to_be_bytes());
+    assert!(server.handle(&bad).is_err());
+    // A chunk that starts at the wrong column.
+    let mut bad = chunk1.clone();
+    bad[HEADER_LEN + 16..HEADER_LEN + 18].copy_from_slice(&16u16.to_be_bytes());
+    assert!(matches!(
+        server.handle(&bad),
+        Err(Error::Decode(DecodeError::InvalidParameter {
+            what: "first column"
+        }))
+    ));
+    let ack = server.handle(&chunk1).unwrap();
+    assert!(matches!(messages::decode(&ack).unwrap(), Message::Ack(_)));
+    let ClientStep::Send(chunk2) = client.handle(&ack).unwrap() else {
+        panic!()
+    };
+    // The same ack again: next column no longer matches.
+    assert!(client.handle(&ack).is_err());
+    // A later chunk with another PRF key.
+    let mut bad = chunk2.clone();
+    bad[HEADER_LEN] ^= 1;
+    assert!(matches!(
+        server.handle(&bad),
+        Err(Error::Decode(DecodeError::InvalidParameter {
+            what: "PRF key"
+        }))
+    ));
+    // The first chunk again.
+    assert!(server.handle(&chunk1).is_err());
+    let mut resp = server.handle(&chunk2).unwrap();
+    let mut step = client.handle(&resp).unwrap();
+    while let ClientStep::Send(req) = step {
+        resp = server.handle(&req).unwrap();
+        step = client.handle(&resp).unwrap();
+    }
+    let ClientStep::Done(out) = step else {
+        panic!()
+    };
+    assert_eq!(out.matches.len(), 100);
+    assert!(server.is_done() && server.is_finished() && client.is_done());
+    // After the end, everything is the wrong phase.
+    assert!(matches!(
+        server.handle(&chunk2),
+        Err(Error::WrongPhase { .. })
+    ));
+    assert!(matches!(
+        client.handle(&resp),
+        Err(Error::WrongPhase { .. })
+    ));
+}
+
+#[test]
+fn client_rejects_bad_setup_and_outputs() {
+    let mut rng = ChaCha20Rng::seed_from_u64(10);
+    let config = Cm20Config::new(Threads::ONE);
+    let (mut client, hello) = Cm20Client::start(set(0..20), config.clone(), &mut rng).unwrap();
+    let mut server = Cm20Server::new(set(0..30), config.clone(), &mut rng).unwrap();
+    let setup = server.handle(&hello).unwrap();
+    // A narrower matrix than the parameters require.
+    let mut bad = setup.clone();
+    let w = u16::from_be_bytes([bad[HEADER_LEN + 37], bad[HEADER_LEN + 38]]);
+    bad[HEADER_LEN + 37..HEADER_LEN + 39].copy_from_slice(&(w - 1).to_be_bytes());
+    assert!(client.handle(&bad).is_err());
+    // Wrong output length.
+    let mut bad = setup.clone();
+    bad[HEADER_LEN + 39] += 1;
+    assert!(client.handle(&bad).is_err());
+    // Every truncation.
+    for n in (0..setup.len()).step_by(97) {
+        assert!(client.handle(&setup[..n]).is_err());
+    }
+    let ClientStep::Send(chunk) = client.handle(&setup).unwrap() else {
+        panic!()
+    };
+    let out = server.handle(&chunk).unwrap();
+    // Corrupted coded values: a set with trailing garbage is a typed error.
+    let mut bad = out.clone();
+    bad.push(0xff);
+    let len = (bad.len() - HEADER_LEN) as u32;
+    bad[5..9].copy_from_slice(&len.to_be_bytes());
+    let dl = u32::from_be_bytes(bad[HEADER_LEN + 6..HEADER_LEN + 10].try_into().unwrap()) + 1;
+    bad[HEADER_LEN + 6..HEADER_LEN + 10].copy_from_slice(&dl.to_be_bytes());
+    assert!(matches!(
+        client.handle(&bad),
+        Err(Error::Decode(DecodeError::MalformedSet(_)))
+    ));
+    // Another server count.
+    let mut bad = out.clone();
+    bad[HEADER_LEN + 4] ^= 1;
+    assert!(client.handle(&bad).is_err());
+    let ClientStep::Done(o) = client.handle(&out).unwrap() else {
+        panic!()
+    };
+    assert_eq!(o.matches.len(), 20);
+}
+
+#[test]
+fn server_checks_the_admitted_count_and_height() {
+    let mut rng = ChaCha20Rng::seed_from_u64(11);
+    let (_, hello) =
+        Cm20Client::start(set(0..20), Cm20Config::new(Threads::ONE), &mut rng).unwrap();
+    let config = Cm20Config::new(Threads::ONE).with_expected_client_items(19);
+    let mut server = Cm20Server::new(set(0..30), config, &mut rng).unwrap();
+    assert!(matches!(
+        server.handle(&hello),
+        Err(Error::CountMismatch {
+            expected: 19,
+            found: 20
+        })
+    ));
+    // A height that is not allowed (not a power of two, or too large).
+    for m in [129u32, 1024, 1 << 20] {
+        let mut bad = hello.clone();
+        bad[HEADER_LEN + 37..HEADER_LEN + 41].copy_from_slice(&m.to_be_bytes());
+        assert!(
+            matches!(
+                messages::check(&bad),
+                Err(DecodeError::InvalidParameter {
+                    what: "matrix height"
+                })
+            ),
+            "m = {m}"
+        );
+    }
+    // 512 = 4 x 128 is the largest allowed for 20 items.
+    let mut ok = hello.clone();
+    ok[HEADER_LEN + 37..HEADER_LEN + 41].copy_from_slice(&512u32.to_be_bytes());
+    assert!(messages::check(&ok).is_ok());
+    // Too many items declared.
+    let mut bad = hello.clone();
+    bad[HEADER_LEN + 33..HEADER_LEN + 37].copy_from_slice(&(messages::MAX_ITEMS + 1).to_be_bytes());
+    assert!(matches!(
+        messages::check(&bad),
+        Err(DecodeError::LimitExceeded { .. })
+    ));
+}
