@@ -68,22 +68,3 @@ if ! need python3 || ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
   apt_install "python3 with venv is needed for the API fuzz test (ci/schemathesis.sh)." python3 python3-venv
 fi
 # --- end schemathesis
-# --- field tests (ci/field.sh, docs/field-tests.md): ip/tc (iproute2), curl, python3, and
-# Toxiproxy built with Go from the Go module proxy into the cargo target directory (cached).
-if ! need ip || ! need tc || ! need curl; then
-  apt_install "iproute2 and curl are needed for the field tests (ci/field.sh)." iproute2 curl
-fi
-toxiproxy_version="2.5.0"
-PSI_TOXIPROXY="${CARGO_TARGET_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/rust-core/target}/field-tools/toxiproxy-$toxiproxy_version/server"
-export PSI_TOXIPROXY
-if [ ! -x "$PSI_TOXIPROXY" ]; then
-  go_bin="$(command -v go || true)"
-  [ -z "$go_bin" ] && [ -x /usr/local/go/bin/go ] && go_bin=/usr/local/go/bin/go
-  if [ -z "$go_bin" ]; then
-    apt_install "Go is needed to build Toxiproxy for the field tests (ci/field.sh)." golang-go
-    go_bin="$(command -v go)"
-  fi
-  GOBIN="$(dirname "$PSI_TOXIPROXY")" GOFLAGS=-mod=mod "$go_bin" install \
-    "github.com/Shopify/toxiproxy/v2/cmd/server@v$toxiproxy_version"
-fi
-# --- end field tests

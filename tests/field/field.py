@@ -379,6 +379,18 @@ def accepted_protocols(psi):
     return out
 
 
+_SERVE_EXTRA = {}
+
+
+def serve_extra_flags(psi):
+    """CM20-PSI is opt-in on a server (ADR 0021: semi-honest clients only); the harness's
+    client is ours, so it is enabled where the binary has the flag."""
+    if psi not in _SERVE_EXTRA:
+        text = sh(psi, "serve", "--help").stdout
+        _SERVE_EXTRA[psi] = ["--enable-cm20"] if "--enable-cm20" in text else []
+    return _SERVE_EXTRA[psi]
+
+
 def short(name):
     return str(name).lower().removesuffix("-psi") if name is not None else None
 
@@ -514,7 +526,8 @@ class Server:
             "--max-client-items", str(max_client_items(w)), "--items-per-hour", "0",
             "--ot-sessions-per-hour", "0", "--max-ot-sessions-per-client", "8",
             "--request-timeout", "900", "--session-ttl", "900", "--rotate-every", "off",
-            "--max-body-bytes", str(64 << 20)], log_path=log_path, stdout=subprocess.PIPE)
+            "--max-body-bytes", str(64 << 20)] + serve_extra_flags(psi),
+            log_path=log_path, stdout=subprocess.PIPE)
         line = ""
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -809,6 +822,9 @@ def cmd_check(a):
             problems.append(f"calibration {name}: RTT {m['rtt_ms']:.1f} ms, configured {m['expected_rtt_ms']:.1f}")
     if not doc["runs"]:
         problems.append("no runs")
+    # A run skipped for the time budget is a run the smoke test did not check.
+    for sk in doc.get("skipped", []):
+        problems.append(f"skipped {sk.get('cell')} {sk.get('protocol', '(every protocol)')}: {sk.get('reason')}")
     for r in doc["runs"]:
         tag = f"{r['cell']} {r['protocol']}"
         if not r["ok"]:

@@ -9,18 +9,22 @@ use serde_json::{Value, json};
 pub enum ProtocolArg {
     /// `auto`.
     Auto,
-    /// `dh`, `ot`, `dh-psi`, `ot-psi`.
+    /// `dh`, `ot`, `cm20` or their API names.
     Fixed(psi_core::Protocol),
 }
 
-/// Parses `--protocol`: `auto` or a protocol (`dh`, `ot`, `dh-psi`, `ot-psi`).
+/// Parses `--protocol`: `auto` or a protocol (`dh`, `ot`, `cm20`, or `dh-psi`, `ot-psi`,
+/// `cm20-psi`).
 pub fn parse_arg(s: &str) -> Result<ProtocolArg, String> {
     if s.trim().eq_ignore_ascii_case("auto") {
         return Ok(ProtocolArg::Auto);
     }
     crate::parse_protocol(s)
         .map(ProtocolArg::Fixed)
-        .map_err(|_| "unknown protocol (expected one of: auto, dh, ot, dh-psi, ot-psi)".into())
+        .map_err(|_| {
+            "unknown protocol (expected one of: auto, dh, ot, cm20, dh-psi, ot-psi, cm20-psi)"
+                .into()
+        })
 }
 
 /// The choice `--protocol` and `--policy` make.

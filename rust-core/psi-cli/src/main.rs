@@ -108,7 +108,7 @@ enum Command {
     /// Run a contact discovery on an embedded sample over HTTP on loopback (no setup).
     Demo {
         /// Protocol: auto (predicted best for this machine, docs/protocol-choice.md),
-        /// dh (DH-PSI) or ot (OT-PSI).
+        /// dh (DH-PSI), ot (OT-PSI) or cm20 (CM20-PSI; auto does not consider it yet).
         #[arg(long, default_value = "auto", value_parser = choice::parse_arg)]
         protocol: choice::ProtocolArg,
         /// With --protocol auto: fastest, or fewest-bytes.
@@ -156,7 +156,7 @@ enum Command {
         threads: Vec<usize>,
         /// Only the fixed cost of a balanced 2^10 OT-PSI run (over loopback TCP, the base
         /// OTs alone, in one process), this many rounds, with medians.
-        #[arg(long, value_name = "ROUNDS")]
+        #[arg(long, value_name = "ROUNDS", conflicts_with_all = ["quick", "protocol"])]
         ot_fixed_cost: Option<usize>,
         /// Protocols to run, comma separated (`dh`, `ot`, `cm20`; default all).
         #[arg(long, value_delimiter = ',', value_parser = parse_protocol)]

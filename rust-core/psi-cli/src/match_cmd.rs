@@ -26,7 +26,8 @@ pub struct MatchArgs {
     #[arg(long, default_value = "US")]
     region: String,
     /// Protocol: auto (the one predicted best for this device, network and server:
-    /// docs/protocol-choice.md), dh (DH-PSI) or ot (OT-PSI).
+    /// docs/protocol-choice.md), dh (DH-PSI), ot (OT-PSI) or cm20 (CM20-PSI, on servers
+    /// started with --enable-cm20; auto does not consider it yet).
     #[arg(long, default_value = "auto", value_parser = crate::choice::parse_arg)]
     protocol: crate::choice::ProtocolArg,
     /// With --protocol auto: fastest, or fewest-bytes (metered or constrained networks).

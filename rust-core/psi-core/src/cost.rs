@@ -40,6 +40,12 @@ pub const DEFAULT_BUCKET_ENTRIES: u64 = 32;
 /// Base OTs of an OT-PSI run (Masny-Rindal, docs/protocol/ot-psi.md).
 const BASE_OTS: f64 = 128.0;
 
+/// Largest item count the model takes (2^32): larger counts, e.g. from a server's
+/// health, are read as this.
+pub const MAX_MODEL_ITEMS: u64 = 1 << 32;
+/// Largest byte count the model takes from its inputs (2^40).
+pub const MAX_MODEL_BYTES: u64 = 1 << 40;
+
 /// What a run will do.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
@@ -67,7 +73,12 @@ pub struct Workload {
 impl Workload {
     /// `n_c` items against `n_s`, labels on, no cached set, the server's default
     /// limits (10,000 items, 8 MiB bodies).
+    /// Counts above [`MAX_MODEL_ITEMS`] are read as that bound (the counts may come from a
+    /// server's health; no protocol here takes more, and it keeps the byte sums far from
+    /// overflow).
     pub fn new(client_items: u64, server_items: u64) -> Self {
+        let client_items = client_items.min(MAX_MODEL_ITEMS);
+        let server_items = server_items.min(MAX_MODEL_ITEMS);
         Workload {
             client_items,
             server_items,
@@ -91,15 +102,15 @@ impl Workload {
     }
     /// Sets the server's limits.
     pub fn with_limits(mut self, max_client_items: u64, max_body_bytes: u64) -> Self {
-        self.max_client_items = max_client_items.max(1);
-        self.max_body_bytes = max_body_bytes;
+        self.max_client_items = max_client_items.clamp(1, MAX_MODEL_ITEMS);
+        self.max_body_bytes = max_body_bytes.min(MAX_MODEL_BYTES);
         self
     }
     /// Sets the label layout: bucket bits and the bytes of all records, as the server
     /// advertises them.
     pub fn with_label_layout(mut self, bits: Option<u8>, record_bytes: Option<u64>) -> Self {
-        self.label_bucket_bits = bits;
-        self.label_record_bytes = record_bytes;
+        self.label_bucket_bits = bits.map(|b| b.min(32));
+        self.label_record_bytes = record_bytes.map(|r| r.min(MAX_MODEL_BYTES));
         self
     }
 }
@@ -744,6 +755,22 @@ mod tests {
         assert!((30.0..150.0).contains(&ratio), "{ratio}");
         let bytes = ot.bytes() as f64 / dh.bytes() as f64;
         assert!((1.3..1.8).contains(&bytes), "{bytes}");
+    }
+
+    #[test]
+    fn absurd_counts_from_a_server_are_bounded_not_overflowed() {
+        // A server's health could claim any registry size or label layout: the model
+        // bounds them instead of overflowing (a panic in debug builds, a wrong choice in
+        // release).
+        let w = Workload::new(u64::MAX, u64::MAX)
+            .with_limits(u64::MAX, u64::MAX)
+            .with_label_layout(Some(u8::MAX), Some(u64::MAX));
+        assert_eq!(w.server_items, MAX_MODEL_ITEMS);
+        for &p in Protocol::ALL {
+            if let Some(pred) = predict(p, &w, &inputs(Link::mbit(20.0, 10.0, 10.0))) {
+                assert!(pred.total().is_finite() && pred.bytes_down > 0, "{p}");
+            }
+        }
     }
 
     #[test]
