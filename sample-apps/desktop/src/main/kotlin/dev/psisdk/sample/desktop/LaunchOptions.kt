@@ -72,7 +72,8 @@ data class LaunchOptions(
                         protocol = when (value().lowercase(Locale.ROOT)) {
                             "dh", "dh-psi" -> Protocol.DH
                             "ot", "ot-psi" -> Protocol.OT
-                            else -> throw IllegalArgumentException("--protocol is dh or ot")
+                            "cm20", "cm20-psi" -> Protocol.CM20
+                            else -> throw IllegalArgumentException("--protocol is dh, ot or cm20")
                         },
                     )
                     "--auto-match" -> options.copy(autoMatch = true)

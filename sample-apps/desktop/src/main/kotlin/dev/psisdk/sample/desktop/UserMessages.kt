@@ -70,6 +70,7 @@ object UserMessages {
     fun protocolName(protocol: Protocol) = when (protocol) {
         Protocol.DH -> "DH-PSI"
         Protocol.OT -> "OT-PSI"
+        Protocol.CM20 -> "CM20-PSI"
     }
 
     /** The status line after a run. */
