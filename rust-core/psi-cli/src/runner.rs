@@ -78,11 +78,7 @@ pub struct OtRun {
 impl OtRun {
     /// Total wall time of one side's steps.
     pub fn side(&self, client: bool) -> std::time::Duration {
-        self.steps
-            .iter()
-            .filter(|(s, _)| s.is_client() == client)
-            .map(|(_, d)| *d)
-            .sum()
+        side_total(&self.steps, client)
     }
 
     /// Wall time of one step kind.
@@ -102,20 +98,9 @@ pub fn run_ot(
     server: &std::sync::Arc<ItemSet>,
     config: &psi_core::ot::OtConfig,
 ) -> Result<OtRun, String> {
-    use std::time::Instant;
     let mut rng = os_rng()?;
-    let mut steps: Vec<(psi_core::Phase, std::time::Duration)> = Vec::new();
-    let (result, t) = timed(|| {
-        let mut last = Instant::now();
-        psi_core::ot::run_in_memory(client.clone(), server.clone(), config, &mut rng, |step| {
-            let now = Instant::now();
-            let d = now - last;
-            last = now;
-            match steps.iter_mut().find(|(s, _)| *s == step) {
-                Some((_, total)) => *total += d,
-                None => steps.push((step, d)),
-            }
-        })
+    let (result, steps, t) = timed_steps(|on_step| {
+        psi_core::ot::run_in_memory(client.clone(), server.clone(), config, &mut rng, on_step)
     });
     let (output, stats) = result.map_err(|e| e.to_string())?;
     Ok(OtRun {
@@ -143,11 +128,7 @@ pub struct Cm20Run {
 impl Cm20Run {
     /// Total wall time of one side's steps.
     pub fn side(&self, client: bool) -> std::time::Duration {
-        self.steps
-            .iter()
-            .filter(|(s, _)| s.is_client() == client)
-            .map(|(_, d)| *d)
-            .sum()
+        side_total(&self.steps, client)
     }
 }
 
@@ -158,20 +139,9 @@ pub fn run_cm20(
     server: &std::sync::Arc<ItemSet>,
     config: &psi_core::cm20::Cm20Config,
 ) -> Result<Cm20Run, String> {
-    use std::time::Instant;
     let mut rng = os_rng()?;
-    let mut steps: Vec<(psi_core::Phase, std::time::Duration)> = Vec::new();
-    let (result, t) = timed(|| {
-        let mut last = Instant::now();
-        psi_core::cm20::run_in_memory(client.clone(), server.clone(), config, &mut rng, |step| {
-            let now = Instant::now();
-            let d = now - last;
-            last = now;
-            match steps.iter_mut().find(|(s, _)| *s == step) {
-                Some((_, total)) => *total += d,
-                None => steps.push((step, d)),
-            }
-        })
+    let (result, steps, t) = timed_steps(|on_step| {
+        psi_core::cm20::run_in_memory(client.clone(), server.clone(), config, &mut rng, on_step)
     });
     let (output, stats) = result.map_err(|e| e.to_string())?;
     Ok(Cm20Run {
@@ -182,4 +152,38 @@ pub fn run_cm20(
         matches: output.matches.len(),
         output,
     })
+}
+
+/// Total wall time of one side's steps.
+fn side_total(
+    steps: &[(psi_core::Phase, std::time::Duration)],
+    client: bool,
+) -> std::time::Duration {
+    steps
+        .iter()
+        .filter(|(s, _)| s.is_client() == client)
+        .map(|(_, d)| *d)
+        .sum()
+}
+
+/// Runs `run`, giving it a callback to call at the end of each step; returns its result,
+/// the wall time per step kind in first-seen order (repeated steps summed) and the
+/// whole run's timing.
+fn timed_steps<R>(
+    run: impl FnOnce(&mut dyn FnMut(psi_core::Phase)) -> R,
+) -> (R, Vec<(psi_core::Phase, std::time::Duration)>, Timing) {
+    let mut steps: Vec<(psi_core::Phase, std::time::Duration)> = Vec::new();
+    let (result, t) = timed(|| {
+        let mut last = std::time::Instant::now();
+        run(&mut |step| {
+            let now = std::time::Instant::now();
+            let d = now - last;
+            last = now;
+            match steps.iter_mut().find(|(s, _)| *s == step) {
+                Some((_, total)) => *total += d,
+                None => steps.push((step, d)),
+            }
+        })
+    });
+    (result, steps, t)
 }
