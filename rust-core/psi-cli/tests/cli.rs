@@ -175,11 +175,10 @@ fn import_reports_rejected_lines_of_crlf_files() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// `--token-file` keeps the token out of the process list: the server reads its tokens from
-/// a file, the client its token from another, and a wrong token is refused.
-#[test]
-fn tokens_come_from_files() {
-    let dir = std::env::temp_dir().join(format!("psi-cli-token-file-{}", std::process::id()));
+/// A fresh scratch directory `psi-cli-NAME-PID` with `reg.csv` (alice and bob, labeled),
+/// `contacts.csv` (alice and carol) and `r.sqlite` imported from `reg.csv`.
+fn two_entry_registry(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("psi-cli-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
@@ -193,6 +192,17 @@ fn tokens_come_from_files() {
         "alice@example.com\ncarol@example.com\n",
     )
     .unwrap();
+    let (ok, _, err) = psi(&["import", "--db", &path("r.sqlite"), &path("reg.csv")]);
+    assert!(ok, "{err}");
+    dir
+}
+
+/// `--token-file` keeps the token out of the process list: the server reads its tokens from
+/// a file, the client its token from another, and a wrong token is refused.
+#[test]
+fn tokens_come_from_files() {
+    let dir = two_entry_registry("token-file");
+    let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
     std::fs::write(
         path("server-tokens"),
         "# accepted tokens\n\nfirst-token\nsecond-token\n",
@@ -202,8 +212,6 @@ fn tokens_come_from_files() {
     std::fs::write(path("bad"), "not-a-token\n").unwrap();
     std::fs::write(path("empty"), "# nothing\n\n").unwrap();
     let db = path("r.sqlite");
-    let (ok, _, err) = psi(&["import", "--db", &db, &path("reg.csv")]);
-    assert!(ok, "{err}");
     let tokens = path("server-tokens");
     let server = Served::start(&db, &["--token-file", &tokens]);
     let url = server.url.clone();
@@ -476,23 +484,9 @@ fn demo_chooses_the_protocol_and_shows_why() {
 /// link the first run measured.
 #[test]
 fn match_keeps_its_measurements_in_the_cache_dir() {
-    let dir = std::env::temp_dir().join(format!("psi-cli-auto-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = two_entry_registry("auto");
     let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
-    std::fs::write(
-        path("reg.csv"),
-        "alice@example.com,Alice\nbob@example.com,Bob\n",
-    )
-    .unwrap();
-    std::fs::write(
-        path("contacts.csv"),
-        "alice@example.com\ncarol@example.com\n",
-    )
-    .unwrap();
     let db = path("r.sqlite");
-    let (ok, _, err) = psi(&["import", "--db", &db, &path("reg.csv")]);
-    assert!(ok, "{err}");
     let server = Served::start(&db, &[]);
     let cache = path("cache");
     let run = || {
@@ -552,23 +546,9 @@ fn cm20_demo_and_serve_match() {
         "{out}"
     );
     assert!(out.contains("CM20-PSI"), "{out}");
-    let dir = std::env::temp_dir().join(format!("psi-cli-cm20-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = two_entry_registry("cm20");
     let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
-    std::fs::write(
-        path("reg.csv"),
-        "alice@example.com,Alice\nbob@example.com,Bob\n",
-    )
-    .unwrap();
-    std::fs::write(
-        path("contacts.csv"),
-        "alice@example.com\ncarol@example.com\n",
-    )
-    .unwrap();
     let db = path("r.sqlite");
-    let (ok, _, err) = psi(&["import", "--db", &db, &path("reg.csv")]);
-    assert!(ok, "{err}");
     let plain = Served::start(&db, &[]);
     let refused = psi(&[
         "match",
