@@ -33,9 +33,9 @@ pub(crate) mod ds {
 
 /// Columns one task handles together (they share `F`'s output blocks).
 pub(crate) const GROUP: usize = 16;
-/// Items a task looks up together (32 Ki items: up to 2.5 MiB of `F` output), so one
-/// column stays in cache while the batch is looked up in it.
-const ITEM_BATCH: usize = 1 << 17;
+/// Items a task looks up together (64 Ki items: 3 MiB of `F` output for 16 columns of
+/// 20-bit indices), so one column stays in cache while the batch is looked up in it.
+const ITEM_BATCH: usize = 1 << 16;
 
 fn cipher(key: &Block) -> Aes128 {
     Aes128::new(&Array::from(*key))
@@ -142,56 +142,87 @@ fn lookup_group(
     clear: &mut Option<&mut [u8]>,
 ) {
     let b = prf.index_bits as usize;
-    let mask = (1u128 << b) - 1;
+    let mask = (1u64 << b) - 1;
     let first_block = c0 * b / 128;
     let last_block = ((c0 + gc) * b - 1) / 128;
     let nb = last_block - first_block + 1;
-    // `F`'s output blocks `first_block ..= last_block` of a batch of items, block-major:
-    // `fb[j * n + i]` is block `first_block + j` of item `i`, read as a little-endian u128.
-    let mut fb: Zeroizing<Vec<u128>> = Zeroizing::new(Vec::new());
-    let mut buf = Zeroizing::new(Vec::new());
+    // `F`'s output blocks `first_block ..= last_block` of a batch of items as 64-bit
+    // little-endian words, word-major: `fw[w * n + i]` is word `w` (bits `64 w ..` of the
+    // group's blocks) of item `i`. One word per item and column is read (two when the
+    // index straddles a word), with plain 64-bit shifts.
+    let mut fw: Zeroizing<Vec<u64>> = Zeroizing::new(Vec::new());
+    let mut buf: Zeroizing<Vec<Block>> = Zeroizing::new(Vec::new());
     for (bi, zb) in z.chunks(ITEM_BATCH).enumerate() {
         let n = zb.len();
         let base = bi * ITEM_BATCH;
-        fb.clear();
+        fw.clear();
+        fw.resize(2 * nb * n, 0);
         for j in 0..nb {
             buf.clear();
             buf.extend_from_slice(zb);
             encrypt(&prf.keys[first_block + j], &mut buf);
-            fb.extend(buf.iter().map(|blk| u128::from_le_bytes(*blk)));
+            let (lo, hi) = fw[2 * j * n..2 * (j + 1) * n].split_at_mut(n);
+            for ((l, h), blk) in lo.iter_mut().zip(hi.iter_mut()).zip(buf.iter()) {
+                let (a, c) = blk.split_at(8);
+                *l = u64::from_le_bytes(a.try_into().expect("8 bytes"));
+                *h = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+            }
         }
         for k in 0..gc {
             let bit = (c0 + k) * b - first_block * 128;
-            let (j, off) = (bit / 128, (bit % 128) as u32);
-            let lo = &fb[j * n..(j + 1) * n];
-            // An index that straddles two blocks takes its high bits from the next one.
-            let hi = if off as usize + b > 128 {
-                &fb[(j + 1) * n..(j + 2) * n]
-            } else {
-                lo
-            };
-            let straddles = off as usize + b > 128;
+            let (wi, sh) = (bit / 64, (bit % 64) as u32);
+            let lo = &fw[wi * n..(wi + 1) * n];
             let col = &cols[k * col_bytes..(k + 1) * col_bytes];
             let row = &mut acc[k * acc_bytes..(k + 1) * acc_bytes];
-            let mut clear_col = clear
+            let out = &mut row[base / 8..base / 8 + n.div_ceil(64) * 8];
+            let clear_col = clear
                 .as_deref_mut()
                 .map(|d| &mut d[k * col_bytes..(k + 1) * col_bytes]);
-            for (wi, (lo, hi)) in lo.chunks(64).zip(hi.chunks(64)).enumerate() {
+            // An index that straddles two words takes its high bits from the next one.
+            if sh as usize + b > 64 {
+                let hi = &fw[(wi + 1) * n..(wi + 2) * n];
+                let v = |t: usize| ((lo[t] >> sh) | (hi[t] << (64 - sh))) & mask;
+                scan(n, v, col, clear_col, out);
+            } else {
+                let v = |t: usize| (lo[t] >> sh) & mask;
+                scan(n, v, col, clear_col, out);
+            }
+        }
+    }
+}
+
+/// For items `0 .. n` with index `v(t)`: bit `t` of `out` (little-endian 64-bit words) is
+/// bit `v(t)` of `col`, and (client) bit `v(t)` of `clear` is cleared.
+#[inline(always)]
+fn scan(
+    n: usize,
+    v: impl Fn(usize) -> u64,
+    col: &[u8],
+    clear: Option<&mut [u8]>,
+    out: &mut [u8],
+) {
+    let bit = |i: u64| (col[(i >> 3) as usize] >> (i & 7)) & 1;
+    match clear {
+        None => {
+            for (wi, o) in out.chunks_exact_mut(8).enumerate() {
+                let (t0, t1) = (wi * 64, (wi * 64 + 64).min(n));
                 let mut word = 0u64;
-                for (t, (&l, &h)) in lo.iter().zip(hi).enumerate() {
-                    let v = if straddles {
-                        ((l >> off) | (h << (128 - off))) & mask
-                    } else {
-                        (l >> off) & mask
-                    } as usize;
-                    let bit = (col[v >> 3] >> (v & 7)) & 1;
-                    word |= (bit as u64) << t;
-                    if let Some(d) = clear_col.as_deref_mut() {
-                        d[v >> 3] &= !(1u8 << (v & 7));
-                    }
+                for t in t0..t1 {
+                    word |= (bit(v(t)) as u64) << (t - t0);
                 }
-                let at = base / 8 + wi * 8;
-                row[at..at + 8].copy_from_slice(&word.to_le_bytes());
+                o.copy_from_slice(&word.to_le_bytes());
+            }
+        }
+        Some(d) => {
+            for (wi, o) in out.chunks_exact_mut(8).enumerate() {
+                let (t0, t1) = (wi * 64, (wi * 64 + 64).min(n));
+                let mut word = 0u64;
+                for t in t0..t1 {
+                    let i = v(t);
+                    word |= (bit(i) as u64) << (t - t0);
+                    d[(i >> 3) as usize] &= !(1u8 << (i & 7));
+                }
+                o.copy_from_slice(&word.to_le_bytes());
             }
         }
     }
