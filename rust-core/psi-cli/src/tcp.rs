@@ -116,34 +116,101 @@ pub struct TcpRun {
     pub matches: usize,
 }
 
-/// Runs OT-PSI between a server thread and this thread over loopback TCP.
+/// A loopback OT-PSI server on its own thread, serving one connection after another (a new
+/// session per connection) until it is dropped, like a long-running server whose worker
+/// thread and pool stay up between sessions.
+pub struct OtTcpServer {
+    addr: std::net::SocketAddr,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
+}
+
+impl OtTcpServer {
+    /// Binds 127.0.0.1 on an ephemeral port and starts serving `server`'s set.
+    pub fn spawn(server: Arc<ItemSet>, config: &OtConfig) -> Result<OtTcpServer, String> {
+        let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (config, stopped) = (config.clone(), stop.clone());
+        let thread = std::thread::spawn(move || -> Result<(), String> {
+            let mut rng = crate::runner::os_rng()?;
+            for conn in listener.incoming() {
+                if stopped.load(std::sync::atomic::Ordering::SeqCst) {
+                    return Ok(());
+                }
+                let mut conn = conn.map_err(|e| e.to_string())?;
+                conn.set_nodelay(true).map_err(|e| e.to_string())?;
+                conn.set_read_timeout(Some(Duration::from_secs(120)))
+                    .map_err(|e| e.to_string())?;
+                let mut srv = OtServer::new(server.clone(), config.clone(), &mut rng)
+                    .map_err(|e| e.to_string())?;
+                if !serve_hello(&mut conn, &mut srv)? {
+                    continue;
+                }
+                while let Some(req) = recv(&mut conn).map_err(|e| e.to_string())? {
+                    let resp = srv.handle(&req).map_err(|e| e.to_string())?;
+                    send(&mut conn, &resp).map_err(|e| e.to_string())?;
+                    if srv.is_done() {
+                        break;
+                    }
+                }
+            }
+            Ok(())
+        });
+        Ok(OtTcpServer {
+            addr,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.addr
+    }
+
+    /// Stops the server and returns its thread's result.
+    pub fn stop(mut self) -> Result<(), String> {
+        self.shut_down()
+    }
+
+    fn shut_down(&mut self) -> Result<(), String> {
+        let Some(thread) = self.thread.take() else {
+            return Ok(());
+        };
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        // Wakes the accept loop; a refused connection means the thread already ended.
+        let _ = TcpStream::connect(self.addr);
+        thread
+            .join()
+            .map_err(|_| "server thread panicked".to_string())?
+    }
+}
+
+impl Drop for OtTcpServer {
+    fn drop(&mut self) {
+        let _ = self.shut_down();
+    }
+}
+
+/// Runs OT-PSI between a fresh server thread and this thread over loopback TCP.
 pub fn run_ot_tcp(
     client: ItemSet,
     server: Arc<ItemSet>,
     config: &OtConfig,
 ) -> Result<TcpRun, String> {
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let server_config = config.clone();
-    let server_thread = std::thread::spawn(move || -> Result<(), String> {
-        let (mut conn, _) = listener.accept().map_err(|e| e.to_string())?;
-        conn.set_nodelay(true).map_err(|e| e.to_string())?;
-        conn.set_read_timeout(Some(Duration::from_secs(120)))
-            .map_err(|e| e.to_string())?;
-        let mut rng = crate::runner::os_rng()?;
-        let mut srv = OtServer::new(server, server_config, &mut rng).map_err(|e| e.to_string())?;
-        if !serve_hello(&mut conn, &mut srv)? {
-            return Ok(());
-        }
-        while let Some(req) = recv(&mut conn).map_err(|e| e.to_string())? {
-            let resp = srv.handle(&req).map_err(|e| e.to_string())?;
-            send(&mut conn, &resp).map_err(|e| e.to_string())?;
-            if srv.is_done() {
-                break;
-            }
-        }
-        Ok(())
-    });
+    let srv = OtTcpServer::spawn(server, config)?;
+    let run = run_ot_tcp_client(srv.addr, client, config);
+    srv.stop()?;
+    run
+}
+
+/// Runs OT-PSI's client on this thread against a server at `addr`: one connection.
+pub fn run_ot_tcp_client(
+    addr: std::net::SocketAddr,
+    client: ItemSet,
+    config: &OtConfig,
+) -> Result<TcpRun, String> {
     let t0 = Instant::now();
     let mut conn = TcpStream::connect(addr).map_err(|e| e.to_string())?;
     conn.set_nodelay(true).map_err(|e| e.to_string())?;
@@ -182,9 +249,6 @@ pub fn run_ot_tcp(
         step = c.handle(&resp).map_err(|e| e.to_string())?;
     };
     let wall = t0.elapsed();
-    server_thread
-        .join()
-        .map_err(|_| "server thread panicked".to_string())??;
     Ok(TcpRun {
         wall,
         bytes_sent: sent,
