@@ -608,7 +608,7 @@ def cmd_run(a):
         "machine": {"cpus": os.cpu_count(), "kernel": os.uname().release, "load_avg_start": os.getloadavg()},
         "psi": psi, "psi_version": sh(psi, "--version").stdout.strip(), "protocols": protocols,
         "toxiproxy": sh(a.toxiproxy, "-version", check=False).stdout.strip(),
-        "auto_priors": a.auto_priors, "repeat": a.repeat, "run_timeout_s": a.run_timeout,
+        "auto_priors": a.auto_priors, "auto_history": a.auto_history, "repeat": a.repeat, "run_timeout_s": a.run_timeout,
         "calibration": {}, "runs": [], "skipped": [],
     }
 
@@ -670,12 +670,27 @@ def cmd_run(a):
                         # The network's nominal figures as priors, like a platform's link hints.
                         extra = ["--down-mbit", str(net["down_mbit"]), "--up-mbit", str(net["up_mbit"]),
                                  "--rtt-ms", str(2 * net["one_way_ms"])]
+                    history = None
+                    if protocol == "auto" and a.auto_history:
+                        # An app that has run before on this network against this server: an
+                        # untimed auto run leaves its measurements (device costs, the server's
+                        # health, the link estimate); only measurements.json is kept, so the
+                        # timed run's encoded-set cache stays as the workload says.
+                        scratch = tempfile.mkdtemp(prefix="history-", dir=tmp)
+                        history = psi_match(link, psi, contacts, "auto", scratch, a.run_timeout, log_path, extra)
+                        kept = os.path.join(scratch, "measurements.json")
+                        if history["ok"] and os.path.exists(kept):
+                            shutil.copy(kept, os.path.join(cache, "measurements.json"))
+                        else:
+                            log(f"{cell}: the history run failed: {history.get('error', 'no measurements.json')}")
+                        shutil.rmtree(scratch, ignore_errors=True)
                     r = psi_match(link, psi, contacts, protocol, cache, a.run_timeout, log_path, extra)
                     shutil.rmtree(cache, ignore_errors=True)
                     r.update({"cell": cell, "network": net["name"], "workload": w["name"], "protocol": protocol,
                               "repeat": rep,
                               "expected_matches": w["matches"], "cache": w["cache"],
                               "warmed": None if warm is None else warm["ok"],
+                              "history": None if history is None else history["ok"],
                               "load_avg": os.getloadavg()[0]})
                     doc["runs"].append(r)
                     save(a.out, doc)
@@ -860,7 +875,7 @@ def cmd_merge(a):
     out["finished"] = max(d.get("finished", d["started"]) for d in docs)
     out["protocols"] = list(dict.fromkeys(p for d in docs for p in d["protocols"]))
     out["sources"] = [{k: d.get(k) for k in ("started", "finished", "machine", "psi_version", "repeat",
-                                             "auto_priors", "calibration")} for d in docs]
+                                             "auto_priors", "auto_history", "calibration")} for d in docs]
     out["calibration"] = {}
     out["runs"], out["skipped"] = [], []
     for i, d in enumerate(docs):
@@ -905,6 +920,10 @@ def main():
                    help="registries (kept between starts) and a per-start temporary directory")
     r.add_argument("--run-timeout", type=int, default=300, help="seconds per psi match")
     r.add_argument("--max-minutes", type=float, default=180, help="no run starts after this")
+    r.add_argument("--auto-history", action="store_true",
+                   help="before each timed auto run, an untimed auto run on the same link whose measurements "
+                        "(device costs, server health, link estimate; not the encoded set) the timed run starts "
+                        "from, as in an app that has run before; default: a fresh cache (a first run)")
     r.add_argument("--auto-priors", action="store_true",
                    help="give auto the network's nominal rates and RTT as priors (--down-mbit, --up-mbit, "
                         "--rtt-ms), as a platform's link hints would; default: none (auto measures)")
