@@ -163,6 +163,39 @@ impl<S, A, X> ClientPhase<S, A, X> {
     }
 }
 
+/// `InputTooLarge` if a party's own set of `len` items is above the protocol's `limit`
+/// (`what` is "client items" or "server items").
+pub(crate) fn check_set_size(what: &'static str, len: usize, limit: u32) -> Result<()> {
+    if len > limit as usize {
+        return Err(Error::InputTooLarge {
+            what,
+            value: len as u64,
+            limit: limit as u64,
+        });
+    }
+    Ok(())
+}
+
+/// A party's 32-byte session nonce, the first thing either side draws.
+pub(crate) fn draw_nonce<R: rand_core::CryptoRng + ?Sized>(rng: &mut R) -> [u8; 32] {
+    let mut nonce = [0u8; 32];
+    rng.fill_bytes(&mut nonce);
+    nonce
+}
+
+/// The `Debug` output of a client or server: its type, items (their count only) and phase.
+pub(crate) fn fmt_party(
+    f: &mut std::fmt::Formatter<'_>,
+    name: &str,
+    items: &crate::ItemSet,
+    phase: &'static str,
+) -> std::fmt::Result {
+    f.debug_struct(name)
+        .field("items", items)
+        .field("phase", &phase)
+        .finish_non_exhaustive()
+}
+
 /// The error for a message of type `message` that the phase named `phase` does not take.
 pub(crate) fn wrong_phase(phase: &'static str, message: u8) -> Error {
     Error::WrongPhase { phase, message }

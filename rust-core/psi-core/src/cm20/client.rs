@@ -6,7 +6,7 @@ use super::messages::{self, Chunk, Hello, MAX_ITEMS, Message, Outputs, Setup};
 use super::params::{self, Params};
 use super::prf::{self, Prf};
 use super::{Cm20Config, MatchOutput, rot, session_id};
-use crate::chunked::{ClientPhase, ClientStep, wrong_phase};
+use crate::chunked::{self, ClientPhase, ClientStep, wrong_phase};
 use crate::error::{DecodeError, Error, Result};
 use std::convert::Infallible;
 use crate::items::ItemSet;
@@ -53,10 +53,7 @@ struct Sending {
 
 impl std::fmt::Debug for Cm20Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cm20Client")
-            .field("items", &self.items)
-            .field("phase", &self.phase.name())
-            .finish_non_exhaustive()
+        chunked::fmt_party(f, "Cm20Client", &self.items, self.phase.name())
     }
 }
 
@@ -68,13 +65,7 @@ impl Cm20Client {
         rng: &mut R,
     ) -> Result<(Cm20Client, Vec<u8>)> {
         let n = items.len();
-        if n > MAX_ITEMS as usize {
-            return Err(Error::InputTooLarge {
-                what: "client items",
-                value: n as u64,
-                limit: MAX_ITEMS as u64,
-            });
-        }
+        chunked::check_set_size("client items", n, MAX_ITEMS)?;
         let height = config.height.unwrap_or_else(|| params::height(n as u64));
         if !messages::height_allowed(n as u32, height) {
             return Err(Error::InputTooLarge {
@@ -83,8 +74,7 @@ impl Cm20Client {
                 limit: messages::MAX_HEIGHT as u64,
             });
         }
-        let mut nonce = [0u8; 32];
-        rng.fill_bytes(&mut nonce);
+        let nonce = chunked::draw_nonce(rng);
         let delta = base_ot::draw_choices(rng);
         let mut prf_key = Zeroizing::new([0u8; 16]);
         rng.fill_bytes(prf_key.as_mut());

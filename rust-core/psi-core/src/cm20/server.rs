@@ -7,8 +7,8 @@ use super::messages::{self, Ack, Chunk, Hello, MAX_ITEMS, Message, Outputs, Setu
 use super::params::{self, Params};
 use super::prf::{self, Prf};
 use super::{Cm20Config, rot, session_id};
-use crate::chunked::{ServerPhase, admit_client_items, wrong_phase};
-use crate::error::{DecodeError, Error, Result};
+use crate::chunked::{self, ServerPhase, admit_client_items, wrong_phase};
+use crate::error::{DecodeError, Result};
 use crate::items::ItemSet;
 use crate::ot::base_ot;
 use crate::ot::prc::{Block, Prg, Row};
@@ -46,10 +46,7 @@ struct Evaluating {
 
 impl std::fmt::Debug for Cm20Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cm20Server")
-            .field("items", &self.items)
-            .field("phase", &self.phase.name())
-            .finish_non_exhaustive()
+        chunked::fmt_party(f, "Cm20Server", &self.items, self.phase.name())
     }
 }
 
@@ -61,15 +58,8 @@ impl Cm20Server {
         rng: &mut R,
     ) -> Result<Cm20Server> {
         let items = items.into();
-        if items.len() > MAX_ITEMS as usize {
-            return Err(Error::InputTooLarge {
-                what: "server items",
-                value: items.len() as u64,
-                limit: MAX_ITEMS as u64,
-            });
-        }
-        let mut nonce = [0u8; 32];
-        rng.fill_bytes(&mut nonce);
+        chunked::check_set_size("server items", items.len(), MAX_ITEMS)?;
+        let nonce = chunked::draw_nonce(rng);
         let sender = base_ot::Sender::new(rng);
         let mut s = Zeroizing::new(vec![[0u8; 64]; rot::instances(params::MAX_WIDTH as usize)]);
         for row in s.iter_mut() {

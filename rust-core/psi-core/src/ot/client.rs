@@ -8,7 +8,7 @@ use super::messages::{
 };
 use super::prc::{Block, CODE_BYTES, PRC_BATCH, Prc, Prg, Row, out_hash, out_prefix, pack};
 use super::{BLOCK_ROWS, OtConfig, OtOutput, iknp, matrix_rows, output_len, session_id};
-use crate::chunked::{ClientPhase, ClientStep, wrong_phase};
+use crate::chunked::{self, ClientPhase, ClientStep, wrong_phase};
 use crate::error::{DecodeError, Error, Result};
 use crate::items::ItemSet;
 use crate::wire;
@@ -98,10 +98,7 @@ impl Drop for Extending {
 
 impl std::fmt::Debug for OtClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OtClient")
-            .field("items", &self.items)
-            .field("phase", &self.phase.name())
-            .finish_non_exhaustive()
+        chunked::fmt_party(f, "OtClient", &self.items, self.phase.name())
     }
 }
 
@@ -127,13 +124,7 @@ impl OtClient {
         rng: &mut R,
     ) -> Result<(OtClient, Vec<u8>)> {
         let n = items.len();
-        if n > MAX_ITEMS as usize {
-            return Err(Error::InputTooLarge {
-                what: "client items",
-                value: n as u64,
-                limit: MAX_ITEMS as u64,
-            });
-        }
+        chunked::check_set_size("client items", n, MAX_ITEMS)?;
         let bins = config
             .table_size_override
             .unwrap_or_else(|| cuckoo::table_size(n));
@@ -152,8 +143,7 @@ impl OtClient {
             });
         }
         debug_assert!(bins <= MAX_BINS as usize);
-        let mut nonce = [0u8; 32];
-        rng.fill_bytes(&mut nonce);
+        let nonce = chunked::draw_nonce(rng);
         let delta = base_ot::draw_choices(rng);
         let mut dummy_key = Zeroizing::new([0u8; 16]);
         rng.fill_bytes(dummy_key.as_mut());

@@ -292,8 +292,7 @@ pub fn base_ots_alone<R: CryptoRng + ?Sized>(
     rng: &mut R,
     mut observe: impl FnMut(BaseOtStep),
 ) -> Result<bool> {
-    let mut nonce = [0u8; 32];
-    rng.fill_bytes(&mut nonce);
+    let nonce = crate::chunked::draw_nonce(rng);
     let choices = base_ot::draw_choices(rng);
     let sender = base_ot::Sender::new(rng);
     let (receiver, msgs) = base_ot::Receiver::start(&choices, &nonce, rng, threads)?;

@@ -9,8 +9,8 @@ use super::prc::{
     Block, CODE_BYTES, PRC_BATCH, Prc, Prg, Row, copy_short, out_hash, out_prefix, permutation,
 };
 use super::{BLOCK_ROWS, OtConfig, iknp, matrix_rows, output_len, session_id};
-use crate::chunked::{ServerPhase, admit_client_items, wrong_phase};
-use crate::error::{DecodeError, Error, Result};
+use crate::chunked::{self, ServerPhase, admit_client_items, wrong_phase};
+use crate::error::{DecodeError, Result};
 use crate::items::ItemSet;
 use crate::wire;
 use rand_core::CryptoRng;
@@ -60,10 +60,7 @@ struct Evaluating {
 
 impl std::fmt::Debug for OtServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OtServer")
-            .field("items", &self.items)
-            .field("phase", &self.phase.name())
-            .finish_non_exhaustive()
+        chunked::fmt_party(f, "OtServer", &self.items, self.phase.name())
     }
 }
 
@@ -75,15 +72,8 @@ impl OtServer {
         rng: &mut R,
     ) -> Result<OtServer> {
         let items = items.into();
-        if items.len() > MAX_ITEMS as usize {
-            return Err(Error::InputTooLarge {
-                what: "server items",
-                value: items.len() as u64,
-                limit: MAX_ITEMS as u64,
-            });
-        }
-        let mut nonce = [0u8; 32];
-        rng.fill_bytes(&mut nonce);
+        chunked::check_set_size("server items", items.len(), MAX_ITEMS)?;
+        let nonce = chunked::draw_nonce(rng);
         let sender = base_ot::Sender::new(rng);
         let mut s = Zeroizing::new([0u8; CODE_BYTES]);
         rng.fill_bytes(s.as_mut());
@@ -465,6 +455,7 @@ impl Evaluating {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
     use crate::ot::OtClient;
     use crate::parallel::Threads;
     use rand_chacha::ChaCha20Rng;
