@@ -90,9 +90,7 @@ pub(crate) fn put_base_ot(out: &mut Vec<u8>, msgs: &[[u8; RECEIVER_MSG_LEN]]) {
 }
 
 /// Reads the field [`put_base_ot`] writes; the count must be [`BASE_OTS`].
-pub(crate) fn read_base_ot(
-    r: &mut Reader<'_>,
-) -> Result<Vec<[u8; RECEIVER_MSG_LEN]>, DecodeError> {
+pub(crate) fn read_base_ot(r: &mut Reader<'_>) -> Result<Vec<[u8; RECEIVER_MSG_LEN]>, DecodeError> {
     if r.u16()? as usize != BASE_OTS {
         return Err(DecodeError::InvalidParameter {
             what: "base OT count",

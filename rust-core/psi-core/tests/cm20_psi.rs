@@ -47,30 +47,9 @@ fn frame(message_type: u8, body: &[u8]) -> Vec<u8> {
 #[test]
 fn edge_cases() {
     let config = Cm20Config::new(Threads::ONE);
-    let empty: Vec<Vec<u8>> = Vec::new();
-    check(&empty, &empty, &config, 1);
-    check(&empty, &items("a", 0..5), &config, 2);
-    check(&items("a", 0..5), &empty, &config, 3);
-    check(&items("a", 0..1), &items("a", 0..1), &config, 4);
-    check(&items("a", 0..1), &items("b", 0..1), &config, 5);
-    let c = vec![
-        b"".to_vec(),
-        b"x".to_vec(),
-        b"".to_vec(),
-        vec![0, 255, 0],
-        b"x".to_vec(),
-        b"y".to_vec(),
-    ];
-    let s = vec![
-        b"x".to_vec(),
-        b"".to_vec(),
-        b"".to_vec(),
-        vec![0, 255, 0],
-        b"z".to_vec(),
-    ];
-    check(&c, &s, &config, 6);
-    let long: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 1000 + i as usize]).collect();
-    check(&long, &long[5..], &config, 7);
+    for (seed, (c, s)) in (1..).zip(common::edge_cases()) {
+        check(&c, &s, &config, seed);
+    }
 }
 
 #[test]
@@ -134,12 +113,10 @@ proptest! {
 
 // ---- the transcript vector --------------------------------------------------------------
 
-
 const CLIENT_SEED: u64 = 0x00c2_0c11;
 const SERVER_SEED: u64 = 0x00c2_05e7;
 /// 16 columns of 64 bytes (m = 512) per chunk: the vector has several chunks.
 const VECTOR_REQUEST_BYTES: u64 = 16 * 64 + 29;
-
 
 fn transcript_json(threads: Threads) -> serde_json::Value {
     let (client, server) = common::vector_sets();
@@ -169,7 +146,12 @@ fn transcript_json(threads: Threads) -> serde_json::Value {
 fn transcript_vector() {
     let one = transcript_json(Threads::ONE);
     let two = transcript_json(Threads::new(2));
-    common::check_vector("cm20-psi-transcript.json", "CM20_PSI_WRITE_VECTORS", &one, &two);
+    common::check_vector(
+        "cm20-psi-transcript.json",
+        "CM20_PSI_WRITE_VECTORS",
+        &one,
+        &two,
+    );
 }
 
 /// The analytic sizes of the spec match the real messages: exactly for everything but the

@@ -22,8 +22,7 @@ fn run(
     let mut srng = ChaCha20Rng::seed_from_u64(seeds.1);
     let (mut client, request) =
         OtClient::start(ItemSet::new(client_items), config.clone(), &mut crng).unwrap();
-    let mut server =
-        OtServer::new(ItemSet::new(server_items), config.clone(), &mut srng).unwrap();
+    let mut server = OtServer::new(ItemSet::new(server_items), config.clone(), &mut srng).unwrap();
     let run = drive(
         request,
         |req| server.handle(req).unwrap(),
@@ -46,32 +45,9 @@ fn frame(message_type: u8, body: &[u8]) -> Vec<u8> {
 #[test]
 fn edge_cases() {
     let config = OtConfig::new(Threads::ONE);
-    let empty: Vec<Vec<u8>> = Vec::new();
-    check(&empty, &empty, &config, 1);
-    check(&empty, &items("a", 0..5), &config, 2);
-    check(&items("a", 0..5), &empty, &config, 3);
-    check(&items("a", 0..1), &items("a", 0..1), &config, 4);
-    check(&items("a", 0..1), &items("b", 0..1), &config, 5);
-    // Empty strings, duplicates on both sides, binary items.
-    let c = vec![
-        b"".to_vec(),
-        b"x".to_vec(),
-        b"".to_vec(),
-        vec![0, 255, 0],
-        b"x".to_vec(),
-        b"y".to_vec(),
-    ];
-    let s = vec![
-        b"x".to_vec(),
-        b"".to_vec(),
-        b"".to_vec(),
-        vec![0, 255, 0],
-        b"z".to_vec(),
-    ];
-    check(&c, &s, &config, 6);
-    // Long items.
-    let long: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 1000 + i as usize]).collect();
-    check(&long, &long[5..], &config, 7);
+    for (seed, (c, s)) in (1..).zip(common::edge_cases()) {
+        check(&c, &s, &config, seed);
+    }
 }
 
 #[test]
@@ -119,11 +95,9 @@ proptest! {
 
 // ---- the transcript vector --------------------------------------------------------------
 
-
 const CLIENT_SEED: u64 = 0x0071_c11e;
 const SERVER_SEED: u64 = 0x0071_5e7e;
 const VECTOR_CHUNK_ROWS: usize = 128;
-
 
 fn transcript_json(threads: Threads) -> serde_json::Value {
     let (client, server) = common::vector_sets();

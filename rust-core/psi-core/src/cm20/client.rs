@@ -8,15 +8,14 @@ use super::prf::{self, Prf};
 use super::{Cm20Config, MatchOutput, rot, session_id};
 use crate::chunked::{self, ClientPhase, ClientStep, wrong_phase};
 use crate::error::{DecodeError, Error, Result};
-use std::convert::Infallible;
 use crate::items::ItemSet;
 use crate::ot::base_ot;
 use crate::ot::prc::{Block, Prg};
 use crate::wire;
 use rand_core::CryptoRng;
 use rayon::prelude::*;
+use std::convert::Infallible;
 use zeroize::Zeroizing;
-
 
 /// Client side of CM20-PSI, a sans-IO state machine (the same loop as
 /// [`crate::ot::OtClient`]: one request per [`ClientStep::Send`]).

@@ -44,7 +44,11 @@ pub(crate) const RECEIVER_MSG_LEN: usize = 64;
 pub(crate) fn draw_choices<R: CryptoRng + ?Sized>(rng: &mut R) -> Zeroizing<Vec<u8>> {
     let mut bytes = Zeroizing::new([0u8; BASE_OTS / 8]);
     rng.fill_bytes(bytes.as_mut());
-    Zeroizing::new((0..BASE_OTS).map(|i| (bytes[i / 8] >> (i % 8)) & 1).collect())
+    Zeroizing::new(
+        (0..BASE_OTS)
+            .map(|i| (bytes[i / 8] >> (i % 8)) & 1)
+            .collect(),
+    )
 }
 
 /// `H_i(P) = from_uniform_bytes(SHA-512(len || ds::MR_H2G || nonce || BE32(i) || P))`.

@@ -17,7 +17,6 @@ use rayon::prelude::*;
 use std::hash::Hasher;
 use zeroize::{Zeroize, Zeroizing};
 
-
 /// Client side of OT-PSI, a sans-IO state machine.
 ///
 /// ```text

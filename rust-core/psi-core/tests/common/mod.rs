@@ -27,6 +27,41 @@ pub fn expected(client_items: &[Vec<u8>], server_items: &[Vec<u8>]) -> Vec<usize
         .collect()
 }
 
+/// A client set and a server set.
+pub type Sets = (Vec<Vec<u8>>, Vec<Vec<u8>>);
+
+/// The edge cases every protocol is checked on: empty sets, one item each, empty
+/// strings, duplicates on both sides, binary and long items.
+pub fn edge_cases() -> Vec<Sets> {
+    let empty: Vec<Vec<u8>> = Vec::new();
+    let long: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 1000 + i as usize]).collect();
+    vec![
+        (empty.clone(), empty.clone()),
+        (empty.clone(), items("a", 0..5)),
+        (items("a", 0..5), empty),
+        (items("a", 0..1), items("a", 0..1)),
+        (items("a", 0..1), items("b", 0..1)),
+        (
+            vec![
+                b"".to_vec(),
+                b"x".to_vec(),
+                b"".to_vec(),
+                vec![0, 255, 0],
+                b"x".to_vec(),
+                b"y".to_vec(),
+            ],
+            vec![
+                b"x".to_vec(),
+                b"".to_vec(),
+                b"".to_vec(),
+                vec![0, 255, 0],
+                b"z".to_vec(),
+            ],
+        ),
+        (long.clone(), long[5..].to_vec()),
+    ]
+}
+
 /// Checks a run's output against the plain intersection and the set sizes.
 pub fn check_output(out: &MatchOutput, client_items: &[Vec<u8>], server_items: &[Vec<u8>]) {
     let want = expected(client_items, server_items);
@@ -109,7 +144,7 @@ pub fn vector_sets() -> (Vec<String>, Vec<String>) {
 }
 
 /// [`vector_sets`] as bytes.
-pub fn vector_items() -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+pub fn vector_items() -> Sets {
     let (client, server) = vector_sets();
     (
         client.into_iter().map(String::into_bytes).collect(),
@@ -149,10 +184,7 @@ pub fn check_vector(name: &str, write_var: &str, one: &serde_json::Value, two: &
     }
     let stored: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| {
-            panic!(
-                "{}: {e} (set {write_var}=1 to create it)",
-                path.display()
-            )
+            panic!("{}: {e} (set {write_var}=1 to create it)", path.display())
         }))
         .unwrap();
     let (got, want) = (
