@@ -17,6 +17,13 @@
 //! client driver loops on, the checks of the hello's declared set size against the
 //! server's configuration, and the in-memory run loop. What the messages carry, and all
 //! of the cryptography, stays with each protocol.
+//!
+//! Deliberately not shared, because the two differ in substance: the bodies of the five
+//! messages (OT-PSI acks a row as a u32, CM20-PSI a column as a u16; OT-PSI's outputs are
+//! three shuffled lists, CM20-PSI's one Golomb-Rice coded sorted list), the configs'
+//! chunking (rows vs. request bytes and matrix height), OT-PSI's hello in parts (the
+//! `Starting` client phase, which CM20-PSI fills with [`std::convert::Infallible`]), and
+//! every protocol limit (`MAX_ITEMS` is each protocol's own, documented in its spec).
 
 use crate::error::{DecodeError, Error, Result};
 use crate::ot::base_ot::{BASE_OTS, RECEIVER_MSG_LEN};
