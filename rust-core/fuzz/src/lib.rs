@@ -229,6 +229,15 @@ fn strings(v: &serde_json::Value) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// A vector's list of indices (its matches).
+fn indices(v: &serde_json::Value) -> Vec<usize> {
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|m| m.as_u64().expect("index") as usize)
+        .collect()
+}
+
 /// The DH-PSI fixture, built on first use.
 pub fn dh() -> &'static Dh {
     static DH: OnceLock<Dh> = OnceLock::new();
@@ -271,12 +280,7 @@ pub fn dh() -> &'static Dh {
             client_items: strings(&v["client_items"]),
             server_items,
             set,
-            matches: v["matches"]
-                .as_array()
-                .expect("matches")
-                .iter()
-                .map(|m| m.as_u64().expect("index") as usize)
-                .collect(),
+            matches: indices(&v["matches"]),
             messages,
             labels,
             label_items,
@@ -300,8 +304,9 @@ pub fn label_of(i: usize) -> String {
     format!("label-{i}")
 }
 
-/// The OT-PSI fixture: the transcript vector's items, seeds and chunk size.
-pub struct Ot {
+/// The fixture of an OT-extension transcript vector (OT-PSI's [`Ot`], CM20-PSI's
+/// [`Cm20`]): items, seeds, the vector's chunking `C`, matches and message hashes.
+pub struct Transcript<C> {
     /// Client items.
     pub client_items: Vec<Vec<u8>>,
     /// Server items.
@@ -310,25 +315,51 @@ pub struct Ot {
     pub client_seed: u64,
     /// Server RNG seed.
     pub server_seed: u64,
-    /// Matrix rows per chunk.
-    pub chunk_rows: usize,
-    /// Indices of the matches.
+    /// How the vector's client splits the matrix into chunks.
+    pub chunking: C,
+    /// Indices of the client items in the intersection.
     pub matches: Vec<usize>,
     /// SHA-256 of every message of the transcript, in order.
     pub sha256: Vec<String>,
 }
 
+/// Parses a transcript vector; `chunking` reads the protocol's chunking field.
+fn transcript<C>(json: &str, chunking: impl FnOnce(&serde_json::Value) -> C) -> Transcript<C> {
+    let v: serde_json::Value = serde_json::from_str(json).expect("json");
+    Transcript {
+        client_items: strings(&v["client_items"]),
+        server_items: Arc::new(ItemSet::new(strings(&v["server_items"]))),
+        client_seed: v["client_seed"].as_u64().expect("seed"),
+        server_seed: v["server_seed"].as_u64().expect("seed"),
+        chunking: chunking(&v),
+        matches: indices(&v["match_indices"]),
+        sha256: v["messages"]
+            .as_array()
+            .expect("messages")
+            .iter()
+            .map(|m| m["sha256"].as_str().expect("sha").to_string())
+            .collect(),
+    }
+}
+
+/// OT-PSI's chunking: matrix rows per chunk.
+#[derive(Debug, Clone, Copy)]
+pub struct ChunkRows(pub usize);
+
+/// The OT-PSI fixture.
+pub type Ot = Transcript<ChunkRows>;
+
 impl Ot {
     /// Client configuration (one thread).
     pub fn client_config(&self) -> OtConfig {
-        OtConfig::new(Threads::ONE).with_chunk_rows(self.chunk_rows)
+        OtConfig::new(Threads::ONE).with_chunk_rows(self.chunking.0)
     }
 
     /// Server configuration: one thread, at most 1024 client items (the fuzzer may ask for
     /// any count up to that; a real server pins the session's count).
     pub fn server_config(&self) -> OtConfig {
         OtConfig::new(Threads::ONE)
-            .with_chunk_rows(self.chunk_rows)
+            .with_chunk_rows(self.chunking.0)
             .with_max_client_items(1024)
     }
 }
@@ -337,26 +368,9 @@ impl Ot {
 pub fn ot() -> &'static Ot {
     static OT: OnceLock<Ot> = OnceLock::new();
     OT.get_or_init(|| {
-        let v: serde_json::Value = serde_json::from_str(OT_TRANSCRIPT).expect("json");
-        Ot {
-            client_items: strings(&v["client_items"]),
-            server_items: Arc::new(ItemSet::new(strings(&v["server_items"]))),
-            client_seed: v["client_seed"].as_u64().expect("seed"),
-            server_seed: v["server_seed"].as_u64().expect("seed"),
-            chunk_rows: v["chunk_rows"].as_u64().expect("rows") as usize,
-            matches: v["match_indices"]
-                .as_array()
-                .expect("matches")
-                .iter()
-                .map(|m| m.as_u64().expect("index") as usize)
-                .collect(),
-            sha256: v["messages"]
-                .as_array()
-                .expect("messages")
-                .iter()
-                .map(|m| m["sha256"].as_str().expect("sha").to_string())
-                .collect(),
-        }
+        transcript(OT_TRANSCRIPT, |v| {
+            ChunkRows(v["chunk_rows"].as_u64().expect("rows") as usize)
+        })
     })
 }
 
@@ -599,28 +613,17 @@ pub mod fake {
 pub const CM20_TRANSCRIPT: &str =
     include_str!("../../../tests/vectors/cm20-psi-transcript.json");
 
-/// The CM20-PSI fixture: the transcript's items, seeds, request size and matches.
-pub struct Cm20 {
-    /// Client items.
-    pub client_items: Vec<Vec<u8>>,
-    /// Server items.
-    pub server_items: Arc<ItemSet>,
-    /// Client RNG seed.
-    pub client_seed: u64,
-    /// Server RNG seed.
-    pub server_seed: u64,
-    /// The client's request limit (several chunks).
-    pub max_request_bytes: u64,
-    /// Indices of the client items in the intersection.
-    pub matches: Vec<usize>,
-    /// SHA-256 of every message of the transcript.
-    pub sha256: Vec<String>,
-}
+/// CM20-PSI's chunking: the client's request limit in bytes (several chunks).
+#[derive(Debug, Clone, Copy)]
+pub struct RequestBytes(pub u64);
+
+/// The CM20-PSI fixture.
+pub type Cm20 = Transcript<RequestBytes>;
 
 impl Cm20 {
     /// Client configuration: one thread, the vector's chunking.
     pub fn client_config(&self) -> psi_core::cm20::Cm20Config {
-        psi_core::cm20::Cm20Config::new(Threads::ONE).with_max_request_bytes(self.max_request_bytes)
+        psi_core::cm20::Cm20Config::new(Threads::ONE).with_max_request_bytes(self.chunking.0)
     }
 
     /// Server configuration: one thread, at most 1024 client items.
@@ -633,25 +636,8 @@ impl Cm20 {
 pub fn cm20() -> &'static Cm20 {
     static CM20: OnceLock<Cm20> = OnceLock::new();
     CM20.get_or_init(|| {
-        let v: serde_json::Value = serde_json::from_str(CM20_TRANSCRIPT).expect("json");
-        Cm20 {
-            client_items: strings(&v["client_items"]),
-            server_items: Arc::new(ItemSet::new(strings(&v["server_items"]))),
-            client_seed: v["client_seed"].as_u64().expect("seed"),
-            server_seed: v["server_seed"].as_u64().expect("seed"),
-            max_request_bytes: v["max_request_bytes"].as_u64().expect("bytes"),
-            matches: v["match_indices"]
-                .as_array()
-                .expect("matches")
-                .iter()
-                .map(|m| m.as_u64().expect("index") as usize)
-                .collect(),
-            sha256: v["messages"]
-                .as_array()
-                .expect("messages")
-                .iter()
-                .map(|m| m["sha256"].as_str().expect("sha").to_string())
-                .collect(),
-        }
+        transcript(CM20_TRANSCRIPT, |v| {
+            RequestBytes(v["max_request_bytes"].as_u64().expect("bytes"))
+        })
     })
 }

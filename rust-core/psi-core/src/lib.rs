@@ -12,6 +12,8 @@
 //! - [`ot`]: OT-extension PSI (KKRT16 batched OPRF with Cuckoo hashing; least computation).
 //! - [`cm20`]: CM20 PSI (Chase-Miao multi-point OPRF from OT extension; fewer bytes than
 //!   OT-PSI at similar computation; semi-honest clients).
+//! - [`chunked`]: the session skeleton OT-PSI and CM20-PSI share (message types, phases,
+//!   the client's [`chunked::ClientStep`]).
 //! - [`labels`]: labels revealed only to holders of the item, client and server sides.
 //! - [`cost`]: the pure cost model that picks a protocol for a workload, link and
 //!   devices (docs/protocol-choice.md).
@@ -28,6 +30,7 @@
 
 #[cfg(feature = "calibrate")]
 pub mod calibrate;
+pub mod chunked;
 pub mod cm20;
 pub mod cost;
 pub mod dh;

@@ -40,6 +40,26 @@ pub struct MatchOutput {
     pub server_items: u32,
 }
 
+impl MatchOutput {
+    /// The output for the client's deduplicated `items` of which those at `hits` (indices
+    /// into [`ItemSet::items`](crate::ItemSet::items), in the order given) are in the server's set
+    /// of `server_items` items.
+    pub(crate) fn new(items: &crate::ItemSet, hits: &[usize], server_items: u32) -> MatchOutput {
+        MatchOutput {
+            matches: hits
+                .iter()
+                .map(|&i| Match {
+                    index: items.original_index(i),
+                    item: items.items()[i].clone(),
+                })
+                .collect(),
+            client_items: items.len(),
+            duplicates: items.duplicates(),
+            server_items,
+        }
+    }
+}
+
 /// The full 64-byte OPRF outputs of a run's matches, in the order of
 /// [`MatchOutput::matches`]. Secret to the client (they open the matches' labels):
 /// zeroized on drop, never printed.

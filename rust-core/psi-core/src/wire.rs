@@ -102,6 +102,29 @@ pub fn parse_frame(bytes: &[u8], protocol: Protocol) -> Result<Frame<'_>, Decode
     })
 }
 
+/// Decodes a whole message of `protocol`: parses the frame, hands its message type and
+/// a [`Reader`] over the body to `read` (which returns `UnknownMessageType` for a type it
+/// does not know), then requires that `read` consumed every body byte.
+pub(crate) fn decode_with<'a, T>(
+    bytes: &'a [u8],
+    protocol: Protocol,
+    read: impl FnOnce(u8, &mut Reader<'a>) -> Result<T, DecodeError>,
+) -> Result<T, DecodeError> {
+    let frame = parse_frame(bytes, protocol)?;
+    let mut r = Reader::new(frame.body);
+    let msg = read(frame.message_type, &mut r)?;
+    r.end()?;
+    Ok(msg)
+}
+
+/// `LimitExceeded { what, value, limit }` if `value > limit`.
+pub(crate) fn check_limit(what: &'static str, value: u64, limit: u64) -> Result<(), DecodeError> {
+    if value > limit {
+        return Err(DecodeError::LimitExceeded { what, value, limit });
+    }
+    Ok(())
+}
+
 /// A bounds-checked cursor over a message body.
 pub(crate) struct Reader<'a> {
     buf: &'a [u8],
@@ -131,9 +154,18 @@ impl<'a> Reader<'a> {
         Ok(self.take(1)?[0])
     }
 
+    pub(crate) fn u16(&mut self) -> Result<u16, DecodeError> {
+        Ok(u16::from_be_bytes(self.array()?))
+    }
+
     pub(crate) fn u32(&mut self) -> Result<u32, DecodeError> {
         let b = self.take(4)?;
         Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    /// The next `N` bytes as an array.
+    pub(crate) fn array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
+        Ok(self.take(N)?.try_into().expect("take returned N bytes"))
     }
 
     pub(crate) fn remaining(&self) -> usize {
@@ -220,10 +252,13 @@ mod tests {
 
     #[test]
     fn reader_bounds() {
-        let mut r = Reader::new(&[1, 0, 0, 0, 2]);
+        let mut r = Reader::new(&[1, 0, 0, 0, 2, 0, 3, 4, 5]);
         assert_eq!(r.u8().unwrap(), 1);
         assert_eq!(r.u32().unwrap(), 2);
+        assert_eq!(r.u16().unwrap(), 3);
+        assert_eq!(r.array::<2>().unwrap(), [4, 5]);
         assert!(r.u8().is_err());
+        assert!(Reader::new(&[1]).array::<2>().is_err());
         let r = Reader::new(&[1]);
         assert_eq!(
             r.end().unwrap_err(),

@@ -7,9 +7,10 @@ use psi_core::cm20::{self, ClientStep, Cm20Client, Cm20Config, Cm20Server, Match
 use psi_core::{DecodeError, Error, ItemSet, Threads};
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
-use sha2::{Digest, Sha256};
-use std::collections::HashSet;
-use std::path::PathBuf;
+
+mod common;
+
+use common::{check_output, decode_err, drive, items};
 
 /// Runs a whole session in memory and returns the output and every message in order.
 fn run(
@@ -20,91 +21,35 @@ fn run(
 ) -> (MatchOutput, Vec<Vec<u8>>) {
     let mut crng = ChaCha20Rng::seed_from_u64(seeds.0);
     let mut srng = ChaCha20Rng::seed_from_u64(seeds.1);
-    let (mut client, mut request) =
+    let (mut client, request) =
         Cm20Client::start(ItemSet::new(client_items), config.clone(), &mut crng).unwrap();
     let mut server =
         Cm20Server::new(ItemSet::new(server_items), config.clone(), &mut srng).unwrap();
-    let mut transcript = Vec::new();
-    for _ in 0..10_000 {
-        let response = server.handle(&request).unwrap();
-        transcript.push(std::mem::take(&mut request));
-        match client.handle(&response).unwrap() {
-            ClientStep::Send(next) => request = next,
-            ClientStep::Done(out) => {
-                assert!(server.is_done() && client.is_done());
-                transcript.push(response);
-                return (out, transcript);
-            }
-        }
-        transcript.push(response);
-    }
-    panic!("run did not finish");
-}
-
-/// The plain intersection: indices (first occurrence) of client items the server holds.
-fn expected(client_items: &[Vec<u8>], server_items: &[Vec<u8>]) -> Vec<usize> {
-    let server: HashSet<&[u8]> = server_items.iter().map(|v| v.as_slice()).collect();
-    let mut seen = HashSet::new();
-    client_items
-        .iter()
-        .enumerate()
-        .filter(|(_, it)| seen.insert(it.as_slice()) && server.contains(it.as_slice()))
-        .map(|(i, _)| i)
-        .collect()
+    let run = drive(
+        request,
+        |req| server.handle(req).unwrap(),
+        |resp| client.handle(resp).unwrap(),
+    );
+    assert!(server.is_done() && client.is_done());
+    run
 }
 
 fn check(client_items: &[Vec<u8>], server_items: &[Vec<u8>], config: &Cm20Config, seed: u64) {
     let (out, _) = run(client_items, server_items, config, (seed, seed ^ 0xabcdef));
-    let want = expected(client_items, server_items);
-    let got: Vec<usize> = out.matches.iter().map(|m| m.index).collect();
-    assert_eq!(
-        got,
-        want,
-        "n_c={} n_s={}",
-        client_items.len(),
-        server_items.len()
-    );
-    for m in &out.matches {
-        assert_eq!(m.item, client_items[m.index]);
-    }
-    let distinct: HashSet<&Vec<u8>> = client_items.iter().collect();
-    assert_eq!(out.client_items, distinct.len());
-    assert_eq!(out.duplicates, client_items.len() - distinct.len());
-    let server_distinct: HashSet<&Vec<u8>> = server_items.iter().collect();
-    assert_eq!(out.server_items as usize, server_distinct.len());
+    check_output(&out, client_items, server_items);
 }
 
-fn items(prefix: &str, range: std::ops::Range<usize>) -> Vec<Vec<u8>> {
-    range.map(|i| format!("{prefix}{i}").into_bytes()).collect()
+/// A whole message of this protocol: the 9-byte header, then `body`.
+fn frame(message_type: u8, body: &[u8]) -> Vec<u8> {
+    common::frame(0x03, message_type, body)
 }
 
 #[test]
 fn edge_cases() {
     let config = Cm20Config::new(Threads::ONE);
-    let empty: Vec<Vec<u8>> = Vec::new();
-    check(&empty, &empty, &config, 1);
-    check(&empty, &items("a", 0..5), &config, 2);
-    check(&items("a", 0..5), &empty, &config, 3);
-    check(&items("a", 0..1), &items("a", 0..1), &config, 4);
-    check(&items("a", 0..1), &items("b", 0..1), &config, 5);
-    let c = vec![
-        b"".to_vec(),
-        b"x".to_vec(),
-        b"".to_vec(),
-        vec![0, 255, 0],
-        b"x".to_vec(),
-        b"y".to_vec(),
-    ];
-    let s = vec![
-        b"x".to_vec(),
-        b"".to_vec(),
-        b"".to_vec(),
-        vec![0, 255, 0],
-        b"z".to_vec(),
-    ];
-    check(&c, &s, &config, 6);
-    let long: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 1000 + i as usize]).collect();
-    check(&long, &long[5..], &config, 7);
+    for (seed, (c, s)) in (1..).zip(common::edge_cases()) {
+        check(&c, &s, &config, seed);
+    }
 }
 
 #[test]
@@ -168,43 +113,17 @@ proptest! {
 
 // ---- the transcript vector --------------------------------------------------------------
 
-fn vector_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/vectors/cm20-psi-transcript.json")
-}
-
 const CLIENT_SEED: u64 = 0x00c2_0c11;
 const SERVER_SEED: u64 = 0x00c2_05e7;
 /// 16 columns of 64 bytes (m = 512) per chunk: the vector has several chunks.
 const VECTOR_REQUEST_BYTES: u64 = 16 * 64 + 29;
 
-fn vector_sets() -> (Vec<String>, Vec<String>) {
-    let mut client: Vec<String> = (0..300).map(|i| format!("+1555{i:07}")).collect();
-    client.push("+15550000005".into()); // a duplicate
-    client.push(String::new()); // the empty string
-    let mut server: Vec<String> = (250..400).map(|i| format!("+1555{i:07}")).collect();
-    server.extend((0..50).map(|i| format!("+4420{i:07}")));
-    server.push(String::new());
-    (client, server)
-}
-
 fn transcript_json(threads: Threads) -> serde_json::Value {
-    let (client, server) = vector_sets();
-    let c: Vec<Vec<u8>> = client.iter().map(|s| s.clone().into_bytes()).collect();
-    let s: Vec<Vec<u8>> = server.iter().map(|s| s.clone().into_bytes()).collect();
+    let (client, server) = common::vector_sets();
+    let (c, s) = common::vector_items();
     let config = Cm20Config::new(threads).with_max_request_bytes(VECTOR_REQUEST_BYTES);
     let (out, transcript) = run(&c, &s, &config, (CLIENT_SEED, SERVER_SEED));
-    let messages: Vec<serde_json::Value> = transcript
-        .iter()
-        .enumerate()
-        .map(|(i, m)| {
-            serde_json::json!({
-                "from": if i % 2 == 0 { "client" } else { "server" },
-                "type": m[4],
-                "len": m.len(),
-                "sha256": hex::encode(Sha256::digest(m)),
-            })
-        })
-        .collect();
+    let messages = common::vector_messages(&transcript);
     serde_json::json!({
         "description": "CM20-PSI (protocol id 0x03, suite 0x01) transcript with fixed RNG seeds; see docs/protocol/cm20-psi.md",
         "produced_by": "rust-core/psi-core/tests/cm20_psi.rs, test transcript_vector; regenerate with CM20_PSI_WRITE_VECTORS=1 cargo test -p psi-core --test cm20_psi transcript_vector",
@@ -227,38 +146,12 @@ fn transcript_json(threads: Threads) -> serde_json::Value {
 fn transcript_vector() {
     let one = transcript_json(Threads::ONE);
     let two = transcript_json(Threads::new(2));
-    assert_eq!(
-        one, two,
-        "the transcript must not depend on the thread count"
+    common::check_vector(
+        "cm20-psi-transcript.json",
+        "CM20_PSI_WRITE_VECTORS",
+        &one,
+        &two,
     );
-    let path = vector_path();
-    if std::env::var_os("CM20_PSI_WRITE_VECTORS").is_some() {
-        std::fs::write(&path, serde_json::to_string_pretty(&one).unwrap() + "\n").unwrap();
-    }
-    let stored: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| {
-            panic!(
-                "{}: {e} (set CM20_PSI_WRITE_VECTORS=1 to create it)",
-                path.display()
-            )
-        }))
-        .unwrap();
-    let (got, want) = (
-        one["messages"].as_array().unwrap(),
-        stored["messages"].as_array().unwrap(),
-    );
-    assert_eq!(got.len(), want.len(), "number of messages");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert_eq!(g, w, "message {i}");
-    }
-    assert!(
-        one == stored,
-        "transcript vector differs outside the messages"
-    );
-    let (client, server) = vector_sets();
-    let c: Vec<Vec<u8>> = client.into_iter().map(String::into_bytes).collect();
-    let s: Vec<Vec<u8>> = server.into_iter().map(String::into_bytes).collect();
-    assert_eq!(serde_json::json!(expected(&c, &s)), stored["match_indices"]);
 }
 
 /// The analytic sizes of the spec match the real messages: exactly for everything but the
@@ -292,20 +185,6 @@ fn message_sizes_match_the_spec() {
 }
 
 // ---- malformed and out-of-phase messages ------------------------------------------------
-
-fn frame(message_type: u8, body: &[u8]) -> Vec<u8> {
-    let mut m = vec![b'P', b'S', 1, 0x03, message_type];
-    m.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    m.extend_from_slice(body);
-    m
-}
-
-fn decode_err(r: Result<impl std::fmt::Debug, Error>) -> DecodeError {
-    match r {
-        Err(Error::Decode(e)) => e,
-        other => panic!("expected a decode error, got {other:?}"),
-    }
-}
 
 #[test]
 fn malformed_oversized_and_wrong_phase_messages_are_typed_errors() {

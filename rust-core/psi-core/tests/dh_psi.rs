@@ -5,7 +5,10 @@ use psi_core::dh::{self, DhClient, DhServer, EncodedSet, ServerKey, message_type
 use psi_core::{DecodeError, Error, ItemSet, Threads};
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
-use std::collections::HashSet;
+
+mod common;
+
+use common::{expected, items};
 
 fn server(seed: u64, max_client: usize, threads: usize) -> DhServer {
     let mut rng = ChaCha20Rng::seed_from_u64(seed);
@@ -48,19 +51,6 @@ fn run(client: &[Vec<u8>], server_items: &[Vec<u8>], threads: usize, seed: u64) 
             m.index
         })
         .collect()
-}
-
-/// The plain intersection: first index of each client item that the server holds.
-fn expected(client: &[Vec<u8>], server_items: &[Vec<u8>]) -> Vec<usize> {
-    let s: HashSet<&Vec<u8>> = server_items.iter().collect();
-    let mut seen = HashSet::new();
-    (0..client.len())
-        .filter(|&i| seen.insert(&client[i]) && s.contains(&client[i]))
-        .collect()
-}
-
-fn items(prefix: &str, range: std::ops::Range<usize>) -> Vec<Vec<u8>> {
-    range.map(|i| format!("{prefix}{i}").into_bytes()).collect()
 }
 
 proptest! {

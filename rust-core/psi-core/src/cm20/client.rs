@@ -5,24 +5,17 @@
 use super::messages::{self, Chunk, Hello, MAX_ITEMS, Message, Outputs, Setup};
 use super::params::{self, Params};
 use super::prf::{self, Prf};
-use super::{Cm20Config, Match, MatchOutput, rot, session_id};
+use super::{Cm20Config, MatchOutput, rot, session_id};
+use crate::chunked::{self, ClientPhase, ClientStep, wrong_phase};
 use crate::error::{DecodeError, Error, Result};
 use crate::items::ItemSet;
-use crate::ot::base_ot::{self, BASE_OTS};
+use crate::ot::base_ot;
 use crate::ot::prc::{Block, Prg};
 use crate::wire;
 use rand_core::CryptoRng;
 use rayon::prelude::*;
+use std::convert::Infallible;
 use zeroize::Zeroizing;
-
-/// What the client does next. Deliberately exhaustive: a driver's loop matches on it.
-#[derive(Debug)]
-pub enum ClientStep {
-    /// Send these bytes as the next request and pass the response to [`Cm20Client::handle`].
-    Send(Vec<u8>),
-    /// The run is over.
-    Done(MatchOutput),
-}
 
 /// Client side of CM20-PSI, a sans-IO state machine (the same loop as
 /// [`crate::ot::OtClient`]: one request per [`ClientStep::Send`]).
@@ -33,25 +26,8 @@ pub struct Cm20Client {
     phase: Phase,
 }
 
-enum Phase {
-    AwaitSetup(Box<AwaitSetup>),
-    AwaitAck(Box<Sending>),
-    AwaitOutputs(Box<Sending>),
-    Done,
-    Failed,
-}
-
-impl Phase {
-    fn name(&self) -> &'static str {
-        match self {
-            Phase::AwaitSetup(_) => "client awaiting setup",
-            Phase::AwaitAck(_) => "client awaiting chunk ack",
-            Phase::AwaitOutputs(_) => "client awaiting outputs",
-            Phase::Done => "client done",
-            Phase::Failed => "client failed",
-        }
-    }
-}
+/// The hello is produced whole, so there is no `Starting` phase.
+type Phase = ClientPhase<Infallible, AwaitSetup, Sending>;
 
 struct AwaitSetup {
     nonce: [u8; 32],
@@ -76,10 +52,7 @@ struct Sending {
 
 impl std::fmt::Debug for Cm20Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cm20Client")
-            .field("items", &self.items)
-            .field("phase", &self.phase.name())
-            .finish_non_exhaustive()
+        chunked::fmt_party(f, "Cm20Client", &self.items, self.phase.name())
     }
 }
 
@@ -91,13 +64,7 @@ impl Cm20Client {
         rng: &mut R,
     ) -> Result<(Cm20Client, Vec<u8>)> {
         let n = items.len();
-        if n > MAX_ITEMS as usize {
-            return Err(Error::InputTooLarge {
-                what: "client items",
-                value: n as u64,
-                limit: MAX_ITEMS as u64,
-            });
-        }
+        chunked::check_set_size("client items", n, MAX_ITEMS)?;
         let height = config.height.unwrap_or_else(|| params::height(n as u64));
         if !messages::height_allowed(n as u32, height) {
             return Err(Error::InputTooLarge {
@@ -106,15 +73,8 @@ impl Cm20Client {
                 limit: messages::MAX_HEIGHT as u64,
             });
         }
-        let mut nonce = [0u8; 32];
-        rng.fill_bytes(&mut nonce);
-        let mut delta_bytes = Zeroizing::new([0u8; BASE_OTS / 8]);
-        rng.fill_bytes(delta_bytes.as_mut());
-        let delta: Zeroizing<Vec<u8>> = Zeroizing::new(
-            (0..BASE_OTS)
-                .map(|i| (delta_bytes[i / 8] >> (i % 8)) & 1)
-                .collect(),
-        );
+        let nonce = chunked::draw_nonce(rng);
+        let delta = base_ot::draw_choices(rng);
         let mut prf_key = Zeroizing::new([0u8; 16]);
         rng.fill_bytes(prf_key.as_mut());
         let (receiver, base_ot) = base_ot::Receiver::start(&delta, &nonce, rng, config.threads)?;
@@ -170,10 +130,7 @@ impl Cm20Client {
                 }
                 self.finish(out)
             }
-            (phase, msg) => Err(Error::WrongPhase {
-                phase: phase.name(),
-                message: msg.message_type(),
-            }),
+            (phase, msg) => Err(wrong_phase(phase.name(), msg.message_type())),
         }
     }
 
@@ -192,7 +149,7 @@ impl Cm20Client {
 
     /// True once [`ClientStep::Done`] has been returned.
     pub fn is_done(&self) -> bool {
-        matches!(self.phase, Phase::Done)
+        self.phase.is_done()
     }
 
     fn on_setup(&mut self, setup: Setup) -> Result<ClientStep> {
@@ -307,19 +264,7 @@ impl Cm20Client {
         }
         matched.sort_unstable();
         matched.dedup();
-        let matches = matched
-            .iter()
-            .map(|&x| Match {
-                index: self.items.original_index(x),
-                item: self.items.items()[x].clone(),
-            })
-            .collect();
-        let output = MatchOutput {
-            matches,
-            client_items: n,
-            duplicates: self.items.duplicates(),
-            server_items: p.server_items,
-        };
+        let output = MatchOutput::new(&self.items, &matched, p.server_items);
         self.phase = Phase::Done;
         Ok(ClientStep::Done(output))
     }

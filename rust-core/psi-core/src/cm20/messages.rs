@@ -5,25 +5,18 @@
 
 use super::params::{self, MAX_WIDTH, MIN_HEIGHT};
 use super::rot;
+use crate::chunked::{self, put_base_ot, read_base_ot, read_suite};
 use crate::error::DecodeError;
 use crate::golomb::{self, MAX_RICE_BITS};
-use crate::ot::base_ot::{BASE_OTS, RECEIVER_MSG_LEN};
+use crate::ot::base_ot::RECEIVER_MSG_LEN;
 use crate::protocol::Protocol;
-use crate::wire::{self, Reader};
+use crate::wire::{self, Reader, check_limit as limit};
 
-/// Message types (byte 4 of the frame header).
-pub mod message_type {
-    /// Client → server: set size, matrix height, the base-OT receiver messages.
-    pub const HELLO: u8 = 0x01;
-    /// Server → client: set size, matrix width, base-OT sender point, IKNP matrices.
-    pub const SETUP: u8 = 0x02;
-    /// Client → server: the PRF key and a run of matrix columns.
-    pub const MATRIX_CHUNK: u8 = 0x03;
-    /// Server → client: chunk received, send the next one.
-    pub const CHUNK_ACK: u8 = 0x04;
-    /// Server → client: the server's OPRF values, sorted and Golomb-Rice coded.
-    pub const OUTPUTS: u8 = 0x05;
-}
+/// Message types (byte 4 of the frame header): hello (set size, matrix height, base-OT
+/// receiver messages), setup (set size, matrix width, base-OT sender point, IKNP
+/// matrices), matrix chunk (the PRF key and a run of matrix columns), chunk ack, outputs
+/// (the server's OPRF values, sorted and Golomb-Rice coded).
+pub use crate::chunked::message_type;
 
 /// The parameter suite byte: λ = 128, σ = 40, d = 128, 128 MR19 base OTs over
 /// ristretto255 extended by IKNP, AES-128 for `F`, SHA-256 for `H1` and `H2`.
@@ -37,7 +30,7 @@ pub const CHUNK_FIELDS_LEN: usize = 16 + 2 + 2;
 /// Bytes of the outputs message's fixed fields.
 pub const OUTPUTS_FIELDS_LEN: usize = 1 + 4 + 1 + 4;
 /// Body length of a hello message.
-pub const HELLO_BODY_LEN: usize = 1 + 32 + 4 + 4 + 2 + BASE_OTS * RECEIVER_MSG_LEN;
+pub const HELLO_BODY_LEN: usize = 1 + 32 + 4 + 4 + chunked::BASE_OT_FIELD_LEN;
 /// Body length of a setup message for width `w`.
 pub fn setup_body_len(width: usize) -> usize {
     1 + 32 + 4 + 2 + 1 + 32 + rot::u_len(width)
@@ -54,66 +47,27 @@ pub fn height_allowed(client_items: u32, height: u32) -> bool {
 }
 
 /// A decoded message.
-#[derive(Debug)]
-pub(crate) enum Message<'a> {
-    Hello(Hello),
-    Setup(Setup),
-    Chunk(Chunk<'a>),
-    Ack(Ack),
-    Outputs(Outputs<'a>),
-}
-
-impl Message<'_> {
-    pub(crate) fn message_type(&self) -> u8 {
-        match self {
-            Message::Hello(_) => message_type::HELLO,
-            Message::Setup(_) => message_type::SETUP,
-            Message::Chunk(_) => message_type::MATRIX_CHUNK,
-            Message::Ack(_) => message_type::CHUNK_ACK,
-            Message::Outputs(_) => message_type::OUTPUTS,
-        }
-    }
-}
+pub(crate) type Message<'a> = chunked::Message<Hello, Setup, Chunk<'a>, Ack, Outputs<'a>>;
 
 /// Decodes any CM20-PSI message.
 pub(crate) fn decode(bytes: &[u8]) -> Result<Message<'_>, DecodeError> {
-    let frame = wire::parse_frame(bytes, Protocol::Cm20)?;
-    let mut r = Reader::new(frame.body);
-    let msg = match frame.message_type {
-        message_type::HELLO => Message::Hello(Hello::read(&mut r)?),
-        message_type::SETUP => Message::Setup(Setup::read(&mut r)?),
-        message_type::MATRIX_CHUNK => Message::Chunk(Chunk::read(&mut r)?),
-        message_type::CHUNK_ACK => Message::Ack(Ack {
-            next_column: u16::from_be_bytes(array::<2>(&mut r)?),
-        }),
-        message_type::OUTPUTS => Message::Outputs(Outputs::read(&mut r)?),
-        t => return Err(DecodeError::UnknownMessageType(t)),
-    };
-    r.end()?;
-    Ok(msg)
+    wire::decode_with(bytes, Protocol::Cm20, |t, r| {
+        Ok(match t {
+            message_type::HELLO => Message::Hello(Hello::read(r)?),
+            message_type::SETUP => Message::Setup(Setup::read(r)?),
+            message_type::MATRIX_CHUNK => Message::Chunk(Chunk::read(r)?),
+            message_type::CHUNK_ACK => Message::Ack(Ack {
+                next_column: r.u16()?,
+            }),
+            message_type::OUTPUTS => Message::Outputs(Outputs::read(r)?),
+            t => return Err(DecodeError::UnknownMessageType(t)),
+        })
+    })
 }
 
 /// Checks that `bytes` decode as a CM20-PSI message (for fuzzing and drivers' sanity checks).
 pub fn check(bytes: &[u8]) -> Result<u8, DecodeError> {
     decode(bytes).map(|m| m.message_type())
-}
-
-fn array<const N: usize>(r: &mut Reader<'_>) -> Result<[u8; N], DecodeError> {
-    Ok(r.take(N)?.try_into().expect("length checked"))
-}
-
-fn suite(r: &mut Reader<'_>) -> Result<(), DecodeError> {
-    match r.u8()? {
-        SUITE => Ok(()),
-        _ => Err(DecodeError::InvalidParameter { what: "suite" }),
-    }
-}
-
-fn limit(what: &'static str, value: u64, limit: u64) -> Result<(), DecodeError> {
-    if value > limit {
-        return Err(DecodeError::LimitExceeded { what, value, limit });
-    }
-    Ok(())
 }
 
 /// Message 0x01.
@@ -132,16 +86,13 @@ impl Hello {
         out.extend_from_slice(&self.client_nonce);
         out.extend_from_slice(&self.client_items.to_be_bytes());
         out.extend_from_slice(&self.height.to_be_bytes());
-        out.extend_from_slice(&(self.base_ot.len() as u16).to_be_bytes());
-        for m in &self.base_ot {
-            out.extend_from_slice(m);
-        }
+        put_base_ot(&mut out, &self.base_ot);
         wire::finish(out)
     }
 
     fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        suite(r)?;
-        let client_nonce = array::<32>(r)?;
+        read_suite(r, SUITE)?;
+        let client_nonce = r.array()?;
         let client_items = r.u32()?;
         limit("client items", client_items as u64, MAX_ITEMS as u64)?;
         let height = r.u32()?;
@@ -151,16 +102,7 @@ impl Hello {
                 what: "matrix height",
             });
         }
-        let count = u16::from_be_bytes(array::<2>(r)?);
-        if count as usize != BASE_OTS {
-            return Err(DecodeError::InvalidParameter {
-                what: "base OT count",
-            });
-        }
-        let mut base_ot = Vec::with_capacity(BASE_OTS);
-        for _ in 0..BASE_OTS {
-            base_ot.push(array::<RECEIVER_MSG_LEN>(r)?);
-        }
+        let base_ot = read_base_ot(r)?;
         Ok(Hello {
             client_nonce,
             client_items,
@@ -196,11 +138,11 @@ impl Setup {
     }
 
     fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        suite(r)?;
-        let server_nonce = array::<32>(r)?;
+        read_suite(r, SUITE)?;
+        let server_nonce = r.array()?;
         let server_items = r.u32()?;
         limit("server items", server_items as u64, MAX_ITEMS as u64)?;
-        let width = u16::from_be_bytes(array::<2>(r)?);
+        let width = r.u16()?;
         limit("matrix width", width as u64, MAX_WIDTH as u64)?;
         if (width as u32) < params::MIN_WEIGHT {
             return Err(DecodeError::InvalidParameter {
@@ -213,7 +155,7 @@ impl Setup {
                 what: "output bits",
             });
         }
-        let sender_point = array::<32>(r)?;
+        let sender_point = r.array()?;
         let iknp_u = r.take(rot::u_len(width as usize))?.to_vec();
         Ok(Setup {
             server_nonce,
@@ -248,9 +190,9 @@ impl Chunk<'_> {
     }
 
     fn read<'a>(r: &mut Reader<'a>) -> Result<Chunk<'a>, DecodeError> {
-        let prf_key = array::<16>(r)?;
-        let first_column = u16::from_be_bytes(array::<2>(r)?);
-        let column_count = u16::from_be_bytes(array::<2>(r)?);
+        let prf_key = r.array()?;
+        let first_column = r.u16()?;
+        let column_count = r.u16()?;
         limit("chunk columns", column_count as u64, MAX_WIDTH as u64)?;
         if column_count == 0 {
             return Err(DecodeError::InvalidParameter {

@@ -35,7 +35,8 @@ mod prf;
 mod rot;
 mod server;
 
-pub use client::{ClientStep, Cm20Client};
+pub use crate::chunked::ClientStep;
+pub use client::Cm20Client;
 pub use params::Params;
 pub use server::Cm20Server;
 
@@ -248,37 +249,26 @@ pub fn run_in_memory<R: CryptoRng + ?Sized>(
     mut observe: impl FnMut(Phase),
 ) -> Result<(MatchOutput, RunStats)> {
     let mut stats = RunStats::default();
-    let (mut client, mut request) = Cm20Client::start(client_items, config.clone(), rng)?;
+    let (mut client, request) = Cm20Client::start(client_items, config.clone(), rng)?;
     observe(Phase::ClientStart);
     let mut server = Cm20Server::new(server_items, config.clone(), rng)?;
-    let mut first = true;
-    loop {
-        stats.client_to_server_bytes += request.len() as u64;
-        stats.round_trips += 1;
-        let response = server.handle(&request)?;
-        if first {
-            stats.params = server.params();
-        }
-        observe(if first {
-            Phase::ServerHello
-        } else if server.is_done() {
-            Phase::ServerOutputs
-        } else {
-            Phase::ServerChunk
-        });
-        stats.server_to_client_bytes += response.len() as u64;
-        let step = client.handle(&response)?;
-        observe(match (&step, first) {
-            (ClientStep::Done(_), _) => Phase::ClientFinish,
-            (_, true) => Phase::ClientSetup,
-            _ => Phase::ClientChunk,
-        });
-        first = false;
-        match step {
-            ClientStep::Send(next) => request = next,
-            ClientStep::Done(output) => return Ok((output, stats)),
-        }
-    }
+    let mut params = None;
+    let (output, traffic) = crate::chunked::run_loop(
+        request,
+        |req| {
+            let response = server.handle(req)?;
+            // Known from the hello's answer on; the first answer's are the run's.
+            params = params.or(server.params());
+            Ok((response, server.is_done()))
+        },
+        |resp| client.handle(resp),
+        observe,
+    )?;
+    stats.round_trips = traffic.round_trips;
+    stats.client_to_server_bytes = traffic.client_to_server_bytes;
+    stats.server_to_client_bytes = traffic.server_to_client_bytes;
+    stats.params = params;
+    Ok((output, stats))
 }
 
 #[cfg(test)]

@@ -7,7 +7,8 @@ use super::messages::{self, Ack, Chunk, Hello, MAX_ITEMS, Message, Outputs, Setu
 use super::params::{self, Params};
 use super::prf::{self, Prf};
 use super::{Cm20Config, rot, session_id};
-use crate::error::{DecodeError, Error, Result};
+use crate::chunked::{self, ServerPhase, admit_client_items, wrong_phase};
+use crate::error::{DecodeError, Result};
 use crate::items::ItemSet;
 use crate::ot::base_ot;
 use crate::ot::prc::{Block, Prg, Row};
@@ -23,23 +24,7 @@ pub struct Cm20Server {
     phase: Phase,
 }
 
-enum Phase {
-    AwaitHello(Box<Fresh>),
-    AwaitChunk(Box<Evaluating>),
-    Done,
-    Failed,
-}
-
-impl Phase {
-    fn name(&self) -> &'static str {
-        match self {
-            Phase::AwaitHello(_) => "server awaiting hello",
-            Phase::AwaitChunk(_) => "server awaiting matrix chunk",
-            Phase::Done => "server done",
-            Phase::Failed => "server failed",
-        }
-    }
-}
+type Phase = ServerPhase<Fresh, Evaluating>;
 
 struct Fresh {
     nonce: [u8; 32],
@@ -61,10 +46,7 @@ struct Evaluating {
 
 impl std::fmt::Debug for Cm20Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cm20Server")
-            .field("items", &self.items)
-            .field("phase", &self.phase.name())
-            .finish_non_exhaustive()
+        chunked::fmt_party(f, "Cm20Server", &self.items, self.phase.name())
     }
 }
 
@@ -76,15 +58,8 @@ impl Cm20Server {
         rng: &mut R,
     ) -> Result<Cm20Server> {
         let items = items.into();
-        if items.len() > MAX_ITEMS as usize {
-            return Err(Error::InputTooLarge {
-                what: "server items",
-                value: items.len() as u64,
-                limit: MAX_ITEMS as u64,
-            });
-        }
-        let mut nonce = [0u8; 32];
-        rng.fill_bytes(&mut nonce);
+        chunked::check_set_size("server items", items.len(), MAX_ITEMS)?;
+        let nonce = chunked::draw_nonce(rng);
         let sender = base_ot::Sender::new(rng);
         let mut s = Zeroizing::new(vec![[0u8; 64]; rot::instances(params::MAX_WIDTH as usize)]);
         for row in s.iter_mut() {
@@ -106,21 +81,18 @@ impl Cm20Server {
         match (&self.phase, msg) {
             (Phase::AwaitHello(_), Message::Hello(hello)) => self.on_hello(hello),
             (Phase::AwaitChunk(_), Message::Chunk(chunk)) => self.on_chunk(chunk),
-            (phase, msg) => Err(Error::WrongPhase {
-                phase: phase.name(),
-                message: msg.message_type(),
-            }),
+            (phase, msg) => Err(wrong_phase(phase.name(), msg.message_type())),
         }
     }
 
     /// True once the outputs have been sent.
     pub fn is_done(&self) -> bool {
-        matches!(self.phase, Phase::Done)
+        self.phase.is_done()
     }
 
     /// True once the run is over, successfully or not: no further message is accepted.
     pub fn is_finished(&self) -> bool {
-        matches!(self.phase, Phase::Done | Phase::Failed)
+        self.phase.is_finished()
     }
 
     /// The run's parameters, once the hello has been answered.
@@ -132,22 +104,11 @@ impl Cm20Server {
     }
 
     fn on_hello(&mut self, hello: Hello) -> Result<Vec<u8>> {
-        if let Some(expected) = self.config.expected_client_items
-            && hello.client_items as usize != expected
-        {
-            return Err(Error::CountMismatch {
-                expected: expected as u64,
-                found: hello.client_items as u64,
-            });
-        }
-        if hello.client_items as usize > self.config.max_client_items {
-            return Err(DecodeError::LimitExceeded {
-                what: "client items",
-                value: hello.client_items as u64,
-                limit: self.config.max_client_items as u64,
-            }
-            .into());
-        }
+        admit_client_items(
+            hello.client_items,
+            self.config.expected_client_items,
+            self.config.max_client_items,
+        )?;
         let n_s = self.items.len() as u32;
         let width = params::width(hello.client_items as u64, n_s as u64, hello.height).ok_or(
             DecodeError::InvalidParameter {

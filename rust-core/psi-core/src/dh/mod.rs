@@ -501,20 +501,10 @@ impl DhClient {
         let outputs = MatchedOutputs(Zeroizing::new(
             hits.iter().map(|&i| self.outputs[i]).collect(),
         ));
-        let matches = hits
-            .iter()
-            .map(|&i| Match {
-                index: self.items.original_index(i),
-                item: self.items.items()[i].clone(),
-            })
-            .collect();
-        let output = MatchOutput {
-            matches,
-            client_items: self.items.len(),
-            duplicates: self.items.duplicates(),
-            server_items: set.element_count,
-        };
-        Ok((output, outputs))
+        Ok((
+            MatchOutput::new(&self.items, &hits, set.element_count),
+            outputs,
+        ))
     }
 }
 

@@ -38,6 +38,19 @@ pub(crate) const BASE_OTS: usize = 128;
 /// Bytes of one receiver message `r_{i,0} || r_{i,1}`.
 pub(crate) const RECEIVER_MSG_LEN: usize = 64;
 
+/// The receiver's [`BASE_OTS`] uniformly random choice bits, one per byte (0 or 1): bit
+/// `i % 8` of byte `i / 8` of [`BASE_OTS`]` / 8` bytes drawn from `rng`. In the IKNP
+/// extension these are the sender's secret `Δ`.
+pub(crate) fn draw_choices<R: CryptoRng + ?Sized>(rng: &mut R) -> Zeroizing<Vec<u8>> {
+    let mut bytes = Zeroizing::new([0u8; BASE_OTS / 8]);
+    rng.fill_bytes(bytes.as_mut());
+    Zeroizing::new(
+        (0..BASE_OTS)
+            .map(|i| (bytes[i / 8] >> (i % 8)) & 1)
+            .collect(),
+    )
+}
+
 /// `H_i(P) = from_uniform_bytes(SHA-512(len || ds::MR_H2G || nonce || BE32(i) || P))`.
 fn hash_to_group(nonce: &[u8; 32], i: u32, p: &[u8; 32]) -> RistrettoPoint {
     let mut h = Sha512::new();

@@ -7,7 +7,8 @@ use super::messages::{
     self, Chunk, Hello, MAX_BINS, MAX_ITEMS, Message, Outputs, Setup, max_bins_for,
 };
 use super::prc::{Block, CODE_BYTES, PRC_BATCH, Prc, Prg, Row, out_hash, out_prefix, pack};
-use super::{BLOCK_ROWS, Match, OtConfig, OtOutput, iknp, matrix_rows, output_len, session_id};
+use super::{BLOCK_ROWS, OtConfig, OtOutput, iknp, matrix_rows, output_len, session_id};
+use crate::chunked::{self, ClientPhase, ClientStep, wrong_phase};
 use crate::error::{DecodeError, Error, Result};
 use crate::items::ItemSet;
 use crate::wire;
@@ -15,15 +16,6 @@ use rand_core::CryptoRng;
 use rayon::prelude::*;
 use std::hash::Hasher;
 use zeroize::{Zeroize, Zeroizing};
-
-/// What the client does next. Deliberately exhaustive: a driver's loop matches on it.
-#[derive(Debug)]
-pub enum ClientStep {
-    /// Send these bytes as the next request and pass the response to [`OtClient::handle`].
-    Send(Vec<u8>),
-    /// The run is over.
-    Done(OtOutput),
-}
 
 /// Client side of OT-PSI, a sans-IO state machine.
 ///
@@ -44,28 +36,8 @@ pub struct OtClient {
     phase: Phase,
 }
 
-enum Phase {
-    /// The hello is being produced in parts ([`OtClient::start_in_parts`]).
-    Starting(Box<Starting>),
-    AwaitSetup(Box<AwaitSetup>),
-    AwaitAck(Box<Extending>),
-    AwaitOutputs(Box<Extending>),
-    Done,
-    Failed,
-}
-
-impl Phase {
-    fn name(&self) -> &'static str {
-        match self {
-            Phase::Starting(_) => "client sending hello",
-            Phase::AwaitSetup(_) => "client awaiting setup",
-            Phase::AwaitAck(_) => "client awaiting chunk ack",
-            Phase::AwaitOutputs(_) => "client awaiting outputs",
-            Phase::Done => "client done",
-            Phase::Failed => "client failed",
-        }
-    }
-}
+/// `Starting` while the hello is produced in parts ([`OtClient::start_in_parts`]).
+type Phase = ClientPhase<Starting, AwaitSetup, Extending>;
 
 /// Base-OT messages per part of a hello produced in parts: 16 (1 KiB), so the server's
 /// work on one part overlaps the client's on the next.
@@ -128,10 +100,7 @@ impl Drop for Extending {
 
 impl std::fmt::Debug for OtClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OtClient")
-            .field("items", &self.items)
-            .field("phase", &self.phase.name())
-            .finish_non_exhaustive()
+        chunked::fmt_party(f, "OtClient", &self.items, self.phase.name())
     }
 }
 
@@ -157,13 +126,7 @@ impl OtClient {
         rng: &mut R,
     ) -> Result<(OtClient, Vec<u8>)> {
         let n = items.len();
-        if n > MAX_ITEMS as usize {
-            return Err(Error::InputTooLarge {
-                what: "client items",
-                value: n as u64,
-                limit: MAX_ITEMS as u64,
-            });
-        }
+        chunked::check_set_size("client items", n, MAX_ITEMS)?;
         let bins = config
             .table_size_override
             .unwrap_or_else(|| cuckoo::table_size(n));
@@ -182,15 +145,8 @@ impl OtClient {
             });
         }
         debug_assert!(bins <= MAX_BINS as usize);
-        let mut nonce = [0u8; 32];
-        rng.fill_bytes(&mut nonce);
-        let mut delta_bytes = Zeroizing::new([0u8; BASE_OTS / 8]);
-        rng.fill_bytes(delta_bytes.as_mut());
-        let delta: Zeroizing<Vec<u8>> = Zeroizing::new(
-            (0..BASE_OTS)
-                .map(|i| (delta_bytes[i / 8] >> (i % 8)) & 1)
-                .collect(),
-        );
+        let nonce = chunked::draw_nonce(rng);
+        let delta = base_ot::draw_choices(rng);
         let mut dummy_key = Zeroizing::new([0u8; 16]);
         rng.fill_bytes(dummy_key.as_mut());
         let pending = base_ot::Receiver::draw(&delta, &nonce, rng);
@@ -302,10 +258,7 @@ impl OtClient {
                 }
                 self.finish(out)
             }
-            (phase, msg) => Err(Error::WrongPhase {
-                phase: phase.name(),
-                message: msg.message_type(),
-            }),
+            (phase, msg) => Err(wrong_phase(phase.name(), msg.message_type())),
         }
     }
 
@@ -338,7 +291,7 @@ impl OtClient {
 
     /// True once [`ClientStep::Done`] has been returned.
     pub fn is_done(&self) -> bool {
-        matches!(self.phase, Phase::Done)
+        self.phase.is_done()
     }
 
     fn on_setup(&mut self, setup: Setup) -> Result<ClientStep> {
@@ -420,19 +373,7 @@ impl OtClient {
             unreachable!("checked by caller")
         };
         let matched = self.config.threads.install(|| ext.matches(&out))?;
-        let matches = matched
-            .iter()
-            .map(|&x| Match {
-                index: self.items.original_index(x),
-                item: self.items.items()[x].clone(),
-            })
-            .collect();
-        let output = OtOutput {
-            matches,
-            client_items: self.items.len(),
-            duplicates: self.items.duplicates(),
-            server_items: ext.server_items,
-        };
+        let output = OtOutput::new(&self.items, &matched, ext.server_items);
         self.phase = Phase::Done;
         Ok(ClientStep::Done(output))
     }

@@ -6,23 +6,14 @@
 use super::base_ot::{BASE_OTS, RECEIVER_MSG_LEN};
 use super::iknp::U_LEN;
 use super::prc::CODE_BYTES;
+use crate::chunked::{self, put_base_ot, read_base_ot, read_suite};
 use crate::error::DecodeError;
 use crate::protocol::Protocol;
-use crate::wire::{self, Reader};
+use crate::wire::{self, Reader, check_limit};
 
-/// Message types (byte 4 of the frame header).
-pub mod message_type {
-    /// Client → server: session parameters and the base-OT receiver messages.
-    pub const HELLO: u8 = 0x01;
-    /// Server → client: base-OT sender point, IKNP matrix, server set size.
-    pub const SETUP: u8 = 0x02;
-    /// Client → server: a run of rows of the OT-extension matrix.
-    pub const MATRIX_CHUNK: u8 = 0x03;
-    /// Server → client: chunk received, send the next one.
-    pub const CHUNK_ACK: u8 = 0x04;
-    /// Server → client: the server's OPRF values, three shuffled lists.
-    pub const OUTPUTS: u8 = 0x05;
-}
+/// Message types (byte 4 of the frame header): hello, setup, matrix chunk (rows of the
+/// OT-extension matrix), chunk ack, outputs (three shuffled lists).
+pub use crate::chunked::message_type;
 
 /// The parameter suite byte: κ = 128, σ = 40, 128 MR19 base OTs over ristretto255, IKNP to
 /// 512 OTs, KKRT16 with a 512-bit AES-128 code, 3-way Cuckoo hashing, SHA-256.
@@ -53,63 +44,25 @@ pub fn max_bins_for(client_items: u32) -> u32 {
 }
 
 /// A decoded message.
-#[derive(Debug)]
-pub(crate) enum Message<'a> {
-    Hello(Hello),
-    Setup(Setup),
-    Chunk(Chunk<'a>),
-    Ack(Ack),
-    Outputs(Outputs<'a>),
-}
-
-impl Message<'_> {
-    pub(crate) fn message_type(&self) -> u8 {
-        match self {
-            Message::Hello(_) => message_type::HELLO,
-            Message::Setup(_) => message_type::SETUP,
-            Message::Chunk(_) => message_type::MATRIX_CHUNK,
-            Message::Ack(_) => message_type::CHUNK_ACK,
-            Message::Outputs(_) => message_type::OUTPUTS,
-        }
-    }
-}
+pub(crate) type Message<'a> = chunked::Message<Hello, Setup, Chunk<'a>, Ack, Outputs<'a>>;
 
 /// Decodes any OT-PSI message.
 pub(crate) fn decode(bytes: &[u8]) -> Result<Message<'_>, DecodeError> {
-    let frame = wire::parse_frame(bytes, Protocol::Ot)?;
-    let mut r = Reader::new(frame.body);
-    let msg = match frame.message_type {
-        message_type::HELLO => Message::Hello(Hello::read(&mut r)?),
-        message_type::SETUP => Message::Setup(Setup::read(&mut r)?),
-        message_type::MATRIX_CHUNK => Message::Chunk(Chunk::read(&mut r)?),
-        message_type::CHUNK_ACK => Message::Ack(Ack { next_row: r.u32()? }),
-        message_type::OUTPUTS => Message::Outputs(Outputs::read(&mut r)?),
-        t => return Err(DecodeError::UnknownMessageType(t)),
-    };
-    r.end()?;
-    Ok(msg)
+    wire::decode_with(bytes, Protocol::Ot, |t, r| {
+        Ok(match t {
+            message_type::HELLO => Message::Hello(Hello::read(r)?),
+            message_type::SETUP => Message::Setup(Setup::read(r)?),
+            message_type::MATRIX_CHUNK => Message::Chunk(Chunk::read(r)?),
+            message_type::CHUNK_ACK => Message::Ack(Ack { next_row: r.u32()? }),
+            message_type::OUTPUTS => Message::Outputs(Outputs::read(r)?),
+            t => return Err(DecodeError::UnknownMessageType(t)),
+        })
+    })
 }
 
-fn array<const N: usize>(r: &mut Reader<'_>) -> Result<[u8; N], DecodeError> {
-    Ok(r.take(N)?.try_into().expect("length checked"))
-}
-
-fn suite(r: &mut Reader<'_>) -> Result<(), DecodeError> {
-    match r.u8()? {
-        SUITE => Ok(()),
-        _ => Err(DecodeError::InvalidParameter { what: "suite" }),
-    }
-}
-
+/// `LimitExceeded` if a u32 field is above its limit.
 fn limit(what: &'static str, value: u32, limit: u32) -> Result<(), DecodeError> {
-    if value > limit {
-        return Err(DecodeError::LimitExceeded {
-            what,
-            value: value as u64,
-            limit: limit as u64,
-        });
-    }
-    Ok(())
+    check_limit(what, value.into(), limit.into())
 }
 
 /// Message 0x01.
@@ -122,7 +75,7 @@ pub(crate) struct Hello {
 }
 
 /// Body length of a hello message.
-pub(crate) const HELLO_BODY_LEN: usize = 1 + 32 + 4 + 4 + 2 + BASE_OTS * RECEIVER_MSG_LEN;
+pub(crate) const HELLO_BODY_LEN: usize = 1 + 32 + 4 + 4 + chunked::BASE_OT_FIELD_LEN;
 /// Offsets in a whole hello (frame header included), for drivers that send or receive it in
 /// parts: the client nonce, and the first base-OT message (the messages are the hello's tail).
 pub(crate) const HELLO_NONCE_AT: usize = wire::HEADER_LEN + 1;
@@ -137,16 +90,13 @@ impl Hello {
         out.extend_from_slice(&self.client_nonce);
         out.extend_from_slice(&self.client_items.to_be_bytes());
         out.extend_from_slice(&self.bins.to_be_bytes());
-        out.extend_from_slice(&(self.base_ot.len() as u16).to_be_bytes());
-        for m in &self.base_ot {
-            out.extend_from_slice(m);
-        }
+        put_base_ot(&mut out, &self.base_ot);
         wire::finish(out)
     }
 
     fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        suite(r)?;
-        let client_nonce = array::<32>(r)?;
+        read_suite(r, SUITE)?;
+        let client_nonce = r.array()?;
         let client_items = r.u32()?;
         limit("client items", client_items, MAX_ITEMS)?;
         let bins = r.u32()?;
@@ -154,16 +104,7 @@ impl Hello {
         if bins < 3 || bins < client_items {
             return Err(DecodeError::InvalidParameter { what: "bins" });
         }
-        let count = u16::from_be_bytes(array::<2>(r)?);
-        if count as usize != BASE_OTS {
-            return Err(DecodeError::InvalidParameter {
-                what: "base OT count",
-            });
-        }
-        let mut base_ot = Vec::with_capacity(BASE_OTS);
-        for _ in 0..BASE_OTS {
-            base_ot.push(array::<RECEIVER_MSG_LEN>(r)?);
-        }
+        let base_ot = read_base_ot(r)?;
         Ok(Hello {
             client_nonce,
             client_items,
@@ -202,8 +143,8 @@ impl Setup {
     }
 
     fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        suite(r)?;
-        let server_nonce = array::<32>(r)?;
+        read_suite(r, SUITE)?;
+        let server_nonce = r.array()?;
         let server_items = r.u32()?;
         limit("server items", server_items, MAX_ITEMS)?;
         let out_len = r.u8()?;
@@ -212,7 +153,7 @@ impl Setup {
                 what: "output length",
             });
         }
-        let sender_point = array::<32>(r)?;
+        let sender_point = r.array()?;
         let iknp_u = r.take(U_LEN)?.to_vec();
         Ok(Setup {
             server_nonce,

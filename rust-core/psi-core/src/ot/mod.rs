@@ -33,7 +33,8 @@ pub(crate) mod prc;
 mod server;
 pub(crate) mod transpose;
 
-pub use client::{ClientStep, OtClient};
+pub use crate::chunked::ClientStep;
+pub use client::OtClient;
 pub use cuckoo::{failure_bound_log2, table_size};
 pub use server::OtServer;
 
@@ -254,35 +255,20 @@ pub fn run_in_memory<R: CryptoRng + ?Sized>(
     mut observe: impl FnMut(Phase),
 ) -> Result<(OtOutput, RunStats)> {
     let mut stats = RunStats::default();
-    let (mut client, mut request) = OtClient::start(client_items, config.clone(), rng)?;
+    let (mut client, request) = OtClient::start(client_items, config.clone(), rng)?;
     observe(Phase::ClientStart);
     stats.bins = client.bins();
     let mut server = OtServer::new(server_items, config.clone(), rng)?;
-    let mut first = true;
-    loop {
-        stats.client_to_server_bytes += request.len() as u64;
-        stats.round_trips += 1;
-        let response = server.handle(&request)?;
-        observe(if first {
-            Phase::ServerHello
-        } else if server.is_done() {
-            Phase::ServerOutputs
-        } else {
-            Phase::ServerChunk
-        });
-        stats.server_to_client_bytes += response.len() as u64;
-        let step = client.handle(&response)?;
-        observe(match (&step, first) {
-            (ClientStep::Done(_), _) => Phase::ClientFinish,
-            (_, true) => Phase::ClientSetup,
-            _ => Phase::ClientChunk,
-        });
-        first = false;
-        match step {
-            ClientStep::Send(next) => request = next,
-            ClientStep::Done(output) => return Ok((output, stats)),
-        }
-    }
+    let (output, traffic) = crate::chunked::run_loop(
+        request,
+        |req| Ok((server.handle(req)?, server.is_done())),
+        |resp| client.handle(resp),
+        observe,
+    )?;
+    stats.round_trips = traffic.round_trips;
+    stats.client_to_server_bytes = traffic.client_to_server_bytes;
+    stats.server_to_client_bytes = traffic.server_to_client_bytes;
+    Ok((output, stats))
 }
 
 /// A step of [`base_ots_alone`].
@@ -306,13 +292,8 @@ pub fn base_ots_alone<R: CryptoRng + ?Sized>(
     rng: &mut R,
     mut observe: impl FnMut(BaseOtStep),
 ) -> Result<bool> {
-    let mut nonce = [0u8; 32];
-    rng.fill_bytes(&mut nonce);
-    let mut bits = [0u8; base_ot::BASE_OTS / 8];
-    rng.fill_bytes(&mut bits);
-    let choices: Vec<u8> = (0..base_ot::BASE_OTS)
-        .map(|i| (bits[i / 8] >> (i % 8)) & 1)
-        .collect();
+    let nonce = crate::chunked::draw_nonce(rng);
+    let choices = base_ot::draw_choices(rng);
     let sender = base_ot::Sender::new(rng);
     let (receiver, msgs) = base_ot::Receiver::start(&choices, &nonce, rng, threads)?;
     observe(BaseOtStep::ReceiverMessages);
@@ -323,7 +304,7 @@ pub fn base_ots_alone<R: CryptoRng + ?Sized>(
     Ok(chosen
         .iter()
         .zip(both.iter())
-        .zip(&choices)
+        .zip(choices.iter())
         .all(|((k, pair), &b)| *k == pair[b as usize]))
 }
 

@@ -9,7 +9,8 @@ use super::prc::{
     Block, CODE_BYTES, PRC_BATCH, Prc, Prg, Row, copy_short, out_hash, out_prefix, permutation,
 };
 use super::{BLOCK_ROWS, OtConfig, iknp, matrix_rows, output_len, session_id};
-use crate::error::{DecodeError, Error, Result};
+use crate::chunked::{self, ServerPhase, admit_client_items, wrong_phase};
+use crate::error::{DecodeError, Result};
 use crate::items::ItemSet;
 use crate::wire;
 use rand_core::CryptoRng;
@@ -29,23 +30,7 @@ pub struct OtServer {
     phase: Phase,
 }
 
-enum Phase {
-    AwaitHello(Box<Fresh>),
-    AwaitChunk(Box<Evaluating>),
-    Done,
-    Failed,
-}
-
-impl Phase {
-    fn name(&self) -> &'static str {
-        match self {
-            Phase::AwaitHello(_) => "server awaiting hello",
-            Phase::AwaitChunk(_) => "server awaiting matrix chunk",
-            Phase::Done => "server done",
-            Phase::Failed => "server failed",
-        }
-    }
-}
+type Phase = ServerPhase<Fresh, Evaluating>;
 
 /// Randomness drawn up front, and what a hello received in parts has given so far.
 struct Fresh {
@@ -75,10 +60,7 @@ struct Evaluating {
 
 impl std::fmt::Debug for OtServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OtServer")
-            .field("items", &self.items)
-            .field("phase", &self.phase.name())
-            .finish_non_exhaustive()
+        chunked::fmt_party(f, "OtServer", &self.items, self.phase.name())
     }
 }
 
@@ -90,15 +72,8 @@ impl OtServer {
         rng: &mut R,
     ) -> Result<OtServer> {
         let items = items.into();
-        if items.len() > MAX_ITEMS as usize {
-            return Err(Error::InputTooLarge {
-                what: "server items",
-                value: items.len() as u64,
-                limit: MAX_ITEMS as u64,
-            });
-        }
-        let mut nonce = [0u8; 32];
-        rng.fill_bytes(&mut nonce);
+        chunked::check_set_size("server items", items.len(), MAX_ITEMS)?;
+        let nonce = chunked::draw_nonce(rng);
         let sender = base_ot::Sender::new(rng);
         let mut s = Zeroizing::new([0u8; CODE_BYTES]);
         rng.fill_bytes(s.as_mut());
@@ -194,10 +169,7 @@ impl OtServer {
         };
         let checked = match messages::decode(&probe) {
             Ok(Message::Hello(hello)) => self.check_hello(&hello).map(|()| hello.client_items),
-            Ok(other) => Err(Error::WrongPhase {
-                phase: self.phase.name(),
-                message: other.message_type(),
-            }),
+            Ok(other) => Err(wrong_phase(self.phase.name(), other.message_type())),
             Err(e) => Err(e.into()),
         };
         let Phase::AwaitHello(fresh) = &mut self.phase else {
@@ -247,23 +219,20 @@ impl OtServer {
         match (&self.phase, msg) {
             (Phase::AwaitHello(_), Message::Hello(hello)) => self.on_hello(hello, early_keys),
             (Phase::AwaitChunk(_), Message::Chunk(chunk)) => self.on_chunk(chunk),
-            (phase, msg) => Err(Error::WrongPhase {
-                phase: phase.name(),
-                message: msg.message_type(),
-            }),
+            (phase, msg) => Err(wrong_phase(phase.name(), msg.message_type())),
         }
     }
 
     /// True once the outputs have been sent.
     pub fn is_done(&self) -> bool {
-        matches!(self.phase, Phase::Done)
+        self.phase.is_done()
     }
 
     /// True once the run is over, successfully ([`OtServer::is_done`]) or not (an internal
     /// failure while answering the hello): the state machine accepts no further message, so
     /// a driver can free the session's state and slot.
     pub fn is_finished(&self) -> bool {
-        matches!(self.phase, Phase::Done | Phase::Failed)
+        self.phase.is_finished()
     }
 
     /// The checks of a hello's fixed fields that the decoder cannot make (they depend on
@@ -272,23 +241,11 @@ impl OtServer {
         // The table size was checked against the hello's own count by the decoder
         // (`bins <= max_bins_for(client_items)`); pinning the count to the one the session
         // was admitted for bounds the OPRF evaluations by `max_bins_for(expected)`.
-        if let Some(expected) = self.config.expected_client_items
-            && hello.client_items as usize != expected
-        {
-            return Err(Error::CountMismatch {
-                expected: expected as u64,
-                found: hello.client_items as u64,
-            });
-        }
-        if hello.client_items as usize > self.config.max_client_items {
-            return Err(DecodeError::LimitExceeded {
-                what: "client items",
-                value: hello.client_items as u64,
-                limit: self.config.max_client_items as u64,
-            }
-            .into());
-        }
-        Ok(())
+        admit_client_items(
+            hello.client_items,
+            self.config.expected_client_items,
+            self.config.max_client_items,
+        )
     }
 
     fn on_hello(
@@ -498,6 +455,7 @@ impl Evaluating {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
     use crate::ot::OtClient;
     use crate::parallel::Threads;
     use rand_chacha::ChaCha20Rng;

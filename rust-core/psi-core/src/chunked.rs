@@ -1,0 +1,309 @@
+//! The session skeleton the two OT-extension protocols share, OT-PSI ([`crate::ot`]) and
+//! CM20-PSI ([`crate::cm20`]). Both run the same five messages in the same order, the
+//! client driving:
+//!
+//! ```text
+//! client                         server
+//! hello                    ──▶
+//!                          ◀──   setup
+//! matrix chunk             ──▶
+//!                          ◀──   chunk ack          (repeated)
+//! matrix chunk (the last)  ──▶
+//!                          ◀──   outputs
+//! ```
+//!
+//! This module owns what follows from that shape alone: the message type numbers, the
+//! phases of either side and their names (in [`crate::Error::WrongPhase`]), the step a
+//! client driver loops on, the checks of the hello's declared set size against the
+//! server's configuration, and the in-memory run loop. What the messages carry, and all
+//! of the cryptography, stays with each protocol.
+//!
+//! Deliberately not shared, because the two differ in substance: the bodies of the five
+//! messages (OT-PSI acks a row as a u32, CM20-PSI a column as a u16; OT-PSI's outputs are
+//! three shuffled lists, CM20-PSI's one Golomb-Rice coded sorted list), the configs'
+//! chunking (rows vs. request bytes and matrix height), OT-PSI's hello in parts (the
+//! `Starting` client phase, which CM20-PSI fills with [`std::convert::Infallible`]), and
+//! every protocol limit (`MAX_ITEMS` is each protocol's own, documented in its spec).
+
+use crate::error::{DecodeError, Error, Result};
+use crate::ot::base_ot::{BASE_OTS, RECEIVER_MSG_LEN};
+use crate::output::MatchOutput;
+use crate::phase::Phase;
+use crate::wire::Reader;
+
+/// Message types (byte 4 of the frame header), the same in both protocols.
+pub mod message_type {
+    /// Client → server: session parameters and the base-OT receiver messages.
+    pub const HELLO: u8 = 0x01;
+    /// Server → client: the server's parameters, base-OT sender point and IKNP matrix.
+    pub const SETUP: u8 = 0x02;
+    /// Client → server: a run of the OT-extension matrix (rows or columns).
+    pub const MATRIX_CHUNK: u8 = 0x03;
+    /// Server → client: chunk received, send the next one.
+    pub const CHUNK_ACK: u8 = 0x04;
+    /// Server → client: the server's OPRF values.
+    pub const OUTPUTS: u8 = 0x05;
+}
+
+/// What the client does next. Deliberately exhaustive: a driver's loop matches on it.
+#[derive(Debug)]
+pub enum ClientStep {
+    /// Send these bytes as the next request and pass the response to the client's
+    /// `handle` ([`crate::ot::OtClient::handle`], [`crate::cm20::Cm20Client::handle`]).
+    Send(Vec<u8>),
+    /// The run is over.
+    Done(MatchOutput),
+}
+
+/// A decoded message of either protocol; each protocol names its own body types.
+#[derive(Debug)]
+pub(crate) enum Message<H, S, C, A, O> {
+    Hello(H),
+    Setup(S),
+    Chunk(C),
+    Ack(A),
+    Outputs(O),
+}
+
+impl<H, S, C, A, O> Message<H, S, C, A, O> {
+    pub(crate) fn message_type(&self) -> u8 {
+        match self {
+            Message::Hello(_) => message_type::HELLO,
+            Message::Setup(_) => message_type::SETUP,
+            Message::Chunk(_) => message_type::MATRIX_CHUNK,
+            Message::Ack(_) => message_type::CHUNK_ACK,
+            Message::Outputs(_) => message_type::OUTPUTS,
+        }
+    }
+}
+
+/// Reads the suite byte that opens both hello and setup; anything but `suite` is refused.
+pub(crate) fn read_suite(r: &mut Reader<'_>, suite: u8) -> Result<(), DecodeError> {
+    if r.u8()? != suite {
+        return Err(DecodeError::InvalidParameter { what: "suite" });
+    }
+    Ok(())
+}
+
+/// Bytes of the hello's last field, the base-OT messages and their count.
+pub(crate) const BASE_OT_FIELD_LEN: usize = 2 + BASE_OTS * RECEIVER_MSG_LEN;
+
+/// Writes the hello's last field: BE16 count, then the base-OT receiver messages.
+pub(crate) fn put_base_ot(out: &mut Vec<u8>, msgs: &[[u8; RECEIVER_MSG_LEN]]) {
+    out.extend_from_slice(&(msgs.len() as u16).to_be_bytes());
+    for m in msgs {
+        out.extend_from_slice(m);
+    }
+}
+
+/// Reads the field [`put_base_ot`] writes; the count must be [`BASE_OTS`].
+pub(crate) fn read_base_ot(r: &mut Reader<'_>) -> Result<Vec<[u8; RECEIVER_MSG_LEN]>, DecodeError> {
+    if r.u16()? as usize != BASE_OTS {
+        return Err(DecodeError::InvalidParameter {
+            what: "base OT count",
+        });
+    }
+    (0..BASE_OTS).map(|_| r.array()).collect()
+}
+
+/// The server's phases: `F` is what it drew before the hello, `E` its state while
+/// evaluating chunks.
+pub(crate) enum ServerPhase<F, E> {
+    AwaitHello(Box<F>),
+    AwaitChunk(Box<E>),
+    Done,
+    /// An internal failure while answering the hello; no further message is accepted.
+    Failed,
+}
+
+impl<F, E> ServerPhase<F, E> {
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            ServerPhase::AwaitHello(_) => "server awaiting hello",
+            ServerPhase::AwaitChunk(_) => "server awaiting matrix chunk",
+            ServerPhase::Done => "server done",
+            ServerPhase::Failed => "server failed",
+        }
+    }
+
+    /// True once the outputs have been sent.
+    pub(crate) fn is_done(&self) -> bool {
+        matches!(self, ServerPhase::Done)
+    }
+
+    /// True once the run is over, successfully or not.
+    pub(crate) fn is_finished(&self) -> bool {
+        matches!(self, ServerPhase::Done | ServerPhase::Failed)
+    }
+}
+
+/// The client's phases: `S` while the hello is produced in parts (OT-PSI only; CM20-PSI
+/// uses [`std::convert::Infallible`]), `A` awaiting the setup, `X` while the matrix is
+/// sent (awaiting an ack, then the outputs).
+pub(crate) enum ClientPhase<S, A, X> {
+    Starting(Box<S>),
+    AwaitSetup(Box<A>),
+    AwaitAck(Box<X>),
+    AwaitOutputs(Box<X>),
+    Done,
+    /// A failure after which the run cannot continue.
+    Failed,
+}
+
+impl<S, A, X> ClientPhase<S, A, X> {
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            ClientPhase::Starting(_) => "client sending hello",
+            ClientPhase::AwaitSetup(_) => "client awaiting setup",
+            ClientPhase::AwaitAck(_) => "client awaiting chunk ack",
+            ClientPhase::AwaitOutputs(_) => "client awaiting outputs",
+            ClientPhase::Done => "client done",
+            ClientPhase::Failed => "client failed",
+        }
+    }
+
+    /// True once [`ClientStep::Done`] has been returned.
+    pub(crate) fn is_done(&self) -> bool {
+        matches!(self, ClientPhase::Done)
+    }
+}
+
+/// `InputTooLarge` if a party's own set of `len` items is above the protocol's `limit`
+/// (`what` is "client items" or "server items").
+pub(crate) fn check_set_size(what: &'static str, len: usize, limit: u32) -> Result<()> {
+    if len > limit as usize {
+        return Err(Error::InputTooLarge {
+            what,
+            value: len as u64,
+            limit: limit as u64,
+        });
+    }
+    Ok(())
+}
+
+/// A party's 32-byte session nonce, the first thing either side draws.
+pub(crate) fn draw_nonce<R: rand_core::CryptoRng + ?Sized>(rng: &mut R) -> [u8; 32] {
+    let mut nonce = [0u8; 32];
+    rng.fill_bytes(&mut nonce);
+    nonce
+}
+
+/// The `Debug` output of a client or server: its type, items (their count only) and phase.
+pub(crate) fn fmt_party(
+    f: &mut std::fmt::Formatter<'_>,
+    name: &str,
+    items: &crate::ItemSet,
+    phase: &'static str,
+) -> std::fmt::Result {
+    f.debug_struct(name)
+        .field("items", items)
+        .field("phase", &phase)
+        .finish_non_exhaustive()
+}
+
+/// The error for a message of type `message` that the phase named `phase` does not take.
+pub(crate) fn wrong_phase(phase: &'static str, message: u8) -> Error {
+    Error::WrongPhase { phase, message }
+}
+
+/// The server's checks of the set size a hello declares against its configuration:
+/// exactly `expected` if set (a server that admitted and charged a session for `n` items
+/// pins `n`), and at most `max`.
+pub(crate) fn admit_client_items(declared: u32, expected: Option<usize>, max: usize) -> Result<()> {
+    if let Some(expected) = expected
+        && declared as usize != expected
+    {
+        return Err(Error::CountMismatch {
+            expected: expected as u64,
+            found: declared as u64,
+        });
+    }
+    if declared as usize > max {
+        return Err(DecodeError::LimitExceeded {
+            what: "client items",
+            value: declared as u64,
+            limit: max as u64,
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// Traffic counted by [`run_loop`].
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Traffic {
+    pub(crate) round_trips: usize,
+    pub(crate) client_to_server_bytes: u64,
+    pub(crate) server_to_client_bytes: u64,
+}
+
+/// The in-memory run after the client's hello: hands each request to `server` (which
+/// returns its response and whether it is done) and each response to `client`, until the
+/// client is done, calling `observe` after each step with its [`Phase`].
+pub(crate) fn run_loop(
+    mut request: Vec<u8>,
+    mut server: impl FnMut(&[u8]) -> Result<(Vec<u8>, bool)>,
+    mut client: impl FnMut(&[u8]) -> Result<ClientStep>,
+    mut observe: impl FnMut(Phase),
+) -> Result<(MatchOutput, Traffic)> {
+    let mut traffic = Traffic::default();
+    let mut first = true;
+    loop {
+        traffic.client_to_server_bytes += request.len() as u64;
+        traffic.round_trips += 1;
+        let (response, server_done) = server(&request)?;
+        observe(if first {
+            Phase::ServerHello
+        } else if server_done {
+            Phase::ServerOutputs
+        } else {
+            Phase::ServerChunk
+        });
+        traffic.server_to_client_bytes += response.len() as u64;
+        let step = client(&response)?;
+        observe(match (&step, first) {
+            (ClientStep::Done(_), _) => Phase::ClientFinish,
+            (_, true) => Phase::ClientSetup,
+            _ => Phase::ClientChunk,
+        });
+        first = false;
+        match step {
+            ClientStep::Send(next) => request = next,
+            ClientStep::Done(output) => return Ok((output, traffic)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admission() {
+        assert!(admit_client_items(5, None, 5).is_ok());
+        assert!(admit_client_items(5, Some(5), 5).is_ok());
+        assert_eq!(
+            admit_client_items(4, Some(5), 5).unwrap_err(),
+            Error::CountMismatch {
+                expected: 5,
+                found: 4
+            }
+        );
+        assert!(matches!(
+            admit_client_items(6, None, 5),
+            Err(Error::Decode(DecodeError::LimitExceeded { value: 6, .. }))
+        ));
+    }
+
+    #[test]
+    fn phase_names_and_message_types() {
+        let p: ServerPhase<(), ()> = ServerPhase::Failed;
+        assert!(p.is_finished() && !p.is_done());
+        assert_eq!(p.name(), "server failed");
+        let c: ClientPhase<(), (), ()> = ClientPhase::AwaitAck(Box::new(()));
+        assert_eq!(c.name(), "client awaiting chunk ack");
+        assert!(!c.is_done());
+        let m: Message<(), (), (), (), ()> = Message::Outputs(());
+        assert_eq!(m.message_type(), message_type::OUTPUTS);
+    }
+}
