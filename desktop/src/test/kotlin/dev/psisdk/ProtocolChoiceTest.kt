@@ -29,7 +29,7 @@ class ProtocolChoiceTest {
     @AfterAll
     fun stop() = server.close()
 
-    private fun <T> withTempDir(block: (File) -> T): T {
+    private inline fun <T> withTempDir(block: (File) -> T): T {
         val dir = Files.createTempDirectory("psi-measurements").toFile()
         try {
             return block(dir)
