@@ -1,11 +1,14 @@
 //! The client object the platforms hold.
 
+use crate::choice::{LinkHints, ProtocolChoice};
 use crate::config::DiscoveryConfig;
 use crate::error::PsiError;
 use crate::job::{guarded, spawn};
-use crate::report::{ContactReport, ProgressEvent, Protocol, ServerHealth};
+use crate::report::{ContactReport, ProgressEvent, ServerHealth};
+use crate::store::Stored;
 use crate::transport::{ForeignTransport, HttpTransport};
 use psi_client::{CancelToken, Client, ClientConfig, FileCache, MemoryCache, SetCache};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -35,7 +38,10 @@ pub struct DiscoveryClient {
     base: String,
     transport: Arc<dyn HttpTransport>,
     cache: Arc<dyn SetCache>,
+    measurements: Stored,
     config: ClientConfig,
+    /// The configured choice, as the platform gave it (reported back in runs that take it).
+    protocol: ProtocolChoice,
 }
 
 impl std::fmt::Debug for DiscoveryClient {
@@ -81,24 +87,31 @@ impl DiscoveryClient {
                 Some(dir) => Arc::new(FileCache::new(dir).with_max_bytes(config.cache_max_bytes)),
                 None => Arc::new(MemoryCache::new()),
             };
+            let measurements = Stored::open(config.measurements_dir().map(Path::new));
             LIVE_CLIENTS.fetch_add(1, Ordering::SeqCst);
             Ok(Arc::new(DiscoveryClient {
                 base,
                 transport,
                 cache,
+                measurements,
                 config: client_config,
+                protocol: config.protocol,
             }))
         })
     }
 
     /// Normalizes `contacts` (phone numbers, emails), matches the valid ones against the
-    /// server's registry with `protocol`, fetches their labels, and maps the results back
-    /// to the rows. `listener` hears each phase. Dropping the returned future cancels the
-    /// run and deletes its server session.
+    /// server's registry with the protocol `protocol` picks (`None`: the configured
+    /// choice), fetches their labels, and maps the results back to the rows. `hints` say
+    /// what the platform knows of the network now (`None`: the configured hints); the
+    /// run's timings go into the link estimate of `hints.network`, kept in the
+    /// measurements store. `listener` hears each phase. Dropping the returned future
+    /// cancels the run and deletes its server session.
     pub async fn match_contacts(
         self: Arc<Self>,
         contacts: Vec<String>,
-        protocol: Protocol,
+        protocol: Option<ProtocolChoice>,
+        hints: Option<LinkHints>,
         listener: Option<Arc<dyn ProgressListener>>,
     ) -> Result<ContactReport, PsiError> {
         let cancel = CancelToken::new();
@@ -106,19 +119,28 @@ impl DiscoveryClient {
         let this = self.clone();
         let run = spawn("psi-run", move || {
             let started = Instant::now();
-            let client = this.run_client(&cancel);
+            let requested = protocol.unwrap_or(this.protocol);
+            let mut config = this.config.clone().with_protocol(requested);
+            if let Some(h) = &hints {
+                config = config.with_link_hints(h.into());
+            }
+            let client = this.run_client(config, &cancel);
             let mut progress = |p: psi_client::Progress| {
                 if let Some(l) = &listener {
                     l.on_progress(p.into());
                 }
             };
-            let fixed: psi_client::Protocol = protocol.into();
-            let report = client.match_contacts(&contacts, fixed, &mut progress, &cancel)?;
-            Ok(ContactReport::from_client(
+            let choice = client.config().protocol;
+            let result = client.match_contacts(&contacts, choice, &mut progress, &cancel);
+            // Whatever happened, the run may have measured the link or the server.
+            this.measurements.save();
+            let report = result?;
+            ContactReport::from_client(
                 report,
-                protocol,
+                requested,
+                &client.config().link_hints,
                 started.elapsed(),
-            ))
+            )
         })?;
         run.await
     }
@@ -129,7 +151,10 @@ impl DiscoveryClient {
         let _cancel_on_drop = CancelOnDrop(cancel.clone());
         let this = self.clone();
         let call = spawn("psi-health", move || {
-            Ok(this.run_client(&cancel).health()?.into())
+            Ok(this
+                .run_client(this.config.clone(), &cancel)
+                .health()?
+                .into())
         })?;
         call.await
     }
@@ -141,13 +166,15 @@ impl DiscoveryClient {
 }
 
 impl DiscoveryClient {
-    /// psi-client's client for one run: the foreign transport, aware of the run's token.
-    fn run_client(&self, cancel: &CancelToken) -> Client {
+    /// psi-client's client for one run with `config`: the foreign transport, aware of the
+    /// run's token, the registry cache and the measurements.
+    fn run_client(&self, config: ClientConfig, cancel: &CancelToken) -> Client {
         let transport = ForeignTransport {
             inner: self.transport.clone(),
             cancel: cancel.clone(),
         };
-        Client::with_transport(&self.base, Arc::new(transport), self.config.clone())
+        Client::with_transport(&self.base, Arc::new(transport), config)
             .with_cache(self.cache.clone())
+            .with_measurements(self.measurements.store())
     }
 }

@@ -1,5 +1,6 @@
 //! The client's settings as the platform passes them.
 
+use crate::choice::{LinkHints, ProtocolChoice};
 use psi_client::{ClientConfig, Threads};
 use std::time::Duration;
 
@@ -31,6 +32,16 @@ pub struct DiscoveryConfig {
     /// new session, after a backoff (`psi_client::ClientConfig::retries`; the platform
     /// default is 2).
     pub retries: u32,
+    /// How runs pick their protocol unless a call says otherwise (the platform default
+    /// is `Auto { policy: Fastest }`).
+    pub protocol: ProtocolChoice,
+    /// What the platform knows of the network, for runs that pass no hints of their own.
+    pub link_hints: LinkHints,
+    /// Directory of `measurements.json`, the automatic choice's measurements (device
+    /// costs, link estimates per network, each server's last health), read when the
+    /// client is created and written after each run. `None`: `cache_dir` if set, else
+    /// in memory for the life of the client.
+    pub measurements_dir: Option<String>,
 }
 
 impl std::fmt::Debug for DiscoveryConfig {
@@ -47,6 +58,9 @@ impl std::fmt::Debug for DiscoveryConfig {
             .field("cache_max_bytes", &self.cache_max_bytes)
             .field("allow_insecure_http", &self.allow_insecure_http)
             .field("retries", &self.retries)
+            .field("protocol", &self.protocol)
+            .field("link_hints", &self.link_hints)
+            .field("measurements_dir", &self.measurements_dir)
             .finish()
     }
 }
@@ -65,10 +79,19 @@ impl DiscoveryConfig {
             .with_labels(self.fetch_labels)
             .with_default_region(self.default_region.clone())
             .with_insecure_http(self.allow_insecure_http)
-            .with_retries(self.retries);
+            .with_retries(self.retries)
+            .with_protocol(psi_client::ProtocolChoice::from(self.protocol))
+            .with_link_hints((&self.link_hints).into());
         if let Some(t) = &self.token {
             config = config.with_token(t.clone());
         }
         config
+    }
+
+    /// The directory of the measurements file, if they are kept on disk.
+    pub(crate) fn measurements_dir(&self) -> Option<&str> {
+        self.measurements_dir
+            .as_deref()
+            .or(self.cache_dir.as_deref())
     }
 }

@@ -14,6 +14,10 @@
 //!   next check and deletes its server session.
 //! - [`HttpTransport`]: an async trait the platform implements with its HTTP stack
 //!   (OkHttp, URLSession). It maps types only; the limits come with each request.
+//! - The automatic protocol choice's surface ([`ProtocolChoice`], [`LinkHints`],
+//!   [`ChoiceReport`]) and its measurements file, `measurements.json` in the configured
+//!   directory (device costs, link estimates per network), shared by the clients of a
+//!   process that name the same directory.
 //! - [`PsiError`]: one error whose variants say what the app can do. Panics (a rayon worker
 //!   included) are caught at the boundary and become [`PsiError::Internal`].
 //!
@@ -25,13 +29,19 @@
 
 uniffi::setup_scaffolding!();
 
+mod choice;
 mod client;
 mod config;
 mod error;
 mod job;
 mod report;
+mod store;
 mod transport;
 
+pub use choice::{
+    ChoiceReport, ChoiceWorkload, InputSource, LinkEstimate, LinkHints, Policy, Prediction,
+    ProtocolChoice, UnitCosts,
+};
 pub use client::{DiscoveryClient, ProgressListener, live_clients};
 pub use config::DiscoveryConfig;
 pub use error::{PsiError, ServerErrorCode};

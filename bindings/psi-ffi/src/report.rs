@@ -1,9 +1,11 @@
 //! What a run returns and reports, as records the platforms can hold. Converted from
 //! psi-client's types here, in one place.
 
+use crate::choice::{ChoiceReport, ProtocolChoice};
+use crate::error::PsiError;
 use std::time::Duration;
 
-/// A protocol (docs/protocol/). The SDK's automatic choice comes with issue 9.
+/// A protocol (docs/protocol/).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Enum)]
 pub enum Protocol {
     /// DH-PSI: the fewest bytes; the encoded registry is cached between runs.
@@ -201,7 +203,7 @@ pub struct RunStats {
 }
 
 /// The result of [`crate::DiscoveryClient::match_contacts`].
-#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+#[derive(Debug, Clone, PartialEq, uniffi::Record)]
 pub struct ContactReport {
     /// Matched rows, in row order.
     pub matches: Vec<ContactMatch>,
@@ -209,6 +211,11 @@ pub struct ContactReport {
     pub rejected: Vec<RejectedContact>,
     /// The protocol that ran.
     pub protocol: Protocol,
+    /// How it was to be picked: the call's choice, or the configured one.
+    pub requested: ProtocolChoice,
+    /// How the automatic choice picked `protocol`: every candidate's prediction and the
+    /// inputs. `None` when `requested` was a fixed protocol.
+    pub choice: Option<ChoiceReport>,
     /// Traffic and timings.
     pub stats: RunStats,
     /// Why labels are missing, if the label step failed after matching succeeded.
@@ -216,14 +223,23 @@ pub struct ContactReport {
 }
 
 impl ContactReport {
+    /// The record of `r`, a run asked to pick its protocol by `requested` with `hints`,
+    /// that took `total`.
     pub(crate) fn from_client(
         r: psi_client::ContactReport,
-        protocol: Protocol,
+        requested: ProtocolChoice,
+        hints: &psi_client::LinkHints,
         total: Duration,
-    ) -> Self {
+    ) -> Result<Self, PsiError> {
         let run = r.run;
+        let unknown = || PsiError::internal("the run used a protocol these bindings do not know");
+        let protocol = Protocol::from_core(run.protocol).ok_or_else(unknown)?;
+        let choice = match &run.choice {
+            Some(c) => Some(ChoiceReport::from_client(c, hints).ok_or_else(unknown)?),
+            None => None,
+        };
         let s = run.stats;
-        ContactReport {
+        Ok(ContactReport {
             matches: r
                 .matches
                 .into_iter()
@@ -242,6 +258,8 @@ impl ContactReport {
                 })
                 .collect(),
             protocol,
+            requested,
+            choice,
             stats: RunStats {
                 requests: saturate(s.requests),
                 bytes_sent: s.bytes_sent,
@@ -265,7 +283,7 @@ impl ContactReport {
                 total_micros: micros(total),
             },
             label_error: run.label_error,
-        }
+        })
     }
 }
 

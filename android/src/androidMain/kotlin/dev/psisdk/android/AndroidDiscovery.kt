@@ -13,7 +13,8 @@ object AndroidDiscovery {
     /**
      * [config] with the encoded-registry cache in the app's cache directory
      * (`Context.getCacheDir()/psi-sdk`), which Android may clear when storage runs low: the
-     * SDK then downloads the registry again.
+     * SDK then downloads the registry again. The automatic protocol choice's measurements
+     * (`measurements.json`) go there too unless [DiscoveryConfig.measurementsDirectory] is set.
      */
     @JvmStatic
     fun withAppCache(context: Context, config: DiscoveryConfig): DiscoveryConfig =

@@ -49,6 +49,28 @@ class AndroidLinkHintsTest {
         assertEquals(LinkHints(true, LinkTransport.CELLULAR, null, null), hints)
     }
 
+    @Test
+    fun dataSaverConstrainsOnlyMeteredNetworks() {
+        val cell = capabilities(NetworkCapabilities.TRANSPORT_CELLULAR, notMetered = false, downKbps = 5_000)
+        val saving = AndroidLinkHints.fromCapabilities(cell, metered = true, dataSaver = true)
+        assertEquals(LinkHints(true, LinkTransport.CELLULAR, 5_000, null, constrained = true), saving)
+        assertEquals("cellular", saving.networkKey)
+        val wifi = capabilities(NetworkCapabilities.TRANSPORT_WIFI, notMetered = true, downKbps = 50_000)
+        assertEquals(false, AndroidLinkHints.fromCapabilities(wifi, metered = false, dataSaver = true).constrained)
+    }
+
+    @Test
+    fun readsDataSaverFromConnectivityManager() {
+        grantNetworkState()
+        val cm = context.getSystemService(ConnectivityManager::class.java)
+        val caps = capabilities(NetworkCapabilities.TRANSPORT_CELLULAR, notMetered = false, downKbps = 3_000)
+        shadowOf(cm).setNetworkCapabilities(cm.activeNetwork, caps)
+        shadowOf(cm).setRestrictBackgroundStatus(ConnectivityManager.RESTRICT_BACKGROUND_STATUS_ENABLED)
+        assertEquals(true, AndroidLinkHints.read(context).constrained)
+        shadowOf(cm).setRestrictBackgroundStatus(ConnectivityManager.RESTRICT_BACKGROUND_STATUS_DISABLED)
+        assertEquals(false, AndroidLinkHints.read(context).constrained)
+    }
+
     private fun grantNetworkState() =
         shadowOf(RuntimeEnvironment.getApplication()).grantPermissions(Manifest.permission.ACCESS_NETWORK_STATE)
 

@@ -28,11 +28,16 @@ expect class ContactDiscovery(serverUrl: String, config: DiscoveryConfig) : Auto
     val config: DiscoveryConfig
 
     /**
-     * Matches [contacts] (phone numbers in any common format, emails) with [protocol].
-     * Invalid entries come back in [MatchResult.rejected] with the reason; if none is
-     * valid the call fails with [ContactDiscoveryException.InvalidInput].
+     * Matches [contacts] (phone numbers in any common format, emails) with the protocol
+     * [protocol] picks (by default automatically: [MatchResult.choice] says how), on the
+     * network [linkHints] describe. Invalid entries come back in [MatchResult.rejected] with
+     * the reason; if none is valid the call fails with [ContactDiscoveryException.InvalidInput].
      */
-    suspend fun match(contacts: List<String>, protocol: Protocol = config.protocol): MatchResult<String>
+    suspend fun match(
+        contacts: List<String>,
+        protocol: ProtocolChoice = config.protocol,
+        linkHints: LinkHints = config.linkHints,
+    ): MatchResult<String>
 
     /**
      * Matches the caller's own contact objects: [identifier] gives each one's phone number
@@ -40,8 +45,9 @@ expect class ContactDiscovery(serverUrl: String, config: DiscoveryConfig) : Auto
      */
     suspend fun <C> match(
         contacts: List<C>,
-        protocol: Protocol = config.protocol,
+        protocol: ProtocolChoice = config.protocol,
         onProgress: (Progress) -> Unit = {},
+        linkHints: LinkHints = config.linkHints,
         identifier: (C) -> String,
     ): MatchResult<C>
 
@@ -52,7 +58,8 @@ expect class ContactDiscovery(serverUrl: String, config: DiscoveryConfig) : Auto
      */
     fun <C> matchFlow(
         contacts: List<C>,
-        protocol: Protocol = config.protocol,
+        protocol: ProtocolChoice = config.protocol,
+        linkHints: LinkHints = config.linkHints,
         identifier: (C) -> String,
     ): Flow<MatchEvent<C>>
 

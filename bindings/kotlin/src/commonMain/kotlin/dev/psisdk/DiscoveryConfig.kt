@@ -9,7 +9,8 @@ import kotlin.jvm.JvmOverloads
  * @property token bearer token, if the server requires one. Kept out of [toString].
  * @property defaultRegion region for phone numbers written without a country code
  *   (ISO 3166 alpha-2, such as `US`, `GB`, `DE`).
- * @property protocol the protocol runs use unless a call names another.
+ * @property protocol how runs pick their protocol unless a call says otherwise: by default
+ *   [ProtocolChoice.Auto] with [ChoicePolicy.FASTEST]; a [Protocol] fixes it.
  * @property threads worker threads for the protocol's computation; 0 means one per core.
  * @property timeoutMillis limit on each HTTP request (connect, send, receive).
  * @property maxResponseBytes largest response body accepted.
@@ -26,11 +27,19 @@ import kotlin.jvm.JvmOverloads
  *   a 5xx, a busy or rate-limited server with a short `Retry-After`, an expired session or a
  *   key rotation) is started again from a new session, after a backoff; 0 turns retries off.
  *   Each attempt counts against the caller's budget on the server.
+ * @property linkHints what the platform knows of the network, for runs that pass no hints
+ *   of their own (the network changes during an app's life: prefer passing them per run).
+ * @property measurementsDirectory directory of `measurements.json`, the automatic choice's
+ *   measurements: this device's unit costs, a link estimate per network
+ *   ([LinkHints.networkKey]) and each server's last health (its protocols, limits and costs).
+ *   Read when the client is created and written after each run, so a later run (or app
+ *   start) needs no calibration or health request and starts from the measured link.
+ *   `null`: [cacheDirectory] if set, else kept in memory for the life of the client.
  */
 class DiscoveryConfig @JvmOverloads constructor(
     val token: String? = null,
     val defaultRegion: String = "US",
-    val protocol: Protocol = Protocol.DH,
+    val protocol: ProtocolChoice = ProtocolChoice.AUTO,
     val threads: Int = 0,
     val timeoutMillis: Long = 60_000,
     val maxResponseBytes: Long = 256L shl 20,
@@ -39,6 +48,8 @@ class DiscoveryConfig @JvmOverloads constructor(
     val cacheMaxBytes: Long = 64L shl 20,
     val allowInsecureHttp: Boolean = false,
     val retries: Int = 2,
+    val linkHints: LinkHints = LinkHints.UNKNOWN,
+    val measurementsDirectory: String? = null,
 ) {
     /** A copy with the bearer token [token]. */
     fun withToken(token: String?) = copy(token = token)
@@ -46,8 +57,8 @@ class DiscoveryConfig @JvmOverloads constructor(
     /** A copy with the default region [region] for phone numbers. */
     fun withDefaultRegion(region: String) = copy(defaultRegion = region)
 
-    /** A copy that runs [protocol] by default. */
-    fun withProtocol(protocol: Protocol) = copy(protocol = protocol)
+    /** A copy whose runs pick their protocol by [protocol] (a [Protocol] fixes it). */
+    fun withProtocol(protocol: ProtocolChoice) = copy(protocol = protocol)
 
     /** A copy with [threads] worker threads (0: one per core). */
     fun withThreads(threads: Int) = copy(threads = threads)
@@ -72,10 +83,16 @@ class DiscoveryConfig @JvmOverloads constructor(
     /** A copy that starts a failed run again at most [retries] times (0: never). */
     fun withRetries(retries: Int) = copy(retries = retries)
 
+    /** A copy whose runs use [hints] unless a call passes its own. */
+    fun withLinkHints(hints: LinkHints) = copy(linkHints = hints)
+
+    /** A copy that keeps the automatic choice's measurements in [directory]. */
+    fun withMeasurementsDirectory(directory: String?) = copy(measurementsDirectory = directory)
+
     private fun copy(
         token: String? = this.token,
         defaultRegion: String = this.defaultRegion,
-        protocol: Protocol = this.protocol,
+        protocol: ProtocolChoice = this.protocol,
         threads: Int = this.threads,
         timeoutMillis: Long = this.timeoutMillis,
         maxResponseBytes: Long = this.maxResponseBytes,
@@ -84,9 +101,11 @@ class DiscoveryConfig @JvmOverloads constructor(
         cacheMaxBytes: Long = this.cacheMaxBytes,
         allowInsecureHttp: Boolean = this.allowInsecureHttp,
         retries: Int = this.retries,
+        linkHints: LinkHints = this.linkHints,
+        measurementsDirectory: String? = this.measurementsDirectory,
     ) = DiscoveryConfig(
         token, defaultRegion, protocol, threads, timeoutMillis, maxResponseBytes, fetchLabels,
-        cacheDirectory, cacheMaxBytes, allowInsecureHttp, retries,
+        cacheDirectory, cacheMaxBytes, allowInsecureHttp, retries, linkHints, measurementsDirectory,
     )
 
     override fun toString() =
@@ -94,5 +113,6 @@ class DiscoveryConfig @JvmOverloads constructor(
             "protocol=$protocol, threads=$threads, timeoutMillis=$timeoutMillis, " +
             "maxResponseBytes=$maxResponseBytes, fetchLabels=$fetchLabels, " +
             "cacheDirectory=$cacheDirectory, cacheMaxBytes=$cacheMaxBytes, " +
-            "allowInsecureHttp=$allowInsecureHttp, retries=$retries)"
+            "allowInsecureHttp=$allowInsecureHttp, retries=$retries, linkHints=$linkHints, " +
+            "measurementsDirectory=$measurementsDirectory)"
 }

@@ -12,6 +12,9 @@ package dev.psisdk
  * @property stats bytes, round trips and time per phase.
  * @property labelError why labels are missing, if fetching them failed after the match
  *   succeeded (the matches are still returned, without labels).
+ * @property requested how the protocol was to be picked (the call's choice or the config's).
+ * @property choice how the automatic choice picked [protocol]: every candidate's predicted
+ *   time and bytes, and the inputs. `null` when [requested] was a fixed [Protocol].
  */
 class MatchResult<C>(
     val matches: List<MatchedContact<C>>,
@@ -19,9 +22,12 @@ class MatchResult<C>(
     val protocol: Protocol,
     val stats: RunStats,
     val labelError: String?,
+    val requested: ProtocolChoice,
+    val choice: ChoiceReport?,
 ) {
     override fun toString() =
-        "MatchResult(matches=${matches.size}, rejected=${rejected.size}, protocol=$protocol, stats=$stats)"
+        "MatchResult(matches=${matches.size}, rejected=${rejected.size}, protocol=$protocol, " +
+            "requested=$requested, stats=$stats)"
 }
 
 /**

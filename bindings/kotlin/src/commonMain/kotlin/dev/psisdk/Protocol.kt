@@ -1,7 +1,10 @@
 package dev.psisdk
 
-/** The private-set-intersection protocol a run uses (docs/protocol/ in the repository). */
-enum class Protocol {
+/**
+ * The private-set-intersection protocol a run uses (docs/protocol/ in the repository). Each
+ * is also a fixed [ProtocolChoice].
+ */
+enum class Protocol : ProtocolChoice {
     /**
      * DH-PSI (RFC 9497 OPRF over ristretto255): the fewest bytes. The server's encoded
      * registry is downloaded once and cached on disk until the registry changes.

@@ -49,13 +49,17 @@ actual class ContactDiscovery private constructor(
 
     private fun checkOpen() = check(!closed) { "this ContactDiscovery is closed" }
 
-    actual suspend fun match(contacts: List<String>, protocol: Protocol): MatchResult<String> =
-        match(contacts, protocol, {}) { it }
+    actual suspend fun match(
+        contacts: List<String>,
+        protocol: ProtocolChoice,
+        linkHints: LinkHints,
+    ): MatchResult<String> = match(contacts, protocol, {}, linkHints) { it }
 
     actual suspend fun <C> match(
         contacts: List<C>,
-        protocol: Protocol,
+        protocol: ProtocolChoice,
         onProgress: (Progress) -> Unit,
+        linkHints: LinkHints,
         identifier: (C) -> String,
     ): MatchResult<C> {
         checkOpen()
@@ -67,17 +71,18 @@ actual class ContactDiscovery private constructor(
             }
         }
         val report = NativeLibrary.call {
-            native.matchContacts(identifiers, protocol.toFfi(), listener)
+            native.matchContacts(identifiers, protocol.toFfi(), linkHints.toFfi(), listener)
         }
         return report.toResult(contacts)
     }
 
     actual fun <C> matchFlow(
         contacts: List<C>,
-        protocol: Protocol,
+        protocol: ProtocolChoice,
+        linkHints: LinkHints,
         identifier: (C) -> String,
     ): Flow<MatchEvent<C>> = channelFlow {
-        val result = match(contacts, protocol, { trySend(MatchEvent.Progressed(it)) }, identifier)
+        val result = match(contacts, protocol, { trySend(MatchEvent.Progressed(it)) }, linkHints, identifier)
         send(MatchEvent.Finished(result))
     }.buffer(Channel.UNLIMITED)
 
@@ -97,22 +102,27 @@ actual class ContactDiscovery private constructor(
     @JvmOverloads
     fun matchAsync(
         contacts: List<String>,
-        protocol: Protocol = config.protocol,
+        protocol: ProtocolChoice = config.protocol,
         onProgress: Consumer<Progress>? = null,
+        linkHints: LinkHints = config.linkHints,
     ): CompletableFuture<MatchResult<String>> {
         checkOpen()
-        return futures.future { match(contacts, protocol, { onProgress?.accept(it) }) { it } }
+        return futures.future { match(contacts, protocol, { onProgress?.accept(it) }, linkHints) { it } }
     }
 
     /** [matchAsync] of the caller's own contact objects. */
+    @JvmOverloads
     fun <C> matchAsync(
         contacts: List<C>,
-        protocol: Protocol,
+        protocol: ProtocolChoice,
         onProgress: Consumer<Progress>?,
         identifier: java.util.function.Function<C, String>,
+        linkHints: LinkHints = config.linkHints,
     ): CompletableFuture<MatchResult<C>> {
         checkOpen()
-        return futures.future { match(contacts, protocol, { onProgress?.accept(it) }) { identifier.apply(it) } }
+        return futures.future {
+            match(contacts, protocol, { onProgress?.accept(it) }, linkHints) { identifier.apply(it) }
+        }
     }
 
     /** [health] for Java callers. */

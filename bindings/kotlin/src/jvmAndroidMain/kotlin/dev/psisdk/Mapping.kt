@@ -4,7 +4,13 @@ import dev.psisdk.ffi.ContactReport
 import dev.psisdk.ffi.ProgressEvent
 import dev.psisdk.ffi.PsiException
 import kotlin.coroutines.cancellation.CancellationException
+import dev.psisdk.ffi.ChoiceReport as FfiChoiceReport
 import dev.psisdk.ffi.DiscoveryConfig as FfiConfig
+import dev.psisdk.ffi.InputSource as FfiSource
+import dev.psisdk.ffi.LinkHints as FfiLinkHints
+import dev.psisdk.ffi.Policy as FfiPolicy
+import dev.psisdk.ffi.ProtocolChoice as FfiChoice
+import dev.psisdk.ffi.UnitCosts as FfiUnitCosts
 import dev.psisdk.ffi.Phase as FfiPhase
 import dev.psisdk.ffi.Protocol as FfiProtocol
 import dev.psisdk.ffi.RejectReason as FfiRejectReason
@@ -36,8 +42,100 @@ internal fun DiscoveryConfig.toFfi(): FfiConfig {
         cacheMaxBytes = cacheMaxBytes.toULong(),
         allowInsecureHttp = allowInsecureHttp,
         retries = retries.toUInt(),
+        protocol = protocol.toFfi(),
+        linkHints = linkHints.toFfi(),
+        measurementsDir = measurementsDirectory,
     )
 }
+
+internal fun ProtocolChoice.toFfi(): FfiChoice = when (val choice = this) {
+    is ProtocolChoice.Auto -> FfiChoice.Auto(choice.policy.toFfi())
+    is Protocol -> FfiChoice.Fixed(choice.toFfi())
+}
+
+internal fun FfiChoice.toPublic(): ProtocolChoice = when (this) {
+    is FfiChoice.Auto -> ProtocolChoice.Auto(policy.toPublic())
+    is FfiChoice.Fixed -> protocol.toPublic()
+}
+
+internal fun ChoicePolicy.toFfi() = when (this) {
+    ChoicePolicy.FASTEST -> FfiPolicy.FASTEST
+    ChoicePolicy.FEWEST_BYTES -> FfiPolicy.FEWEST_BYTES
+}
+
+internal fun FfiPolicy.toPublic() = when (this) {
+    FfiPolicy.FASTEST -> ChoicePolicy.FASTEST
+    FfiPolicy.FEWEST_BYTES -> ChoicePolicy.FEWEST_BYTES
+}
+
+/** Kbit/s (Android's unit) to Mbit/s; unknown or not positive: unknown. */
+private fun Int?.kbpsToMbit(): Double? = this?.takeIf { it > 0 }?.let { it / 1000.0 }
+
+internal fun LinkHints.toFfi() = FfiLinkHints(
+    network = networkKey,
+    downMbit = downstreamKbps.kbpsToMbit(),
+    upMbit = upstreamKbps.kbpsToMbit(),
+    rttMs = rttMillis?.takeIf { it > 0 }?.toDouble(),
+    metered = metered == true,
+    constrained = constrained,
+)
+
+internal fun FfiSource.toPublic() = when (this) {
+    FfiSource.MEASURED -> InputSource.MEASURED
+    FfiSource.GIVEN -> InputSource.GIVEN
+    FfiSource.DEFAULT -> InputSource.DEFAULT
+}
+
+internal fun FfiUnitCosts.toPublic() = UnitCosts(
+    scalarMultNanos = scalarMultNs,
+    hashToGroupNanos = hashToGroupNs,
+    elementDecodeNanos = elementDecodeNs,
+    aesBlockNanos = aesBlockNs,
+    hashBlockNanos = hashBlockNs,
+    entryNanos = entryNs,
+    threads = threads.toInt(),
+)
+
+internal fun FfiChoiceReport.toPublic() = ChoiceReport(
+    protocol = protocol.toPublic(),
+    policy = policy.toPublic(),
+    predictions = predictions.map {
+        Prediction(
+            protocol = it.protocol.toPublic(),
+            requests = it.requests.toInt(),
+            bytesUp = it.bytesUp.toLong(),
+            bytesDown = it.bytesDown.toLong(),
+            totalMicros = it.totalMicros.toLong(),
+            networkMicros = it.networkMicros.toLong(),
+            clientMicros = it.clientMicros.toLong(),
+            serverMicros = it.serverMicros.toLong(),
+        )
+    },
+    workload = ChoiceWorkload(
+        clientItems = workload.clientItems.toLong(),
+        serverItems = workload.serverItems.toLong(),
+        labels = workload.labels,
+        cachedSet = workload.cachedSet,
+    ),
+    network = network,
+    metered = metered,
+    constrained = constrained,
+    link = LinkEstimate(
+        rttMillis = link.rttMs,
+        upMbit = link.upMbit,
+        downMbit = link.downMbit,
+        rttSamples = link.rttSamples.toInt(),
+        upSamples = link.upSamples.toInt(),
+        downSamples = link.downSamples.toInt(),
+    ),
+    linkSource = linkSource.toPublic(),
+    device = device.toPublic(),
+    deviceSource = deviceSource.toPublic(),
+    server = server.toPublic(),
+    serverSource = serverSource.toPublic(),
+    healthRequested = healthRequested,
+    overheadMicros = overheadMicros.toLong(),
+)
 
 internal fun Protocol.toFfi() = when (this) {
     Protocol.DH -> FfiProtocol.DH
@@ -107,6 +205,8 @@ internal fun <C> ContactReport.toResult(contacts: List<C>): MatchResult<C> {
             totalMicros = s.totalMicros.toLong(),
         ),
         labelError = labelError,
+        requested = requested.toPublic(),
+        choice = choice?.toPublic(),
     )
 }
 

@@ -1,6 +1,7 @@
 package dev.psisdk.sample.desktop
 
 import dev.psisdk.Protocol
+import dev.psisdk.ProtocolChoice
 import java.nio.file.Path
 import java.util.Locale
 
@@ -12,7 +13,7 @@ import java.util.Locale
  * @property token the bearer token, if given (else from the `PSI_TOKEN` environment variable).
  * @property file the address book to open at start, if given.
  * @property region the default region for phone numbers, if given.
- * @property protocol the protocol, if given.
+ * @property protocol the protocol (or the automatic choice), if given.
  * @property autoMatch whether to match at start (needs [file]).
  */
 data class LaunchOptions(
@@ -20,7 +21,7 @@ data class LaunchOptions(
     val token: String? = null,
     val file: Path? = null,
     val region: String? = null,
-    val protocol: Protocol? = null,
+    val protocol: ProtocolChoice? = null,
     val autoMatch: Boolean = false,
 ) {
     /** Keeps the token out of logs. */
@@ -39,12 +40,12 @@ data class LaunchOptions(
     companion object {
         /** The command line's help text. */
         const val USAGE = """Usage: psi-desktop-sample [--server URL] [--token TOKEN] [--file PATH]
-                          [--region CC] [--protocol dh|ot] [--auto-match]
+                          [--region CC] [--protocol dh|ot|auto] [--auto-match]
   --server URL       the psi server (default http://127.0.0.1:8080)
   --token TOKEN      bearer token (default: the PSI_TOKEN environment variable)
   --file PATH        address book to open: vCard (.vcf) or CSV
   --region CC        region for phone numbers without a country code (default US)
-  --protocol dh|ot   DH-PSI (default) or OT-PSI
+  --protocol dh|ot|auto  DH-PSI (default), OT-PSI, or the SDK's automatic choice
   --auto-match       press Match once the file is loaded"""
 
         /**
@@ -73,7 +74,8 @@ data class LaunchOptions(
                             "dh", "dh-psi" -> Protocol.DH
                             "ot", "ot-psi" -> Protocol.OT
                             "cm20", "cm20-psi" -> Protocol.CM20
-                            else -> throw IllegalArgumentException("--protocol is dh, ot or cm20")
+                            "auto" -> ProtocolChoice.AUTO
+                            else -> throw IllegalArgumentException("--protocol is dh, ot, cm20 or auto")
                         },
                     )
                     "--auto-match" -> options.copy(autoMatch = true)

@@ -2,6 +2,7 @@ package dev.psisdk.sample.desktop
 
 import dev.psisdk.MatchedContact
 import dev.psisdk.Protocol
+import dev.psisdk.ProtocolChoice
 import dev.psisdk.RejectedContact
 import java.awt.BorderLayout
 import java.awt.Color
@@ -61,6 +62,7 @@ class MainWindow(private val viewModel: MatchViewModel) : JFrame("Private contac
     private val regionField = JTextField(3)
     private val dhButton = JRadioButton("DH-PSI").apply { toolTipText = "Fewest bytes; the registry is cached" }
     private val otButton = JRadioButton("OT-PSI").apply { toolTipText = "Least computation; more bytes and round trips" }
+    private val autoButton = JRadioButton("Auto").apply { toolTipText = "The SDK predicts each protocol and runs the fastest" }
     private val matchButton = JButton("Match")
     private val cancelButton = JButton("Cancel")
     private val progressBar = JProgressBar(0, 1000).apply { isStringPainted = true }
@@ -117,7 +119,11 @@ class MainWindow(private val viewModel: MatchViewModel) : JFrame("Private contac
         serverField.text = initial.serverUrl
         tokenField.text = initial.token
         regionField.text = initial.region
-        (if (initial.protocol == Protocol.OT) otButton else dhButton).isSelected = true
+        when (initial.protocol) {
+            Protocol.OT -> otButton
+            is ProtocolChoice.Auto -> autoButton
+            else -> dhButton
+        }.isSelected = true
         wireInputs()
         render(initial)
         ui.launch { viewModel.state.collect(::render) }
@@ -146,9 +152,9 @@ class MainWindow(private val viewModel: MatchViewModel) : JFrame("Private contac
         add(tokenField, 3, 1)
         add(JLabel("Region"), 4, 1)
         add(regionField, 5, 1)
-        ButtonGroup().apply { add(dhButton); add(otButton) }
+        ButtonGroup().apply { add(dhButton); add(otButton); add(autoButton) }
         val protocols = JPanel().apply {
-            add(JLabel("Protocol")); add(dhButton); add(otButton)
+            add(JLabel("Protocol")); add(dhButton); add(otButton); add(autoButton)
         }
         add(protocols, 1, 2, width = 5)
         add(matchButton, 6, 2, fill = true)
@@ -177,6 +183,7 @@ class MainWindow(private val viewModel: MatchViewModel) : JFrame("Private contac
         regionField.onChange { viewModel.setRegion(regionField.text) }
         dhButton.addActionListener { viewModel.setProtocol(Protocol.DH) }
         otButton.addActionListener { viewModel.setProtocol(Protocol.OT) }
+        autoButton.addActionListener { viewModel.setProtocol(ProtocolChoice.AUTO) }
         matchButton.addActionListener { viewModel.match() }
         cancelButton.addActionListener { viewModel.cancel() }
         openButton.addActionListener { chooseFile() }
@@ -202,7 +209,7 @@ class MainWindow(private val viewModel: MatchViewModel) : JFrame("Private contac
         } ?: "none — open a vCard (.vcf) or CSV file"
 
         val editable = !state.isBusy
-        for (field in listOf(openButton, serverField, tokenField, regionField, dhButton, otButton)) {
+        for (field in listOf(openButton, serverField, tokenField, regionField, dhButton, otButton, autoButton)) {
             field.isEnabled = editable
         }
         matchButton.isEnabled = state.canMatch

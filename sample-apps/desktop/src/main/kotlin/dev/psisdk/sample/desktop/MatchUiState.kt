@@ -4,6 +4,7 @@ import dev.psisdk.MatchResult
 import dev.psisdk.MatchedContact
 import dev.psisdk.Phase
 import dev.psisdk.Protocol
+import dev.psisdk.ProtocolChoice
 import dev.psisdk.RejectedContact
 
 /**
@@ -13,7 +14,7 @@ import dev.psisdk.RejectedContact
  * @property serverUrl the psi server's base URL.
  * @property token the bearer token (empty: none).
  * @property region the default region for phone numbers written without a country code.
- * @property protocol the protocol the next run uses.
+ * @property protocol the protocol the next run uses, or the automatic choice.
  * @property addressBook the address book loaded, if any.
  * @property status what the app is doing, or how the last action ended.
  * @property result the last run's result (cleared when a new run starts or a new file is loaded).
@@ -22,7 +23,7 @@ data class MatchUiState(
     val serverUrl: String = "http://127.0.0.1:8080",
     val token: String = "",
     val region: String = "US",
-    val protocol: Protocol = Protocol.DH,
+    val protocol: ProtocolChoice = Protocol.DH,
     val addressBook: AddressBook? = null,
     val status: Status = Status.Idle("Open an address book (vCard or CSV) to start."),
     val result: MatchResult<AddressBook.Entry>? = null,

@@ -7,6 +7,7 @@ import dev.psisdk.MatchEvent
 import dev.psisdk.Phase
 import dev.psisdk.Progress
 import dev.psisdk.Protocol
+import dev.psisdk.ProtocolChoice
 import java.io.File
 import java.nio.file.Path
 import java.util.Locale
@@ -66,8 +67,8 @@ class MatchViewModel(
     /** Sets the default region for phone numbers without a country code (`US`, `GB`...). */
     fun setRegion(region: String) = edit { it.copy(region = region.trim().uppercase(Locale.ROOT)) }
 
-    /** Sets the protocol of the next run. */
-    fun setProtocol(protocol: Protocol) = edit { it.copy(protocol = protocol) }
+    /** Sets the protocol of the next run (or the automatic choice). */
+    fun setProtocol(protocol: ProtocolChoice) = edit { it.copy(protocol = protocol) }
 
     /**
      * Reads the address book at [path] (vCard or CSV) in the background, replacing the one

@@ -1,5 +1,6 @@
 package dev.psisdk.sample.desktop
 
+import dev.psisdk.ChoiceReport
 import dev.psisdk.ContactDiscoveryException
 import dev.psisdk.MatchResult
 import dev.psisdk.Phase
@@ -89,8 +90,15 @@ object UserMessages {
         return "${protocolName(result.protocol)}: sent ${bytes(s.bytesSent)}, received ${bytes(s.bytesReceived)}, " +
             "${s.roundTrips} round ${if (s.roundTrips == 1) "trip" else "trips"}, " +
             String.format(Locale.ROOT, "%.2f s", s.totalMicros / 1e6) + cache +
-            " — registry of ${s.serverItems} entries"
+            " — registry of ${s.serverItems} entries" + (result.choice?.let { choice(it) } ?: "")
     }
+
+    /** How the automatic choice picked: each candidate's predicted time and bytes. */
+    private fun choice(c: ChoiceReport) = "; chosen automatically (" +
+        c.predictions.joinToString(", ") {
+            "${protocolName(it.protocol)} predicted " +
+                String.format(Locale.ROOT, "%.2f s", it.totalMicros / 1e6) + " and ${bytes(it.bytes)}"
+        } + ")"
 
     /** A byte count for people: `512 B`, `3.4 KiB`, `1.2 MiB`. */
     fun bytes(n: Long): String = when {

@@ -1,6 +1,7 @@
 package dev.psisdk.sample.desktop
 
 import dev.psisdk.Protocol
+import dev.psisdk.ProtocolChoice
 import java.nio.file.Path
 import org.junit.jupiter.api.Assertions.assertEquals
 import org.junit.jupiter.api.Assertions.assertFalse
@@ -38,5 +39,6 @@ class LaunchOptionsTest {
         assertEquals("--server needs a value", assertThrows<IllegalArgumentException> { LaunchOptions.parse(arrayOf("--server"), emptyMap()) }.message)
         assertEquals("--auto-match needs --file", assertThrows<IllegalArgumentException> { LaunchOptions.parse(arrayOf("--auto-match"), emptyMap()) }.message)
         assertThrows<IllegalArgumentException> { LaunchOptions.parse(arrayOf("--protocol", "rsa"), emptyMap()) }
+        assertEquals(ProtocolChoice.AUTO, LaunchOptions.parse(arrayOf("--protocol", "auto"), emptyMap()).initialState().protocol)
     }
 }

@@ -2,6 +2,7 @@ package dev.psisdk.sample.desktop
 
 import dev.psisdk.ContactDiscovery
 import dev.psisdk.Protocol
+import dev.psisdk.ProtocolChoice
 import dev.psisdk.RejectReason
 import dev.psisdk.sample.desktop.MatchUiState.Status
 import java.nio.file.Files
@@ -121,6 +122,21 @@ class MatchViewModelTest {
         // The SDK's progress events drove the status: phases in order, a bar that never goes back.
         assertTrue(seen.isNotEmpty())
         assertEquals(seen.map { it.fraction }.sorted(), seen.map { it.fraction })
+    }
+
+    @Test
+    fun `the automatic choice runs a protocol and the summary says why`() = runBlocking {
+        val vm = viewModel()
+        vm.load()
+        vm.setProtocol(ProtocolChoice.AUTO)
+        vm.match()!!.join()
+        val result = checkNotNull(vm.state.value.result)
+        val choice = checkNotNull(result.choice)
+        assertEquals(choice.protocol, result.protocol)
+        assertExpectedResult(vm.state.value, result.protocol)
+        val summary = UserMessages.summary(result)
+        assertTrue("chosen automatically" in summary, summary)
+        for (p in choice.predictions) assertTrue(UserMessages.protocolName(p.protocol) + " predicted" in summary, summary)
     }
 
     @Test

@@ -1,0 +1,561 @@
+//! The automatic protocol choice as the platforms see it: how a run picks its protocol
+//! ([`ProtocolChoice`]), what the platform knows of the network ([`LinkHints`]), and what
+//! the choice was based on ([`ChoiceReport`]). Converted from and to psi-client's
+//! `measure` types here, in one place; the model and the measurements live in psi-client
+//! and psi-core (docs/protocol-choice.md).
+
+use crate::report::Protocol;
+use std::time::Duration;
+
+/// What an automatic choice optimises (`psi_core::cost::Policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Enum)]
+pub enum Policy {
+    /// The least predicted time (the default).
+    Fastest,
+    /// The fewest bytes both ways (metered or constrained networks); time breaks ties.
+    FewestBytes,
+}
+
+impl From<Policy> for psi_client::Policy {
+    fn from(p: Policy) -> Self {
+        match p {
+            Policy::Fastest => psi_client::Policy::Fastest,
+            Policy::FewestBytes => psi_client::Policy::FewestBytes,
+        }
+    }
+}
+
+impl Policy {
+    /// `None` for a policy these bindings do not export yet.
+    pub(crate) fn from_core(p: psi_client::Policy) -> Option<Policy> {
+        match p {
+            psi_client::Policy::Fastest => Some(Policy::Fastest),
+            psi_client::Policy::FewestBytes => Some(Policy::FewestBytes),
+            _ => None,
+        }
+    }
+}
+
+/// How a run picks its protocol (`psi_client::ProtocolChoice`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Enum)]
+pub enum ProtocolChoice {
+    /// Predict every protocol the server runs and take the best by `policy`.
+    Auto {
+        /// What to optimise.
+        policy: Policy,
+    },
+    /// Always `protocol`.
+    Fixed {
+        /// The protocol.
+        protocol: Protocol,
+    },
+}
+
+impl Default for ProtocolChoice {
+    /// `Auto { policy: Fastest }`, as psi-client.
+    fn default() -> Self {
+        ProtocolChoice::Auto {
+            policy: Policy::Fastest,
+        }
+    }
+}
+
+impl From<ProtocolChoice> for psi_client::ProtocolChoice {
+    fn from(c: ProtocolChoice) -> Self {
+        match c {
+            ProtocolChoice::Auto { policy } => psi_client::ProtocolChoice::Auto(policy.into()),
+            ProtocolChoice::Fixed { protocol } => {
+                psi_client::ProtocolChoice::Fixed(protocol.into())
+            }
+        }
+    }
+}
+
+/// What the platform knows about the current network, passed with each run: Android's
+/// `NetworkCapabilities` and Data Saver, iOS's `NWPath`. Before any run has timed a
+/// network, its hints are the link prior of the choice; the measured link estimates are
+/// kept under [`LinkHints::network`].
+#[derive(Debug, Clone, Default, PartialEq, uniffi::Record)]
+pub struct LinkHints {
+    /// The app's name for the network (such as `wifi`, `cellular`, or a hash of the
+    /// Wi-Fi network's name): link estimates are kept per name. Empty: one shared
+    /// estimate. Stored in the measurements file: not an SSID in the clear.
+    pub network: String,
+    /// Downstream bandwidth estimate, Mbit/s (Android `linkDownstreamBandwidthKbps`).
+    pub down_mbit: Option<f64>,
+    /// Upstream bandwidth estimate, Mbit/s (Android `linkUpstreamBandwidthKbps`).
+    pub up_mbit: Option<f64>,
+    /// Round-trip time, milliseconds, if the platform knows one.
+    pub rtt_ms: Option<f64>,
+    /// The user pays by the byte (Android: not `NET_CAPABILITY_NOT_METERED`; iOS
+    /// `isExpensive`). Reported back in the choice; the app picks the policy.
+    pub metered: bool,
+    /// The user asked to save data (Android Data Saver on a metered network; iOS
+    /// `isConstrained`): an automatic choice then uses [`Policy::FewestBytes`].
+    pub constrained: bool,
+}
+
+impl From<&LinkHints> for psi_client::LinkHints {
+    fn from(h: &LinkHints) -> Self {
+        let mut hints =
+            psi_client::LinkHints::new(h.network.clone()).with_flags(h.metered, h.constrained);
+        // Values that are not a finite positive number are unknown (the estimator
+        // ignores them too; checked here so the record never carries NaN further).
+        let known = |v: Option<f64>| v.filter(|x| x.is_finite() && *x > 0.0);
+        hints.down_mbit = known(h.down_mbit);
+        hints.up_mbit = known(h.up_mbit);
+        hints.rtt_ms = known(h.rtt_ms);
+        hints
+    }
+}
+
+/// Where an input of the choice came from (`psi_client::Source`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Enum)]
+pub enum InputSource {
+    /// Measured: by earlier runs or this one (the link, the device), or advertised by
+    /// the server (its costs).
+    Measured,
+    /// From the platform's hints (the link).
+    Given,
+    /// The built-in default (no measurement and no hint).
+    Default,
+}
+
+impl From<psi_client::Source> for InputSource {
+    fn from(s: psi_client::Source) -> Self {
+        match s {
+            psi_client::Source::Measured => InputSource::Measured,
+            psi_client::Source::Given => InputSource::Given,
+            _ => InputSource::Default,
+        }
+    }
+}
+
+/// The link the choice assumed (`psi_client::LinkEstimate`).
+#[derive(Debug, Clone, Copy, PartialEq, uniffi::Record)]
+pub struct LinkEstimate {
+    /// Round-trip time, milliseconds.
+    pub rtt_ms: f64,
+    /// Upstream throughput, Mbit/s.
+    pub up_mbit: f64,
+    /// Downstream throughput, Mbit/s.
+    pub down_mbit: f64,
+    /// Requests whose timing went into the RTT (0: a prior).
+    pub rtt_samples: u32,
+    /// Transfers whose timing went into the upstream rate.
+    pub up_samples: u32,
+    /// Transfers whose timing went into the downstream rate.
+    pub down_samples: u32,
+}
+
+impl From<psi_client::LinkEstimate> for LinkEstimate {
+    fn from(e: psi_client::LinkEstimate) -> Self {
+        let mbit = |bytes_per_s: f64| bytes_per_s * 8.0 / 1e6;
+        LinkEstimate {
+            rtt_ms: e.rtt * 1e3,
+            up_mbit: mbit(e.up),
+            down_mbit: mbit(e.down),
+            rtt_samples: e.rtt_samples,
+            up_samples: e.up_samples,
+            down_samples: e.down_samples,
+        }
+    }
+}
+
+/// A side's unit costs (`psi_core::cost::UnitCosts`): nanoseconds per operation on one
+/// thread, and the threads used.
+#[derive(Debug, Clone, Copy, PartialEq, uniffi::Record)]
+pub struct UnitCosts {
+    /// ns per ristretto255 scalar multiplication.
+    pub scalar_mult_ns: f64,
+    /// ns per hash-to-group.
+    pub hash_to_group_ns: f64,
+    /// ns per element decoding.
+    pub element_decode_ns: f64,
+    /// ns per AES-128 block.
+    pub aes_block_ns: f64,
+    /// ns per hash compression block.
+    pub hash_block_ns: f64,
+    /// ns per entry of memory work.
+    pub entry_ns: f64,
+    /// Threads the side uses for a run's heavy steps.
+    pub threads: u32,
+}
+
+impl UnitCosts {
+    /// psi-client's stored form of a side's costs, on `threads` threads.
+    fn new(c: psi_client::DeviceCosts, threads: u32) -> Self {
+        UnitCosts {
+            scalar_mult_ns: c.scalar_mult_ns,
+            hash_to_group_ns: c.hash_to_group_ns,
+            element_decode_ns: c.element_decode_ns,
+            aes_block_ns: c.aes_block_ns,
+            hash_block_ns: c.hash_block_ns,
+            entry_ns: c.entry_ns,
+            threads,
+        }
+    }
+}
+
+/// The workload the choice predicted (`psi_core::cost::Workload`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Record)]
+pub struct ChoiceWorkload {
+    /// Distinct identifiers queried.
+    pub client_items: u64,
+    /// Entries in the registry (the server's last advertised count).
+    pub server_items: u64,
+    /// Whether labels are fetched.
+    pub labels: bool,
+    /// Whether the client held the server's current encoded registry.
+    pub cached_set: bool,
+}
+
+/// One candidate protocol's predicted cost (`psi_core::cost::Prediction`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Record)]
+pub struct Prediction {
+    /// The protocol.
+    pub protocol: Protocol,
+    /// HTTP requests of the run.
+    pub requests: u32,
+    /// Request body bytes.
+    pub bytes_up: u64,
+    /// Response body bytes.
+    pub bytes_down: u64,
+    /// Predicted time of the whole run, microseconds.
+    pub total_micros: u64,
+    /// Of which on the network (latency and transfer).
+    pub network_micros: u64,
+    /// Of which client computation.
+    pub client_micros: u64,
+    /// Of which server computation.
+    pub server_micros: u64,
+}
+
+impl Prediction {
+    /// `None` for a protocol these bindings do not export yet.
+    fn from_core(p: &psi_client::Prediction) -> Option<Prediction> {
+        Some(Prediction {
+            protocol: Protocol::from_core(p.protocol)?,
+            requests: p.requests,
+            bytes_up: p.bytes_up,
+            bytes_down: p.bytes_down,
+            total_micros: seconds_to_micros(p.total()),
+            network_micros: seconds_to_micros(p.network),
+            client_micros: seconds_to_micros(p.client),
+            server_micros: seconds_to_micros(p.server),
+        })
+    }
+}
+
+/// How an automatic choice was made: the protocol, the policy applied, every candidate's
+/// prediction and the inputs (`psi_client::ChoiceReport`). `None` in a report when the
+/// protocol was fixed.
+#[derive(Debug, Clone, PartialEq, uniffi::Record)]
+pub struct ChoiceReport {
+    /// The protocol chosen (the one that ran).
+    pub protocol: Protocol,
+    /// The policy applied: the one asked for, or [`Policy::FewestBytes`] when the hints
+    /// said the network is constrained.
+    pub policy: Policy,
+    /// Every candidate's prediction (the protocols the server runs), in a fixed order.
+    pub predictions: Vec<Prediction>,
+    /// The workload predicted.
+    pub workload: ChoiceWorkload,
+    /// The network the link estimate is kept under ([`LinkHints::network`]).
+    pub network: String,
+    /// Whether the hints said the network is metered.
+    pub metered: bool,
+    /// Whether the hints said the network is constrained.
+    pub constrained: bool,
+    /// The link assumed.
+    pub link: LinkEstimate,
+    /// Where it came from: measured (stored or this run's first request), the hints, or
+    /// the default.
+    pub link_source: InputSource,
+    /// This device's unit costs (calibrated once, then stored).
+    pub device: UnitCosts,
+    /// Where they came from.
+    pub device_source: InputSource,
+    /// The server's unit costs (advertised in its health, else the reference machine).
+    pub server: UnitCosts,
+    /// Where they came from.
+    pub server_source: InputSource,
+    /// Whether the choice asked the server for its health (one request) rather than
+    /// using the stored one.
+    pub health_requested: bool,
+    /// Time spent choosing (a calibration, a health request), microseconds.
+    pub overhead_micros: u64,
+}
+
+impl ChoiceReport {
+    /// The record of `r`, made with `hints`. `None` if the chosen protocol or policy is
+    /// one these bindings do not export (a newer core).
+    pub(crate) fn from_client(
+        r: &psi_client::ChoiceReport,
+        hints: &psi_client::LinkHints,
+    ) -> Option<ChoiceReport> {
+        Some(ChoiceReport {
+            protocol: Protocol::from_core(r.choice.protocol)?,
+            policy: Policy::from_core(r.choice.policy)?,
+            predictions: r
+                .choice
+                .predictions
+                .iter()
+                .filter_map(Prediction::from_core)
+                .collect(),
+            workload: ChoiceWorkload {
+                client_items: r.workload.client_items,
+                server_items: r.workload.server_items,
+                labels: r.workload.labels,
+                cached_set: r.workload.cached_set,
+            },
+            network: hints.network.clone(),
+            metered: hints.metered,
+            constrained: hints.constrained,
+            link: r.link.into(),
+            link_source: r.link_source.into(),
+            device: UnitCosts::new(
+                psi_client::DeviceCosts::from_units(&r.device),
+                r.device.threads,
+            ),
+            device_source: r.device_source.into(),
+            server: UnitCosts::new(
+                psi_client::DeviceCosts::from_units(&r.server),
+                r.server.threads,
+            ),
+            server_source: r.server_source.into(),
+            health_requested: r.health_requested,
+            overhead_micros: duration_micros(r.overhead),
+        })
+    }
+}
+
+/// Seconds (a prediction; finite and non-negative, else 0) to whole microseconds.
+fn seconds_to_micros(s: f64) -> u64 {
+    if s.is_finite() && s > 0.0 {
+        // `as` saturates at u64::MAX.
+        (s * 1e6).round() as u64
+    } else {
+        0
+    }
+}
+
+fn duration_micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use psi_client::{CancelToken, Client, ClientConfig, DeviceCosts, MeasurementStore};
+    use std::sync::Arc;
+
+    /// A transport that must not be used: every input of the choice below is stored.
+    struct Offline;
+    impl psi_client::Transport for Offline {
+        fn send(
+            &self,
+            _: psi_client::Request,
+        ) -> Result<psi_client::Response, psi_client::TransportError> {
+            Err(psi_client::TransportError {
+                message: "offline".into(),
+                timeout: false,
+            })
+        }
+    }
+
+    const BASE: &str = "http://127.0.0.1:1";
+
+    fn costs(scale: f64) -> DeviceCosts {
+        DeviceCosts {
+            scalar_mult_ns: 40_000.0 * scale,
+            hash_to_group_ns: 18_000.0 * scale,
+            element_decode_ns: 8_000.0 * scale,
+            aes_block_ns: 2.0 * scale,
+            hash_block_ns: 60.0 * scale,
+            entry_ns: 25.0 * scale,
+        }
+    }
+
+    /// A client whose store holds the server's health (DH-PSI and OT-PSI, advertised
+    /// costs), this device's costs and a measured estimate of network `wifi`.
+    fn stored_client(hints: &LinkHints) -> Client {
+        let device = costs(2.0);
+        let server = costs(0.5);
+        // The store as psi-client writes it (measurements.json).
+        let json = format!(
+            r#"{{
+              "device": {device},
+              "networks": {{"wifi": {{"rtt": 0.04, "up": 1e6, "down": 4e6,
+                "rtt_samples": 3, "up_samples": 0, "down_samples": 0}}}},
+              "servers": {{"{BASE}": {{"status": "ok", "epoch": 3, "registry_items": 100000,
+                "protocols": ["dh-psi", "ot-psi"], "max_client_items": 10000,
+                "max_body_bytes": 8388608,
+                "costs": {{"scalar_mult_ns": {sm}, "hash_to_group_ns": {hg},
+                  "element_decode_ns": {ed}, "aes_block_ns": {aes}, "hash_block_ns": {hb},
+                  "entry_ns": {en}, "threads_per_step": 1, "workers": 2, "ot_workers": 1}}}}}}
+            }}"#,
+            device = costs_json(device),
+            sm = server.scalar_mult_ns,
+            hg = server.hash_to_group_ns,
+            ed = server.element_decode_ns,
+            aes = server.aes_block_ns,
+            hb = server.hash_block_ns,
+            en = server.entry_ns,
+        );
+        let m = psi_client::Measurements::from_json(&json);
+        assert!(m.device.is_some() && m.servers.contains_key(BASE), "{json}");
+        let config = ClientConfig::default()
+            .with_threads(psi_client::Threads::new(2))
+            .with_link_hints(hints.into());
+        Client::with_transport(BASE, Arc::new(Offline), config)
+            .with_measurements(Arc::new(MeasurementStore::new(m)))
+    }
+
+    fn costs_json(c: DeviceCosts) -> String {
+        format!(
+            r#"{{"scalar_mult_ns": {}, "hash_to_group_ns": {}, "element_decode_ns": {},
+                "aes_block_ns": {}, "hash_block_ns": {}, "entry_ns": {}}}"#,
+            c.scalar_mult_ns,
+            c.hash_to_group_ns,
+            c.element_decode_ns,
+            c.aes_block_ns,
+            c.hash_block_ns,
+            c.entry_ns
+        )
+    }
+
+    #[test]
+    fn choices_and_policies_map_to_psi_client() {
+        assert_eq!(
+            psi_client::ProtocolChoice::from(ProtocolChoice::default()),
+            psi_client::ProtocolChoice::default()
+        );
+        assert_eq!(
+            psi_client::ProtocolChoice::from(ProtocolChoice::Auto {
+                policy: Policy::FewestBytes
+            }),
+            psi_client::ProtocolChoice::Auto(psi_client::Policy::FewestBytes)
+        );
+        for p in [Protocol::Dh, Protocol::Ot, Protocol::Cm20] {
+            assert_eq!(
+                psi_client::ProtocolChoice::from(ProtocolChoice::Fixed { protocol: p }),
+                psi_client::ProtocolChoice::Fixed(p.into())
+            );
+        }
+        for p in [Policy::Fastest, Policy::FewestBytes] {
+            assert_eq!(Policy::from_core(p.into()), Some(p));
+        }
+    }
+
+    #[test]
+    fn hints_keep_positive_numbers_and_the_flags() {
+        let h = LinkHints {
+            network: "cellular".into(),
+            down_mbit: Some(12.5),
+            up_mbit: Some(f64::NAN),
+            rtt_ms: Some(-3.0),
+            metered: true,
+            constrained: false,
+        };
+        let c = psi_client::LinkHints::from(&h);
+        assert_eq!(c.network, "cellular");
+        assert_eq!(c.down_mbit, Some(12.5));
+        assert_eq!((c.up_mbit, c.rtt_ms), (None, None));
+        assert!(c.metered && !c.constrained);
+        let zero = psi_client::LinkHints::from(&LinkHints {
+            down_mbit: Some(0.0),
+            up_mbit: Some(f64::INFINITY),
+            ..LinkHints::default()
+        });
+        assert_eq!((zero.down_mbit, zero.up_mbit), (None, None));
+    }
+
+    #[test]
+    fn a_choice_report_carries_every_prediction_and_input() {
+        let hints = LinkHints {
+            network: "wifi".into(),
+            metered: true,
+            ..LinkHints::default()
+        };
+        let client = stored_client(&hints);
+        let cancel = CancelToken::new();
+        for policy in [psi_client::Policy::Fastest, psi_client::Policy::FewestBytes] {
+            let core = client.choose(1000, policy, &cancel).unwrap();
+            let r = ChoiceReport::from_client(&core, &client.config().link_hints).unwrap();
+            assert_eq!(Some(r.protocol), Protocol::from_core(core.choice.protocol));
+            assert_eq!(Some(r.policy), Policy::from_core(policy));
+            assert_eq!(r.predictions.len(), 2);
+            for (p, c) in r.predictions.iter().zip(&core.choice.predictions) {
+                assert_eq!(Some(p.protocol), Protocol::from_core(c.protocol));
+                assert_eq!((p.bytes_up, p.bytes_down), (c.bytes_up, c.bytes_down));
+                assert_eq!(p.requests, c.requests);
+                assert_eq!(p.total_micros, (c.total() * 1e6).round() as u64);
+                assert!(p.network_micros > 0 && p.client_micros > 0 && p.server_micros > 0);
+                let parts = p.network_micros + p.client_micros + p.server_micros;
+                assert!(parts.abs_diff(p.total_micros) <= 2, "{p:?}");
+            }
+            let fewest = r
+                .predictions
+                .iter()
+                .min_by_key(|p| p.bytes_up + p.bytes_down)
+                .unwrap();
+            if policy == psi_client::Policy::FewestBytes {
+                assert_eq!(r.protocol, fewest.protocol);
+            }
+            assert_eq!(
+                r.workload,
+                ChoiceWorkload {
+                    client_items: 1000,
+                    server_items: 100_000,
+                    labels: true,
+                    cached_set: false
+                }
+            );
+            assert_eq!(
+                (r.network.as_str(), r.metered, r.constrained),
+                ("wifi", true, false)
+            );
+            assert!((r.link.rtt_ms - 40.0).abs() < 1e-9);
+            assert!((r.link.up_mbit - 8.0).abs() < 1e-9 && (r.link.down_mbit - 32.0).abs() < 1e-9);
+            assert_eq!(r.link.rtt_samples, 3);
+            assert_eq!(r.link_source, InputSource::Measured);
+            assert_eq!(r.device, UnitCosts::new(costs(2.0), 2));
+            assert_eq!(r.device_source, InputSource::Measured);
+            assert_eq!(r.server, UnitCosts::new(costs(0.5), 1));
+            assert_eq!(r.server_source, InputSource::Measured);
+            assert!(!r.health_requested);
+        }
+    }
+
+    #[test]
+    fn constrained_hints_turn_fastest_into_fewest_bytes_and_a_new_network_uses_the_hints() {
+        let hints = LinkHints {
+            network: "hotspot".into(),
+            down_mbit: Some(2.0),
+            constrained: true,
+            ..LinkHints::default()
+        };
+        let client = stored_client(&hints);
+        let core = client
+            .choose(1000, psi_client::Policy::Fastest, &CancelToken::new())
+            .unwrap();
+        let r = ChoiceReport::from_client(&core, &client.config().link_hints).unwrap();
+        assert_eq!(r.policy, Policy::FewestBytes);
+        assert!(r.constrained);
+        assert_eq!(r.link_source, InputSource::Given);
+        assert_eq!(r.link.rtt_samples, 0);
+        assert!((r.link.down_mbit - 2.0).abs() < 1e-9);
+        // Only the downstream known: a quarter of it upstream (psi-client's prior).
+        assert!((r.link.up_mbit - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn predictions_in_seconds_become_whole_microseconds() {
+        assert_eq!(seconds_to_micros(1.2345674), 1_234_567);
+        assert_eq!(seconds_to_micros(-1.0), 0);
+        assert_eq!(seconds_to_micros(f64::NAN), 0);
+        assert_eq!(seconds_to_micros(f64::INFINITY), 0);
+        assert_eq!(seconds_to_micros(1e300), u64::MAX);
+    }
+}
