@@ -52,6 +52,7 @@ pub fn to_json(r: &ChoiceReport) -> Value {
             "aes_block_ns": u.aes_block,
             "hash_block_ns": u.hash_block,
             "entry_ns": u.entry,
+            "cm20_lookup_ns": u.cm20_lookup,
             "threads": u.threads,
         })
     };

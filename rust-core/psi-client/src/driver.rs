@@ -273,8 +273,9 @@ impl Client {
         };
         let threads = self.config.threads.get() as u32;
         let (device, device_source) = match stored.device {
-            Some(d) => (d.units(threads), Source::Measured),
-            None => {
+            // A store written before the CM20 lookup unit existed lacks it: calibrate.
+            Some(d) if d.cm20_lookup_ns.is_some() => (d.units(threads), Source::Measured),
+            _ => {
                 let d = DeviceCosts::calibrate();
                 self.measurements.update(|m| m.device = Some(d));
                 (d.units(threads), Source::Measured)

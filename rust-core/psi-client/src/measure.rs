@@ -229,6 +229,10 @@ pub struct DeviceCosts {
     pub hash_block_ns: f64,
     /// ns per entry.
     pub entry_ns: f64,
+    /// ns per CM20-PSI column lookup (absent from stores written before the unit
+    /// existed: the device is then calibrated again).
+    #[serde(default)]
+    pub cm20_lookup_ns: Option<f64>,
 }
 
 impl DeviceCosts {
@@ -243,6 +247,10 @@ impl DeviceCosts {
             self.entry_ns,
             threads,
         )
+        .with_cm20_lookup(
+            self.cm20_lookup_ns
+                .unwrap_or(psi_core::cost::CM20_LOOKUP_REFERENCE),
+        )
     }
     /// From the model's unit costs.
     pub fn from_units(u: &UnitCosts) -> Self {
@@ -253,6 +261,7 @@ impl DeviceCosts {
             aes_block_ns: u.aes_block,
             hash_block_ns: u.hash_block,
             entry_ns: u.entry,
+            cm20_lookup_ns: Some(u.cm20_lookup),
         }
     }
     /// Measures this device (about 30 ms).
@@ -272,6 +281,10 @@ pub fn server_units(h: &psi_http::Health) -> Option<UnitCosts> {
         c.hash_block_ns,
         c.entry_ns,
         c.threads_per_step.max(1),
+    )
+    .with_cm20_lookup(
+        c.cm20_lookup_ns
+            .unwrap_or(psi_core::cost::CM20_LOOKUP_REFERENCE),
     );
     u.is_sane().then_some(u)
 }

@@ -195,6 +195,10 @@ pub struct ServerCosts {
     pub hash_block_ns: f64,
     /// ns per entry of memory work (hash-table insert or probe, shuffle step).
     pub entry_ns: f64,
+    /// ns per CM20-PSI column lookup. Absent from servers older than CM20 in the cost
+    /// model: a client then uses its reference value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cm20_lookup_ns: Option<f64>,
     /// Threads one session step runs on (the reference server: 1).
     pub threads_per_step: u32,
     /// Session steps other than OT rounds run at once (`--workers`).

@@ -185,6 +185,7 @@ fn measure_costs(config: &Config) -> psi_http::ServerCosts {
         aes_block_ns: u.aes_block,
         hash_block_ns: u.hash_block,
         entry_ns: u.entry,
+        cm20_lookup_ns: Some(u.cm20_lookup),
         threads_per_step: 1,
         workers: config.workers.max(1) as u32,
         ot_workers: config.ot_workers.max(1) as u32,

@@ -377,6 +377,7 @@ fn json_bodies_match_psi_http() {
             aes_block_ns: 0.0,
             hash_block_ns: 0.0,
             entry_ns: 0.0,
+            cm20_lookup_ns: Some(0.0),
             threads_per_step: 0,
             workers: 0,
             ot_workers: 0,
