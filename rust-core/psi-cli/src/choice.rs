@@ -58,6 +58,8 @@ pub fn to_json(r: &ChoiceReport) -> Value {
     };
     json!({
         "policy": r.choice.policy.name(),
+        "probe_requests": r.probe_requests,
+        "probe_bytes": r.probe_bytes,
         "protocol": r.choice.protocol.api_name(),
         "inputs": {
             "client_items": w.client_items,

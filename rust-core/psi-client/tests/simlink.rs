@@ -267,7 +267,7 @@ fn predictions_track_simulated_runs_and_auto_picks_the_faster_protocol() {
                 );
                 let c = cost::cost(p, &w).unwrap();
                 let protocol_up: u64 = c.requests
-                    [1..c.requests.len() - if p == Protocol::Dh { 2 } else { 3 }]
+                    [1..c.requests.len() - if p == Protocol::Dh { 1 } else { 2 }]
                     .iter()
                     .map(|e| e.up)
                     .sum();
@@ -439,8 +439,8 @@ fn a_cm20_cell_matches_its_prediction_and_auto_weighs_three() {
         let pred = cost::predict(Protocol::Cm20, &w, &inputs).unwrap();
         assert_eq!(pred.requests as usize, r.stats.requests, "{}", net.0);
         let c = cost::cost(Protocol::Cm20, &w).unwrap();
-        // Session first; the label query, the fetch and the delete last.
-        let protocol_up: u64 = c.requests[1..c.requests.len() - 3]
+        // Session first; the label query and the fetch last.
+        let protocol_up: u64 = c.requests[1..c.requests.len() - 2]
             .iter()
             .map(|e| e.up)
             .sum();

@@ -340,8 +340,8 @@ pub struct Exchange {
 pub struct Cost {
     /// The protocol.
     pub protocol: Protocol,
-    /// The HTTP requests the client driver makes, in order (session creation and
-    /// deletion included).
+    /// The HTTP requests the client driver makes, in order (session creation included;
+    /// a complete run sends no deletion).
     pub requests: Vec<Exchange>,
     /// Client computation.
     pub client: Ops,
@@ -424,7 +424,6 @@ pub fn cost(protocol: Protocol, w: &Workload) -> Option<Cost> {
         up: SESSION_REQUEST_BYTES,
         down: SESSION_RESPONSE_BYTES,
     };
-    let delete = Exchange { up: 0, down: 0 };
     let mut requests = vec![session];
     let (mut client, mut server);
     match protocol {
@@ -619,7 +618,8 @@ pub fn cost(protocol: Protocol, w: &Workload) -> Option<Cost> {
             down: buckets * 8 + records,
         });
     }
-    requests.push(delete);
+    // No DELETE: the server ends the session with its final response (docs/adr/
+    // 0025-sessions-end-themselves.md); the driver deletes only after an error.
     Some(Cost {
         protocol,
         requests,
@@ -819,8 +819,8 @@ mod tests {
             .with_labels(false)
             .with_limits(1000, 8 << 20);
         let dh = cost(Protocol::Dh, &w).unwrap();
-        // session, query, encoded set, delete.
-        assert_eq!(dh.requests.len(), 4);
+        // session, query, encoded set (the server ends the session: no delete).
+        assert_eq!(dh.requests.len(), 3);
         assert_eq!(dh.requests[1].up, 17 + 32 * 1000);
         assert_eq!(dh.requests[1].down, 17 + 32 * 1000);
         let set = crate::dh::sizes::encoded_set(1_000_000, 70);
@@ -829,23 +829,23 @@ mod tests {
         assert!((set as f64 / 6_485_368.0 - 1.0).abs() < 0.01, "{set}");
         // Cached: no set request.
         let warm = cost(Protocol::Dh, &w.with_cached_set(true)).unwrap();
-        assert_eq!(warm.requests.len(), 3);
+        assert_eq!(warm.requests.len(), 2);
         // OT-PSI at 2^16 balanced: 2 rounds, exactly the benchmark's bytes.
         let w = Workload::new(1 << 16, 1 << 16)
             .with_labels(false)
             .with_limits(1 << 16, 16 << 20);
         let ot = cost(Protocol::Ot, &w).unwrap();
-        assert_eq!(ot.requests.len(), 4);
+        assert_eq!(ot.requests.len(), 3);
         let protocol_up: u64 = ot.requests[1..3].iter().map(|e| e.up).sum();
         let protocol_down: u64 = ot.requests[1..3].iter().map(|e| e.down).sum();
         assert_eq!(protocol_up, 5_335_045);
         assert_eq!(protocol_down, 1_777_757);
         // The default 8 MiB body limit fits 130,944 rows: still one chunk for m = 83,231.
         let ot8 = cost(Protocol::Ot, &w.with_limits(1 << 16, 8 << 20)).unwrap();
-        assert_eq!(ot8.requests.len(), 4);
+        assert_eq!(ot8.requests.len(), 3);
         // 1 MiB bodies: 16,256 rows per chunk, 6 chunks, an ack after each but the last.
         let ot1 = cost(Protocol::Ot, &w.with_limits(1 << 16, 1 << 20)).unwrap();
-        assert_eq!(ot1.requests.len(), 2 + 1 + 6);
+        assert_eq!(ot1.requests.len(), 2 + 6);
         assert_eq!(ot1.requests[2].up, 17 + 64 * 16_256);
         assert_eq!(ot1.requests[2].down, 9 + 4);
         assert_eq!(ot1.requests[7].up, 17 + 64 * (83_231 - 5 * 16_256));
@@ -857,8 +857,8 @@ mod tests {
         let w = Workload::new(1000, 100_000);
         let dh = cost(Protocol::Dh, &w).unwrap();
         let ot = cost(Protocol::Ot, &w).unwrap();
-        assert_eq!(dh.requests.len(), 5);
-        assert_eq!(ot.requests.len(), 6);
+        assert_eq!(dh.requests.len(), 4);
+        assert_eq!(ot.requests.len(), 5);
         // label_slots(1000) = 250 elements each way.
         assert_eq!(ot.requests[3].up, 17 + 32 * 250);
         assert_eq!(dh.requests[3], ot.requests[4]);
@@ -991,9 +991,8 @@ mod tests {
             let config = crate::cm20::Cm20Config::new(crate::Threads::ONE)
                 .with_max_request_bytes(body.min(crate::cm20::DEFAULT_MAX_REQUEST_BYTES));
             let t = crate::cm20::sizes::traffic_with(n_c, n_s, &config);
-            // Session, then hello and one request per chunk: the protocol's round trips;
-            // the delete.
-            assert_eq!(c.requests.len() as u64, 2 + t.round_trips, "{n_c}");
+            // Session, then hello and one request per chunk: the protocol's round trips.
+            assert_eq!(c.requests.len() as u64, 1 + t.round_trips, "{n_c}");
             assert_eq!(c.bytes_up() - SESSION_REQUEST_BYTES, t.client_to_server);
             assert_eq!(c.bytes_down() - SESSION_RESPONSE_BYTES, t.server_to_client);
             assert_eq!(c.requests[1].up, crate::cm20::sizes::hello());
