@@ -339,7 +339,10 @@ impl Client {
                 let mut quiet = |_| {};
                 let mut run = Run::new(self, cancel, &mut quiet);
                 run.probe(crate::measure::PROBE_BYTES)?;
-                probe = (run.stats.requests, run.stats.bytes_sent + run.stats.bytes_received);
+                probe = (
+                    run.stats.requests,
+                    run.stats.bytes_sent + run.stats.bytes_received,
+                );
                 let samples = std::mem::take(&mut run.samples);
                 let mut e = link;
                 e.update(&samples);

@@ -116,7 +116,8 @@ fn every_route_is_documented_and_nothing_else() {
             | Route::OtRound
             | Route::Cm20Round
             | Route::LabelQuery
-            | Route::LabelFetch => Some(vec![psi_http::BINARY.to_string()]),
+            | Route::LabelFetch
+            | Route::ProbeUp => Some(vec![psi_http::BINARY.to_string()]),
             _ => None,
         };
         assert_eq!(body, want, "{route:?}: request body content types");
@@ -270,6 +271,10 @@ fn can_return(route: Route) -> HashSet<ErrorCode> {
         Route::DhQuery | Route::OtRound | Route::Cm20Round | Route::LabelFetch => {}
         // `X-PSI-Epoch`: not a number, or an epoch not served.
         Route::DhEncodedSet => codes.extend([E::BadRequest, E::EpochMismatch]),
+        // `bytes` missing or above the cap; the hourly probe budget.
+        Route::ProbeDown => codes.extend([E::BadRequest, E::RateLimited]),
+        // A body above the cap; the hourly probe budget.
+        Route::ProbeUp => codes.extend([E::BodyTooLarge, E::RateLimited]),
         other => panic!("{other:?}: add it to docs/openapi.json and to can_return"),
     }
     codes

@@ -20,9 +20,18 @@ fn the_probe_sends_and_accepts_bounded_bodies() {
     let r = send(&t, Method::Get, &format!("/v1/probe?bytes={cap}"), &[], b"");
     assert_eq!((r.status, r.body.len()), (200, cap));
     // Above the cap, missing or not a number: 400, nothing sent.
-    for q in [format!("?bytes={}", cap + 1), "".into(), "?bytes=x".into(), "?bytes=-1".into()] {
+    for q in [
+        format!("?bytes={}", cap + 1),
+        "".into(),
+        "?bytes=x".into(),
+        "?bytes=-1".into(),
+    ] {
         let r = send(&t, Method::Get, &format!("/v1/probe{q}"), &[], b"");
-        assert_eq!((r.status, error_code(&r).as_str()), (400, "bad_request"), "{q}");
+        assert_eq!(
+            (r.status, error_code(&r).as_str()),
+            (400, "bad_request"),
+            "{q}"
+        );
     }
     let bin = [("content-type", "application/octet-stream")];
     let r = send(&t, Method::Post, "/v1/probe", &bin, &vec![7; 5000]);

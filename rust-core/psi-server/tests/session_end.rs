@@ -23,7 +23,10 @@ fn a_session_without_labels_ends_with_its_final_response() {
     let server = start(config);
     let t = raw(&server);
     // `labels: false`: the DH-PSI evaluation is the session's last answer.
-    let (id, created) = create(&t, r#"{"protocol":"dh-psi","client_items":3,"labels":false}"#);
+    let (id, created) = create(
+        &t,
+        r#"{"protocol":"dh-psi","client_items":3,"labels":false}"#,
+    );
     assert_eq!(created["ends_on_completion"], true);
     let epoch = created["epoch"].as_u64().unwrap() as u32;
     assert_eq!(server.state.live_sessions(), 1);
@@ -35,7 +38,10 @@ fn a_session_without_labels_ends_with_its_final_response() {
     // A late request (say, a retry after a lost answer) gets a typed error, not a second
     // evaluation; labels likewise.
     let late = send(&t, Method::Post, &q, &[BIN], &query(epoch, 3));
-    assert_eq!((late.status, error_code(&late).as_str()), (409, "wrong_phase"));
+    assert_eq!(
+        (late.status, error_code(&late).as_str()),
+        (409, "wrong_phase")
+    );
     let body = String::from_utf8_lossy(&late.body).to_string();
     assert!(body.contains("complete"), "{body}");
     let lf = format!("/v1/sessions/{id}/labels/fetch");
