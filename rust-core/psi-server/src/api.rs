@@ -576,10 +576,10 @@ async fn delete_session(
         return Err(unknown_session());
     };
     // A session the server already ended (complete) is gone: deleting it again succeeds.
-    if let Lookup::Ended(owner) = state.sessions.get(&id) {
-        if owner == client {
-            return Ok(StatusCode::NO_CONTENT);
-        }
+    if let Lookup::Ended(owner) = state.sessions.get(&id)
+        && owner == client
+    {
+        return Ok(StatusCode::NO_CONTENT);
     }
     session(&state, &id, &client)?;
     state.sessions.remove(&id);
