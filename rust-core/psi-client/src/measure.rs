@@ -412,67 +412,6 @@ pub struct ChoiceReport {
     pub overhead: Duration,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn estimates_recover_a_link_from_its_timings() {
-        // A 100 ms, 2 Mbit/s down, 0.5 Mbit/s up link, seen through a prior that is
-        // far off (the default).
-        let truth = Link::mbit(100.0, 0.5, 2.0);
-        let time = |up: u64, down: u64, server: f64| Sample {
-            up,
-            down,
-            elapsed: truth.rtt + up as f64 / truth.up + down as f64 / truth.down + server,
-            server,
-        };
-        let mut e = LinkEstimate::from_hints(&LinkHints::default());
-        for _ in 0..6 {
-            e.update(&[
-                time(44, 300, 0.001),
-                time(32_017, 32_017, 0.02),
-                time(0, 680_000, 0.0),
-                time(200_000, 21, 0.01),
-                time(0, 0, 0.0),
-            ]);
-        }
-        let close = |a: f64, b: f64| (a / b - 1.0).abs() < 0.1;
-        assert!(close(e.rtt, truth.rtt), "{e:?}");
-        assert!(close(e.down, truth.down), "{e:?}");
-        assert!(close(e.up, truth.up), "{e:?}");
-        assert!(e.rtt_samples >= 6 && e.down_samples >= 6 && e.up_samples >= 6);
-    }
-
-    #[test]
-    fn hints_make_the_prior() {
-        let e = LinkEstimate::from_hints(&LinkHints::new("cell").with_bandwidth(20.0, 5.0));
-        assert_eq!(e.down, 2.5e6);
-        assert_eq!(e.up, 625_000.0);
-        assert_eq!(e.rtt, DEFAULT_LINK.rtt);
-        let only_down = LinkEstimate::from_hints(&LinkHints {
-            down_mbit: Some(8.0),
-            up_mbit: Some(f64::NAN),
-            ..LinkHints::default()
-        });
-        assert_eq!(only_down.up, 250_000.0);
-    }
-
-    #[test]
-    fn the_store_round_trips_through_json_and_survives_garbage() {
-        let mut m = Measurements {
-            device: Some(DeviceCosts::from_units(&UnitCosts::REFERENCE)),
-            ..Measurements::default()
-        };
-        m.networks
-            .insert("wifi".into(), LinkEstimate::prior(DEFAULT_LINK));
-        let back = Measurements::from_json(&m.to_json());
-        assert_eq!(back.device, m.device);
-        assert_eq!(back.networks, m.networks);
-        assert!(Measurements::from_json("not json").device.is_none());
-    }
-}
-
 /// Bytes each way of the bounded probe: the smallest transfer that gives a rate sample
 /// ([`MIN_RATE_SAMPLE_BYTES`]) twice over.
 pub const PROBE_BYTES: u64 = 2 * MIN_RATE_SAMPLE_BYTES;
@@ -533,4 +472,65 @@ pub fn probe_worthwhile(
         }
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn estimates_recover_a_link_from_its_timings() {
+        // A 100 ms, 2 Mbit/s down, 0.5 Mbit/s up link, seen through a prior that is
+        // far off (the default).
+        let truth = Link::mbit(100.0, 0.5, 2.0);
+        let time = |up: u64, down: u64, server: f64| Sample {
+            up,
+            down,
+            elapsed: truth.rtt + up as f64 / truth.up + down as f64 / truth.down + server,
+            server,
+        };
+        let mut e = LinkEstimate::from_hints(&LinkHints::default());
+        for _ in 0..6 {
+            e.update(&[
+                time(44, 300, 0.001),
+                time(32_017, 32_017, 0.02),
+                time(0, 680_000, 0.0),
+                time(200_000, 21, 0.01),
+                time(0, 0, 0.0),
+            ]);
+        }
+        let close = |a: f64, b: f64| (a / b - 1.0).abs() < 0.1;
+        assert!(close(e.rtt, truth.rtt), "{e:?}");
+        assert!(close(e.down, truth.down), "{e:?}");
+        assert!(close(e.up, truth.up), "{e:?}");
+        assert!(e.rtt_samples >= 6 && e.down_samples >= 6 && e.up_samples >= 6);
+    }
+
+    #[test]
+    fn hints_make_the_prior() {
+        let e = LinkEstimate::from_hints(&LinkHints::new("cell").with_bandwidth(20.0, 5.0));
+        assert_eq!(e.down, 2.5e6);
+        assert_eq!(e.up, 625_000.0);
+        assert_eq!(e.rtt, DEFAULT_LINK.rtt);
+        let only_down = LinkEstimate::from_hints(&LinkHints {
+            down_mbit: Some(8.0),
+            up_mbit: Some(f64::NAN),
+            ..LinkHints::default()
+        });
+        assert_eq!(only_down.up, 250_000.0);
+    }
+
+    #[test]
+    fn the_store_round_trips_through_json_and_survives_garbage() {
+        let mut m = Measurements {
+            device: Some(DeviceCosts::from_units(&UnitCosts::REFERENCE)),
+            ..Measurements::default()
+        };
+        m.networks
+            .insert("wifi".into(), LinkEstimate::prior(DEFAULT_LINK));
+        let back = Measurements::from_json(&m.to_json());
+        assert_eq!(back.device, m.device);
+        assert_eq!(back.networks, m.networks);
+        assert!(Measurements::from_json("not json").device.is_none());
+    }
 }
