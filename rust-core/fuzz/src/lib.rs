@@ -497,6 +497,7 @@ pub mod fake {
                         encoded_set_etag: ETAG.into(),
                         label_bucket_bits: f.labels.bucket_bits(),
                         expires_in_secs: 300,
+                        ends_on_completion: true,
                     };
                     if self.protocol == Protocol::Ot {
                         state.ot = OtServer::new(
@@ -583,6 +584,7 @@ pub mod fake {
                         encoded_set_etag: etag.clone(),
                         label_bucket_bits: *label_bucket_bits,
                         expires_in_secs: 300,
+                        ends_on_completion: true,
                     })
                     .expect("json")
                 }

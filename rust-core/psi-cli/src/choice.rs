@@ -52,11 +52,14 @@ pub fn to_json(r: &ChoiceReport) -> Value {
             "aes_block_ns": u.aes_block,
             "hash_block_ns": u.hash_block,
             "entry_ns": u.entry,
+            "cm20_lookup_ns": u.cm20_lookup,
             "threads": u.threads,
         })
     };
     json!({
         "policy": r.choice.policy.name(),
+        "probe_requests": r.probe_requests,
+        "probe_bytes": r.probe_bytes,
         "protocol": r.choice.protocol.api_name(),
         "inputs": {
             "client_items": w.client_items,

@@ -571,9 +571,30 @@ fn cm20_demo_and_serve_match() {
         "--json",
         &path("contacts.csv"),
     ]);
+    // `--protocol auto` (the default) against it: three candidates predicted, a run.
+    let auto = psi(&[
+        "match",
+        "--server",
+        &server.url,
+        "--protocol",
+        "auto",
+        "--json",
+        &path("contacts.csv"),
+    ]);
     drop(server);
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(ok, "{out}\n{err}");
     assert!(out.contains("alice@example.com"), "{out}");
     assert!(out.contains("cm20-psi"), "{out}");
+    assert!(auto.0, "{}\n{}", auto.1, auto.2);
+    let auto: serde_json::Value = serde_json::from_str(&auto.1).unwrap();
+    assert_eq!(auto["matches"].as_array().unwrap().len(), 1, "{auto}");
+    let predicted: Vec<&str> = auto["choice"]["predictions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["protocol"].as_str().unwrap())
+        .collect();
+    assert!(predicted.contains(&"cm20-psi"), "{auto}");
+    assert_eq!(predicted.len(), 3, "{auto}");
 }

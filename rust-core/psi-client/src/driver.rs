@@ -273,8 +273,9 @@ impl Client {
         };
         let threads = self.config.threads.get() as u32;
         let (device, device_source) = match stored.device {
-            Some(d) => (d.units(threads), Source::Measured),
-            None => {
+            // A store written before the CM20 lookup unit existed lacks it: calibrate.
+            Some(d) if d.cm20_lookup_ns.is_some() => (d.units(threads), Source::Measured),
+            _ => {
                 let d = DeviceCosts::calibrate();
                 self.measurements.update(|m| m.device = Some(d));
                 (d.units(threads), Source::Measured)
@@ -290,7 +291,7 @@ impl Client {
             .networks
             .get(&hints.network)
             .copied();
-        let (link, link_source) = match link {
+        let (mut link, mut link_source) = match link {
             Some(e) if e.rtt_samples + e.up_samples + e.down_samples > 0 => (e, Source::Measured),
             _ => {
                 let given = hints.down_mbit.is_some() || hints.rtt_ms.is_some();
@@ -323,11 +324,36 @@ impl Client {
             .iter()
             .filter_map(|p| Protocol::from_api_name(p))
             .collect();
-        let inputs = psi_core::cost::Inputs {
+        let mut inputs = psi_core::cost::Inputs {
             link: link.link(),
             client: device,
             server,
         };
+        // No measurement of this network yet, and the prior's uncertainty could flip the
+        // choice at a cost above the probe's: one bounded probe each way first (its time
+        // is in `overhead`, its bytes in the report).
+        let mut probe = (0, 0);
+        if link_source != Source::Measured {
+            let factor = crate::measure::prior_uncertainty(link_source);
+            if crate::measure::probe_worthwhile(&workload, &inputs, policy, &served, factor) {
+                let mut quiet = |_| {};
+                let mut run = Run::new(self, cancel, &mut quiet);
+                run.probe(crate::measure::PROBE_BYTES)?;
+                probe = (
+                    run.stats.requests,
+                    run.stats.bytes_sent + run.stats.bytes_received,
+                );
+                let samples = std::mem::take(&mut run.samples);
+                let mut e = link;
+                e.update(&samples);
+                self.measurements.update(|m| {
+                    m.networks.insert(hints.network.clone(), e);
+                });
+                link = e;
+                link_source = Source::Measured;
+                inputs.link = link.link();
+            }
+        }
         let choice = psi_core::cost::choose(&workload, &inputs, policy, &served)
             .ok_or_else(|| ClientError::BadResponse("the server runs no known protocol".into()))?;
         Ok(ChoiceReport {
@@ -340,6 +366,8 @@ impl Client {
             server,
             server_source,
             health_requested,
+            probe_requests: probe.0 as u32,
+            probe_bytes: probe.1,
             overhead: self.clock.now().saturating_sub(started),
         })
     }
@@ -375,12 +403,18 @@ impl Client {
             .map_err(ClientError::from)
             .and_then(|()| run.protocol(&session, set, protocol))
             .and_then(|(output, source)| {
+                // Labels off: the protocol's final response was the session's last.
+                run.session_complete = !self.config.fetch_labels;
                 let labels = run.labels(&session, output.client_items, output.matches, source)?;
                 Ok((output.client_items, output.duplicates, labels))
             });
-        // Free the server's slot whatever happened (cancelled runs included); an error
-        // here changes nothing for the caller.
-        let _ = run.delete_session(&session.session_id);
+        // A server that ends sessions itself has freed this one with its final response
+        // when the run got that far (ADR 0025): no DELETE, one round trip less. Otherwise
+        // (an error, a cancellation, a label step that failed, an older server) free the
+        // server's slot; an error here changes nothing for the caller.
+        if !(session.ends_on_completion && run.session_complete) {
+            let _ = run.delete_session(&session.session_id);
+        }
         let (client_items, duplicates, (matches, label_error, labels_skipped)) = result?;
         // What this run saw of the link and the registry goes into the store.
         let hints = &self.config.link_hints;
@@ -504,6 +538,9 @@ struct Run<'a> {
     rng: Option<ChaCha20Rng>,
     /// The timing of each request, for the link estimate.
     samples: Vec<Sample>,
+    /// The session's final response arrived (the label fetch's, or with labels off the
+    /// protocol's last): a server that ends sessions itself has ended it.
+    session_complete: bool,
 }
 
 impl<'a> Run<'a> {
@@ -519,6 +556,7 @@ impl<'a> Run<'a> {
             stats: RunStats::default(),
             rng: None,
             samples: Vec::new(),
+            session_complete: false,
         }
     }
 
@@ -561,6 +599,18 @@ impl<'a> Run<'a> {
         content_type: Option<&str>,
         extra: Vec<(String, String)>,
     ) -> Result<Response> {
+        self.send_to(route, route.path(session), body, content_type, extra)
+    }
+
+    /// [`Run::send`] to `path` (a route's path, with a query if it takes one).
+    fn send_to(
+        &mut self,
+        route: Route,
+        path: String,
+        body: Vec<u8>,
+        content_type: Option<&str>,
+        extra: Vec<(String, String)>,
+    ) -> Result<Response> {
         if route != Route::DeleteSession {
             self.check()?;
         }
@@ -576,7 +626,7 @@ impl<'a> Run<'a> {
         let t0 = self.client.clock.now();
         let resp = self.client.transport.send(Request {
             method: route.method(),
-            url: format!("{}{}", self.client.base, route.path(session)),
+            url: format!("{}{}", self.client.base, path),
             headers,
             body,
             timeout: config.timeout,
@@ -622,6 +672,41 @@ impl<'a> Run<'a> {
         Ok(resp)
     }
 
+    /// The bounded probe: `GET /v1/probe?bytes=0` (the RTT), `GET /v1/probe?bytes=n` and
+    /// `POST /v1/probe` with `n` bytes (timed like every request: the link estimate takes
+    /// them as samples).
+    fn probe(&mut self, n: u64) -> Result<()> {
+        let n = n.min(psi_http::PROBE_MAX_BYTES);
+        self.send_to(
+            Route::ProbeDown,
+            format!("{}?bytes=0", Route::ProbeDown.template()),
+            Vec::new(),
+            None,
+            vec![],
+        )?;
+        let r = self.send_to(
+            Route::ProbeDown,
+            format!("{}?bytes={n}", Route::ProbeDown.template()),
+            Vec::new(),
+            None,
+            vec![],
+        )?;
+        if r.body.len() as u64 != n {
+            return Err(ClientError::BadResponse("probe body".into()));
+        }
+        let r = self.send_to(
+            Route::ProbeUp,
+            Route::ProbeUp.template().to_string(),
+            vec![0; n as usize],
+            Some(psi_http::BINARY),
+            vec![],
+        )?;
+        match serde_json::from_slice::<psi_http::ProbeReceived>(&r.body) {
+            Ok(p) if p.bytes == n => Ok(()),
+            _ => Err(ClientError::BadResponse("probe answer".into())),
+        }
+    }
+
     fn health(&mut self) -> Result<psi_http::Health> {
         let r = self.send(Route::Health, "", Vec::new(), None, vec![])?;
         serde_json::from_slice(&r.body).map_err(|_| ClientError::BadResponse("health body".into()))
@@ -638,6 +723,8 @@ impl<'a> Run<'a> {
         let body = serde_json::to_vec(&psi_http::CreateSession {
             protocol: protocol.api_name().to_string(),
             client_items: n as u64,
+            // Said only when off: a request with labels on is as before this field.
+            labels: (!self.client.config.fetch_labels).then_some(false),
         })
         .map_err(|_| ClientError::BadInput("session request".into()))?;
         let r = self.send(Route::CreateSession, "", body, Some(psi_http::JSON), vec![])?;
@@ -896,7 +983,10 @@ impl<'a> Run<'a> {
                     request = next;
                     route = Route::LabelFetch;
                 }
-                LabelStep::Done(labels) => break labels,
+                LabelStep::Done(labels) => {
+                    self.session_complete = true;
+                    break labels;
+                }
                 _ => return Err(ClientError::BadResponse("unknown label step".into())),
             }
         };

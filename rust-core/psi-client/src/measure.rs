@@ -229,6 +229,10 @@ pub struct DeviceCosts {
     pub hash_block_ns: f64,
     /// ns per entry.
     pub entry_ns: f64,
+    /// ns per CM20-PSI column lookup (absent from stores written before the unit
+    /// existed: the device is then calibrated again).
+    #[serde(default)]
+    pub cm20_lookup_ns: Option<f64>,
 }
 
 impl DeviceCosts {
@@ -243,6 +247,10 @@ impl DeviceCosts {
             self.entry_ns,
             threads,
         )
+        .with_cm20_lookup(
+            self.cm20_lookup_ns
+                .unwrap_or(psi_core::cost::CM20_LOOKUP_REFERENCE),
+        )
     }
     /// From the model's unit costs.
     pub fn from_units(u: &UnitCosts) -> Self {
@@ -253,6 +261,7 @@ impl DeviceCosts {
             aes_block_ns: u.aes_block,
             hash_block_ns: u.hash_block,
             entry_ns: u.entry,
+            cm20_lookup_ns: Some(u.cm20_lookup),
         }
     }
     /// Measures this device (about 30 ms).
@@ -272,6 +281,10 @@ pub fn server_units(h: &psi_http::Health) -> Option<UnitCosts> {
         c.hash_block_ns,
         c.entry_ns,
         c.threads_per_step.max(1),
+    )
+    .with_cm20_lookup(
+        c.cm20_lookup_ns
+            .unwrap_or(psi_core::cost::CM20_LOOKUP_REFERENCE),
     );
     u.is_sane().then_some(u)
 }
@@ -390,8 +403,75 @@ pub struct ChoiceReport {
     /// Whether the choice asked the server for its health (one request) rather than
     /// using the stored one.
     pub health_requested: bool,
+    /// Requests of the bounded probe made for this choice (0: none; docs/protocol-choice.md,
+    /// "Bounded probe").
+    pub probe_requests: u32,
+    /// Body bytes of the probe, both ways.
+    pub probe_bytes: u64,
     /// Time spent choosing (calibration, health request), included in nothing else.
     pub overhead: Duration,
+}
+
+/// Bytes each way of the bounded probe: the smallest transfer that gives a rate sample
+/// ([`MIN_RATE_SAMPLE_BYTES`]) twice over.
+pub const PROBE_BYTES: u64 = 2 * MIN_RATE_SAMPLE_BYTES;
+
+/// How far off a link prior may be, as a factor on its rates and RTT: 4 for the built-in
+/// default (it knows nothing of the network), 2 for the platform's hints (a bandwidth
+/// class, not a measurement).
+pub fn prior_uncertainty(source: Source) -> f64 {
+    match source {
+        Source::Given => 2.0,
+        _ => 4.0,
+    }
+}
+
+/// Whether an unmeasured link is worth a bounded probe: the choice under the prior
+/// differs from the choice under some link within `factor` of it (rates and RTT each
+/// scaled by `1/factor`, 1 or `factor`), and there the prior's pick would lose more time
+/// than the probe costs on that link. Pure (docs/protocol-choice.md, "Bounded probe").
+pub fn probe_worthwhile(
+    w: &psi_core::cost::Workload,
+    inputs: &psi_core::cost::Inputs,
+    policy: psi_core::cost::Policy,
+    candidates: &[psi_core::Protocol],
+    factor: f64,
+) -> bool {
+    use psi_core::cost::{Link, choose};
+    let Some(prior) = choose(w, inputs, policy, candidates) else {
+        return false;
+    };
+    if prior.predictions.len() < 2 {
+        return false;
+    }
+    let scales = [1.0 / factor, 1.0, factor];
+    for &r in &scales {
+        for &t in &scales {
+            let l = inputs.link;
+            let link = Link {
+                rtt: l.rtt * t,
+                up: l.up * r,
+                down: l.down * r,
+            };
+            let mut i = *inputs;
+            i.link = link;
+            let Some(c) = choose(w, &i, policy, candidates) else {
+                continue;
+            };
+            if c.protocol == prior.protocol {
+                continue;
+            }
+            let time = |p| c.prediction(p).map_or(0.0, |p| p.total());
+            let regret = time(prior.protocol) - time(c.protocol);
+            let probe = link.exchange(0, 0)
+                + link.exchange(0, PROBE_BYTES)
+                + link.exchange(PROBE_BYTES, 16);
+            if regret > probe {
+                return true;
+            }
+        }
+    }
+    false
 }
 
 #[cfg(test)]

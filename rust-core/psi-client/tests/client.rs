@@ -266,11 +266,12 @@ fn server(entries: &[(&str, Option<&str>)], tune: impl FnOnce(&mut Config)) -> R
     .unwrap()
 }
 
-/// A DH-PSI run with labels makes exactly: session, query, encoded set, label fetch,
-/// delete (no label OPRF query: the labels come from the run's own outputs). The second
-/// run takes the encoded registry from the cache and makes no request for it.
+/// A DH-PSI run with labels makes exactly: session, query, encoded set, label fetch (no
+/// label OPRF query: the labels come from the run's own outputs; no DELETE: the server
+/// ends the session with the fetch's answer). The second run takes the encoded registry
+/// from the cache and makes no request for it.
 #[test]
-fn a_dh_run_with_labels_makes_exactly_five_requests_and_the_cache_saves_one() {
+fn a_dh_run_with_labels_makes_exactly_four_requests_and_the_cache_saves_one() {
     let srv = server(
         &[("+14155550123", Some("alice")), ("bob@example.com", None)],
         |c| c.tokens = vec!["t0k".into()],
@@ -294,10 +295,9 @@ fn a_dh_run_with_labels_makes_exactly_five_requests_and_the_cache_saves_one() {
             "POST /v1/sessions/{id}/dh/query",
             "GET /v1/dh/encoded-set",
             "POST /v1/sessions/{id}/labels/fetch",
-            "DELETE /v1/sessions/{id}",
         ]
     );
-    assert_eq!(r.stats.requests, 5);
+    assert_eq!(r.stats.requests, 4);
     assert_eq!(r.stats.round_trips, 1);
     seen.lock().unwrap().clear();
     let r2 = c
@@ -311,7 +311,6 @@ fn a_dh_run_with_labels_makes_exactly_five_requests_and_the_cache_saves_one() {
             "POST /v1/sessions",
             "POST /v1/sessions/{id}/dh/query",
             "POST /v1/sessions/{id}/labels/fetch",
-            "DELETE /v1/sessions/{id}",
         ]
     );
     assert_eq!(c.health().unwrap().registry_items, 2);
@@ -620,5 +619,43 @@ fn a_too_fine_label_layout_is_refused() {
         .unwrap();
     assert_eq!(r.matches.len(), 1);
     assert_eq!(srv.state.live_sessions(), 0);
+    srv.shutdown().unwrap();
+}
+
+/// Every protocol, labels on and off: a complete run makes exactly the requests the cost
+/// model counts, none of them a DELETE, and the server holds no session afterwards (it
+/// ended each with its final response: ADR 0025).
+#[test]
+fn complete_runs_send_no_delete_and_leave_no_session() {
+    let srv = server(
+        &[("+14155550123", Some("alice")), ("bob@example.com", None)],
+        |c| c.enable_cm20 = true,
+    );
+    let items = vec![b"bob@example.com".to_vec(), b"x@y.z".to_vec()];
+    for p in [Protocol::Dh, Protocol::Ot, Protocol::Cm20] {
+        for labels in [true, false] {
+            let (t, seen) = Recording::new(Some(HttpTransport::new()));
+            let config = ClientConfig::default().with_labels(labels);
+            // A fresh cache each time: DH-PSI downloads the encoded set.
+            let c = Client::with_transport(&srv.url(), t, config)
+                .with_cache(std::sync::Arc::new(psi_client::MemoryCache::new()));
+            let r = c
+                .match_items(items.clone(), p, &mut |_| {}, &none())
+                .unwrap();
+            assert_eq!(r.matches.len(), 1, "{p} labels {labels}");
+            let routes = routes(&seen.lock().unwrap());
+            assert!(
+                routes.iter().all(|r| !r.starts_with("DELETE")),
+                "{p} labels {labels}: {routes:?}"
+            );
+            let w = psi_core::cost::Workload::new(2, 2)
+                .with_labels(labels)
+                .with_limits(10_000, 8 << 20);
+            let expect = psi_core::cost::cost(p, &w).unwrap().requests.len();
+            assert_eq!(r.stats.requests, expect, "{p} labels {labels}: {routes:?}");
+            assert_eq!(routes.len(), expect);
+            assert_eq!(srv.state.live_sessions(), 0, "{p} labels {labels}");
+        }
+    }
     srv.shutdown().unwrap();
 }

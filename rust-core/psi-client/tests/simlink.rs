@@ -101,7 +101,13 @@ fn items(prefix: &str, n: usize) -> Vec<Vec<u8>> {
 
 /// A server over loopback with `n` labelled entries, limits off (many sessions).
 fn server(n: usize) -> RunningServer {
+    server_with(n, false)
+}
+
+/// [`server`], running CM20-PSI too if `cm20`.
+fn server_with(n: usize, cm20: bool) -> RunningServer {
     let mut config = Config::default();
+    config.enable_cm20 = cm20;
     config.db_path = ":memory:".into();
     config.build_threads = 2;
     config.workers = 2;
@@ -261,7 +267,7 @@ fn predictions_track_simulated_runs_and_auto_picks_the_faster_protocol() {
                 );
                 let c = cost::cost(p, &w).unwrap();
                 let protocol_up: u64 = c.requests
-                    [1..c.requests.len() - if p == Protocol::Dh { 2 } else { 3 }]
+                    [1..c.requests.len() - if p == Protocol::Dh { 1 } else { 2 }]
                     .iter()
                     .map(|e| e.up)
                     .sum();
@@ -334,6 +340,7 @@ fn predictions_track_simulated_runs_and_auto_picks_the_faster_protocol() {
             let choice = r.choice.as_ref().expect("auto reports its choice");
             assert!(!choice.health_requested);
             assert_eq!(choice.choice.protocol, r.protocol);
+            // The server does not offer CM20-PSI: two candidates.
             assert_eq!(choice.choice.predictions.len(), 2);
             assert_eq!(choice.workload.cached_set, warm, "{wname}");
             cells.push(Cell {
@@ -382,6 +389,105 @@ fn predictions_track_simulated_runs_and_auto_picks_the_faster_protocol() {
     // Both protocols win somewhere: the choice matters on these networks.
     assert!(cells.iter().any(|c| c.chosen == Protocol::Dh));
     assert!(cells.iter().any(|c| c.chosen == Protocol::Ot));
+}
+
+/// CM20-PSI cells: on a server that offers it, a forced CM20 run's requests and protocol
+/// bytes are the model's exactly, its bytes within 5% and its network time within 2% of
+/// the simulation; the automatic choice weighs three candidates and takes the model's
+/// fastest. On a server without it, CM20 is not a candidate.
+#[test]
+fn a_cm20_cell_matches_its_prediction_and_auto_weighs_three() {
+    let (n_c, n_s) = (1 << 12, 1 << 12);
+    let srv = server_with(n_s, true);
+    let sim = SimLink::new(link(&NETWORKS[1]));
+    let device = DeviceCosts::calibrate();
+    let mut m = Measurements::default();
+    m.device = Some(device);
+    let store = Arc::new(MeasurementStore::new(m));
+    let config = ClientConfig::default().with_threads(psi_core::Threads::ONE);
+    let client_with = |config: ClientConfig, store: Arc<MeasurementStore>| {
+        Client::with_transport(&srv.url(), sim.clone(), config)
+            .with_measurements(store)
+            .with_clock(sim.clone())
+    };
+    let health = client_with(config.clone(), store.clone()).health().unwrap();
+    assert!(health.protocols.iter().any(|p| p == "cm20-psi"));
+    assert!(health.costs.unwrap().cm20_lookup_ns.is_some());
+    store.update(|m| {
+        m.servers.insert(srv.url(), health.clone());
+    });
+    // WiFi (bandwidth plenty: computation decides) and 3G (bytes decide).
+    for net in [&NETWORKS[1], &NETWORKS[6]] {
+        let l = link(net);
+        sim.set(l);
+        let client = client_with(config.clone(), store.clone());
+        let (r, t, net_t) = timed3(&client, &sim, n_c, Protocol::Cm20.into());
+        assert_eq!(r.protocol, Protocol::Cm20);
+        assert_eq!(r.matches.len(), n_c / 8);
+        assert!(r.matches.iter().all(|m| m.label.is_some()));
+        let w = Workload::new(n_c as u64, n_s as u64)
+            .with_limits(u64::from(health.max_client_items), health.max_body_bytes)
+            .with_label_layout(
+                Some(health.label_bucket_bits),
+                Some(health.label_record_bytes),
+            );
+        let inputs = cost::Inputs {
+            link: l,
+            client: device.units(1),
+            server: psi_client::measure::server_units(&health).unwrap(),
+        };
+        let pred = cost::predict(Protocol::Cm20, &w, &inputs).unwrap();
+        assert_eq!(pred.requests as usize, r.stats.requests, "{}", net.0);
+        let c = cost::cost(Protocol::Cm20, &w).unwrap();
+        // Session first; the label query and the fetch last.
+        let protocol_up: u64 = c.requests[1..c.requests.len() - 2]
+            .iter()
+            .map(|e| e.up)
+            .sum();
+        assert_eq!(protocol_up, r.stats.protocol_bytes_sent);
+        let rel = |a: u64, b: u64| (a as f64 / b as f64 - 1.0).abs();
+        assert!(rel(pred.bytes_up, r.stats.bytes_sent) < 0.05, "{pred:?}");
+        assert!(
+            rel(pred.bytes_down, r.stats.bytes_received) < 0.05,
+            "{pred:?}"
+        );
+        assert!(
+            (pred.network - net_t).abs() <= 0.02 * net_t + 0.001,
+            "{}: network predicted {:.4} s, simulated {net_t:.4} s",
+            net.0,
+            pred.network
+        );
+        let auto = client_with(
+            config.clone().with_link_hints(
+                LinkHints::new(net.0)
+                    .with_bandwidth(net.3, net.2)
+                    .with_rtt_ms(net.1),
+            ),
+            Arc::new(MeasurementStore::new(store.snapshot())),
+        );
+        let (r, _) = timed(&auto, &sim, n_c, ProtocolChoice::Auto(Policy::Fastest));
+        let choice = &r.choice.as_ref().unwrap().choice;
+        assert_eq!(choice.predictions.len(), 3);
+        let best = choice
+            .predictions
+            .iter()
+            .min_by(|a, b| a.total().total_cmp(&b.total()))
+            .unwrap();
+        assert_eq!(r.protocol, best.protocol);
+        eprintln!(
+            "{:<28} CM20 predicted {:.1} ms (net {:.1}), simulated {:.1} ms; auto chose {} among {:?}",
+            net.0,
+            pred.total() * 1e3,
+            pred.network * 1e3,
+            t * 1e3,
+            r.protocol,
+            choice
+                .predictions
+                .iter()
+                .map(|p| (p.protocol.api_name(), (p.total() * 1e3).round()))
+                .collect::<Vec<_>>()
+        );
+    }
 }
 
 #[test]

@@ -29,7 +29,7 @@ fn per_op(kernel: fn(u32, u64) -> u8, reference: f64) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
-/// This device's unit costs on one thread (about 36 ms of work), for `threads` threads.
+/// This device's unit costs on one thread (about 42 ms of work: seven kernels, six runs of about 1 ms each), for `threads` threads.
 pub fn unit_costs(threads: Threads) -> UnitCosts {
     let r = UnitCosts::REFERENCE;
     UnitCosts::new(
@@ -41,6 +41,7 @@ pub fn unit_costs(threads: Threads) -> UnitCosts {
         per_op(kernels::entries, r.entry),
         threads.get() as u32,
     )
+    .with_cm20_lookup(per_op(kernels::cm20_lookups, r.cm20_lookup))
 }
 
 #[cfg(test)]
@@ -55,5 +56,7 @@ mod tests {
         // A scalar multiplication costs far more than an AES block on any device.
         assert!(u.scalar_mult > 100.0 * u.aes_block, "{u:?}");
         assert!(u.scalar_mult > u.element_decode, "{u:?}");
+        // A column lookup is a few instructions, far below a hash block.
+        assert!(u.cm20_lookup > 0.0 && u.cm20_lookup < u.hash_block, "{u:?}");
     }
 }

@@ -37,8 +37,12 @@ pub const DEFAULT_LABEL_RECORD_BYTES: u64 = 64;
 /// Entries per label bucket when the layout is not known (the server's default
 /// `label_bucket_size`).
 pub const DEFAULT_BUCKET_ENTRIES: u64 = 32;
-/// Base OTs of an OT-PSI run (Masny-Rindal, docs/protocol/ot-psi.md).
+/// Base OTs of an OT-PSI or CM20-PSI run (Masny-Rindal, docs/protocol/ot-psi.md,
+/// docs/protocol/cm20-psi.md).
 const BASE_OTS: f64 = 128.0;
+/// ns per CM20-PSI column lookup on the reference machine (docs/benchmarks.md), the
+/// prior for a device or server that has not measured it.
+pub const CM20_LOOKUP_REFERENCE: f64 = 1.0;
 
 /// Largest item count the model takes (2^32): larger counts, e.g. from a server's
 /// health, are read as this.
@@ -161,6 +165,9 @@ pub struct Ops {
     /// Per-entry memory work over large sets: decoding a Golomb-Rice value, an insert
     /// or probe of a hash table, a bit-matrix transpose row, a shuffle step.
     pub entries: f64,
+    /// CM20-PSI column lookups: one item's bit in one `m`-bit matrix column (read at a
+    /// pseudorandom index, gathered into the item's row), `w` per item on each side.
+    pub cm20_lookups: f64,
 }
 
 impl Ops {
@@ -171,7 +178,8 @@ impl Ops {
             + self.element_decodes * units.element_decode
             + self.aes_blocks * units.aes_block
             + self.hash_blocks * units.hash_block
-            + self.entries * units.entry)
+            + self.entries * units.entry
+            + self.cm20_lookups * units.cm20_lookup)
             / 1e9
     }
 
@@ -183,6 +191,7 @@ impl Ops {
             aes_blocks: self.aes_blocks + o.aes_blocks,
             hash_blocks: self.hash_blocks + o.hash_blocks,
             entries: self.entries + o.entries,
+            cm20_lookups: self.cm20_lookups + o.cm20_lookups,
         }
     }
 }
@@ -203,6 +212,8 @@ pub struct UnitCosts {
     pub hash_block: f64,
     /// ns per entry of memory work.
     pub entry: f64,
+    /// ns per CM20-PSI column lookup.
+    pub cm20_lookup: f64,
     /// Threads the side uses for a run's heavy steps (at least 1).
     pub threads: u32,
 }
@@ -218,6 +229,7 @@ impl UnitCosts {
         aes_block: 2.0,
         hash_block: 60.0,
         entry: 25.0,
+        cm20_lookup: CM20_LOOKUP_REFERENCE,
         threads: 1,
     };
 
@@ -238,8 +250,16 @@ impl UnitCosts {
             aes_block,
             hash_block,
             entry,
+            cm20_lookup: CM20_LOOKUP_REFERENCE,
             threads,
         }
+    }
+
+    /// The same costs with `ns` per CM20-PSI column lookup (the unit added after the
+    /// first six; a peer that does not advertise it keeps [`UnitCosts::REFERENCE`]'s).
+    pub fn with_cm20_lookup(mut self, ns: f64) -> Self {
+        self.cm20_lookup = ns;
+        self
     }
 
     /// The same costs on `threads` threads.
@@ -258,6 +278,7 @@ impl UnitCosts {
             self.aes_block,
             self.hash_block,
             self.entry,
+            self.cm20_lookup,
         ]
         .iter()
         .all(|c| c.is_finite() && *c >= 0.0 && *c < 1e9)
@@ -319,8 +340,8 @@ pub struct Exchange {
 pub struct Cost {
     /// The protocol.
     pub protocol: Protocol,
-    /// The HTTP requests the client driver makes, in order (session creation and
-    /// deletion included).
+    /// The HTTP requests the client driver makes, in order (session creation included;
+    /// a complete run sends no deletion).
     pub requests: Vec<Exchange>,
     /// Client computation.
     pub client: Ops,
@@ -403,7 +424,6 @@ pub fn cost(protocol: Protocol, w: &Workload) -> Option<Cost> {
         up: SESSION_REQUEST_BYTES,
         down: SESSION_RESPONSE_BYTES,
     };
-    let delete = Exchange { up: 0, down: 0 };
     let mut requests = vec![session];
     let (mut client, mut server);
     match protocol {
@@ -476,6 +496,7 @@ pub fn cost(protocol: Protocol, w: &Workload) -> Option<Cost> {
                 aes_blocks: 12.0 * m,
                 hash_blocks: 2.0 * m + c,
                 entries: 2.0 * m + 3.0 * s + 2.0 * c,
+                ..Ops::default()
             };
             // Base OTs (MR19 sender): two hash-to-group, decodings and multiplications
             // each. Per bin: one PRG matrix (4 blocks per row), the transpose. Per
@@ -488,6 +509,72 @@ pub fn cost(protocol: Protocol, w: &Workload) -> Option<Cost> {
                 aes_blocks: 4.0 * m + 12.0 * s,
                 hash_blocks: 7.0 * s,
                 entries: m + 6.0 * s,
+                ..Ops::default()
+            };
+        }
+        Protocol::Cm20 => {
+            use crate::cm20::{self, params, sizes};
+            // The driver's configuration: chunks sized to the server's body limit, at
+            // most cm20::DEFAULT_MAX_REQUEST_BYTES; the default height.
+            let config = cm20::Cm20Config::new(crate::Threads::ONE)
+                .with_max_request_bytes(w.max_body_bytes.min(cm20::DEFAULT_MAX_REQUEST_BYTES));
+            let n_c = n_c.min(u64::from(cm20::messages::MAX_ITEMS));
+            let n_s = n_s.min(u64::from(cm20::messages::MAX_ITEMS));
+            let height = params::height(n_c);
+            // A workload no width qualifies for cannot run (the server refuses it).
+            let width = params::width(n_c, n_s, height)?;
+            let t = sizes::traffic_with(n_c, n_s, &config);
+            let chunks = t.round_trips.saturating_sub(1).max(1);
+            // Hello and setup; then the chunks. The totals are the spec's (sizes); the
+            // matrix is split evenly over the chunks (the time is linear in the bytes, so
+            // the split does not change a prediction), every chunk but the last answered
+            // by an ack, the last by the outputs.
+            let setup = sizes::setup(u64::from(width));
+            requests.push(Exchange {
+                up: sizes::hello(),
+                down: setup,
+            });
+            let matrix = t.client_to_server - sizes::hello();
+            let ack = sizes::acks(2);
+            let outputs = t.server_to_client - setup - sizes::acks(chunks);
+            for i in 0..chunks {
+                let last = i + 1 == chunks;
+                requests.push(Exchange {
+                    up: matrix / chunks + if last { matrix % chunks } else { 0 },
+                    down: if last { outputs } else { ack },
+                });
+            }
+            let (m, wf) = (f64::from(height), f64::from(width));
+            // F: z = AES_{k_0}(h0) ⊕ h1 and t = ceil(w log2 m / 128) blocks per item.
+            let prf = 1.0 + (wf * f64::from(params::index_bits(height)) / 128.0).ceil();
+            // H2 over the prefix block and the w looked-up bits (ceil(w / 8) bytes + the
+            // SHA-256 padding).
+            let h2 = 1.0 + ((wf / 8.0).ceil() + 9.0) / 64.0;
+            // Column PRG: m bits of AES-CTR per column, two seeds per column on the
+            // client (A and the correction), one on the server.
+            let prg = m * wf / 128.0;
+            // Client: base OTs as the MR19 receiver (as OT-PSI's client); H1 (one
+            // block) and F per item; the PRG; w lookups per item; H2 per item; its
+            // outputs sorted and merged with the server's n_s decoded values.
+            client = Ops {
+                scalar_mults: 2.0 * BASE_OTS,
+                hash_to_group: BASE_OTS,
+                element_decodes: 1.0,
+                aes_blocks: c * prf + 2.0 * prg,
+                hash_blocks: c * (1.0 + h2),
+                entries: s + 2.0 * c,
+                cm20_lookups: c * wf,
+            };
+            // Server: base OTs as the MR19 sender; per registry entry H1, F, w lookups
+            // and H2; the PRG of its choice columns; sort and Golomb-Rice coding.
+            server = Ops {
+                scalar_mults: 2.0 * BASE_OTS + 2.0,
+                hash_to_group: 2.0 * BASE_OTS,
+                element_decodes: 2.0 * BASE_OTS,
+                aes_blocks: s * prf + prg,
+                hash_blocks: s * (1.0 + h2),
+                entries: 2.0 * s,
+                cm20_lookups: s * wf,
             };
         }
         // A protocol without an arm here gets no prediction (and is never chosen).
@@ -531,7 +618,8 @@ pub fn cost(protocol: Protocol, w: &Workload) -> Option<Cost> {
             down: buckets * 8 + records,
         });
     }
-    requests.push(delete);
+    // No DELETE: the server ends the session with its final response (docs/adr/
+    // 0025-sessions-end-themselves.md); the driver deletes only after an error.
     Some(Cost {
         protocol,
         requests,
@@ -668,6 +756,35 @@ pub mod kernels {
         let hits = (0..half).filter(|_| set.contains(&next())).count();
         (hits as u8) ^ (set.len() as u8)
     }
+
+    /// `k` CM20-PSI column lookups, shaped as `cm20`'s: `log2 m` index bits cut from a
+    /// pseudorandom word per item, the bit at that index of an `m`-bit column (`m = 2^14`,
+    /// a column in cache as the real lookup keeps it), gathered into bit `i` of a row of
+    /// the lookups (`acc`). The real lookup is private to `cm20` (whose owner may expose
+    /// it as a kernel, as `ot` does for AES); this replays its memory access pattern.
+    pub fn cm20_lookups(k: u32, seed: u64) -> u8 {
+        const BITS: u32 = 14;
+        let mut x = seed | 1;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let col: Vec<u64> = (0..(1usize << BITS) / 64).map(|_| next()).collect();
+        let mut acc = vec![0u64; (k as usize).div_ceil(64)];
+        let mut word = 0u64;
+        for i in 0..k as usize {
+            // Four indices per 64-bit word, as F's output serves several columns.
+            if i % 4 == 0 {
+                word = next();
+            }
+            let v = ((word >> (16 * (i % 4))) & ((1 << BITS) - 1)) as usize;
+            let bit = (col[v / 64] >> (v % 64)) & 1;
+            acc[i / 64] |= bit << (i % 64);
+        }
+        acc.iter().fold(0u64, |a, w| a ^ w.count_ones() as u64) as u8
+    }
 }
 
 #[cfg(test)]
@@ -681,6 +798,10 @@ mod tests {
             server: UnitCosts::REFERENCE,
         }
     }
+
+    /// The two protocols every server runs (the PSZ14-shaped tests compare them; CM20
+    /// has its own).
+    const DH_OT: &[Protocol] = &[Protocol::Dh, Protocol::Ot];
 
     /// The PSZ14 networks (one-way latency, same rate both ways), as (name, RTT ms, Mbit/s).
     const PSZ14: &[(&str, f64, f64)] = &[
@@ -698,8 +819,8 @@ mod tests {
             .with_labels(false)
             .with_limits(1000, 8 << 20);
         let dh = cost(Protocol::Dh, &w).unwrap();
-        // session, query, encoded set, delete.
-        assert_eq!(dh.requests.len(), 4);
+        // session, query, encoded set (the server ends the session: no delete).
+        assert_eq!(dh.requests.len(), 3);
         assert_eq!(dh.requests[1].up, 17 + 32 * 1000);
         assert_eq!(dh.requests[1].down, 17 + 32 * 1000);
         let set = crate::dh::sizes::encoded_set(1_000_000, 70);
@@ -708,23 +829,23 @@ mod tests {
         assert!((set as f64 / 6_485_368.0 - 1.0).abs() < 0.01, "{set}");
         // Cached: no set request.
         let warm = cost(Protocol::Dh, &w.with_cached_set(true)).unwrap();
-        assert_eq!(warm.requests.len(), 3);
+        assert_eq!(warm.requests.len(), 2);
         // OT-PSI at 2^16 balanced: 2 rounds, exactly the benchmark's bytes.
         let w = Workload::new(1 << 16, 1 << 16)
             .with_labels(false)
             .with_limits(1 << 16, 16 << 20);
         let ot = cost(Protocol::Ot, &w).unwrap();
-        assert_eq!(ot.requests.len(), 4);
+        assert_eq!(ot.requests.len(), 3);
         let protocol_up: u64 = ot.requests[1..3].iter().map(|e| e.up).sum();
         let protocol_down: u64 = ot.requests[1..3].iter().map(|e| e.down).sum();
         assert_eq!(protocol_up, 5_335_045);
         assert_eq!(protocol_down, 1_777_757);
         // The default 8 MiB body limit fits 130,944 rows: still one chunk for m = 83,231.
         let ot8 = cost(Protocol::Ot, &w.with_limits(1 << 16, 8 << 20)).unwrap();
-        assert_eq!(ot8.requests.len(), 4);
+        assert_eq!(ot8.requests.len(), 3);
         // 1 MiB bodies: 16,256 rows per chunk, 6 chunks, an ack after each but the last.
         let ot1 = cost(Protocol::Ot, &w.with_limits(1 << 16, 1 << 20)).unwrap();
-        assert_eq!(ot1.requests.len(), 2 + 1 + 6);
+        assert_eq!(ot1.requests.len(), 2 + 6);
         assert_eq!(ot1.requests[2].up, 17 + 64 * 16_256);
         assert_eq!(ot1.requests[2].down, 9 + 4);
         assert_eq!(ot1.requests[7].up, 17 + 64 * (83_231 - 5 * 16_256));
@@ -736,8 +857,8 @@ mod tests {
         let w = Workload::new(1000, 100_000);
         let dh = cost(Protocol::Dh, &w).unwrap();
         let ot = cost(Protocol::Ot, &w).unwrap();
-        assert_eq!(dh.requests.len(), 5);
-        assert_eq!(ot.requests.len(), 6);
+        assert_eq!(dh.requests.len(), 4);
+        assert_eq!(ot.requests.len(), 5);
         // label_slots(1000) = 250 elements each way.
         assert_eq!(ot.requests[3].up, 17 + 32 * 250);
         assert_eq!(dh.requests[3], ot.requests[4]);
@@ -787,13 +908,13 @@ mod tests {
                 &w,
                 &inputs(Link::mbit(rtt, mbit, mbit)),
                 Policy::Fastest,
-                Protocol::ALL,
+                DH_OT,
             )
             .unwrap();
             assert_eq!(c.protocol, Protocol::Ot, "{name}");
         }
         let slow = inputs(Link::mbit(200.0, 0.5, 1.0));
-        let c = choose(&w, &slow, Policy::Fastest, Protocol::ALL).unwrap();
+        let c = choose(&w, &slow, Policy::Fastest, DH_OT).unwrap();
         assert_eq!(c.protocol, Protocol::Dh);
         // The crossover exists: some rate between 0.5 and 3.6 Mbit/s.
         let winner = |mbit: f64| {
@@ -801,7 +922,7 @@ mod tests {
                 &w,
                 &inputs(Link::mbit(100.0, mbit, mbit)),
                 Policy::Fastest,
-                Protocol::ALL,
+                DH_OT,
             )
             .unwrap()
             .protocol
@@ -817,17 +938,14 @@ mod tests {
         let w = Workload::new(1000, 1_000_000);
         let lan = inputs(Link::mbit(0.4, 1000.0, 1000.0));
         let g3 = inputs(Link::mbit(200.0, 0.5, 2.0));
-        let pick = |w: &Workload, i: &Inputs| {
-            choose(w, i, Policy::Fastest, Protocol::ALL)
-                .unwrap()
-                .protocol
-        };
+        let pick =
+            |w: &Workload, i: &Inputs| choose(w, i, Policy::Fastest, DH_OT).unwrap().protocol;
         assert_eq!(pick(&w, &g3), Protocol::Dh);
         assert_eq!(pick(&w.with_cached_set(true), &g3), Protocol::Dh);
         // On a gigabit LAN cold: DH's client decodes and probes 10^6 values (25 ms) and
         // downloads 6.5 MB (52 ms); OT downloads 27 MB (216 ms) and the server computes
         // for 10^6 entries: DH still wins. Both are predicted.
-        let c = choose(&w, &lan, Policy::Fastest, Protocol::ALL).unwrap();
+        let c = choose(&w, &lan, Policy::Fastest, DH_OT).unwrap();
         assert_eq!(c.predictions.len(), 2);
         assert_eq!(c.protocol, Protocol::Dh);
         // Balanced small sets on a LAN: OT.
@@ -857,6 +975,74 @@ mod tests {
         assert!(cost(Protocol::Dh, &Workload::new(0, 10)).is_none());
         assert_eq!(Policy::parse("Fewest_Bytes"), Some(Policy::FewestBytes));
         assert_eq!(Policy::parse("cheapest"), None);
+    }
+
+    #[test]
+    fn cm20_bytes_are_the_spec_sizes_and_requests_the_drivers() {
+        for (n_c, n_s, body) in [
+            (1000u64, 100_000u64, 8u64 << 20),
+            (1 << 12, 1 << 12, 8 << 20),
+            (1 << 16, 1 << 16, 1 << 20),
+        ] {
+            let w = Workload::new(n_c, n_s)
+                .with_labels(false)
+                .with_limits(n_c, body);
+            let c = cost(Protocol::Cm20, &w).unwrap();
+            let config = crate::cm20::Cm20Config::new(crate::Threads::ONE)
+                .with_max_request_bytes(body.min(crate::cm20::DEFAULT_MAX_REQUEST_BYTES));
+            let t = crate::cm20::sizes::traffic_with(n_c, n_s, &config);
+            // Session, then hello and one request per chunk: the protocol's round trips.
+            assert_eq!(c.requests.len() as u64, 1 + t.round_trips, "{n_c}");
+            assert_eq!(c.bytes_up() - SESSION_REQUEST_BYTES, t.client_to_server);
+            assert_eq!(c.bytes_down() - SESSION_RESPONSE_BYTES, t.server_to_client);
+            assert_eq!(c.requests[1].up, crate::cm20::sizes::hello());
+        }
+        // 2^16 columns of 8 KiB do not fit 1 MiB: several chunks.
+        let w = Workload::new(1 << 16, 1 << 16)
+            .with_labels(false)
+            .with_limits(1 << 16, 1 << 20);
+        assert!(cost(Protocol::Cm20, &w).unwrap().requests.len() > 3);
+        // With labels: the OPRF label query and the fetch follow, as for OT-PSI.
+        let w = Workload::new(1000, 100_000);
+        let (cm, ot) = (
+            cost(Protocol::Cm20, &w).unwrap(),
+            cost(Protocol::Ot, &w).unwrap(),
+        );
+        assert_eq!(
+            cm.requests[cm.requests.len() - 2..],
+            ot.requests[ot.requests.len() - 2..]
+        );
+        // Its work is in the lookup unit: w per item on each side.
+        let wd = crate::cm20::params::width(1000, 100_000, 1024).unwrap() as f64;
+        assert_eq!(cm.client.cm20_lookups, 1000.0 * wd);
+        assert_eq!(cm.server.cm20_lookups, 100_000.0 * wd);
+    }
+
+    #[test]
+    fn cm20_is_chosen_where_it_is_fastest_and_only_when_offered() {
+        // Balanced 2^16 on a 54 Mbit/s link: CM20 sends about a third of OT-PSI's bytes
+        // for a little more computation than OT-PSI and far less than DH-PSI.
+        let w = Workload::new(1 << 16, 1 << 16)
+            .with_labels(false)
+            .with_limits(1 << 16, 8 << 20);
+        let wifi = inputs(Link::mbit(0.4, 54.0, 54.0));
+        let all = choose(&w, &wifi, Policy::Fastest, Protocol::ALL).unwrap();
+        let t = |p| all.prediction(p).unwrap().total();
+        let best = [Protocol::Dh, Protocol::Ot, Protocol::Cm20]
+            .into_iter()
+            .min_by(|a, b| t(*a).total_cmp(&t(*b)))
+            .unwrap();
+        assert_eq!(all.protocol, best);
+        assert_eq!(all.protocol, Protocol::Cm20, "{:?}", all.predictions);
+        // Not offered (a server without --enable-cm20): never chosen, not even predicted.
+        let two = choose(&w, &wifi, Policy::Fastest, &[Protocol::Dh, Protocol::Ot]).unwrap();
+        assert_ne!(two.protocol, Protocol::Cm20);
+        assert!(two.prediction(Protocol::Cm20).is_none());
+        // A very slow lookup unit on the client moves the choice away from CM20.
+        let mut slow = wifi;
+        slow.client = slow.client.with_cm20_lookup(1e3);
+        let c = choose(&w, &slow, Policy::Fastest, Protocol::ALL).unwrap();
+        assert_ne!(c.protocol, Protocol::Cm20);
     }
 
     #[test]
@@ -897,7 +1083,9 @@ mod tests {
             let _ = kernels::aes_blocks(k, 1);
             let _ = kernels::hash_blocks(k, 1);
             let _ = kernels::entries(k, 1);
+            let _ = kernels::cm20_lookups(k, 1);
         }
+        assert_eq!(kernels::cm20_lookups(999, 3), kernels::cm20_lookups(999, 3));
         // Deterministic in the seed.
         assert_eq!(kernels::hash_blocks(5, 9), kernels::hash_blocks(5, 9));
         assert_eq!(kernels::aes_blocks(300, 9), kernels::aes_blocks(300, 9));

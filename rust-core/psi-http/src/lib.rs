@@ -53,6 +53,22 @@ pub enum Route {
     LabelQuery,
     /// `POST /v1/sessions/{id}/labels/fetch`: fetch label buckets.
     LabelFetch,
+    /// `GET /v1/probe?bytes=N`: `N` bytes (at most [`PROBE_MAX_BYTES`]) for a bounded
+    /// measurement of the downstream link.
+    ProbeDown,
+    /// `POST /v1/probe`: accepts a body of at most [`PROBE_MAX_BYTES`] and answers its
+    /// size ([`ProbeReceived`]): a bounded measurement of the upstream link.
+    ProbeUp,
+}
+
+/// Largest body of a probe either way: 256 KiB.
+pub const PROBE_MAX_BYTES: u64 = 256 * 1024;
+
+/// `POST /v1/probe` response body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeReceived {
+    /// Bytes of the request body received.
+    pub bytes: u64,
 }
 
 impl Route {
@@ -67,12 +83,14 @@ impl Route {
         Route::Cm20Round,
         Route::LabelQuery,
         Route::LabelFetch,
+        Route::ProbeDown,
+        Route::ProbeUp,
     ];
 
     /// The method.
     pub fn method(self) -> Method {
         match self {
-            Route::Health | Route::DhEncodedSet => Method::Get,
+            Route::Health | Route::DhEncodedSet | Route::ProbeDown => Method::Get,
             Route::DeleteSession => Method::Delete,
             _ => Method::Post,
         }
@@ -90,6 +108,7 @@ impl Route {
             Route::Cm20Round => "/v1/sessions/{id}/cm20/round",
             Route::LabelQuery => "/v1/sessions/{id}/labels/query",
             Route::LabelFetch => "/v1/sessions/{id}/labels/fetch",
+            Route::ProbeDown | Route::ProbeUp => "/v1/probe",
         }
     }
 
@@ -115,6 +134,11 @@ pub struct CreateSession {
     /// Number of distinct items the client will query (a number above the server's
     /// limit gets `too_many_items`, however large).
     pub client_items: u64,
+    /// `false`: the client fetches no labels, so the session ends with the protocol's
+    /// final response. Absent (the default): labels may follow, and the session ends with
+    /// the label fetch (docs/adr/0025-sessions-end-themselves.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<bool>,
 }
 
 /// `POST /v1/sessions` response body (201).
@@ -140,6 +164,11 @@ pub struct SessionCreated {
     pub label_bucket_bits: u8,
     /// Seconds until the session expires.
     pub expires_in_secs: u64,
+    /// The server ends the session itself with its final response (the label fetch, or
+    /// the protocol's last answer for a session created with `labels: false`), so the
+    /// client need not `DELETE` it after a complete run. `false` from older servers.
+    #[serde(default)]
+    pub ends_on_completion: bool,
 }
 
 /// `GET /v1/health` response body.
@@ -195,6 +224,10 @@ pub struct ServerCosts {
     pub hash_block_ns: f64,
     /// ns per entry of memory work (hash-table insert or probe, shuffle step).
     pub entry_ns: f64,
+    /// ns per CM20-PSI column lookup. Absent from servers older than CM20 in the cost
+    /// model: a client then uses its reference value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cm20_lookup_ns: Option<f64>,
     /// Threads one session step runs on (the reference server: 1).
     pub threads_per_step: u32,
     /// Session steps other than OT rounds run at once (`--workers`).

@@ -6,8 +6,8 @@ use crate::sessions::{Full, Lookup, OtRun, Phase, RoundServer, Session, lock};
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection};
 use axum::extract::{
-    ConnectInfo, DefaultBodyLimit, FromRequest, FromRequestParts, MatchedPath, Path, Request,
-    State as S,
+    ConnectInfo, DefaultBodyLimit, FromRequest, FromRequestParts, MatchedPath, Path, RawQuery,
+    Request, State as S,
 };
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{Next, from_fn, from_fn_with_state};
@@ -143,6 +143,8 @@ fn handler(route: Route) -> MethodRouter<Arc<AppState>> {
         Route::Cm20Round => on(f, cm20_round),
         Route::LabelQuery => on(f, label_query),
         Route::LabelFetch => on(f, label_fetch),
+        Route::ProbeDown => on(f, probe_down),
+        Route::ProbeUp => on(f, probe_up),
         _ => on(f, || async {
             ApiError::new(ErrorCode::NotFound, "no such endpoint")
         }),
@@ -157,6 +159,13 @@ pub fn router(state: Arc<AppState>) -> Router {
     for &route in Route::ALL {
         if route == Route::Health {
             open = open.route(route.template(), handler(route));
+        } else if route == Route::ProbeUp {
+            // Same path as ProbeDown: one method router with both methods.
+        } else if route == Route::ProbeDown {
+            api = api.route(
+                route.template(),
+                handler(route).merge(handler(Route::ProbeUp)),
+            );
         } else {
             api = api.route(route.template(), handler(route));
         }
@@ -386,6 +395,8 @@ async fn create_session(
         client: client.clone(),
         epoch: registry.dh.epoch(),
         label_bits: registry.labels.bucket_bits(),
+        labels: req.labels.unwrap_or(true),
+        id: id.clone(),
         phase: if protocol.runs_in_rounds() {
             Phase::Busy
         } else {
@@ -482,6 +493,7 @@ async fn create_session(
         encoded_set_etag: registry.etag.clone(),
         label_bucket_bits: registry.labels.bucket_bits(),
         expires_in_secs: state.sessions.ttl().as_secs(),
+        ends_on_completion: true,
     };
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
@@ -527,7 +539,25 @@ fn session(state: &AppState, id: &str, client: &str) -> Result<Arc<Mutex<Session
             ErrorCode::SessionExpired,
             "session expired; create a new one",
         )),
+        Lookup::Ended(owner) if owner == client => Err(ended()),
         _ => Err(unknown_session()),
+    }
+}
+
+/// A request to a session the server ended after its final response.
+fn ended() -> ApiError {
+    wrong_phase("the session is complete (its final response was sent); create a new one")
+}
+
+/// The phase after a protocol's final response: labels may follow, or (a session
+/// created with `labels: false`) it is complete.
+fn after_protocol(labels: bool) -> Phase {
+    if labels {
+        Phase::Matched {
+            label_queried: false,
+        }
+    } else {
+        Phase::Done
     }
 }
 
@@ -545,6 +575,12 @@ async fn delete_session(
     let Ok(Path(id)) = id else {
         return Err(unknown_session());
     };
+    // A session the server already ended (complete) is gone: deleting it again succeeds.
+    if let Lookup::Ended(owner) = state.sessions.get(&id)
+        && owner == client
+    {
+        return Ok(StatusCode::NO_CONTENT);
+    }
     session(&state, &id, &client)?;
     state.sessions.remove(&id);
     Ok(StatusCode::NO_CONTENT)
@@ -619,13 +655,14 @@ async fn transition(
     accept: impl FnOnce(&Session) -> Result<(), ApiError>,
     work: impl FnOnce(Phase) -> Outcome + Send + 'static,
 ) -> Result<Response, ApiError> {
-    transition_in(&state.workers, s, accept, work).await
+    transition_in(state, &state.workers, s, accept, work).await
 }
 
 /// [`transition`] with a worker from `pool`: OT-PSI rounds take theirs from
 /// `AppState::ot_workers`, everything else from `AppState::workers`, so DH-PSI queries
 /// and label steps keep being served while every OT worker is busy.
 async fn transition_in(
+    state: &AppState,
     pool: &Arc<tokio::sync::Semaphore>,
     s: &Arc<Mutex<Session>>,
     accept: impl FnOnce(&Session) -> Result<(), ApiError>,
@@ -657,6 +694,15 @@ async fn transition_in(
     })
     .await
     .map_err(|_| internal())?;
+    // Complete (or failed for good): the server ends the session now, so a client that
+    // has its result need not send a DELETE (ADR 0025).
+    let done = {
+        let g = lock(s);
+        matches!(g.phase, Phase::Done).then(|| g.id.clone())
+    };
+    if let Some(id) = done {
+        state.sessions.end(&id);
+    }
     Ok(binary(result?, t.elapsed().as_secs_f64() * 1e3))
 }
 
@@ -690,7 +736,10 @@ async fn dh_query(
     }: SessionCall,
 ) -> Result<Response, ApiError> {
     let registry = session_registry(&state, &s)?;
-    let n = lock(&s).client_items as usize;
+    let (n, labels) = {
+        let g = lock(&s);
+        (g.client_items as usize, g.labels)
+    };
     transition(
         &state,
         &s,
@@ -718,12 +767,7 @@ async fn dh_query(
             })
             .and_then(|q| Ok(registry.dh.evaluate(&q)?));
             match answer {
-                Ok(out) => (
-                    Phase::Matched {
-                        label_queried: false,
-                    },
-                    Ok(out),
-                ),
+                Ok(out) => (after_protocol(labels), Ok(out)),
                 // A rejected query does not consume the session.
                 Err(e) => (phase, Err(e)),
             }
@@ -750,7 +794,9 @@ async fn round(
     }: SessionCall,
     protocol: Protocol,
 ) -> Result<Response, ApiError> {
+    let labels = lock(&s).labels;
     transition_in(
+        &state,
         &state.ot_workers,
         &s,
         |g| {
@@ -774,9 +820,7 @@ async fn round(
             // dropped here: the slot is free for the next OT session at once, not when this
             // session expires.
             let next = if run.server.is_done() {
-                Phase::Matched {
-                    label_queried: false,
-                }
+                after_protocol(labels)
             } else if run.server.is_finished() {
                 Phase::Done
             } else {
@@ -894,6 +938,96 @@ async fn label_fetch(
         },
     )
     .await
+}
+
+/// Probe bytes the caller may move per hour, both ways together: the probe is cheap
+/// (a static buffer out, a counted body in), but not free.
+fn charge_probe(state: &AppState, client: &str, bytes: u64) -> Result<(), ApiError> {
+    state.probe_limiter.charge(client, bytes).map_err(|wait| {
+        let mut e = ApiError::new(
+            ErrorCode::RateLimited,
+            format!("probe bytes-per-hour limit reached; retry in {wait} s"),
+        );
+        e.retry_after = Some(wait);
+        e
+    })
+}
+
+/// The zeros a downstream probe sends (shared, never copied).
+static PROBE_ZEROS: [u8; psi_http::PROBE_MAX_BYTES as usize] =
+    [0; psi_http::PROBE_MAX_BYTES as usize];
+
+/// `GET /v1/probe?bytes=N`: `N` zero bytes, `N` at most `PROBE_MAX_BYTES`
+/// (docs/protocol-choice.md, "Bounded probe").
+async fn probe_down(
+    S(state): AppS,
+    Extension(ClientKey(client)): Extension<ClientKey>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let t = Instant::now();
+    let n = query
+        .as_deref()
+        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("bytes=")))
+        .and_then(|v| v.parse::<u64>().ok())
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::BadRequest,
+                "expected ?bytes=N with N a decimal byte count",
+            )
+        })?;
+    if n > psi_http::PROBE_MAX_BYTES {
+        return Err(ApiError::new(
+            ErrorCode::BadRequest,
+            format!(
+                "bytes {n} exceeds the probe limit {}",
+                psi_http::PROBE_MAX_BYTES
+            ),
+        ));
+    }
+    charge_probe(&state, &client, n.max(1))?;
+    let body = Bytes::from_static(&PROBE_ZEROS[..n as usize]);
+    let mut resp = ([(header::CONTENT_TYPE, psi_http::BINARY)], body).into_response();
+    resp.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    server_timing(&mut resp, t.elapsed().as_secs_f64() * 1e3);
+    Ok(resp)
+}
+
+/// `POST /v1/probe`: counts a body of at most `PROBE_MAX_BYTES` (a longer one is refused
+/// with 413 without being read further) and answers `{"bytes": n}`.
+async fn probe_up(
+    S(state): AppS,
+    Extension(ClientKey(client)): Extension<ClientKey>,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let t = Instant::now();
+    let too_large = || {
+        ApiError::new(
+            ErrorCode::BodyTooLarge,
+            format!(
+                "a probe body is at most {} bytes",
+                psi_http::PROBE_MAX_BYTES
+            ),
+        )
+    };
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > psi_http::PROBE_MAX_BYTES) {
+        return Err(too_large());
+    }
+    charge_probe(&state, &client, declared.unwrap_or(1).max(1))?;
+    let body = axum::body::to_bytes(req.into_body(), psi_http::PROBE_MAX_BYTES as usize)
+        .await
+        .map_err(|_| too_large())?;
+    let mut resp = Json(psi_http::ProbeReceived {
+        bytes: body.len() as u64,
+    })
+    .into_response();
+    server_timing(&mut resp, t.elapsed().as_secs_f64() * 1e3);
+    Ok(resp)
 }
 
 /// RFC 9110 weak comparison: opaque tags equal once any `W/` prefix is dropped.

@@ -70,6 +70,9 @@ pub struct Config {
     /// Items one client (token or IP) may query per hour (default 20,000; 0 = no limit).
     /// Tokens issued with their own budget (`psi token add --items-per-hour`) use theirs.
     pub items_per_hour: u64,
+    /// Probe bytes (`/v1/probe`, both ways) one client may move per hour (default 16 MiB,
+    /// 64 probes of the largest size; 0 = no limit).
+    pub probe_bytes_per_hour: u64,
     /// Static bearer tokens (shared budgets: each token is one client). Authentication is
     /// on when this is not empty or when the database holds an issued token (`psi token`).
     pub tokens: Vec<String>,
@@ -151,6 +154,7 @@ impl Default for Config {
             session_ttl: Duration::from_secs(300),
             request_timeout: Duration::from_secs(120),
             items_per_hour: 20_000,
+            probe_bytes_per_hour: 16 << 20,
             tokens: Vec::new(),
             trusted_proxies: Vec::new(),
             client_ip_header: ClientIpHeader::XForwardedFor,
@@ -185,6 +189,7 @@ fn measure_costs(config: &Config) -> psi_http::ServerCosts {
         aes_block_ns: u.aes_block,
         hash_block_ns: u.hash_block,
         entry_ns: u.entry,
+        cm20_lookup_ns: Some(u.cm20_lookup),
         threads_per_step: 1,
         workers: config.workers.max(1) as u32,
         ot_workers: config.ot_workers.max(1) as u32,
@@ -209,6 +214,8 @@ pub struct AppState {
     epoch_retired: tokio::sync::Notify,
     pub(crate) sessions: sessions::Sessions,
     pub(crate) limiter: limits::RateLimiter,
+    /// Each caller's hourly budget of probe bytes (`Config::probe_bytes_per_hour`).
+    pub(crate) probe_limiter: limits::RateLimiter,
     /// Issued tokens and saved budgets (its own database connection).
     pub(crate) accounts: accounts::Accounts,
     pub(crate) workers: Arc<tokio::sync::Semaphore>,
@@ -246,6 +253,7 @@ impl AppState {
                 config.session_ttl,
             ),
             limiter,
+            probe_limiter: limits::RateLimiter::new(config.probe_bytes_per_hour),
             accounts,
             workers: Arc::new(tokio::sync::Semaphore::new(config.workers.max(1))),
             ot_workers: Arc::new(tokio::sync::Semaphore::new(config.ot_workers.max(1))),

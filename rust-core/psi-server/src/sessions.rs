@@ -107,12 +107,17 @@ fn lock_ot(m: &Mutex<OtState>) -> std::sync::MutexGuard<'_, OtState> {
 }
 
 pub(crate) struct Session {
+    /// The session's id (its key in [`Sessions`]), so a step that completes it can end it.
+    pub id: String,
     pub protocol: Protocol,
     pub client_items: u32,
     pub client: String,
     pub epoch: u32,
     /// The registry's label bucket layout when the session started.
     pub label_bits: u8,
+    /// Whether labels may follow the protocol run (`CreateSession::labels`); if not, the
+    /// protocol's final response completes the session.
+    pub labels: bool,
     pub phase: Phase,
     /// Requests of this session in progress (body upload included): counted by
     /// `api::SessionCall`, so an OT run is never ended as idle while one is under way.
@@ -125,6 +130,9 @@ pub(crate) struct Session {
 pub(crate) enum Lookup {
     Live(Arc<Mutex<Session>>),
     Expired,
+    /// Ended by the server after its final response (or a failed step): the caller's
+    /// key, to answer only its owner.
+    Ended(String),
     Unknown,
 }
 
@@ -132,8 +140,10 @@ struct Entry {
     expires: Instant,
     /// Copy of the session's caller key, for the per-caller cap.
     client: String,
-    /// `None` once expired (state freed, id kept as a tombstone).
+    /// `None` once expired or ended (state freed, id kept as a tombstone).
     session: Option<Arc<Mutex<Session>>>,
+    /// Ended by the server (complete), not expired.
+    ended: bool,
 }
 
 pub(crate) struct Sessions {
@@ -234,6 +244,7 @@ impl Sessions {
                 expires: crate::instant_after(self.ttl),
                 client: session.client.clone(),
                 session: Some(Arc::new(Mutex::new(session))),
+                ended: false,
             },
         );
         Ok(slot)
@@ -261,8 +272,26 @@ impl Sessions {
                 session: Some(s),
                 ..
             }) if *expires > Instant::now() => Lookup::Live(s.clone()),
+            Some(Entry {
+                ended: true,
+                client,
+                ..
+            }) => Lookup::Ended(client.clone()),
             Some(_) => Lookup::Expired,
             None => Lookup::Unknown,
+        }
+    }
+
+    /// Ends a session the server has nothing more to give for (its final response went
+    /// out, or a step failed for good): its state and OT slot are freed and it stops
+    /// counting against every cap at once; the id stays a tombstone for [`TOMBSTONE`], so
+    /// a late request gets a clear answer (docs/adr/0025-sessions-end-themselves.md).
+    pub(crate) fn end(&self, id: &str) {
+        let mut map = self.lock();
+        if let Some(e) = map.get_mut(id) {
+            e.session = None;
+            e.ended = true;
+            e.expires = Instant::now();
         }
     }
 

@@ -116,7 +116,8 @@ fn every_route_is_documented_and_nothing_else() {
             | Route::OtRound
             | Route::Cm20Round
             | Route::LabelQuery
-            | Route::LabelFetch => Some(vec![psi_http::BINARY.to_string()]),
+            | Route::LabelFetch
+            | Route::ProbeUp => Some(vec![psi_http::BINARY.to_string()]),
             _ => None,
         };
         assert_eq!(body, want, "{route:?}: request body content types");
@@ -270,6 +271,10 @@ fn can_return(route: Route) -> HashSet<ErrorCode> {
         Route::DhQuery | Route::OtRound | Route::Cm20Round | Route::LabelFetch => {}
         // `X-PSI-Epoch`: not a number, or an epoch not served.
         Route::DhEncodedSet => codes.extend([E::BadRequest, E::EpochMismatch]),
+        // `bytes` missing or above the cap; the hourly probe budget.
+        Route::ProbeDown => codes.extend([E::BadRequest, E::RateLimited]),
+        // A body above the cap; the hourly probe budget.
+        Route::ProbeUp => codes.extend([E::BodyTooLarge, E::RateLimited]),
         other => panic!("{other:?}: add it to docs/openapi.json and to can_return"),
     }
     codes
@@ -306,6 +311,17 @@ fn each_route_documents_the_status_of_every_code_it_can_return() {
 /// The properties and required fields of a JSON body schema equal the fields psi-http
 /// serializes (a field added to the struct fails here until it is documented).
 fn assert_fields(doc: &Value, schema: &str, sample: impl serde::Serialize) {
+    assert_fields_optional(doc, schema, sample, &[]);
+}
+
+/// [`assert_fields`] for a schema whose `optional` fields may be left out: `sample` holds
+/// the required ones, the properties are both.
+fn assert_fields_optional(
+    doc: &Value,
+    schema: &str,
+    sample: impl serde::Serialize,
+    optional: &[&str],
+) {
     let s = &doc["components"]["schemas"][schema];
     let fields: BTreeSet<String> = serde_json::to_value(sample)
         .unwrap()
@@ -320,7 +336,12 @@ fn assert_fields(doc: &Value, schema: &str, sample: impl serde::Serialize) {
         .keys()
         .cloned()
         .collect();
-    assert_eq!(props, fields, "{schema}: properties");
+    let all: BTreeSet<String> = fields
+        .iter()
+        .cloned()
+        .chain(optional.iter().map(|o| o.to_string()))
+        .collect();
+    assert_eq!(props, all, "{schema}: properties");
     assert_eq!(strings(&s["required"]), fields, "{schema}: required");
     assert_eq!(s["additionalProperties"], false, "{schema}: closed");
 }
@@ -328,13 +349,15 @@ fn assert_fields(doc: &Value, schema: &str, sample: impl serde::Serialize) {
 #[test]
 fn json_bodies_match_psi_http() {
     let doc = document();
-    assert_fields(
+    assert_fields_optional(
         &doc,
         "CreateSession",
         CreateSession {
             protocol: "dh-psi".into(),
             client_items: 1,
+            labels: None,
         },
+        &["labels"],
     );
     assert_fields(
         &doc,
@@ -349,6 +372,7 @@ fn json_bodies_match_psi_http() {
             encoded_set_etag: String::new(),
             label_bucket_bits: 0,
             expires_in_secs: 0,
+            ends_on_completion: true,
         },
     );
     assert_fields(
@@ -377,6 +401,7 @@ fn json_bodies_match_psi_http() {
             aes_block_ns: 0.0,
             hash_block_ns: 0.0,
             entry_ns: 0.0,
+            cm20_lookup_ns: Some(0.0),
             threads_per_step: 0,
             workers: 0,
             ot_workers: 0,

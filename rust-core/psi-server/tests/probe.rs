@@ -1,0 +1,58 @@
+//! The bounded probe (`/v1/probe`, docs/protocol-choice.md "Bounded probe"): it sends and
+//! accepts at most `PROBE_MAX_BYTES`, refuses more with a typed error, and is charged to
+//! the caller's hourly probe budget.
+
+mod common;
+
+use common::*;
+use psi_client::Method;
+
+#[test]
+fn the_probe_sends_and_accepts_bounded_bodies() {
+    let mut config = config("probe");
+    config.probe_bytes_per_hour = 1 << 20;
+    fill(&config, 4, |_| false);
+    let server = start(config);
+    let t = raw(&server);
+    let cap = psi_http::PROBE_MAX_BYTES as usize;
+    let r = send(&t, Method::Get, "/v1/probe?bytes=1000", &[], b"");
+    assert_eq!((r.status, r.body.len()), (200, 1000));
+    let r = send(&t, Method::Get, &format!("/v1/probe?bytes={cap}"), &[], b"");
+    assert_eq!((r.status, r.body.len()), (200, cap));
+    // Above the cap, missing or not a number: 400, nothing sent.
+    for q in [
+        format!("?bytes={}", cap + 1),
+        "".into(),
+        "?bytes=x".into(),
+        "?bytes=-1".into(),
+    ] {
+        let r = send(&t, Method::Get, &format!("/v1/probe{q}"), &[], b"");
+        assert_eq!(
+            (r.status, error_code(&r).as_str()),
+            (400, "bad_request"),
+            "{q}"
+        );
+    }
+    let bin = [("content-type", "application/octet-stream")];
+    let r = send(&t, Method::Post, "/v1/probe", &bin, &vec![7; 5000]);
+    assert_eq!(r.status, 200);
+    let got: psi_http::ProbeReceived = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(got.bytes, 5000);
+    let r = send(&t, Method::Post, "/v1/probe", &bin, &vec![7; cap + 1]);
+    assert_eq!((r.status, error_code(&r).as_str()), (413, "body_too_large"));
+    // The hourly budget (1 MiB here): a few full probes, then 429 with Retry-After.
+    let mut limited = None;
+    for _ in 0..8 {
+        let r = send(&t, Method::Get, &format!("/v1/probe?bytes={cap}"), &[], b"");
+        if r.status != 200 {
+            limited = Some(r);
+            break;
+        }
+    }
+    let r = limited.expect("the probe budget runs out");
+    assert_eq!((r.status, error_code(&r).as_str()), (429, "rate_limited"));
+    assert!(r.header("retry-after").is_some());
+    // The server keeps serving.
+    assert_eq!(send(&t, Method::Get, "/v1/health", &[], b"").status, 200);
+    server.shutdown().unwrap();
+}
