@@ -178,6 +178,9 @@ pub struct UnitCosts {
     pub hash_block_ns: f64,
     /// ns per entry of memory work.
     pub entry_ns: f64,
+    /// ns per CM20-PSI column lookup (`None`: not measured; the model then uses the
+    /// reference machine's).
+    pub cm20_lookup_ns: Option<f64>,
     /// Threads the side uses for a run's heavy steps.
     pub threads: u32,
 }
@@ -192,6 +195,7 @@ impl UnitCosts {
             aes_block_ns: c.aes_block_ns,
             hash_block_ns: c.hash_block_ns,
             entry_ns: c.entry_ns,
+            cm20_lookup_ns: c.cm20_lookup_ns,
             threads,
         }
     }
@@ -283,6 +287,10 @@ pub struct ChoiceReport {
     /// Whether the choice asked the server for its health (one request) rather than
     /// using the stored one.
     pub health_requested: bool,
+    /// Requests of the bounded probe made for this choice (0: none).
+    pub probe_requests: u32,
+    /// Body bytes of the probe, both ways.
+    pub probe_bytes: u64,
     /// Time spent choosing (a calibration, a health request), microseconds.
     pub overhead_micros: u64,
 }
@@ -325,6 +333,8 @@ impl ChoiceReport {
             ),
             server_source: r.server_source.into(),
             health_requested: r.health_requested,
+            probe_requests: r.probe_requests,
+            probe_bytes: r.probe_bytes,
             overhead_micros: duration_micros(r.overhead),
         })
     }
@@ -374,6 +384,7 @@ mod tests {
             aes_block_ns: 2.0 * scale,
             hash_block_ns: 60.0 * scale,
             entry_ns: 25.0 * scale,
+            cm20_lookup_ns: Some(1.0 * scale),
         }
     }
 

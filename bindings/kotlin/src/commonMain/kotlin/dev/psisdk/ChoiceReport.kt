@@ -22,6 +22,9 @@ package dev.psisdk
  * @property serverSource where they came from.
  * @property healthRequested whether the choice asked the server for its health (one extra
  *   request) rather than using the stored one.
+ * @property probeRequests requests of the bounded link probe made for this choice (0: none;
+ *   made only when the link is unknown and could change the choice).
+ * @property probeBytes body bytes of that probe, both ways.
  * @property overheadMicros time spent choosing (calibration, health request).
  */
 data class ChoiceReport(
@@ -40,6 +43,8 @@ data class ChoiceReport(
     val serverSource: InputSource,
     val healthRequested: Boolean,
     val overheadMicros: Long,
+    val probeRequests: Int = 0,
+    val probeBytes: Long = 0,
 ) {
     /** The prediction of [protocol], if it was a candidate. */
     fun prediction(protocol: Protocol): Prediction? = predictions.firstOrNull { it.protocol == protocol }
@@ -95,7 +100,11 @@ data class LinkEstimate(
     val downSamples: Int,
 )
 
-/** A side's cost per operation in nanoseconds on one thread, and the threads it uses. */
+/**
+ * A side's cost per operation in nanoseconds on one thread, and the threads it uses.
+ * [cm20LookupNanos] (a CM20-PSI column lookup) is null where it was not measured (a server
+ * that does not advertise it); the model then uses a reference machine's.
+ */
 data class UnitCosts(
     val scalarMultNanos: Double,
     val hashToGroupNanos: Double,
@@ -104,6 +113,7 @@ data class UnitCosts(
     val hashBlockNanos: Double,
     val entryNanos: Double,
     val threads: Int,
+    val cm20LookupNanos: Double? = null,
 )
 
 /** Where an input of the choice came from. */

@@ -94,6 +94,7 @@ internal fun FfiUnitCosts.toPublic() = UnitCosts(
     hashBlockNanos = hashBlockNs,
     entryNanos = entryNs,
     threads = threads.toInt(),
+    cm20LookupNanos = cm20LookupNs,
 )
 
 internal fun FfiChoiceReport.toPublic() = ChoiceReport(
@@ -135,6 +136,8 @@ internal fun FfiChoiceReport.toPublic() = ChoiceReport(
     serverSource = serverSource.toPublic(),
     healthRequested = healthRequested,
     overheadMicros = overheadMicros.toLong(),
+    probeRequests = probeRequests.toInt(),
+    probeBytes = probeBytes.toLong(),
 )
 
 internal fun Protocol.toFfi() = when (this) {
