@@ -291,17 +291,15 @@ impl Client {
             .networks
             .get(&hints.network)
             .copied();
+        // Where the prior comes from: usable hints, else the default.
+        let prior_source = if hints.informative() {
+            Source::Given
+        } else {
+            Source::Default
+        };
         let (mut link, mut link_source) = match link {
             Some(e) if e.rtt_samples + e.up_samples + e.down_samples > 0 => (e, Source::Measured),
-            _ => {
-                let given = hints.down_mbit.is_some() || hints.rtt_ms.is_some();
-                let source = if given {
-                    Source::Given
-                } else {
-                    Source::Default
-                };
-                (LinkEstimate::from_hints(hints), source)
-            }
+            _ => (LinkEstimate::from_hints(hints), prior_source),
         };
         let cached = self.cache.load(&self.base).is_some_and(|c| {
             !health.encoded_set_etag.is_empty() && c.etag == health.encoded_set_etag
@@ -329,29 +327,38 @@ impl Client {
             client: device,
             server,
         };
-        // No measurement of this network yet, and the prior's uncertainty could flip the
-        // choice at a cost above the probe's: one bounded probe each way first (its time
-        // is in `overhead`, its bytes in the report).
+        // No rate measured on this network yet (at most the RTT of a health request), and
+        // the prior's uncertainty could flip the choice at a cost above the probe's: one
+        // bounded probe each way first (its time is in `overhead`, its requests and bytes
+        // in the report). A server without the probe (404), over the probe budget (429) or
+        // failing it leaves the prior in place: the probe never fails a run, but a
+        // cancellation still cancels it.
         let mut probe = (0, 0);
-        if link_source != Source::Measured {
-            let factor = crate::measure::prior_uncertainty(link_source);
+        if link.up_samples + link.down_samples == 0 {
+            let factor = crate::measure::prior_uncertainty(prior_source);
             if crate::measure::probe_worthwhile(&workload, &inputs, policy, &served, factor) {
                 let mut quiet = |_| {};
                 let mut run = Run::new(self, cancel, &mut quiet);
-                run.probe(crate::measure::PROBE_BYTES)?;
+                let outcome = run.probe(crate::measure::PROBE_BYTES);
                 probe = (
                     run.stats.requests,
                     run.stats.bytes_sent + run.stats.bytes_received,
                 );
-                let samples = std::mem::take(&mut run.samples);
-                let mut e = link;
-                e.update(&samples);
-                self.measurements.update(|m| {
-                    m.networks.insert(hints.network.clone(), e);
-                });
-                link = e;
-                link_source = Source::Measured;
-                inputs.link = link.link();
+                match outcome {
+                    Ok(()) => {
+                        let samples = std::mem::take(&mut run.samples);
+                        let mut e = link;
+                        e.update(&samples);
+                        self.measurements.update(|m| {
+                            m.networks.insert(hints.network.clone(), e);
+                        });
+                        link = e;
+                        link_source = Source::Measured;
+                        inputs.link = link.link();
+                    }
+                    Err(ClientError::Cancelled) => return Err(ClientError::Cancelled),
+                    Err(_) => {}
+                }
             }
         }
         let choice = psi_core::cost::choose(&workload, &inputs, policy, &served)
@@ -541,6 +548,9 @@ struct Run<'a> {
     /// The session's final response arrived (the label fetch's, or with labels off the
     /// protocol's last): a server that ends sessions itself has ended it.
     session_complete: bool,
+    /// A cap on response bodies below the configured one (the probe's: it knows what
+    /// it asked for).
+    max_response: Option<u64>,
 }
 
 impl<'a> Run<'a> {
@@ -557,6 +567,7 @@ impl<'a> Run<'a> {
             rng: None,
             samples: Vec::new(),
             session_complete: false,
+            max_response: None,
         }
     }
 
@@ -630,7 +641,9 @@ impl<'a> Run<'a> {
             headers,
             body,
             timeout: config.timeout,
-            max_response_bytes: config.max_response_bytes,
+            max_response_bytes: self
+                .max_response
+                .map_or(config.max_response_bytes, |c| c.min(config.max_response_bytes)),
             abandon_on_cancel: !matches!(route, Route::CreateSession | Route::DeleteSession),
         })?;
         let elapsed = self.client.clock.now().saturating_sub(t0);
@@ -674,9 +687,17 @@ impl<'a> Run<'a> {
 
     /// The bounded probe: `GET /v1/probe?bytes=0` (the RTT), `GET /v1/probe?bytes=n` and
     /// `POST /v1/probe` with `n` bytes (timed like every request: the link estimate takes
-    /// them as samples).
+    /// them as samples). `n` is capped at [`psi_http::PROBE_MAX_BYTES`] and every response
+    /// at `n` plus [`crate::measure::PROBE_RESPONSE_SLACK`], whatever the server sends.
     fn probe(&mut self, n: u64) -> Result<()> {
         let n = n.min(psi_http::PROBE_MAX_BYTES);
+        self.max_response = Some(n + crate::measure::PROBE_RESPONSE_SLACK);
+        let result = self.probe_requests(n);
+        self.max_response = None;
+        result
+    }
+
+    fn probe_requests(&mut self, n: u64) -> Result<()> {
         self.send_to(
             Route::ProbeDown,
             format!("{}?bytes=0", Route::ProbeDown.template()),

@@ -105,6 +105,23 @@ pub const DEFAULT_LINK: Link = Link {
 /// below it latency dominates and the rate would be noise.
 pub const MIN_RATE_SAMPLE_BYTES: u64 = 32 * 1024;
 
+/// A hint's value if it is one: a finite positive number whose conversion to bytes per
+/// second (or seconds) stays finite. Anything else (NaN, 0, negative, infinite, absurdly
+/// large) is unknown.
+fn usable_hint(v: Option<f64>) -> Option<f64> {
+    v.filter(|x| x.is_finite() && *x > 0.0 && (x * 1e6).is_finite())
+}
+
+impl LinkHints {
+    /// Whether any of the link hints is usable ([`LinkEstimate::from_hints`] takes
+    /// something from them): the prior is then `Given`, else `Default`.
+    pub fn informative(&self) -> bool {
+        [self.down_mbit, self.up_mbit, self.rtt_ms]
+            .into_iter()
+            .any(|v| usable_hint(v).is_some())
+    }
+}
+
 /// A link estimate and how much it rests on.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct LinkEstimate {
@@ -146,7 +163,7 @@ impl LinkEstimate {
 
     /// The prior from platform hints over [`DEFAULT_LINK`].
     pub fn from_hints(h: &LinkHints) -> Self {
-        let pos = |v: Option<f64>| v.filter(|x| x.is_finite() && *x > 0.0);
+        let pos = usable_hint;
         let down = pos(h.down_mbit).map_or(DEFAULT_LINK.down, |m| m * 1e6 / 8.0);
         // Platforms often know only the downstream: assume a quarter of it upstream.
         let up = pos(h.up_mbit).map_or(
@@ -416,6 +433,10 @@ pub struct ChoiceReport {
 /// ([`MIN_RATE_SAMPLE_BYTES`]) twice over.
 pub const PROBE_BYTES: u64 = 2 * MIN_RATE_SAMPLE_BYTES;
 
+/// Bytes a probe response may carry beyond the body asked for (an error body, the
+/// upstream answer's JSON): the client caps each probe response at the body plus this.
+pub const PROBE_RESPONSE_SLACK: u64 = 4096;
+
 /// How far off a link prior may be, as a factor on its rates and RTT: 4 for the built-in
 /// default (it knows nothing of the network), 2 for the platform's hints (a bandwidth
 /// class, not a measurement).
@@ -438,6 +459,13 @@ pub fn probe_worthwhile(
     factor: f64,
 ) -> bool {
     use psi_core::cost::{Link, choose};
+    let l = inputs.link;
+    let sane = |x: f64| x.is_finite() && x > 0.0;
+    // A factor of 1 or less (or not a number) allows no other link; a prior that is not
+    // a link (hints are filtered into one, but `inputs` is public) gives no probe.
+    if !(factor.is_finite() && factor > 1.0) || !(sane(l.rtt) && sane(l.up) && sane(l.down)) {
+        return false;
+    }
     let Some(prior) = choose(w, inputs, policy, candidates) else {
         return false;
     };
@@ -447,7 +475,6 @@ pub fn probe_worthwhile(
     let scales = [1.0 / factor, 1.0, factor];
     for &r in &scales {
         for &t in &scales {
-            let l = inputs.link;
             let link = Link {
                 rtt: l.rtt * t,
                 up: l.up * r,
@@ -532,5 +559,115 @@ mod tests {
         assert_eq!(back.device, m.device);
         assert_eq!(back.networks, m.networks);
         assert!(Measurements::from_json("not json").device.is_none());
+    }
+
+    use psi_core::cost::{Policy, Workload};
+
+    fn reference(link: Link) -> psi_core::cost::Inputs {
+        psi_core::cost::Inputs {
+            link,
+            client: UnitCosts::REFERENCE,
+            server: UnitCosts::REFERENCE,
+        }
+    }
+
+    const BOTH: [psi_core::Protocol; 2] = [psi_core::Protocol::Dh, psi_core::Protocol::Ot];
+
+    /// Probe decisions on the reference machine (both sides) and the default prior.
+    fn worthwhile(n_c: u64, n_s: u64, link: Link, policy: Policy, factor: f64) -> bool {
+        probe_worthwhile(
+            &Workload::new(n_c, n_s),
+            &reference(link),
+            policy,
+            &BOTH,
+            factor,
+        )
+    }
+
+    #[test]
+    fn close_choices_are_probed_and_clear_ones_are_not() {
+        // 4,096 against 4,096: DH-PSI and OT-PSI within 2% on the default link; a link 4x
+        // faster or slower flips the choice by far more than the probe's three requests.
+        assert!(worthwhile(4096, 4096, DEFAULT_LINK, Policy::Fastest, 4.0));
+        // The same workload with hints (a factor of 2): no link that close changes enough.
+        assert!(!worthwhile(4096, 4096, DEFAULT_LINK, Policy::Fastest, 2.0));
+        // 1,000 against 10^5: DH-PSI by about 2x under any link within 4x.
+        assert!(!worthwhile(1000, 100_000, DEFAULT_LINK, Policy::Fastest, 4.0));
+        // Small sets: DH-PSI whatever the link.
+        assert!(!worthwhile(256, 4096, DEFAULT_LINK, Policy::Fastest, 4.0));
+        // Fewest bytes does not depend on the link at all.
+        assert!(!worthwhile(4096, 4096, DEFAULT_LINK, Policy::FewestBytes, 4.0));
+        // One candidate: nothing to choose.
+        let w = Workload::new(4096, 4096);
+        let i = reference(DEFAULT_LINK);
+        assert!(!probe_worthwhile(
+            &w,
+            &i,
+            Policy::Fastest,
+            &[psi_core::Protocol::Dh],
+            4.0
+        ));
+        assert!(!probe_worthwhile(&w, &i, Policy::Fastest, &[], 4.0));
+    }
+
+    #[test]
+    fn degenerate_factors_and_links_give_no_probe() {
+        for factor in [f64::NAN, 0.0, -4.0, 0.5, 1.0, f64::INFINITY] {
+            assert!(
+                !worthwhile(4096, 4096, DEFAULT_LINK, Policy::Fastest, factor),
+                "{factor}"
+            );
+        }
+        for bad in [f64::NAN, 0.0, -1.0, f64::INFINITY] {
+            for link in [
+                Link { rtt: bad, ..DEFAULT_LINK },
+                Link { up: bad, ..DEFAULT_LINK },
+                Link { down: bad, ..DEFAULT_LINK },
+            ] {
+                assert!(
+                    !worthwhile(4096, 4096, link, Policy::Fastest, 4.0),
+                    "{link:?}"
+                );
+            }
+        }
+        // A huge but finite link (a hint of 10^12 Mbit/s) is a link: no panic, no NaN.
+        let fast = LinkEstimate::from_hints(
+            &LinkHints::new("x").with_bandwidth(1e12, 1e12).with_rtt_ms(1e-9),
+        );
+        assert!(fast.link().up.is_finite() && fast.link().rtt > 0.0);
+        let _ = worthwhile(4096, 4096, fast.link(), Policy::Fastest, 4.0);
+        // Counts past the model's bound are read as the bound.
+        let _ = worthwhile(u64::MAX, u64::MAX, DEFAULT_LINK, Policy::Fastest, 4.0);
+    }
+
+    #[test]
+    fn unusable_hints_are_no_hints() {
+        for bad in [f64::NAN, 0.0, -3.0, f64::INFINITY, f64::MAX] {
+            let h = LinkHints {
+                down_mbit: Some(bad),
+                up_mbit: Some(bad),
+                rtt_ms: Some(bad),
+                ..LinkHints::new("n")
+            };
+            assert!(!h.informative(), "{bad}");
+            assert_eq!(
+                LinkEstimate::from_hints(&h),
+                LinkEstimate::prior(DEFAULT_LINK),
+                "{bad}"
+            );
+        }
+        assert!(!LinkHints::new("n").informative());
+        assert!(LinkHints::new("n").with_rtt_ms(30.0).informative());
+        assert!(LinkHints::new("n").with_bandwidth(5.0, f64::NAN).informative());
+        assert_eq!(prior_uncertainty(Source::Given), 2.0);
+        assert_eq!(prior_uncertainty(Source::Default), 4.0);
+    }
+
+    #[test]
+    fn the_probe_is_bounded() {
+        // Each way at most the server's cap, and enough for a rate sample.
+        assert!(PROBE_BYTES <= psi_http::PROBE_MAX_BYTES);
+        assert!(PROBE_BYTES >= MIN_RATE_SAMPLE_BYTES);
+        assert!(PROBE_RESPONSE_SLACK < MIN_RATE_SAMPLE_BYTES);
     }
 }
