@@ -687,34 +687,27 @@ impl<'a> Run<'a> {
 
     /// The bounded probe: `GET /v1/probe?bytes=0` (the RTT), `GET /v1/probe?bytes=n` and
     /// `POST /v1/probe` with `n` bytes (timed like every request: the link estimate takes
-    /// them as samples). `n` is capped at [`psi_http::PROBE_MAX_BYTES`] and every response
-    /// at `n` plus [`crate::measure::PROBE_RESPONSE_SLACK`], whatever the server sends.
+    /// them as samples). `n` is capped at [`psi_http::PROBE_MAX_BYTES`], and each response
+    /// at the body asked for plus [`crate::measure::PROBE_RESPONSE_SLACK`], whatever the
+    /// server sends.
     fn probe(&mut self, n: u64) -> Result<()> {
         let n = n.min(psi_http::PROBE_MAX_BYTES);
-        self.max_response = Some(n + crate::measure::PROBE_RESPONSE_SLACK);
         let result = self.probe_requests(n);
         self.max_response = None;
         result
     }
 
     fn probe_requests(&mut self, n: u64) -> Result<()> {
-        self.send_to(
-            Route::ProbeDown,
-            format!("{}?bytes=0", Route::ProbeDown.template()),
-            Vec::new(),
-            None,
-            vec![],
-        )?;
-        let r = self.send_to(
-            Route::ProbeDown,
-            format!("{}?bytes={n}", Route::ProbeDown.template()),
-            Vec::new(),
-            None,
-            vec![],
-        )?;
+        let slack = crate::measure::PROBE_RESPONSE_SLACK;
+        let down = |bytes: u64| format!("{}?bytes={bytes}", Route::ProbeDown.template());
+        self.max_response = Some(slack);
+        self.send_to(Route::ProbeDown, down(0), Vec::new(), None, vec![])?;
+        self.max_response = Some(n + slack);
+        let r = self.send_to(Route::ProbeDown, down(n), Vec::new(), None, vec![])?;
         if r.body.len() as u64 != n {
             return Err(ClientError::BadResponse("probe body".into()));
         }
+        self.max_response = Some(slack);
         let r = self.send_to(
             Route::ProbeUp,
             Route::ProbeUp.template().to_string(),

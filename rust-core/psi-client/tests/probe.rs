@@ -1,0 +1,272 @@
+//! The bounded link probe (docs/protocol-choice.md, "Bounded probe") against the real
+//! server over loopback: an automatic choice on a network with no measured rate probes
+//! when the prior's uncertainty could flip a close choice, and not when a rate is stored,
+//! the choice is clear, or the protocol is fixed; a server without the probe or over its
+//! probe budget leaves the prior in place and the run goes on.
+//!
+//! The device and the server are the reference machine (a stored device calibration and a
+//! stored health without costs), so the decisions do not depend on this machine's speed;
+//! the server, its answers and the link estimate are real.
+
+use psi_client::measure::{PROBE_BYTES, PROBE_RESPONSE_SLACK, probe_worthwhile};
+use psi_client::{
+    CancelToken, Client, ClientConfig, DeviceCosts, HttpTransport, LinkHints, MeasurementStore,
+    Method, Policy, Protocol, ProtocolChoice, Request, Response, Source, Transport,
+    TransportError,
+};
+use psi_core::cost::{Inputs, UnitCosts, Workload};
+use psi_server::{AppState, Config, Registry, RunningServer, Store};
+use std::sync::{Arc, Mutex};
+
+fn items(prefix: &str, n: usize) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| format!("{prefix}{i}@example.com").into_bytes())
+        .collect()
+}
+
+/// A loopback server with `n` entries (no labels), OT-PSI on, the item and session
+/// budgets off; `tune` adjusts the rest.
+fn server(n: usize, tune: impl FnOnce(&mut Config)) -> RunningServer {
+    let mut config = Config::default();
+    config.db_path = ":memory:".into();
+    config.build_threads = 2;
+    config.workers = 2;
+    config.ot_workers = 1;
+    config.items_per_hour = 0;
+    config.ot_sessions_per_hour = 0;
+    config.max_client_items = 10_000;
+    tune(&mut config);
+    let mut store = Store::open(std::path::Path::new(":memory:")).unwrap();
+    let entries = items("s", n);
+    store
+        .add_entries(entries.iter().map(|e| (std::str::from_utf8(e).unwrap(), None)))
+        .unwrap();
+    let registry = Registry::from_store(&mut store, &config, &mut |_, _| {}).unwrap();
+    RunningServer::start(
+        AppState::with_registry(config, registry),
+        ([127, 0, 0, 1], 0).into(),
+    )
+    .unwrap()
+}
+
+/// Forwards to the real server and records each request; `old_server` answers the probe
+/// route with the 404 a server from before the probe gives.
+struct Recording {
+    inner: HttpTransport,
+    seen: Mutex<Vec<Request>>,
+    old_server: bool,
+}
+
+impl Recording {
+    fn new(old_server: bool) -> Arc<Self> {
+        Arc::new(Recording {
+            inner: HttpTransport::new(),
+            seen: Mutex::new(Vec::new()),
+            old_server,
+        })
+    }
+    /// The probe requests seen so far.
+    fn probes(&self) -> Vec<Request> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.url.contains("/v1/probe"))
+            .cloned()
+            .collect()
+    }
+}
+
+impl Transport for Recording {
+    fn send(&self, r: Request) -> Result<Response, TransportError> {
+        self.seen.lock().unwrap().push(r.clone());
+        if self.old_server && r.url.contains("/v1/probe") {
+            return Ok(Response {
+                status: 404,
+                headers: vec![("content-type".into(), "application/json".into())],
+                body: br#"{"error":"not_found","message":"no such route"}"#.to_vec(),
+            });
+        }
+        self.inner.send(r)
+    }
+}
+
+/// A client of `srv` whose store holds the reference device and the server's health
+/// without costs (so the server is the reference machine too), and no link estimate.
+fn reference_client(srv: &RunningServer, t: Arc<Recording>, hints: LinkHints) -> (Client, Arc<MeasurementStore>) {
+    let store = Arc::new(MeasurementStore::default());
+    let config = ClientConfig::default()
+        .with_threads(psi_core::Threads::ONE)
+        .with_retries(0)
+        .with_link_hints(hints);
+    let client = Client::with_transport(&srv.url(), t, config).with_measurements(store.clone());
+    let mut health = client.health().unwrap();
+    health.costs = None;
+    store.update(|m| {
+        m.servers.insert(srv.url(), health);
+        m.device = Some(DeviceCosts::from_units(&UnitCosts::REFERENCE));
+        m.networks.clear();
+    });
+    (client, store)
+}
+
+/// What `Client::choose` will decide about probing `n_c` items against `n_s` on the
+/// default prior (factor 4): the test's precondition, from the model itself.
+fn close_on_the_default_prior(n_c: u64, n_s: u64) -> bool {
+    let inputs = Inputs {
+        link: psi_client::measure::DEFAULT_LINK,
+        client: DeviceCosts::from_units(&UnitCosts::REFERENCE).units(1),
+        server: UnitCosts::REFERENCE,
+    };
+    probe_worthwhile(
+        &Workload::new(n_c, n_s),
+        &inputs,
+        Policy::Fastest,
+        &[Protocol::Dh, Protocol::Ot],
+        4.0,
+    )
+}
+
+#[test]
+fn an_unmeasured_network_is_probed_when_the_choice_is_close_and_not_again() {
+    let srv = server(4096, |_| {});
+    assert!(close_on_the_default_prior(4096, 4096));
+    let t = Recording::new(false);
+    // Hints that are not numbers are no hints: the default prior, the widest factor.
+    let hints = LinkHints::new("new-net")
+        .with_bandwidth(f64::NAN, -1.0)
+        .with_rtt_ms(0.0);
+    let (client, store) = reference_client(&srv, t.clone(), hints);
+    let mut set = items("s", 512);
+    set.extend(items("c", 4096 - 512));
+    let r = client
+        .match_items(set, ProtocolChoice::default(), &mut |_| {}, &CancelToken::new())
+        .unwrap();
+    assert_eq!(r.matches.len(), 512);
+    let c = r.choice.unwrap();
+    // Three probe requests: the RTT, PROBE_BYTES down, PROBE_BYTES up (and its JSON
+    // answer), each response capped at the size asked for plus the slack.
+    assert_eq!(c.probe_requests, 3);
+    assert!(
+        (2 * PROBE_BYTES..2 * PROBE_BYTES + 64).contains(&c.probe_bytes),
+        "{}",
+        c.probe_bytes
+    );
+    let probes = t.probes();
+    let shapes: Vec<(Method, String)> = probes
+        .iter()
+        .map(|r| (r.method, r.url.rsplit_once("/v1/").unwrap().1.to_string()))
+        .collect();
+    assert_eq!(
+        shapes,
+        [
+            (Method::Get, "probe?bytes=0".to_string()),
+            (Method::Get, format!("probe?bytes={PROBE_BYTES}")),
+            (Method::Post, "probe".to_string()),
+        ]
+    );
+    assert!(probes[0].max_response_bytes <= PROBE_RESPONSE_SLACK);
+    assert!(
+        probes
+            .iter()
+            .all(|r| r.max_response_bytes <= PROBE_BYTES + PROBE_RESPONSE_SLACK
+                && r.body.len() as u64 <= PROBE_BYTES)
+    );
+    // The probe's samples made a measured estimate: RTT and both rates, stored for
+    // the network, and the choice used it.
+    assert_eq!(c.link_source, Source::Measured);
+    let e = store.snapshot().networks["new-net"];
+    assert!(
+        e.rtt_samples >= 1 && e.down_samples >= 1 && e.up_samples >= 1,
+        "{e:?}"
+    );
+    assert!(e.up.is_finite() && e.down.is_finite() && e.rtt > 0.0, "{e:?}");
+    // The next choice on this network has a measured rate: no probe.
+    let before = t.probes().len();
+    let again = client
+        .choose(4096, Policy::Fastest, &CancelToken::new())
+        .unwrap();
+    assert_eq!((again.probe_requests, again.probe_bytes), (0, 0));
+    assert_eq!(again.link_source, Source::Measured);
+    assert_eq!(t.probes().len(), before);
+}
+
+#[test]
+fn a_clear_choice_or_a_fixed_protocol_sends_no_probe() {
+    let srv = server(4096, |_| {});
+    // 256 against 4,096: DH-PSI under any link within 4x of the default.
+    assert!(!close_on_the_default_prior(256, 4096));
+    let t = Recording::new(false);
+    let (client, store) = reference_client(&srv, t.clone(), LinkHints::new("n"));
+    let c = client
+        .choose(256, Policy::Fastest, &CancelToken::new())
+        .unwrap();
+    assert_eq!(c.choice.protocol, Protocol::Dh);
+    assert_eq!((c.probe_requests, c.probe_bytes), (0, 0));
+    assert_eq!(c.link_source, Source::Default);
+    // 1,000 against 10^5 (the registry size as the stored health says): DH-PSI wins by
+    // about 2x whatever the link.
+    assert!(!close_on_the_default_prior(1000, 100_000));
+    store.update(|m| m.servers.get_mut(&srv.url()).unwrap().registry_items = 100_000);
+    let c = client
+        .choose(1000, Policy::Fastest, &CancelToken::new())
+        .unwrap();
+    assert_eq!(c.choice.protocol, Protocol::Dh);
+    assert_eq!(c.probe_requests, 0);
+    // The fewest-bytes policy does not depend on the link.
+    store.update(|m| m.servers.get_mut(&srv.url()).unwrap().registry_items = 4096);
+    let c = client
+        .choose(4096, Policy::FewestBytes, &CancelToken::new())
+        .unwrap();
+    assert_eq!(c.probe_requests, 0);
+    // A fixed protocol makes no choice at all, on a close workload too.
+    let mut set = items("s", 8);
+    set.extend(items("c", 4088));
+    let r = client
+        .match_items(set, Protocol::Ot, &mut |_| {}, &CancelToken::new())
+        .unwrap();
+    assert!(r.choice.is_none());
+    assert!(t.probes().is_empty());
+}
+
+#[test]
+fn a_server_without_the_probe_or_over_its_budget_leaves_the_prior() {
+    let mut set = items("s", 100);
+    set.extend(items("c", 3996));
+    // An older server: 404 on /v1/probe. One request, the prior stays, the run goes on.
+    let srv = server(4096, |_| {});
+    let t = Recording::new(true);
+    let (client, store) = reference_client(&srv, t.clone(), LinkHints::new("old"));
+    let r = client
+        .match_items(
+            set.clone(),
+            ProtocolChoice::default(),
+            &mut |_| {},
+            &CancelToken::new(),
+        )
+        .unwrap();
+    assert_eq!(r.matches.len(), 100);
+    let c = r.choice.unwrap();
+    assert_eq!(c.probe_requests, 1);
+    assert_eq!(c.link_source, Source::Default);
+    assert_eq!(t.probes().len(), 1);
+    // The run's own requests measured the link afterwards, as without a probe.
+    assert!(store.snapshot().networks["old"].rtt_samples >= 1);
+
+    // A server whose probe budget allows the RTT request but not the rest: 429 on the
+    // second request, the prior stays.
+    let srv = server(4096, |c| c.probe_bytes_per_hour = 1000);
+    let t = Recording::new(false);
+    let (client, store) = reference_client(&srv, t.clone(), LinkHints::new("limited"));
+    let c = client
+        .choose(4096, Policy::Fastest, &CancelToken::new())
+        .unwrap();
+    assert_eq!(c.probe_requests, 2);
+    assert_eq!(c.link_source, Source::Default);
+    assert!(!store.snapshot().networks.contains_key("limited"));
+    // A cancelled choice is cancelled, not a fallback.
+    let cancel = CancelToken::new();
+    cancel.cancel();
+    let e = client.choose(4096, Policy::Fastest, &cancel).unwrap_err();
+    assert!(matches!(e, psi_client::ClientError::Cancelled), "{e:?}");
+}
