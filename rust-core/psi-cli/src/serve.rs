@@ -45,6 +45,11 @@ pub struct ServeArgs {
     /// are kept in the database across restarts.
     #[arg(long, default_value_t = 20_000)]
     items_per_hour: u64,
+    /// Bytes of the bounded link probe (GET and POST /v1/probe, both ways together) one
+    /// client may move per hour; 0 = unlimited. Default 16 MiB (64 probes of the largest
+    /// size, about 128 of a client's). Kept in memory: a restart resets it.
+    #[arg(long, default_value_t = 16 << 20)]
+    probe_bytes_per_hour: u64,
     /// Static bearer token, one shared budget (repeat for several; visible in the process
     /// list: prefer --token-file, or per-user tokens from `psi token add`). Also read from
     /// PSI_TOKENS (comma separated). Authentication is on when a static token is given or
@@ -195,6 +200,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     config.session_ttl = Duration::from_secs(args.session_ttl.max(1));
     config.request_timeout = Duration::from_secs(args.request_timeout.max(1));
     config.items_per_hour = args.items_per_hour;
+    config.probe_bytes_per_hour = args.probe_bytes_per_hour;
     config.tokens = args.tokens.clone();
     if let Some(path) = &args.token_file {
         config.tokens.extend(crate::read_token_file(path)?);

@@ -598,3 +598,37 @@ fn cm20_demo_and_serve_match() {
     assert!(predicted.contains(&"cm20-psi"), "{auto}");
     assert_eq!(predicted.len(), 3, "{auto}");
 }
+
+/// `psi serve --probe-bytes-per-hour N` bounds each caller's probe bytes (429 with
+/// Retry-After past it, the server keeps serving); 0 leaves the probe unlimited.
+#[test]
+fn serve_bounds_the_probe_budget_and_zero_is_unlimited() {
+    use psi_client::{HttpTransport, Method, Request, Transport};
+    let dir = two_entry_registry("probe-budget");
+    let db = dir.join("r.sqlite").to_str().unwrap().to_string();
+    let get = |url: &str, bytes: u64| {
+        HttpTransport::new()
+            .send(Request {
+                method: Method::Get,
+                url: format!("{url}/v1/probe?bytes={bytes}"),
+                headers: vec![],
+                body: vec![],
+                timeout: std::time::Duration::from_secs(10),
+                max_response_bytes: 1 << 20,
+                abandon_on_cancel: true,
+            })
+            .unwrap()
+    };
+    let limited = Served::start(&db, &["--probe-bytes-per-hour", "100000"]);
+    assert_eq!(get(&limited.url, 65_536).status, 200);
+    let r = get(&limited.url, 65_536);
+    assert_eq!(r.status, 429);
+    assert!(r.header("retry-after").is_some());
+    assert_eq!(get(&limited.url, 1000).status, 200, "still within the budget");
+    drop(limited);
+    // Unlimited: more than the default budget of 16 MiB (64 probes of 256 KiB).
+    let open = Served::start(&db, &["--probe-bytes-per-hour", "0"]);
+    for _ in 0..66 {
+        assert_eq!(get(&open.url, 256 * 1024).status, 200);
+    }
+}
