@@ -624,7 +624,11 @@ fn serve_bounds_the_probe_budget_and_zero_is_unlimited() {
     let r = get(&limited.url, 65_536);
     assert_eq!(r.status, 429);
     assert!(r.header("retry-after").is_some());
-    assert_eq!(get(&limited.url, 1000).status, 200, "still within the budget");
+    assert_eq!(
+        get(&limited.url, 1000).status,
+        200,
+        "still within the budget"
+    );
     drop(limited);
     // Unlimited: more than the default budget of 16 MiB (64 probes of 256 KiB).
     let open = Served::start(&db, &["--probe-bytes-per-hour", "0"]);

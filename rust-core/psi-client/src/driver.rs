@@ -641,9 +641,9 @@ impl<'a> Run<'a> {
             headers,
             body,
             timeout: config.timeout,
-            max_response_bytes: self
-                .max_response
-                .map_or(config.max_response_bytes, |c| c.min(config.max_response_bytes)),
+            max_response_bytes: self.max_response.map_or(config.max_response_bytes, |c| {
+                c.min(config.max_response_bytes)
+            }),
             abandon_on_cancel: !matches!(route, Route::CreateSession | Route::DeleteSession),
         })?;
         let elapsed = self.client.clock.now().saturating_sub(t0);

@@ -592,11 +592,23 @@ mod tests {
         // The same workload with hints (a factor of 2): no link that close changes enough.
         assert!(!worthwhile(4096, 4096, DEFAULT_LINK, Policy::Fastest, 2.0));
         // 1,000 against 10^5: DH-PSI by about 2x under any link within 4x.
-        assert!(!worthwhile(1000, 100_000, DEFAULT_LINK, Policy::Fastest, 4.0));
+        assert!(!worthwhile(
+            1000,
+            100_000,
+            DEFAULT_LINK,
+            Policy::Fastest,
+            4.0
+        ));
         // Small sets: DH-PSI whatever the link.
         assert!(!worthwhile(256, 4096, DEFAULT_LINK, Policy::Fastest, 4.0));
         // Fewest bytes does not depend on the link at all.
-        assert!(!worthwhile(4096, 4096, DEFAULT_LINK, Policy::FewestBytes, 4.0));
+        assert!(!worthwhile(
+            4096,
+            4096,
+            DEFAULT_LINK,
+            Policy::FewestBytes,
+            4.0
+        ));
         // One candidate: nothing to choose.
         let w = Workload::new(4096, 4096);
         let i = reference(DEFAULT_LINK);
@@ -620,9 +632,18 @@ mod tests {
         }
         for bad in [f64::NAN, 0.0, -1.0, f64::INFINITY] {
             for link in [
-                Link { rtt: bad, ..DEFAULT_LINK },
-                Link { up: bad, ..DEFAULT_LINK },
-                Link { down: bad, ..DEFAULT_LINK },
+                Link {
+                    rtt: bad,
+                    ..DEFAULT_LINK
+                },
+                Link {
+                    up: bad,
+                    ..DEFAULT_LINK
+                },
+                Link {
+                    down: bad,
+                    ..DEFAULT_LINK
+                },
             ] {
                 assert!(
                     !worthwhile(4096, 4096, link, Policy::Fastest, 4.0),
@@ -632,7 +653,9 @@ mod tests {
         }
         // A huge but finite link (a hint of 10^12 Mbit/s) is a link: no panic, no NaN.
         let fast = LinkEstimate::from_hints(
-            &LinkHints::new("x").with_bandwidth(1e12, 1e12).with_rtt_ms(1e-9),
+            &LinkHints::new("x")
+                .with_bandwidth(1e12, 1e12)
+                .with_rtt_ms(1e-9),
         );
         assert!(fast.link().up.is_finite() && fast.link().rtt > 0.0);
         let _ = worthwhile(4096, 4096, fast.link(), Policy::Fastest, 4.0);
@@ -658,7 +681,11 @@ mod tests {
         }
         assert!(!LinkHints::new("n").informative());
         assert!(LinkHints::new("n").with_rtt_ms(30.0).informative());
-        assert!(LinkHints::new("n").with_bandwidth(5.0, f64::NAN).informative());
+        assert!(
+            LinkHints::new("n")
+                .with_bandwidth(5.0, f64::NAN)
+                .informative()
+        );
         assert_eq!(prior_uncertainty(Source::Given), 2.0);
         assert_eq!(prior_uncertainty(Source::Default), 4.0);
     }

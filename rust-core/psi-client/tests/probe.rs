@@ -11,8 +11,7 @@
 use psi_client::measure::{PROBE_BYTES, PROBE_RESPONSE_SLACK, probe_worthwhile};
 use psi_client::{
     CancelToken, Client, ClientConfig, DeviceCosts, HttpTransport, LinkHints, MeasurementStore,
-    Method, Policy, Protocol, ProtocolChoice, Request, Response, Source, Transport,
-    TransportError,
+    Method, Policy, Protocol, ProtocolChoice, Request, Response, Source, Transport, TransportError,
 };
 use psi_core::cost::{Inputs, UnitCosts, Workload};
 use psi_server::{AppState, Config, Registry, RunningServer, Store};
@@ -39,7 +38,11 @@ fn server(n: usize, tune: impl FnOnce(&mut Config)) -> RunningServer {
     let mut store = Store::open(std::path::Path::new(":memory:")).unwrap();
     let entries = items("s", n);
     store
-        .add_entries(entries.iter().map(|e| (std::str::from_utf8(e).unwrap(), None)))
+        .add_entries(
+            entries
+                .iter()
+                .map(|e| (std::str::from_utf8(e).unwrap(), None)),
+        )
         .unwrap();
     let registry = Registry::from_store(&mut store, &config, &mut |_, _| {}).unwrap();
     RunningServer::start(
@@ -93,7 +96,11 @@ impl Transport for Recording {
 
 /// A client of `srv` whose store holds the reference device and the server's health
 /// without costs (so the server is the reference machine too), and no link estimate.
-fn reference_client(srv: &RunningServer, t: Arc<Recording>, hints: LinkHints) -> (Client, Arc<MeasurementStore>) {
+fn reference_client(
+    srv: &RunningServer,
+    t: Arc<Recording>,
+    hints: LinkHints,
+) -> (Client, Arc<MeasurementStore>) {
     let store = Arc::new(MeasurementStore::default());
     let config = ClientConfig::default()
         .with_threads(psi_core::Threads::ONE)
@@ -140,7 +147,12 @@ fn an_unmeasured_network_is_probed_when_the_choice_is_close_and_not_again() {
     let mut set = items("s", 512);
     set.extend(items("c", 4096 - 512));
     let r = client
-        .match_items(set, ProtocolChoice::default(), &mut |_| {}, &CancelToken::new())
+        .match_items(
+            set,
+            ProtocolChoice::default(),
+            &mut |_| {},
+            &CancelToken::new(),
+        )
         .unwrap();
     assert_eq!(r.matches.len(), 512);
     let c = r.choice.unwrap();
@@ -166,12 +178,10 @@ fn an_unmeasured_network_is_probed_when_the_choice_is_close_and_not_again() {
         ]
     );
     assert!(probes[0].max_response_bytes <= PROBE_RESPONSE_SLACK);
-    assert!(
-        probes
-            .iter()
-            .all(|r| r.max_response_bytes <= PROBE_BYTES + PROBE_RESPONSE_SLACK
-                && r.body.len() as u64 <= PROBE_BYTES)
-    );
+    assert!(probes.iter().all(
+        |r| r.max_response_bytes <= PROBE_BYTES + PROBE_RESPONSE_SLACK
+            && r.body.len() as u64 <= PROBE_BYTES
+    ));
     // The probe's samples made a measured estimate: RTT and both rates, stored for
     // the network, and the choice used it.
     assert_eq!(c.link_source, Source::Measured);
@@ -180,7 +190,10 @@ fn an_unmeasured_network_is_probed_when_the_choice_is_close_and_not_again() {
         e.rtt_samples >= 1 && e.down_samples >= 1 && e.up_samples >= 1,
         "{e:?}"
     );
-    assert!(e.up.is_finite() && e.down.is_finite() && e.rtt > 0.0, "{e:?}");
+    assert!(
+        e.up.is_finite() && e.down.is_finite() && e.rtt > 0.0,
+        "{e:?}"
+    );
     // The next choice on this network has a measured rate: no probe.
     let before = t.probes().len();
     let again = client

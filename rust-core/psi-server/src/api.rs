@@ -1015,10 +1015,18 @@ async fn probe_up(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > psi_http::PROBE_MAX_BYTES) {
+    // The budget is charged before the body is read, so the length must be declared: a
+    // chunked body would otherwise move up to the cap for a charge of nothing.
+    let Some(declared) = declared else {
+        return Err(ApiError::new(
+            ErrorCode::BadRequest,
+            "a probe body needs a Content-Length",
+        ));
+    };
+    if declared > psi_http::PROBE_MAX_BYTES {
         return Err(too_large());
     }
-    charge_probe(&state, &client, declared.unwrap_or(1).max(1))?;
+    charge_probe(&state, &client, declared.max(1))?;
     let body = axum::body::to_bytes(req.into_body(), psi_http::PROBE_MAX_BYTES as usize)
         .await
         .map_err(|_| too_large())?;

@@ -52,6 +52,24 @@ fn the_probe_sends_and_accepts_bounded_bodies() {
     let r = limited.expect("the probe budget runs out");
     assert_eq!((r.status, error_code(&r).as_str()), (429, "rate_limited"));
     assert!(r.header("retry-after").is_some());
+    // A body without Content-Length (chunked) could not be charged before it is read: 400.
+    {
+        use std::io::{Read, Write};
+        let addr = server.url().trim_start_matches("http://").to_string();
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        s.write_all(
+            b"POST /v1/probe HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n\
+              Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n4\r\nabcd\r\n0\r\n\r\n",
+        )
+        .unwrap();
+        let mut answer = Vec::new();
+        let _ = s.read_to_end(&mut answer);
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+        assert!(answer.contains("bad_request"), "{answer}");
+    }
     // The server keeps serving.
     assert_eq!(send(&t, Method::Get, "/v1/health", &[], b"").status, 200);
     server.shutdown().unwrap();

@@ -194,13 +194,7 @@ fn lookup_group(
 /// For items `0 .. n` with index `v(t)`: bit `t` of `out` (little-endian 64-bit words) is
 /// bit `v(t)` of `col`, and (client) bit `v(t)` of `clear` is cleared.
 #[inline(always)]
-fn scan(
-    n: usize,
-    v: impl Fn(usize) -> u64,
-    col: &[u8],
-    clear: Option<&mut [u8]>,
-    out: &mut [u8],
-) {
+fn scan(n: usize, v: impl Fn(usize) -> u64, col: &[u8], clear: Option<&mut [u8]>, out: &mut [u8]) {
     let bit = |i: u64| (col[(i >> 3) as usize] >> (i & 7)) & 1;
     match clear {
         None => {
