@@ -437,6 +437,14 @@ pub const PROBE_BYTES: u64 = 2 * MIN_RATE_SAMPLE_BYTES;
 /// upstream answer's JSON): the client caps each probe response at the body plus this.
 pub const PROBE_RESPONSE_SLACK: u64 = 4096;
 
+// The probe stays within the server's cap each way, gives a rate sample, and its response
+// slack is too small to pass for one.
+const _: () = assert!(
+    PROBE_BYTES <= psi_http::PROBE_MAX_BYTES
+        && PROBE_BYTES >= MIN_RATE_SAMPLE_BYTES
+        && PROBE_RESPONSE_SLACK < MIN_RATE_SAMPLE_BYTES
+);
+
 /// How far off a link prior may be, as a factor on its rates and RTT: 4 for the built-in
 /// default (it knows nothing of the network), 2 for the platform's hints (a bandwidth
 /// class, not a measurement).
@@ -463,7 +471,7 @@ pub fn probe_worthwhile(
     let sane = |x: f64| x.is_finite() && x > 0.0;
     // A factor of 1 or less (or not a number) allows no other link; a prior that is not
     // a link (hints are filtered into one, but `inputs` is public) gives no probe.
-    if !(factor.is_finite() && factor > 1.0) || !(sane(l.rtt) && sane(l.up) && sane(l.down)) {
+    if !(factor.is_finite() && factor > 1.0 && sane(l.rtt) && sane(l.up) && sane(l.down)) {
         return false;
     }
     let Some(prior) = choose(w, inputs, policy, candidates) else {
@@ -688,13 +696,5 @@ mod tests {
         );
         assert_eq!(prior_uncertainty(Source::Given), 2.0);
         assert_eq!(prior_uncertainty(Source::Default), 4.0);
-    }
-
-    #[test]
-    fn the_probe_is_bounded() {
-        // Each way at most the server's cap, and enough for a rate sample.
-        assert!(PROBE_BYTES <= psi_http::PROBE_MAX_BYTES);
-        assert!(PROBE_BYTES >= MIN_RATE_SAMPLE_BYTES);
-        assert!(PROBE_RESPONSE_SLACK < MIN_RATE_SAMPLE_BYTES);
     }
 }
