@@ -58,7 +58,7 @@ fi
 # Limits raised so that schemathesis's many sessions are not answered 429/503 (those are
 # documented, but not_a_server_error flags every 5xx); everything else is the default.
 "$psi" serve --db "$work/registry.sqlite" --listen 127.0.0.1:0 \
-  --items-per-hour 0 --ot-sessions-per-hour 0 \
+  --items-per-hour 0 --ot-sessions-per-hour 0 --probe-bytes-per-hour 0 \
   --max-sessions 100000 --max-sessions-per-client 100000 \
   --max-ot-sessions 100000 --max-ot-sessions-per-client 100000 \
   --session-ttl 600 --request-timeout 30 "${auth_serve[@]}" \
