@@ -107,6 +107,31 @@ fn recv_setup(conn: &mut TcpStream, c: &mut OtClient) -> Result<Vec<u8>, String>
     Ok(setup)
 }
 
+/// One session over one connection: the streamed hello, then request after request until
+/// the outputs.
+fn serve_connection(
+    mut conn: TcpStream,
+    server: &Arc<ItemSet>,
+    config: &OtConfig,
+    rng: &mut (impl rand_core::CryptoRng + ?Sized),
+) -> Result<(), String> {
+    conn.set_nodelay(true).map_err(|e| e.to_string())?;
+    conn.set_read_timeout(Some(Duration::from_secs(120)))
+        .map_err(|e| e.to_string())?;
+    let mut srv = OtServer::new(server.clone(), config.clone(), rng).map_err(|e| e.to_string())?;
+    if !serve_hello(&mut conn, &mut srv)? {
+        return Ok(());
+    }
+    while let Some(req) = recv(&mut conn).map_err(|e| e.to_string())? {
+        let resp = srv.handle(&req).map_err(|e| e.to_string())?;
+        send(&mut conn, &resp).map_err(|e| e.to_string())?;
+        if srv.is_done() {
+            break;
+        }
+    }
+    Ok(())
+}
+
 /// Result of a loopback run.
 pub struct TcpRun {
     pub wall: Duration,
@@ -138,21 +163,12 @@ impl OtTcpServer {
                 if stopped.load(std::sync::atomic::Ordering::SeqCst) {
                     return Ok(());
                 }
-                let mut conn = conn.map_err(|e| e.to_string())?;
-                conn.set_nodelay(true).map_err(|e| e.to_string())?;
-                conn.set_read_timeout(Some(Duration::from_secs(120)))
-                    .map_err(|e| e.to_string())?;
-                let mut srv = OtServer::new(server.clone(), config.clone(), &mut rng)
-                    .map_err(|e| e.to_string())?;
-                if !serve_hello(&mut conn, &mut srv)? {
-                    continue;
-                }
-                while let Some(req) = recv(&mut conn).map_err(|e| e.to_string())? {
-                    let resp = srv.handle(&req).map_err(|e| e.to_string())?;
-                    send(&mut conn, &resp).map_err(|e| e.to_string())?;
-                    if srv.is_done() {
-                        break;
-                    }
+                // A failed connection ends that session only; the server keeps serving.
+                let served = conn
+                    .map_err(|e| e.to_string())
+                    .and_then(|conn| serve_connection(conn, &server, &config, &mut rng));
+                if let Err(e) = served {
+                    eprintln!("loopback OT-PSI server: a connection failed: {e}");
                 }
             }
             Ok(())
