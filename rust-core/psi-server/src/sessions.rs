@@ -192,7 +192,7 @@ impl Sessions {
             ttl,
             map: Mutex::new(HashMap::new()),
             ot: Arc::default(),
-            ot_budget: RateLimiter::new(limits.ot_per_hour),
+            ot_budget: RateLimiter::in_memory(limits.ot_per_hour),
         }
     }
 
@@ -306,7 +306,8 @@ impl Sessions {
     }
 
     /// Frees the state of expired sessions; forgets them after the tombstone period; ends
-    /// OT runs idle for `ot_idle`; forgets OT budgets that are full again.
+    /// OT runs idle for `ot_idle` ([`Sessions::end`]: they stop counting against every
+    /// cap); forgets OT budgets that are full again.
     pub(crate) fn sweep(&self) -> usize {
         let now = Instant::now();
         let mut map = self.lock();
@@ -321,8 +322,10 @@ impl Sessions {
         let live: Vec<Arc<Mutex<Session>>> =
             map.values().filter_map(|e| e.session.clone()).collect();
         drop(map);
-        // End OT runs nobody is driving: their state and OT slot go now, not at expiry. A
-        // session whose lock is taken is being handled: skip it this time.
+        // End OT runs nobody is driving: their state and OT slot go now, not at expiry, and
+        // the session stops counting against the session caps. A session whose lock is
+        // taken is being handled: skip it this time.
+        let mut idle = Vec::new();
         for s in live {
             let Ok(mut g) = s.try_lock() else { continue };
             if matches!(g.phase, Phase::OtRunning(_))
@@ -330,7 +333,11 @@ impl Sessions {
                 && now.saturating_duration_since(g.last_active) >= self.limits.ot_idle
             {
                 g.phase = Phase::Done;
+                idle.push(g.id.clone());
             }
+        }
+        for id in idle {
+            self.end(&id);
         }
         self.ot_budget.sweep();
         removed
