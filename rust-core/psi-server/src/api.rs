@@ -1101,6 +1101,100 @@ async fn encoded_set(S(state): AppS, headers: HeaderMap) -> Result<Response, Api
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::{Config, Registry, Store};
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// A step whose request is dropped (the server's request deadline, a disconnect)
+    /// before its work finishes still ends the session when the work leaves it `Done`:
+    /// its slots are freed at once, not at expiry (ADR 0025). The step is held on a
+    /// channel, so the order of events is fixed.
+    #[test]
+    fn a_step_dropped_before_its_work_ends_still_ends_the_session() {
+        let dir = std::env::temp_dir().join(format!(
+            "psi-server-dropped-step-{}-{:?}",
+            std::process::id(),
+            std::time::SystemTime::now()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = Config {
+            db_path: dir.join("registry.sqlite"),
+            workers: 1,
+            build_threads: 1,
+            ..Config::default()
+        };
+        Store::open(&config.db_path)
+            .unwrap()
+            .add_entries([("+12025550100", None)])
+            .unwrap();
+        let registry = Registry::load(&config, &mut |_, _| {}).unwrap();
+        let state = AppState::with_registry(config, registry);
+        let id = "0123abcd".to_string();
+        state
+            .sessions
+            .insert(
+                id.clone(),
+                Session {
+                    id: id.clone(),
+                    protocol: Protocol::Dh,
+                    client_items: 1,
+                    client: "caller".into(),
+                    epoch: state.registry().dh.epoch(),
+                    label_bits: 0,
+                    labels: false,
+                    phase: Phase::DhAwaitingQuery,
+                    in_flight: 0,
+                    last_active: Instant::now(),
+                },
+            )
+            .unwrap();
+        let Lookup::Live(s) = state.sessions.get(&id) else {
+            panic!("the session is live")
+        };
+        let (started_tx, started_rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut step = Box::pin(transition(
+                &state,
+                &s,
+                |_| Ok(()),
+                move |_| {
+                    started_tx.send(()).unwrap();
+                    let _ = go_rx.recv();
+                    (Phase::Done, Ok(vec![1]))
+                },
+            ));
+            // Poll the step until its work runs, then drop it, as the deadline would.
+            while started_rx.try_recv().is_err() {
+                let polled = tokio::time::timeout(Duration::from_millis(5), &mut step).await;
+                assert!(polled.is_err(), "the work cannot finish before it is let go");
+            }
+        });
+        assert_eq!(state.live_sessions(), 1, "the work is still running");
+        go_tx.send(()).unwrap();
+        let t = Instant::now();
+        while state.live_sessions() > 0 {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "the session is still live after its work left it Done"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(matches!(state.sessions.get(&id), Lookup::Ended(c) if c == "caller"));
+        // The worker is back too.
+        while state.workers.available_permits() < 1 {
+            assert!(t.elapsed() < Duration::from_secs(10));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        drop(rt);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
     #[test]
     fn weak_etag_comparison() {
         assert!(super::weak_eq("W/\"a\"", "\"a\""));

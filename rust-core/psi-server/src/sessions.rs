@@ -347,3 +347,52 @@ impl Sessions {
 pub(crate) fn lock(s: &Mutex<Session>) -> std::sync::MutexGuard<'_, Session> {
     s.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The OT-session budget is never saved: once a caller's bucket is full again the
+    /// sweep forgets it (before, a charged bucket stayed marked unsaved, so for ever).
+    #[test]
+    fn the_sweep_forgets_refilled_ot_budgets() {
+        // 3.6e9 sessions an hour: a charge of one is back within a microsecond.
+        let sessions = Sessions::new(
+            SessionLimits {
+                total: 100,
+                per_client: 100,
+                ot: 100,
+                ot_per_client: 100,
+                ot_per_hour: 3_600_000_000,
+                ot_idle: Duration::from_secs(30),
+            },
+            Duration::from_secs(300),
+        );
+        for i in 0..50 {
+            let id = format!("s{i}");
+            let slot = sessions
+                .insert(
+                    id.clone(),
+                    Session {
+                        id: id.clone(),
+                        protocol: Protocol::Ot,
+                        client_items: 1,
+                        client: format!("caller{i}"),
+                        epoch: 1,
+                        label_bits: 0,
+                        labels: true,
+                        phase: Phase::Busy,
+                        in_flight: 0,
+                        last_active: Instant::now(),
+                    },
+                )
+                .unwrap();
+            drop(slot);
+            sessions.remove(&id);
+        }
+        assert_eq!(sessions.ot_budget.tracked(), 50);
+        std::thread::sleep(Duration::from_millis(5));
+        sessions.sweep();
+        assert_eq!(sessions.ot_budget.tracked(), 0);
+    }
+}
