@@ -1172,7 +1172,10 @@ mod tests {
             // Poll the step until its work runs, then drop it, as the deadline would.
             while started_rx.try_recv().is_err() {
                 let polled = tokio::time::timeout(Duration::from_millis(5), &mut step).await;
-                assert!(polled.is_err(), "the work cannot finish before it is let go");
+                assert!(
+                    polled.is_err(),
+                    "the work cannot finish before it is let go"
+                );
             }
         });
         assert_eq!(state.live_sessions(), 1, "the work is still running");

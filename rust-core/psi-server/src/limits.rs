@@ -140,7 +140,8 @@ impl RateLimiter {
         buckets.retain(|client, b| {
             let cap = limits.get(client).copied().unwrap_or(self.per_hour) as f64;
             b.dirty
-                || b.tokens + now.saturating_duration_since(b.last).as_secs_f64() * cap / REFILL_SECS
+                || b.tokens
+                    + now.saturating_duration_since(b.last).as_secs_f64() * cap / REFILL_SECS
                     < cap
         });
     }
@@ -260,7 +261,11 @@ mod tests {
             items.charge(&format!("c{i}"), 10).unwrap();
         }
         items.sweep_at(later);
-        assert_eq!(items.tracked(), 500, "unsaved charges are kept for the save");
+        assert_eq!(
+            items.tracked(),
+            500,
+            "unsaved charges are kept for the save"
+        );
         assert_eq!(items.take_dirty().len(), 500);
         items.sweep_at(later);
         assert_eq!(items.tracked(), 0);

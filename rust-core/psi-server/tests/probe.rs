@@ -102,7 +102,10 @@ fn each_probe_request_is_charged_at_least_the_floor() {
     ] {
         assert_eq!((r.status, error_code(&r).as_str()), (429, "rate_limited"));
         let wait: u64 = r.header("retry-after").unwrap().parse().unwrap();
-        assert!(wait > 60, "a floor's worth takes minutes to come back: {wait}");
+        assert!(
+            wait > 60,
+            "a floor's worth takes minutes to come back: {wait}"
+        );
     }
     server.shutdown().unwrap();
 }
