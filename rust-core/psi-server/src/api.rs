@@ -544,9 +544,10 @@ fn session(state: &AppState, id: &str, client: &str) -> Result<Arc<Mutex<Session
     }
 }
 
-/// A request to a session the server ended after its final response.
+/// A request to a session the server ended: after its final response, a step that failed
+/// for good, or (OT-PSI, CM20-PSI) a run left idle for `ot_idle_timeout`.
 fn ended() -> ApiError {
-    wrong_phase("the session is complete (its final response was sent); create a new one")
+    wrong_phase("the session is complete or was ended by the server; create a new one")
 }
 
 /// The phase after a protocol's final response: labels may follow, or (a session
@@ -647,10 +648,11 @@ type Outcome = (Phase, Result<Vec<u8>, ApiError>);
 /// dropped while queueing leaves the session as it was), checks with `accept` that the
 /// session may take this step (a rejected step changes nothing), takes the session's
 /// phase, runs `work` on it on a blocking thread, and stores the phase `work` returns.
-/// The phase goes back inside the blocking task, not in the handler: a blocking task runs
-/// to the end even when the request is dropped (timeout, disconnect).
+/// The phase goes back, and a session left `Done` is ended, inside the blocking task, not
+/// in the handler: a blocking task runs to the end even when the request is dropped
+/// (timeout, disconnect).
 async fn transition(
-    state: &AppState,
+    state: &Arc<AppState>,
     s: &Arc<Mutex<Session>>,
     accept: impl FnOnce(&Session) -> Result<(), ApiError>,
     work: impl FnOnce(Phase) -> Outcome + Send + 'static,
@@ -662,7 +664,7 @@ async fn transition(
 /// `AppState::ot_workers`, everything else from `AppState::workers`, so DH-PSI queries
 /// and label steps keep being served while every OT worker is busy.
 async fn transition_in(
-    state: &AppState,
+    state: &Arc<AppState>,
     pool: &Arc<tokio::sync::Semaphore>,
     s: &Arc<Mutex<Session>>,
     accept: impl FnOnce(&Session) -> Result<(), ApiError>,
@@ -681,12 +683,24 @@ async fn transition_in(
     };
     let t = Instant::now();
     let session = s.clone();
+    let state = state.clone();
     let result = tokio::task::spawn_blocking(move || {
         // A panic in a step (a bug) ends the session rather than leaving it busy until its
         // lifetime runs out; the server keeps serving.
         let (next, result) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(taken)))
             .unwrap_or_else(|_| (Phase::Done, Err(internal())));
-        lock(&session).phase = next;
+        let done = {
+            let mut g = lock(&session);
+            let done = matches!(next, Phase::Done).then(|| g.id.clone());
+            g.phase = next;
+            done
+        };
+        // Complete (or failed for good): the server ends the session now (the session's
+        // lock released first), so a client that has its result need not send a DELETE
+        // (ADR 0025); also when the request was dropped meanwhile.
+        if let Some(id) = done {
+            state.sessions.end(&id);
+        }
         // The worker is free when the work is, not when the request is: a request dropped
         // mid-step (timeout, disconnect) keeps its permit until the blocking work ends.
         drop(permit);
@@ -694,15 +708,6 @@ async fn transition_in(
     })
     .await
     .map_err(|_| internal())?;
-    // Complete (or failed for good): the server ends the session now, so a client that
-    // has its result need not send a DELETE (ADR 0025).
-    let done = {
-        let g = lock(s);
-        matches!(g.phase, Phase::Done).then(|| g.id.clone())
-    };
-    if let Some(id) = done {
-        state.sessions.end(&id);
-    }
     Ok(binary(result?, t.elapsed().as_secs_f64() * 1e3))
 }
 
@@ -940,10 +945,18 @@ async fn label_fetch(
     .await
 }
 
+/// What every probe request costs at least, in bytes of the caller's probe budget: its
+/// request and response headers (a few hundred bytes on the wire), its connection's work
+/// and its log line are not free, so `GET /v1/probe?bytes=0` is charged 1 KiB, not 1
+/// byte (16 MiB an hour: 16,384 such requests, not 16.7 million).
+pub const PROBE_REQUEST_FLOOR: u64 = 1024;
+
 /// Probe bytes the caller may move per hour, both ways together: the probe is cheap
-/// (a static buffer out, a counted body in), but not free.
+/// (a static buffer out, a counted body in), but not free. Each request is charged its
+/// body bytes, at least [`PROBE_REQUEST_FLOOR`].
 fn charge_probe(state: &AppState, client: &str, bytes: u64) -> Result<(), ApiError> {
-    state.probe_limiter.charge(client, bytes).map_err(|wait| {
+    let charge = bytes.max(PROBE_REQUEST_FLOOR);
+    state.probe_limiter.charge(client, charge).map_err(|wait| {
         let mut e = ApiError::new(
             ErrorCode::RateLimited,
             format!("probe bytes-per-hour limit reached; retry in {wait} s"),
@@ -984,7 +997,7 @@ async fn probe_down(
             ),
         ));
     }
-    charge_probe(&state, &client, n.max(1))?;
+    charge_probe(&state, &client, n)?;
     let body = Bytes::from_static(&PROBE_ZEROS[..n as usize]);
     let mut resp = ([(header::CONTENT_TYPE, psi_http::BINARY)], body).into_response();
     resp.headers_mut()
@@ -1016,7 +1029,7 @@ async fn probe_up(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     // The budget is charged before the body is read, so the length must be declared: a
-    // chunked body would otherwise move up to the cap for a charge of nothing.
+    // chunked body would otherwise move up to the cap for a charge of the floor only.
     let Some(declared) = declared else {
         return Err(ApiError::new(
             ErrorCode::BadRequest,
@@ -1026,7 +1039,7 @@ async fn probe_up(
     if declared > psi_http::PROBE_MAX_BYTES {
         return Err(too_large());
     }
-    charge_probe(&state, &client, declared.max(1))?;
+    charge_probe(&state, &client, declared)?;
     let body = axum::body::to_bytes(req.into_body(), psi_http::PROBE_MAX_BYTES as usize)
         .await
         .map_err(|_| too_large())?;
@@ -1088,6 +1101,103 @@ async fn encoded_set(S(state): AppS, headers: HeaderMap) -> Result<Response, Api
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::{Config, Registry, Store};
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// A step whose request is dropped (the server's request deadline, a disconnect)
+    /// before its work finishes still ends the session when the work leaves it `Done`:
+    /// its slots are freed at once, not at expiry (ADR 0025). The step is held on a
+    /// channel, so the order of events is fixed.
+    #[test]
+    fn a_step_dropped_before_its_work_ends_still_ends_the_session() {
+        let dir = std::env::temp_dir().join(format!(
+            "psi-server-dropped-step-{}-{:?}",
+            std::process::id(),
+            std::time::SystemTime::now()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = Config {
+            db_path: dir.join("registry.sqlite"),
+            workers: 1,
+            build_threads: 1,
+            ..Config::default()
+        };
+        Store::open(&config.db_path)
+            .unwrap()
+            .add_entries([("+12025550100", None)])
+            .unwrap();
+        let registry = Registry::load(&config, &mut |_, _| {}).unwrap();
+        let state = AppState::with_registry(config, registry);
+        let id = "0123abcd".to_string();
+        state
+            .sessions
+            .insert(
+                id.clone(),
+                Session {
+                    id: id.clone(),
+                    protocol: Protocol::Dh,
+                    client_items: 1,
+                    client: "caller".into(),
+                    epoch: state.registry().dh.epoch(),
+                    label_bits: 0,
+                    labels: false,
+                    phase: Phase::DhAwaitingQuery,
+                    in_flight: 0,
+                    last_active: Instant::now(),
+                },
+            )
+            .unwrap();
+        let Lookup::Live(s) = state.sessions.get(&id) else {
+            panic!("the session is live")
+        };
+        let (started_tx, started_rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut step = Box::pin(transition(
+                &state,
+                &s,
+                |_| Ok(()),
+                move |_| {
+                    started_tx.send(()).unwrap();
+                    let _ = go_rx.recv();
+                    (Phase::Done, Ok(vec![1]))
+                },
+            ));
+            // Poll the step until its work runs, then drop it, as the deadline would.
+            while started_rx.try_recv().is_err() {
+                let polled = tokio::time::timeout(Duration::from_millis(5), &mut step).await;
+                assert!(
+                    polled.is_err(),
+                    "the work cannot finish before it is let go"
+                );
+            }
+        });
+        assert_eq!(state.live_sessions(), 1, "the work is still running");
+        go_tx.send(()).unwrap();
+        let t = Instant::now();
+        while state.live_sessions() > 0 {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "the session is still live after its work left it Done"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(matches!(state.sessions.get(&id), Lookup::Ended(c) if c == "caller"));
+        // The worker is back too.
+        while state.workers.available_permits() < 1 {
+            assert!(t.elapsed() < Duration::from_secs(10));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        drop(rt);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
     #[test]
     fn weak_etag_comparison() {
         assert!(super::weak_eq("W/\"a\"", "\"a\""));

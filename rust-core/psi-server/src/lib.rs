@@ -26,7 +26,7 @@ mod sessions;
 pub mod store;
 mod tls;
 
-pub use api::router;
+pub use api::{PROBE_REQUEST_FLOOR, router};
 pub use caller::{ClientIpHeader, InvalidIpNet, IpNet};
 pub use registry::{Registry, RegistryStats};
 pub use store::{ImportCounts, Store, StoreError};
@@ -214,7 +214,8 @@ pub struct AppState {
     epoch_retired: tokio::sync::Notify,
     pub(crate) sessions: sessions::Sessions,
     pub(crate) limiter: limits::RateLimiter,
-    /// Each caller's hourly budget of probe bytes (`Config::probe_bytes_per_hour`).
+    /// Each caller's hourly budget of probe bytes (`Config::probe_bytes_per_hour`; in
+    /// memory only, swept with the other budgets).
     pub(crate) probe_limiter: limits::RateLimiter,
     /// Issued tokens and saved budgets (its own database connection).
     pub(crate) accounts: accounts::Accounts,
@@ -253,7 +254,7 @@ impl AppState {
                 config.session_ttl,
             ),
             limiter,
-            probe_limiter: limits::RateLimiter::new(config.probe_bytes_per_hour),
+            probe_limiter: limits::RateLimiter::in_memory(config.probe_bytes_per_hour),
             accounts,
             workers: Arc::new(tokio::sync::Semaphore::new(config.workers.max(1))),
             ot_workers: Arc::new(tokio::sync::Semaphore::new(config.ot_workers.max(1))),
@@ -474,6 +475,7 @@ pub async fn serve(
                 let _ = tokio::task::spawn_blocking(move || st.accounts.save_budgets(&st.limiter))
                     .await;
                 state.limiter.sweep();
+                state.probe_limiter.sweep();
                 if removed > 0 {
                     tracing::debug!(removed, "expired sessions removed");
                 }

@@ -4,7 +4,9 @@
 //!
 //! Budgets live in memory and are saved to the database (`budgets` table) by
 //! [`RateLimiter::take_dirty`] every few seconds and at shutdown, and restored by
-//! [`RateLimiter::restore`] at start: a restart does not refill them (ADR 0016).
+//! [`RateLimiter::restore`] at start: a restart does not refill them (ADR 0016). Limiters
+//! that are never saved ([`RateLimiter::in_memory`]: the probe's bytes, the OT-PSI session
+//! budget) keep no such mark, so their sweep forgets every bucket that is full again.
 
 use crate::store::SavedBudget;
 use std::collections::HashMap;
@@ -13,6 +15,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 pub(crate) struct RateLimiter {
     per_hour: u64,
+    /// Saved to the database ([`RateLimiter::take_dirty`]): a charged bucket is kept until
+    /// saved. `false`: nothing is ever saved, so nothing is ever marked.
+    persisted: bool,
     inner: Mutex<Inner>,
 }
 
@@ -26,7 +31,7 @@ struct Inner {
 struct Bucket {
     tokens: f64,
     last: Instant,
-    /// Charged since the last save.
+    /// Charged since the last save (always `false` in a limiter that is not persisted).
     dirty: bool,
 }
 
@@ -46,10 +51,21 @@ impl Inner {
 }
 
 impl RateLimiter {
+    /// A limiter whose budgets are saved ([`RateLimiter::take_dirty`]) and restored.
     pub(crate) fn new(per_hour: u64) -> Self {
         RateLimiter {
             per_hour,
+            persisted: true,
             inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    /// A limiter kept in memory only (a restart resets it): its sweep forgets every
+    /// bucket that is full again, charged or not.
+    pub(crate) fn in_memory(per_hour: u64) -> Self {
+        RateLimiter {
+            persisted: false,
+            ..Self::new(per_hour)
         }
     }
 
@@ -93,7 +109,7 @@ impl RateLimiter {
         let need = items as f64;
         if need <= b.tokens {
             b.tokens -= need;
-            b.dirty = true;
+            b.dirty = self.persisted;
             Ok(())
         } else if need > cap {
             Err(REFILL_SECS as u64)
@@ -108,19 +124,32 @@ impl RateLimiter {
         let cap = g.per_hour(self.per_hour, client) as f64;
         if let Some(b) = g.buckets.get_mut(client) {
             b.tokens = (b.tokens + items as f64).min(cap);
-            b.dirty = true;
+            b.dirty = self.persisted;
         }
     }
 
-    /// Forgets clients whose bucket is full again (they start full when seen next).
+    /// Forgets clients whose bucket is full again (they start full when seen next), once
+    /// saved if the limiter is persisted.
     pub(crate) fn sweep(&self) {
-        let now = Instant::now();
+        self.sweep_at(Instant::now());
+    }
+
+    fn sweep_at(&self, now: Instant) {
         let mut g = self.lock();
         let Inner { buckets, limits } = &mut *g;
         buckets.retain(|client, b| {
             let cap = limits.get(client).copied().unwrap_or(self.per_hour) as f64;
-            b.dirty || b.tokens + now.duration_since(b.last).as_secs_f64() * cap / REFILL_SECS < cap
+            b.dirty
+                || b.tokens
+                    + now.saturating_duration_since(b.last).as_secs_f64() * cap / REFILL_SECS
+                    < cap
         });
+    }
+
+    /// Clients with a bucket in memory.
+    #[cfg(test)]
+    pub(crate) fn tracked(&self) -> usize {
+        self.lock().buckets.len()
     }
 
     /// The budgets charged since the last call, as rows to save (marked clean: give them
@@ -209,6 +238,37 @@ mod tests {
         assert!(r.charge("z", 1_000_000).is_ok());
         r.set_limit("z", None);
         assert!(r.charge("z", 101).is_err());
+    }
+
+    /// Many callers charged once each: once their buckets are full again the sweep
+    /// forgets them all. A persisted limiter keeps the ones not saved yet.
+    #[test]
+    fn sweeps_forget_refilled_buckets() {
+        let later = Instant::now() + std::time::Duration::from_secs(3601);
+        let probe = RateLimiter::in_memory(1000);
+        for i in 0..500 {
+            probe.charge(&format!("c{i}"), 10).unwrap();
+        }
+        probe.refund("c0", 5);
+        probe.sweep();
+        assert_eq!(probe.tracked(), 500, "partly spent buckets stay");
+        assert!(probe.take_dirty().is_empty(), "nothing to save");
+        probe.sweep_at(later);
+        assert_eq!(probe.tracked(), 0, "every refilled bucket is forgotten");
+
+        let items = RateLimiter::new(1000);
+        for i in 0..500 {
+            items.charge(&format!("c{i}"), 10).unwrap();
+        }
+        items.sweep_at(later);
+        assert_eq!(
+            items.tracked(),
+            500,
+            "unsaved charges are kept for the save"
+        );
+        assert_eq!(items.take_dirty().len(), 500);
+        items.sweep_at(later);
+        assert_eq!(items.tracked(), 0);
     }
 
     #[test]

@@ -192,7 +192,7 @@ impl Sessions {
             ttl,
             map: Mutex::new(HashMap::new()),
             ot: Arc::default(),
-            ot_budget: RateLimiter::new(limits.ot_per_hour),
+            ot_budget: RateLimiter::in_memory(limits.ot_per_hour),
         }
     }
 
@@ -306,7 +306,8 @@ impl Sessions {
     }
 
     /// Frees the state of expired sessions; forgets them after the tombstone period; ends
-    /// OT runs idle for `ot_idle`; forgets OT budgets that are full again.
+    /// OT runs idle for `ot_idle` ([`Sessions::end`]: they stop counting against every
+    /// cap); forgets OT budgets that are full again.
     pub(crate) fn sweep(&self) -> usize {
         let now = Instant::now();
         let mut map = self.lock();
@@ -321,8 +322,10 @@ impl Sessions {
         let live: Vec<Arc<Mutex<Session>>> =
             map.values().filter_map(|e| e.session.clone()).collect();
         drop(map);
-        // End OT runs nobody is driving: their state and OT slot go now, not at expiry. A
-        // session whose lock is taken is being handled: skip it this time.
+        // End OT runs nobody is driving: their state and OT slot go now, not at expiry, and
+        // the session stops counting against the session caps. A session whose lock is
+        // taken is being handled: skip it this time.
+        let mut idle = Vec::new();
         for s in live {
             let Ok(mut g) = s.try_lock() else { continue };
             if matches!(g.phase, Phase::OtRunning(_))
@@ -330,7 +333,11 @@ impl Sessions {
                 && now.saturating_duration_since(g.last_active) >= self.limits.ot_idle
             {
                 g.phase = Phase::Done;
+                idle.push(g.id.clone());
             }
+        }
+        for id in idle {
+            self.end(&id);
         }
         self.ot_budget.sweep();
         removed
@@ -339,4 +346,53 @@ impl Sessions {
 
 pub(crate) fn lock(s: &Mutex<Session>) -> std::sync::MutexGuard<'_, Session> {
     s.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The OT-session budget is never saved: once a caller's bucket is full again the
+    /// sweep forgets it (before, a charged bucket stayed marked unsaved, so for ever).
+    #[test]
+    fn the_sweep_forgets_refilled_ot_budgets() {
+        // 3.6e9 sessions an hour: a charge of one is back within a microsecond.
+        let sessions = Sessions::new(
+            SessionLimits {
+                total: 100,
+                per_client: 100,
+                ot: 100,
+                ot_per_client: 100,
+                ot_per_hour: 3_600_000_000,
+                ot_idle: Duration::from_secs(30),
+            },
+            Duration::from_secs(300),
+        );
+        for i in 0..50 {
+            let id = format!("s{i}");
+            let slot = sessions
+                .insert(
+                    id.clone(),
+                    Session {
+                        id: id.clone(),
+                        protocol: Protocol::Ot,
+                        client_items: 1,
+                        client: format!("caller{i}"),
+                        epoch: 1,
+                        label_bits: 0,
+                        labels: true,
+                        phase: Phase::Busy,
+                        in_flight: 0,
+                        last_active: Instant::now(),
+                    },
+                )
+                .unwrap();
+            drop(slot);
+            sessions.remove(&id);
+        }
+        assert_eq!(sessions.ot_budget.tracked(), 50);
+        std::thread::sleep(Duration::from_millis(5));
+        sessions.sweep();
+        assert_eq!(sessions.ot_budget.tracked(), 0);
+    }
 }

@@ -204,9 +204,15 @@ fn a_stalled_ot_run_frees_its_slot_after_the_idle_timeout() {
     let silent = session_id(&session(&t, "ot-psi", 3, &[]));
     expect(&session(&t, "ot-psi", 3, &[]), 503, "too_many_sessions");
     wait_for_no_ot_runs(&server);
-    assert_eq!(server.state.live_sessions(), 1);
+    // The sweep ended the session, not only its run: it no longer counts against the
+    // session caps, a late request is told it is over, and a DELETE of it succeeds.
+    assert_eq!(server.state.live_sessions(), 0);
     let (_, hello) = client(3, 3);
-    expect(&round(&t, &silent, &hello, &[]), 409, "wrong_phase");
+    let late = round(&t, &silent, &hello, &[]);
+    expect(&late, 409, "wrong_phase");
+    assert!(String::from_utf8_lossy(&late.body).contains("ended by the server"));
+    let path = format!("/v1/sessions/{silent}");
+    assert_eq!(send(&t, Method::Delete, &path, &[], b"").status, 204);
     // A session that stalls after its hello (the O(registry) state is built) likewise.
     let stalled = session_id(&session(&t, "ot-psi", 3, &[]));
     let (_, hello) = client(3, 4);

@@ -74,3 +74,38 @@ fn the_probe_sends_and_accepts_bounded_bodies() {
     assert_eq!(send(&t, Method::Get, "/v1/health", &[], b"").status, 200);
     server.shutdown().unwrap();
 }
+
+/// Every probe request is charged at least `PROBE_REQUEST_FLOOR`: a budget of 16 floors
+/// lets 16 empty or tiny probes through, then 429 (charged 1 byte each, as before, it
+/// would have let 16,384 through).
+#[test]
+fn each_probe_request_is_charged_at_least_the_floor() {
+    let floor = psi_server::PROBE_REQUEST_FLOOR;
+    let mut config = config("probe-floor");
+    // Refills at 16 KiB an hour: 4.6 bytes a second, a floor's worth in 3.7 minutes.
+    config.probe_bytes_per_hour = 16 * floor;
+    fill(&config, 4, |_| false);
+    let server = start(config);
+    let t = raw(&server);
+    let bin = [("content-type", "application/octet-stream")];
+    for i in 0..16 {
+        let r = if i % 2 == 0 {
+            send(&t, Method::Get, "/v1/probe?bytes=0", &[], b"")
+        } else {
+            send(&t, Method::Post, "/v1/probe", &bin, &[0; 10])
+        };
+        assert_eq!(r.status, 200, "request {i} is within the budget");
+    }
+    for r in [
+        send(&t, Method::Get, "/v1/probe?bytes=0", &[], b""),
+        send(&t, Method::Post, "/v1/probe", &bin, b""),
+    ] {
+        assert_eq!((r.status, error_code(&r).as_str()), (429, "rate_limited"));
+        let wait: u64 = r.header("retry-after").unwrap().parse().unwrap();
+        assert!(
+            wait > 60,
+            "a floor's worth takes minutes to come back: {wait}"
+        );
+    }
+    server.shutdown().unwrap();
+}
