@@ -47,7 +47,7 @@ pub struct ServeArgs {
     items_per_hour: u64,
     /// Bytes of the bounded link probe (GET and POST /v1/probe, both ways together) one
     /// client may move per hour; 0 = unlimited. Default 16 MiB (64 probes of the largest
-    /// size, about 128 of a client's). Kept in memory: a restart resets it.
+    /// size, about 127 of a client's). Kept in memory: a restart resets it.
     #[arg(long, default_value_t = 16 << 20)]
     probe_bytes_per_hour: u64,
     /// Static bearer token, one shared budget (repeat for several; visible in the process
