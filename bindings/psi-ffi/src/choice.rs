@@ -99,9 +99,9 @@ impl From<&LinkHints> for psi_client::LinkHints {
     fn from(h: &LinkHints) -> Self {
         let mut hints =
             psi_client::LinkHints::new(h.network.clone()).with_flags(h.metered, h.constrained);
-        // Values that are not a finite positive number are unknown (the estimator
-        // ignores them too; checked here so the record never carries NaN further).
-        let known = |v: Option<f64>| v.filter(|x| x.is_finite() && *x > 0.0);
+        // Values that are not hints (psi-client's rule: NaN, 0, negative, infinite,
+        // absurdly large) are unknown, so nothing further carries them.
+        let known = psi_client::measure::usable_hint;
         hints.down_mbit = known(h.down_mbit);
         hints.up_mbit = known(h.up_mbit);
         hints.rtt_ms = known(h.rtt_ms);
@@ -480,6 +480,13 @@ mod tests {
             ..LinkHints::default()
         });
         assert_eq!((zero.down_mbit, zero.up_mbit), (None, None));
+        // psi-client's rule: a value whose conversion to bytes per second overflows is
+        // no hint either (the earlier filter here let it through).
+        let huge = psi_client::LinkHints::from(&LinkHints {
+            down_mbit: Some(f64::MAX),
+            ..LinkHints::default()
+        });
+        assert_eq!(huge.down_mbit, None);
     }
 
     #[test]
