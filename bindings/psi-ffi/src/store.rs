@@ -195,7 +195,7 @@ mod tests {
         std::thread::scope(|scope| {
             for s in &stores {
                 scope.spawn(move || {
-                    for _ in 0..25 {
+                    for _ in 0..100 {
                         // Each save follows a change: the last save holds every change.
                         s.store.update(|m| {
                             let e = m.networks.entry("n".into()).or_insert_with(|| {
@@ -209,7 +209,7 @@ mod tests {
             }
         });
         let on_disk = load(&dir.join(FILE_NAME));
-        assert_eq!(on_disk.networks["n"].rtt_samples, 8 * 25);
+        assert_eq!(on_disk.networks["n"].rtt_samples, 8 * 100);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
