@@ -18,10 +18,11 @@ pub(crate) const FILE_NAME: &str = "measurements.json";
 /// unreadable file is treated as empty, as measurements are a cache.
 const MAX_FILE_BYTES: u64 = 1 << 20;
 
-/// The stores open in this process, by canonical directory, each with the lock its saves
-/// take.
-static OPEN: Mutex<BTreeMap<PathBuf, (Weak<MeasurementStore>, Weak<Mutex<()>>)>> =
-    Mutex::new(BTreeMap::new());
+/// An open directory: its store and the lock its saves take.
+type Open = (Weak<MeasurementStore>, Weak<Mutex<()>>);
+
+/// The stores open in this process, by canonical directory.
+static OPEN: Mutex<BTreeMap<PathBuf, Open>> = Mutex::new(BTreeMap::new());
 
 /// Names temporary files uniquely within the process.
 static SAVES: AtomicU64 = AtomicU64::new(0);
@@ -173,7 +174,9 @@ mod tests {
         let dir = temp_dir("spelt");
         let a = Stored::open(Some(&dir));
         // Relative parts and a trailing separator.
-        let b = Stored::open(Some(&dir.join(".").join("..").join(dir.file_name().unwrap())));
+        let b = Stored::open(Some(
+            &dir.join(".").join("..").join(dir.file_name().unwrap()),
+        ));
         let c = Stored::open(Some(Path::new(&format!("{}/", dir.display()))));
         assert!(Arc::ptr_eq(&a.store, &b.store) && Arc::ptr_eq(&a.store, &c.store));
         assert!(Arc::ptr_eq(&a.saving, &b.saving));
@@ -182,7 +185,10 @@ mod tests {
             let link = temp_dir("spelt-link");
             std::os::unix::fs::symlink(&dir, &link).unwrap();
             let d = Stored::open(Some(&link));
-            assert!(Arc::ptr_eq(&a.store, &d.store), "a link is the same directory");
+            assert!(
+                Arc::ptr_eq(&a.store, &d.store),
+                "a link is the same directory"
+            );
             std::fs::remove_file(&link).unwrap();
         }
         std::fs::remove_dir_all(&dir).unwrap();

@@ -162,8 +162,11 @@ impl Client {
     /// Whether this server's stored health lists `feature` (false when no health is
     /// stored: an unknown server is treated as an older one).
     fn stored_feature(&self, feature: Feature) -> bool {
-        self.measurements
-            .read(|m| m.servers.get(&self.base).is_some_and(|h| h.supports(feature)))
+        self.measurements.read(|m| {
+            m.servers
+                .get(&self.base)
+                .is_some_and(|h| h.supports(feature))
+        })
     }
 
     /// Matches `items` (normalized identifiers, see psi-contacts and
@@ -772,11 +775,8 @@ impl<'a> Run<'a> {
                 ..
             }) if say_no_labels => {
                 let base = &self.client.base;
-                self.client
-                    .measurements
-                    .update(|m| m.servers.remove(base));
-                self.create(protocol, n, false)
-                    .map(|s| (s, false))
+                self.client.measurements.update(|m| m.servers.remove(base));
+                self.create(protocol, n, false).map(|s| (s, false))
             }
             r => r.map(|s| (s, say_no_labels)),
         }?;
@@ -945,8 +945,7 @@ impl<'a> Run<'a> {
         set: ItemSet,
     ) -> Result<(MatchOutput, LabelSource)> {
         use psi_core::cm20::{self, Cm20Client, Cm20Config};
-        let config =
-            Cm20Config::for_body_limit(self.client.config.threads, session.max_body_bytes);
+        let config = Cm20Config::for_body_limit(self.client.config.threads, session.max_body_bytes);
         let t = self.enter(Phase::ClientStart)?;
         let (mut client, mut request) = Cm20Client::start(set, config, self.rng()?)?;
         self.leave(Phase::ClientStart, t);

@@ -352,7 +352,9 @@ impl Measurements {
     /// [`PROBE_PAUSE_BOUNDS_SECS`] ([`PROBE_PAUSE_DEFAULT_SECS`] if none was given).
     pub fn pause_probe(&mut self, base: &str, now: u64, retry_after: Option<u64>) {
         let (lo, hi) = PROBE_PAUSE_BOUNDS_SECS;
-        let wait = retry_after.unwrap_or(PROBE_PAUSE_DEFAULT_SECS).clamp(lo, hi);
+        let wait = retry_after
+            .unwrap_or(PROBE_PAUSE_DEFAULT_SECS)
+            .clamp(lo, hi);
         // Pauses that are over are dropped, so the map stays as small as the servers.
         self.probe_paused_until.retain(|_, &mut until| until > now);
         self.probe_paused_until
@@ -625,12 +627,18 @@ mod tests {
         assert!(m.probe_allowed("https://b", 1000));
         // None: the budget's hour; 0: a minute; a year: a day.
         m.pause_probe("https://b", 1000, None);
-        assert_eq!(m.probe_paused_until["https://b"], 1000 + PROBE_PAUSE_DEFAULT_SECS);
+        assert_eq!(
+            m.probe_paused_until["https://b"],
+            1000 + PROBE_PAUSE_DEFAULT_SECS
+        );
         m.pause_probe("https://c", 1000, Some(0));
         assert_eq!(m.probe_paused_until["https://c"], 1060);
         m.pause_probe("https://d", 1000, Some(365 * 86_400));
         assert_eq!(m.probe_paused_until["https://d"], 1000 + 86_400);
-        assert_eq!(Measurements::from_json(&m.to_json()).probe_paused_until, m.probe_paused_until);
+        assert_eq!(
+            Measurements::from_json(&m.to_json()).probe_paused_until,
+            m.probe_paused_until
+        );
         // A later pause drops the ones that are over.
         m.pause_probe("https://e", 5000, Some(60));
         assert_eq!(
@@ -638,7 +646,11 @@ mod tests {
             ["https://d", "https://e"]
         );
         // A store from before the field reads as no pause.
-        assert!(Measurements::from_json(r#"{"networks":{}}"#).probe_paused_until.is_empty());
+        assert!(
+            Measurements::from_json(r#"{"networks":{}}"#)
+                .probe_paused_until
+                .is_empty()
+        );
     }
 
     use psi_core::cost::{Policy, Workload};

@@ -685,8 +685,7 @@ fn labels_off_without_a_stored_health_omits_the_field_and_deletes() {
     let routes = routes(&seen.lock().unwrap());
     assert_eq!(routes.first().unwrap(), "POST /v1/sessions");
     assert_eq!(routes.last().unwrap(), "DELETE /v1/sessions/{id}");
-    let create: serde_json::Value =
-        serde_json::from_slice(&seen.lock().unwrap()[0].body).unwrap();
+    let create: serde_json::Value = serde_json::from_slice(&seen.lock().unwrap()[0].body).unwrap();
     assert!(create.get("labels").is_none(), "{create}");
     assert_eq!(srv.state.live_sessions(), 0);
     // With the health stored: the field, no DELETE, one request fewer.

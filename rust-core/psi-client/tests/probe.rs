@@ -338,7 +338,13 @@ fn an_older_server_gets_no_probe_and_no_labels_field_and_its_sessions_are_delete
     let (bodies, deleted) = session_requests(&t);
     assert!(bodies.len() == 1 && bodies[0].get("labels").is_none());
     assert!(deleted);
-    assert!(!t.seen.lock().unwrap().iter().any(|r| r.url.ends_with("/v1/health")));
+    assert!(
+        !t.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|r| r.url.ends_with("/v1/health"))
+    );
     assert_eq!(srv.state.live_sessions(), 0);
 
     // A stored health that lists the option, from a server since replaced by an older

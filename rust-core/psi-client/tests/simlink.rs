@@ -399,8 +399,8 @@ fn predictions_track_simulated_runs_and_auto_picks_the_faster_protocol() {
 /// decides) CM20-PSI, a little ahead of OT-PSI (fewer bytes, one hash per item instead
 /// of three) and far ahead of DH-PSI (scalar multiplications, at least 2x); on 3G
 /// (0.5 Mbit/s up, bytes decide) DH-PSI, whose upload is a third of the others' (they
-/// at least 1.4x slower). The inputs are fixed, so a regression of the model fails here. On a server without it, CM20 is not
-/// a candidate.
+/// at least 1.4x slower). The inputs are fixed, so a regression of the model fails
+/// here. On a server without it, CM20 is not a candidate.
 #[test]
 fn a_cm20_cell_matches_its_prediction_and_auto_weighs_three() {
     let (n_c, n_s) = (1 << 12, 1 << 12);
@@ -425,8 +425,16 @@ fn a_cm20_cell_matches_its_prediction_and_auto_weighs_three() {
     // WiFi (bandwidth plenty: computation decides) and 3G (bytes decide), with the
     // winner of each on the reference machine.
     let cells: [(_, _, &[(Protocol, f64)]); 2] = [
-        (&NETWORKS[1], Protocol::Cm20, &[(Protocol::Ot, 1.0), (Protocol::Dh, 2.0)]),
-        (&NETWORKS[6], Protocol::Dh, &[(Protocol::Ot, 1.4), (Protocol::Cm20, 1.4)]),
+        (
+            &NETWORKS[1],
+            Protocol::Cm20,
+            &[(Protocol::Ot, 1.0), (Protocol::Dh, 2.0)],
+        ),
+        (
+            &NETWORKS[6],
+            Protocol::Dh,
+            &[(Protocol::Ot, 1.4), (Protocol::Cm20, 1.4)],
+        ),
     ];
     for (net, winner, slower) in cells {
         let l = link(net);
