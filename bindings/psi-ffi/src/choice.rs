@@ -404,7 +404,8 @@ mod tests {
                 "max_body_bytes": 8388608,
                 "costs": {{"scalar_mult_ns": {sm}, "hash_to_group_ns": {hg},
                   "element_decode_ns": {ed}, "aes_block_ns": {aes}, "hash_block_ns": {hb},
-                  "entry_ns": {en}, "threads_per_step": 1, "workers": 2, "ot_workers": 1}}}}}}
+                  "entry_ns": {en}, "cm20_lookup_ns": {cl}, "threads_per_step": 1,
+                  "workers": 2, "ot_workers": 1}}}}}}
             }}"#,
             device = costs_json(device),
             sm = server.scalar_mult_ns,
@@ -413,6 +414,7 @@ mod tests {
             aes = server.aes_block_ns,
             hb = server.hash_block_ns,
             en = server.entry_ns,
+            cl = server.cm20_lookup_ns.unwrap_or_default(),
         );
         let m = psi_client::Measurements::from_json(&json);
         assert!(m.device.is_some() && m.servers.contains_key(BASE), "{json}");
@@ -426,13 +428,16 @@ mod tests {
     fn costs_json(c: DeviceCosts) -> String {
         format!(
             r#"{{"scalar_mult_ns": {}, "hash_to_group_ns": {}, "element_decode_ns": {},
-                "aes_block_ns": {}, "hash_block_ns": {}, "entry_ns": {}}}"#,
+                "aes_block_ns": {}, "hash_block_ns": {}, "entry_ns": {},
+                "cm20_lookup_ns": {}}}"#,
             c.scalar_mult_ns,
             c.hash_to_group_ns,
             c.element_decode_ns,
             c.aes_block_ns,
             c.hash_block_ns,
-            c.entry_ns
+            c.entry_ns,
+            // A store without it is recalibrated (it predates the CM20 unit).
+            c.cm20_lookup_ns.unwrap_or_default()
         )
     }
 
