@@ -99,9 +99,9 @@ impl From<&LinkHints> for psi_client::LinkHints {
     fn from(h: &LinkHints) -> Self {
         let mut hints =
             psi_client::LinkHints::new(h.network.clone()).with_flags(h.metered, h.constrained);
-        // Values that are not a finite positive number are unknown (the estimator
-        // ignores them too; checked here so the record never carries NaN further).
-        let known = |v: Option<f64>| v.filter(|x| x.is_finite() && *x > 0.0);
+        // Values that are not hints (psi-client's rule: NaN, 0, negative, infinite,
+        // absurdly large) are unknown, so nothing further carries them.
+        let known = psi_client::measure::usable_hint;
         hints.down_mbit = known(h.down_mbit);
         hints.up_mbit = known(h.up_mbit);
         hints.rtt_ms = known(h.rtt_ms);
@@ -404,7 +404,8 @@ mod tests {
                 "max_body_bytes": 8388608,
                 "costs": {{"scalar_mult_ns": {sm}, "hash_to_group_ns": {hg},
                   "element_decode_ns": {ed}, "aes_block_ns": {aes}, "hash_block_ns": {hb},
-                  "entry_ns": {en}, "threads_per_step": 1, "workers": 2, "ot_workers": 1}}}}}}
+                  "entry_ns": {en}, "cm20_lookup_ns": {cl}, "threads_per_step": 1,
+                  "workers": 2, "ot_workers": 1}}}}}}
             }}"#,
             device = costs_json(device),
             sm = server.scalar_mult_ns,
@@ -413,6 +414,7 @@ mod tests {
             aes = server.aes_block_ns,
             hb = server.hash_block_ns,
             en = server.entry_ns,
+            cl = server.cm20_lookup_ns.unwrap_or_default(),
         );
         let m = psi_client::Measurements::from_json(&json);
         assert!(m.device.is_some() && m.servers.contains_key(BASE), "{json}");
@@ -426,13 +428,16 @@ mod tests {
     fn costs_json(c: DeviceCosts) -> String {
         format!(
             r#"{{"scalar_mult_ns": {}, "hash_to_group_ns": {}, "element_decode_ns": {},
-                "aes_block_ns": {}, "hash_block_ns": {}, "entry_ns": {}}}"#,
+                "aes_block_ns": {}, "hash_block_ns": {}, "entry_ns": {},
+                "cm20_lookup_ns": {}}}"#,
             c.scalar_mult_ns,
             c.hash_to_group_ns,
             c.element_decode_ns,
             c.aes_block_ns,
             c.hash_block_ns,
-            c.entry_ns
+            c.entry_ns,
+            // A store without it is recalibrated (it predates the CM20 unit).
+            c.cm20_lookup_ns.unwrap_or_default()
         )
     }
 
@@ -480,6 +485,13 @@ mod tests {
             ..LinkHints::default()
         });
         assert_eq!((zero.down_mbit, zero.up_mbit), (None, None));
+        // psi-client's rule: a value whose conversion to bytes per second overflows is
+        // no hint either (the earlier filter here let it through).
+        let huge = psi_client::LinkHints::from(&LinkHints {
+            down_mbit: Some(f64::MAX),
+            ..LinkHints::default()
+        });
+        assert_eq!(huge.down_mbit, None);
     }
 
     #[test]

@@ -18,8 +18,11 @@ pub(crate) const FILE_NAME: &str = "measurements.json";
 /// unreadable file is treated as empty, as measurements are a cache.
 const MAX_FILE_BYTES: u64 = 1 << 20;
 
-/// The stores open in this process, by directory.
-static OPEN: Mutex<BTreeMap<PathBuf, Weak<MeasurementStore>>> = Mutex::new(BTreeMap::new());
+/// An open directory: its store and the lock its saves take.
+type Open = (Weak<MeasurementStore>, Weak<Mutex<()>>);
+
+/// The stores open in this process, by canonical directory.
+static OPEN: Mutex<BTreeMap<PathBuf, Open>> = Mutex::new(BTreeMap::new());
 
 /// Names temporary files uniquely within the process.
 static SAVES: AtomicU64 = AtomicU64::new(0);
@@ -29,33 +32,45 @@ static SAVES: AtomicU64 = AtomicU64::new(0);
 pub(crate) struct Stored {
     store: Arc<MeasurementStore>,
     file: Option<PathBuf>,
+    /// Held by a save from its snapshot to its rename, shared by every `Stored` of the
+    /// directory: the file is replaced in the order the snapshots were taken, so an
+    /// older snapshot is never renamed over a newer one.
+    saving: Arc<Mutex<()>>,
 }
 
 impl Stored {
     /// The store kept in `dir/measurements.json` (shared with the other clients of this
-    /// process on `dir`; loaded from the file the first time), or a store of this client
-    /// alone, in memory, when `dir` is `None`.
+    /// process on the same directory, however it is spelt: the key is the canonical
+    /// path; loaded from the file the first time), or a store of this client alone, in
+    /// memory, when `dir` is `None`.
     pub(crate) fn open(dir: Option<&Path>) -> Stored {
         let Some(dir) = dir else {
             return Stored {
                 store: Arc::new(MeasurementStore::default()),
                 file: None,
+                saving: Arc::new(Mutex::new(())),
             };
         };
+        let dir = canonical(dir);
         let file = dir.join(FILE_NAME);
         let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
-        open.retain(|_, s| s.strong_count() > 0);
-        let store = match open.get(dir).and_then(Weak::upgrade) {
+        open.retain(|_, (s, _)| s.strong_count() > 0);
+        let shared = open
+            .get(&dir)
+            .and_then(|(s, l)| Some((s.upgrade()?, l.upgrade()?)));
+        let (store, saving) = match shared {
             Some(s) => s,
             None => {
                 let s = Arc::new(MeasurementStore::new(load(&file)));
-                open.insert(dir.to_path_buf(), Arc::downgrade(&s));
-                s
+                let l = Arc::new(Mutex::new(()));
+                open.insert(dir, (Arc::downgrade(&s), Arc::downgrade(&l)));
+                (s, l)
             }
         };
         Stored {
             store,
             file: Some(file),
+            saving,
         }
     }
 
@@ -69,6 +84,7 @@ impl Stored {
     /// calibration and the link priors, no more.
     pub(crate) fn save(&self) {
         let Some(file) = &self.file else { return };
+        let _saving = self.saving.lock().unwrap_or_else(|e| e.into_inner());
         let json = self.store.snapshot().to_json();
         let tmp = file.with_extension(format!(
             "{}.{}.tmp",
@@ -84,6 +100,16 @@ impl Stored {
             let _ = std::fs::remove_file(&tmp);
         }
     }
+}
+
+/// `dir` as the key of its store: its canonical path (symbolic links, `.` and `..`
+/// resolved; the directory is created for that, as a save would), or, if it cannot be
+/// created or resolved, the absolute path as given.
+fn canonical(dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir)
+        .and_then(|()| dir.canonicalize())
+        .or_else(|_| std::path::absolute(dir))
+        .unwrap_or_else(|_| dir.to_path_buf())
 }
 
 /// The measurements in `file`; empty if it is missing, too large or not a store.
@@ -140,6 +166,56 @@ mod tests {
         with_wifi(&mem, 0.5);
         mem.save();
         assert!(!Arc::ptr_eq(&mem.store, &Stored::open(None).store));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn every_spelling_of_a_directory_opens_one_store() {
+        let dir = temp_dir("spelt");
+        let a = Stored::open(Some(&dir));
+        // Relative parts and a trailing separator.
+        let b = Stored::open(Some(
+            &dir.join(".").join("..").join(dir.file_name().unwrap()),
+        ));
+        let c = Stored::open(Some(Path::new(&format!("{}/", dir.display()))));
+        assert!(Arc::ptr_eq(&a.store, &b.store) && Arc::ptr_eq(&a.store, &c.store));
+        assert!(Arc::ptr_eq(&a.saving, &b.saving));
+        #[cfg(unix)]
+        {
+            let link = temp_dir("spelt-link");
+            std::os::unix::fs::symlink(&dir, &link).unwrap();
+            let d = Stored::open(Some(&link));
+            assert!(
+                Arc::ptr_eq(&a.store, &d.store),
+                "a link is the same directory"
+            );
+            std::fs::remove_file(&link).unwrap();
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn concurrent_saves_leave_the_newest_snapshot() {
+        let dir = temp_dir("racing");
+        let stores: Vec<Stored> = (0..8).map(|_| Stored::open(Some(&dir))).collect();
+        std::thread::scope(|scope| {
+            for s in &stores {
+                scope.spawn(move || {
+                    for _ in 0..100 {
+                        // Each save follows a change: the last save holds every change.
+                        s.store.update(|m| {
+                            let e = m.networks.entry("n".into()).or_insert_with(|| {
+                                psi_client::LinkEstimate::from_hints(&Default::default())
+                            });
+                            e.rtt_samples += 1;
+                        });
+                        s.save();
+                    }
+                });
+            }
+        });
+        let on_disk = load(&dir.join(FILE_NAME));
+        assert_eq!(on_disk.networks["n"].rtt_samples, 8 * 100);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -147,6 +147,10 @@ pub fn run(args: LoadgenArgs) -> Result<(), String> {
                     config = config.with_token(t.clone());
                 }
                 let client = Client::new(&args.server, config);
+                // The health, kept by the client, tells it what the server supports (with
+                // labels off: whether it may say so and skip the DELETE). A failure here
+                // only makes the runs treat the server as an older one.
+                let _ = client.health();
                 let protocol = if c < args.ot_clients {
                     Protocol::Ot
                 } else {

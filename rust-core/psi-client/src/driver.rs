@@ -16,7 +16,7 @@ use psi_core::dh::{DhClient, EncodedSet};
 use psi_core::labels::{LabelClient, LabelStep};
 use psi_core::ot::{ClientStep, OtClient, OtConfig};
 use psi_core::{ItemSet, MatchOutput, MatchedOutputs, Phase, Protocol};
-use psi_http::{ErrorBody, ErrorCode, Route, SessionCreated};
+use psi_http::{ErrorBody, ErrorCode, Feature, Route, SessionCreated};
 use rand_chacha::ChaCha20Rng;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -145,13 +145,28 @@ impl Client {
         &self.config
     }
 
-    /// `GET /v1/health`: the server's epoch, registry size, protocols and limits.
+    /// `GET /v1/health`: the server's epoch, registry size, protocols, limits and
+    /// features. Kept in the measurements for this server, so later runs (with a fixed
+    /// protocol too) know what it supports without asking again.
     pub fn health(&self) -> Result<psi_http::Health> {
         Client::check_base_url(&self.base, &self.config)?;
         let cancel = CancelToken::new();
         let mut quiet = |_| {};
         let mut run = Run::new(self, &cancel, &mut quiet);
-        run.health()
+        let h = run.health()?;
+        self.measurements
+            .update(|m| m.servers.insert(self.base.clone(), h.clone()));
+        Ok(h)
+    }
+
+    /// Whether this server's stored health lists `feature` (false when no health is
+    /// stored: an unknown server is treated as an older one).
+    fn stored_feature(&self, feature: Feature) -> bool {
+        self.measurements.read(|m| {
+            m.servers
+                .get(&self.base)
+                .is_some_and(|h| h.supports(feature))
+        })
     }
 
     /// Matches `items` (normalized identifiers, see psi-contacts and
@@ -330,11 +345,16 @@ impl Client {
         // No rate measured on this network yet (at most the RTT of a health request), and
         // the prior's uncertainty could flip the choice at a cost above the probe's: one
         // bounded probe each way first (its time is in `overhead`, its requests and bytes
-        // in the report). A server without the probe (404), over the probe budget (429) or
-        // failing it leaves the prior in place: the probe never fails a run, but a
-        // cancellation still cancels it.
+        // in the report). Only a server that lists the probe is probed (an older one costs
+        // nothing), and not one that refused it for its budget until its `Retry-After`
+        // has passed. A refusal or any failure leaves the prior in place: the probe never
+        // fails a run, but a cancellation still cancels it.
         let mut probe = (0, 0);
-        if link.up_samples + link.down_samples == 0 {
+        let now = crate::measure::unix_now();
+        if link.up_samples + link.down_samples == 0
+            && health.supports(Feature::Probe)
+            && self.measurements.read(|m| m.probe_allowed(&self.base, now))
+        {
             let factor = crate::measure::prior_uncertainty(prior_source);
             if crate::measure::probe_worthwhile(&workload, &inputs, policy, &served, factor) {
                 let mut quiet = |_| {};
@@ -357,6 +377,13 @@ impl Client {
                         inputs.link = link.link();
                     }
                     Err(ClientError::Cancelled) => return Err(ClientError::Cancelled),
+                    Err(ClientError::Http {
+                        code: ErrorCode::RateLimited,
+                        retry_after,
+                        ..
+                    }) => self
+                        .measurements
+                        .update(|m| m.pause_probe(&self.base, now, retry_after)),
                     Err(_) => {}
                 }
             }
@@ -398,7 +425,7 @@ impl Client {
     ) -> Result<MatchReport> {
         let mut run = Run::new(self, cancel, progress);
         let n = set.len();
-        let session = run.create_session(protocol, n)?;
+        let (session, said_no_labels) = run.create_session(protocol, n)?;
         // A layout that would pin matched entries down is refused before anything is
         // matched (docs/protocol/labels.md §5.1): the caller asked for labels.
         let layout = if self.config.fetch_labels {
@@ -410,8 +437,9 @@ impl Client {
             .map_err(ClientError::from)
             .and_then(|()| run.protocol(&session, set, protocol))
             .and_then(|(output, source)| {
-                // Labels off: the protocol's final response was the session's last.
-                run.session_complete = !self.config.fetch_labels;
+                // Labels off, and the server was told: the protocol's final response was
+                // the session's last. (Not told, it waits for a label step: DELETE.)
+                run.session_complete = said_no_labels;
                 let labels = run.labels(&session, output.client_items, output.matches, source)?;
                 Ok((output.client_items, output.duplicates, labels))
             });
@@ -732,20 +760,40 @@ impl<'a> Run<'a> {
             .body)
     }
 
-    fn create_session(&mut self, protocol: Protocol, n: usize) -> Result<SessionCreated> {
+    /// `POST /v1/sessions`. With labels off, `"labels": false` is sent only to a server
+    /// whose stored health lists [`Feature::SessionLabelsOption`] (older servers refuse
+    /// the unknown field); returns the session and whether it was sent. A `bad_request`
+    /// to a request that carried it (a server replaced by an older one since its health
+    /// was stored) drops the stored health and asks once more without it.
+    fn create_session(&mut self, protocol: Protocol, n: usize) -> Result<(SessionCreated, bool)> {
         let t = self.enter(Phase::CreateSession)?;
+        let say_no_labels = !self.client.config.fetch_labels
+            && self.client.stored_feature(Feature::SessionLabelsOption);
+        let session = match self.create(protocol, n, say_no_labels) {
+            Err(ClientError::Http {
+                code: ErrorCode::BadRequest,
+                ..
+            }) if say_no_labels => {
+                let base = &self.client.base;
+                self.client.measurements.update(|m| m.servers.remove(base));
+                self.create(protocol, n, false).map(|s| (s, false))
+            }
+            r => r.map(|s| (s, say_no_labels)),
+        }?;
+        self.leave(Phase::CreateSession, t);
+        Ok(session)
+    }
+
+    fn create(&mut self, protocol: Protocol, n: usize, no_labels: bool) -> Result<SessionCreated> {
         let body = serde_json::to_vec(&psi_http::CreateSession {
             protocol: protocol.api_name().to_string(),
             client_items: n as u64,
             // Said only when off: a request with labels on is as before this field.
-            labels: (!self.client.config.fetch_labels).then_some(false),
+            labels: no_labels.then_some(false),
         })
         .map_err(|_| ClientError::BadInput("session request".into()))?;
         let r = self.send(Route::CreateSession, "", body, Some(psi_http::JSON), vec![])?;
-        let session: SessionCreated = serde_json::from_slice(&r.body)
-            .map_err(|_| ClientError::BadResponse("session body".into()))?;
-        self.leave(Phase::CreateSession, t);
-        Ok(session)
+        serde_json::from_slice(&r.body).map_err(|_| ClientError::BadResponse("session body".into()))
     }
 
     fn delete_session(&mut self, id: &str) -> Result<()> {
@@ -897,8 +945,7 @@ impl<'a> Run<'a> {
         set: ItemSet,
     ) -> Result<(MatchOutput, LabelSource)> {
         use psi_core::cm20::{self, Cm20Client, Cm20Config};
-        let config = Cm20Config::new(self.client.config.threads)
-            .with_max_request_bytes(session.max_body_bytes.min(cm20::DEFAULT_MAX_REQUEST_BYTES));
+        let config = Cm20Config::for_body_limit(self.client.config.threads, session.max_body_bytes);
         let t = self.enter(Phase::ClientStart)?;
         let (mut client, mut request) = Cm20Client::start(set, config, self.rng()?)?;
         self.leave(Phase::ClientStart, t);

@@ -58,7 +58,7 @@ pub use measure::{
 pub use psi_contacts::Invalid;
 pub use psi_core::cost::{Policy, Prediction};
 pub use psi_core::{Phase, Protocol, Threads};
-pub use psi_http::{ErrorCode, Health};
+pub use psi_http::{ErrorCode, Feature, Health};
 pub use report::{MatchReport, Matched, Progress, RunStats};
 #[cfg(feature = "http")]
 pub use transport::HttpTransport;

@@ -107,8 +107,8 @@ pub const MIN_RATE_SAMPLE_BYTES: u64 = 32 * 1024;
 
 /// A hint's value if it is one: a finite positive number whose conversion to bytes per
 /// second (or seconds) stays finite. Anything else (NaN, 0, negative, infinite, absurdly
-/// large) is unknown.
-fn usable_hint(v: Option<f64>) -> Option<f64> {
+/// large) is unknown. The one rule for hints: the bindings filter with it too.
+pub fn usable_hint(v: Option<f64>) -> Option<f64> {
     v.filter(|x| x.is_finite() && *x > 0.0 && (x * 1e6).is_finite())
 }
 
@@ -317,6 +317,49 @@ pub struct Measurements {
     pub networks: BTreeMap<String, LinkEstimate>,
     /// The last health of each server, by base URL.
     pub servers: BTreeMap<String, psi_http::Health>,
+    /// Servers (by base URL) that refused the bounded probe for its budget (429), with
+    /// the time (seconds since the Unix epoch) before which they are not probed again
+    /// (docs/protocol-choice.md, "Bounded probe"). Absent from older stores.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub probe_paused_until: BTreeMap<String, u64>,
+}
+
+/// How long a server that refused the probe for its budget without a usable
+/// `Retry-After` is left unprobed: the budget's window, an hour.
+pub const PROBE_PAUSE_DEFAULT_SECS: u64 = 3600;
+/// Bounds on the pause after a refused probe, whatever `Retry-After` says: at least a
+/// minute (a `Retry-After: 0` must not make every choice probe), at most a day.
+pub const PROBE_PAUSE_BOUNDS_SECS: (u64, u64) = (60, 86_400);
+
+/// Seconds since the Unix epoch by the system clock (0 if it is set before 1970).
+pub(crate) fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Measurements {
+    /// Whether the server at `base` may be probed at `now` (seconds since the Unix
+    /// epoch): it has not refused a probe for its budget, or that pause is over.
+    pub fn probe_allowed(&self, base: &str, now: u64) -> bool {
+        self.probe_paused_until
+            .get(base)
+            .is_none_or(|&until| now >= until)
+    }
+
+    /// Records that the server at `base` refused the probe at `now` for its budget,
+    /// asking to wait `retry_after` seconds: no probe until then, the wait taken within
+    /// [`PROBE_PAUSE_BOUNDS_SECS`] ([`PROBE_PAUSE_DEFAULT_SECS`] if none was given).
+    pub fn pause_probe(&mut self, base: &str, now: u64, retry_after: Option<u64>) {
+        let (lo, hi) = PROBE_PAUSE_BOUNDS_SECS;
+        let wait = retry_after
+            .unwrap_or(PROBE_PAUSE_DEFAULT_SECS)
+            .clamp(lo, hi);
+        // Pauses that are over are dropped, so the map stays as small as the servers.
+        self.probe_paused_until.retain(|_, &mut until| until > now);
+        self.probe_paused_until
+            .insert(base.to_string(), now.saturating_add(wait));
+    }
 }
 
 impl Measurements {
@@ -343,6 +386,10 @@ impl MeasurementStore {
     /// A copy of the contents.
     pub fn snapshot(&self) -> Measurements {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    /// Reads the contents without copying them.
+    pub fn read<T>(&self, f: impl FnOnce(&Measurements) -> T) -> T {
+        f(&self.0.lock().unwrap_or_else(|e| e.into_inner()))
     }
     /// Changes the contents.
     pub fn update<T>(&self, f: impl FnOnce(&mut Measurements) -> T) -> T {
@@ -567,6 +614,43 @@ mod tests {
         assert_eq!(back.device, m.device);
         assert_eq!(back.networks, m.networks);
         assert!(Measurements::from_json("not json").device.is_none());
+    }
+
+    #[test]
+    fn a_probe_pause_is_bounded_kept_per_server_and_persisted() {
+        let mut m = Measurements::default();
+        assert!(m.probe_allowed("https://a", 1000));
+        // The server's Retry-After, within the bounds.
+        m.pause_probe("https://a", 1000, Some(600));
+        assert!(!m.probe_allowed("https://a", 1599));
+        assert!(m.probe_allowed("https://a", 1600));
+        assert!(m.probe_allowed("https://b", 1000));
+        // None: the budget's hour; 0: a minute; a year: a day.
+        m.pause_probe("https://b", 1000, None);
+        assert_eq!(
+            m.probe_paused_until["https://b"],
+            1000 + PROBE_PAUSE_DEFAULT_SECS
+        );
+        m.pause_probe("https://c", 1000, Some(0));
+        assert_eq!(m.probe_paused_until["https://c"], 1060);
+        m.pause_probe("https://d", 1000, Some(365 * 86_400));
+        assert_eq!(m.probe_paused_until["https://d"], 1000 + 86_400);
+        assert_eq!(
+            Measurements::from_json(&m.to_json()).probe_paused_until,
+            m.probe_paused_until
+        );
+        // A later pause drops the ones that are over.
+        m.pause_probe("https://e", 5000, Some(60));
+        assert_eq!(
+            m.probe_paused_until.keys().collect::<Vec<_>>(),
+            ["https://d", "https://e"]
+        );
+        // A store from before the field reads as no pause.
+        assert!(
+            Measurements::from_json(r#"{"networks":{}}"#)
+                .probe_paused_until
+                .is_empty()
+        );
     }
 
     use psi_core::cost::{Policy, Workload};

@@ -624,7 +624,8 @@ fn a_too_fine_label_layout_is_refused() {
 
 /// Every protocol, labels on and off: a complete run makes exactly the requests the cost
 /// model counts, none of them a DELETE, and the server holds no session afterwards (it
-/// ended each with its final response: ADR 0025).
+/// ended each with its final response: ADR 0025). Labels off, the client says so
+/// (`"labels": false`) because the server's stored health lists the option.
 #[test]
 fn complete_runs_send_no_delete_and_leave_no_session() {
     let srv = server(
@@ -639,6 +640,10 @@ fn complete_runs_send_no_delete_and_leave_no_session() {
             // A fresh cache each time: DH-PSI downloads the encoded set.
             let c = Client::with_transport(&srv.url(), t, config)
                 .with_cache(std::sync::Arc::new(psi_client::MemoryCache::new()));
+            // The health, stored in the client's measurements, lists every feature.
+            let h = c.health().unwrap();
+            assert!(psi_client::Feature::ALL.iter().all(|&f| h.supports(f)));
+            seen.lock().unwrap().clear();
             let r = c
                 .match_items(items.clone(), p, &mut |_| {}, &none())
                 .unwrap();
@@ -654,8 +659,47 @@ fn complete_runs_send_no_delete_and_leave_no_session() {
             let expect = psi_core::cost::cost(p, &w).unwrap().requests.len();
             assert_eq!(r.stats.requests, expect, "{p} labels {labels}: {routes:?}");
             assert_eq!(routes.len(), expect);
+            let create: serde_json::Value =
+                serde_json::from_slice(&seen.lock().unwrap()[0].body).unwrap();
+            assert_eq!(create.get("labels").is_some(), !labels, "{create}");
             assert_eq!(srv.state.live_sessions(), 0, "{p} labels {labels}");
         }
     }
     srv.shutdown().unwrap();
+}
+
+/// Labels off with a fixed protocol and no stored health: the server is not known to
+/// accept `labels`, so the field is left out (as for an older server) and the run ends
+/// with a DELETE, one request more than with the health stored; either way the server
+/// holds no session afterwards.
+#[test]
+fn labels_off_without_a_stored_health_omits_the_field_and_deletes() {
+    let srv = server(&[("bob@example.com", None)], |_| {});
+    let (t, seen) = Recording::new(Some(HttpTransport::new()));
+    let c = Client::with_transport(&srv.url(), t, ClientConfig::default().with_labels(false));
+    let items = vec![b"bob@example.com".to_vec(), b"x@y.z".to_vec()];
+    let r = c
+        .match_items(items.clone(), Protocol::Ot, &mut |_| {}, &none())
+        .unwrap();
+    assert_eq!(r.matches.len(), 1);
+    let routes = routes(&seen.lock().unwrap());
+    assert_eq!(routes.first().unwrap(), "POST /v1/sessions");
+    assert_eq!(routes.last().unwrap(), "DELETE /v1/sessions/{id}");
+    let create: serde_json::Value = serde_json::from_slice(&seen.lock().unwrap()[0].body).unwrap();
+    assert!(create.get("labels").is_none(), "{create}");
+    assert_eq!(srv.state.live_sessions(), 0);
+    // With the health stored: the field, no DELETE, one request fewer.
+    c.health().unwrap();
+    seen.lock().unwrap().clear();
+    let again = c
+        .match_items(items, Protocol::Ot, &mut |_| {}, &none())
+        .unwrap();
+    assert_eq!(again.stats.requests + 1, r.stats.requests);
+    assert!(routes_of(&seen).iter().all(|r| !r.starts_with("DELETE")));
+    assert_eq!(srv.state.live_sessions(), 0);
+    srv.shutdown().unwrap();
+}
+
+fn routes_of(seen: &Arc<Mutex<Vec<Request>>>) -> Vec<String> {
+    routes(&seen.lock().unwrap())
 }

@@ -1,8 +1,10 @@
 //! The bounded link probe (docs/protocol-choice.md, "Bounded probe") against the real
 //! server over loopback: an automatic choice on a network with no measured rate probes
 //! when the prior's uncertainty could flip a close choice, and not when a rate is stored,
-//! the choice is clear, or the protocol is fixed; a server without the probe or over its
-//! probe budget leaves the prior in place and the run goes on.
+//! the choice is clear, or the protocol is fixed; an older server (no features in its
+//! health) is never probed nor sent `"labels": false`; a server over its probe budget
+//! leaves the prior in place, the run goes on, and it is not probed again until its
+//! `Retry-After` has passed.
 //!
 //! The device and the server are the reference machine (a stored device calibration and a
 //! stored health without costs), so the decisions do not depend on this machine's speed;
@@ -52,8 +54,10 @@ fn server(n: usize, tune: impl FnOnce(&mut Config)) -> RunningServer {
     .unwrap()
 }
 
-/// Forwards to the real server and records each request; `old_server` answers the probe
-/// route with the 404 a server from before the probe gives.
+/// Forwards to the real server and records each request; `old_server` makes it a server
+/// from before the optional features: its health and sessions say nothing of them
+/// (no `features`, `ends_on_completion` false), the probe route is a 404, and a session
+/// request with the `labels` field is refused as an unknown field (400 `bad_request`).
 struct Recording {
     inner: HttpTransport,
     seen: Mutex<Vec<Request>>,
@@ -83,14 +87,34 @@ impl Recording {
 impl Transport for Recording {
     fn send(&self, r: Request) -> Result<Response, TransportError> {
         self.seen.lock().unwrap().push(r.clone());
-        if self.old_server && r.url.contains("/v1/probe") {
-            return Ok(Response {
-                status: 404,
-                headers: vec![("content-type".into(), "application/json".into())],
-                body: br#"{"error":"not_found","message":"no such route"}"#.to_vec(),
-            });
+        if !self.old_server {
+            return self.inner.send(r);
         }
-        self.inner.send(r)
+        let error = |status: u16, code: &str| Response {
+            status,
+            headers: vec![("content-type".into(), "application/json".into())],
+            body: format!(r#"{{"error":"{code}","message":"old server"}}"#).into_bytes(),
+        };
+        if r.url.contains("/v1/probe") {
+            return Ok(error(404, "not_found"));
+        }
+        let session_request = r.method == Method::Post && r.url.ends_with("/v1/sessions");
+        if session_request {
+            let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+            if body.get("labels").is_some() {
+                return Ok(error(400, "bad_request"));
+            }
+        }
+        let health = r.url.ends_with("/v1/health");
+        let mut resp = self.inner.send(r)?;
+        if (health || session_request) && resp.status < 300 {
+            let mut v: serde_json::Value = serde_json::from_slice(&resp.body).unwrap();
+            let o = v.as_object_mut().unwrap();
+            o.remove("features");
+            o.remove("ends_on_completion");
+            resp.body = serde_json::to_vec(&v).unwrap();
+        }
+        Ok(resp)
     }
 }
 
@@ -101,14 +125,27 @@ fn reference_client(
     t: Arc<Recording>,
     hints: LinkHints,
 ) -> (Client, Arc<MeasurementStore>) {
+    reference_client_with(srv, t, hints, true)
+}
+
+/// [`reference_client`] with labels on or off.
+fn reference_client_with(
+    srv: &RunningServer,
+    t: Arc<Recording>,
+    hints: LinkHints,
+    labels: bool,
+) -> (Client, Arc<MeasurementStore>) {
     let store = Arc::new(MeasurementStore::default());
     let config = ClientConfig::default()
         .with_threads(psi_core::Threads::ONE)
         .with_retries(0)
+        .with_labels(labels)
         .with_link_hints(hints);
-    let client = Client::with_transport(&srv.url(), t, config).with_measurements(store.clone());
+    let client =
+        Client::with_transport(&srv.url(), t.clone(), config).with_measurements(store.clone());
     let mut health = client.health().unwrap();
     health.costs = None;
+    t.seen.lock().unwrap().clear();
     store.update(|m| {
         m.servers.insert(srv.url(), health);
         m.device = Some(DeviceCosts::from_units(&UnitCosts::REFERENCE));
@@ -242,14 +279,30 @@ fn a_clear_choice_or_a_fixed_protocol_sends_no_probe() {
     assert!(t.probes().is_empty());
 }
 
+/// The session requests of `t` (URL, body as JSON) and whether the run ended with a
+/// DELETE.
+fn session_requests(t: &Recording) -> (Vec<serde_json::Value>, bool) {
+    let seen = t.seen.lock().unwrap();
+    let bodies = seen
+        .iter()
+        .filter(|r| r.method == Method::Post && r.url.ends_with("/v1/sessions"))
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect();
+    (bodies, seen.last().unwrap().method == Method::Delete)
+}
+
 #[test]
-fn a_server_without_the_probe_or_over_its_budget_leaves_the_prior() {
+fn an_older_server_gets_no_probe_and_no_labels_field_and_its_sessions_are_deleted() {
     let mut set = items("s", 100);
     set.extend(items("c", 3996));
-    // An older server: 404 on /v1/probe. One request, the prior stays, the run goes on.
+    assert!(close_on_the_default_prior(4096, 4096));
     let srv = server(4096, |_| {});
+    // Automatic choice, labels off, on a close workload and an unmeasured network: a
+    // newer server would be probed and told `"labels": false`. This one lists no
+    // features: no probe request at all, the field left out, the session deleted.
     let t = Recording::new(true);
-    let (client, store) = reference_client(&srv, t.clone(), LinkHints::new("old"));
+    let (client, store) = reference_client_with(&srv, t.clone(), LinkHints::new("old"), false);
+    assert!(store.snapshot().servers[&srv.url()].features.is_empty());
     let r = client
         .match_items(
             set.clone(),
@@ -260,23 +313,101 @@ fn a_server_without_the_probe_or_over_its_budget_leaves_the_prior() {
         .unwrap();
     assert_eq!(r.matches.len(), 100);
     let c = r.choice.unwrap();
-    assert_eq!(c.probe_requests, 1);
+    assert_eq!((c.probe_requests, c.probe_bytes), (0, 0));
     assert_eq!(c.link_source, Source::Default);
-    assert_eq!(t.probes().len(), 1);
+    assert!(t.probes().is_empty());
+    let (bodies, deleted) = session_requests(&t);
+    assert_eq!(bodies.len(), 1);
+    assert!(bodies[0].get("labels").is_none(), "{}", bodies[0]);
+    assert!(deleted);
+    assert_eq!(srv.state.live_sessions(), 0);
     // The run's own requests measured the link afterwards, as without a probe.
     assert!(store.snapshot().networks["old"].rtt_samples >= 1);
 
+    // A fixed protocol and no stored health: the same, without asking for the health.
+    let t = Recording::new(true);
+    let config = ClientConfig::default()
+        .with_threads(psi_core::Threads::ONE)
+        .with_retries(0)
+        .with_labels(false);
+    let fresh = Client::with_transport(&srv.url(), t.clone(), config.clone());
+    let r = fresh
+        .match_items(set.clone(), Protocol::Dh, &mut |_| {}, &CancelToken::new())
+        .unwrap();
+    assert_eq!(r.matches.len(), 100);
+    let (bodies, deleted) = session_requests(&t);
+    assert!(bodies.len() == 1 && bodies[0].get("labels").is_none());
+    assert!(deleted);
+    assert!(
+        !t.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|r| r.url.ends_with("/v1/health"))
+    );
+    assert_eq!(srv.state.live_sessions(), 0);
+
+    // A stored health that lists the option, from a server since replaced by an older
+    // one: the refused request drops it, the same run asks again without the field.
+    let t = Recording::new(true);
+    let stale = Arc::new(MeasurementStore::default());
+    let mut health = Client::new(&srv.url(), config.clone()).health().unwrap();
+    assert!(health.supports(psi_http::Feature::SessionLabelsOption));
+    health.costs = None;
+    stale.update(|m| m.servers.insert(srv.url(), health));
+    let c = Client::with_transport(&srv.url(), t.clone(), config).with_measurements(stale.clone());
+    let r = c
+        .match_items(set, Protocol::Ot, &mut |_| {}, &CancelToken::new())
+        .unwrap();
+    assert_eq!(r.matches.len(), 100);
+    let (bodies, deleted) = session_requests(&t);
+    assert_eq!(bodies.len(), 2);
+    assert_eq!(bodies[0]["labels"], false);
+    assert!(bodies[1].get("labels").is_none());
+    assert!(deleted);
+    assert!(stale.snapshot().servers.is_empty());
+    assert_eq!(srv.state.live_sessions(), 0);
+}
+
+#[test]
+fn a_server_over_its_probe_budget_leaves_the_prior_and_is_not_probed_again_for_a_while() {
     // A server whose probe budget allows the RTT request but not the rest: 429 on the
     // second request, the prior stays.
     let srv = server(4096, |c| c.probe_bytes_per_hour = 1000);
     let t = Recording::new(false);
     let (client, store) = reference_client(&srv, t.clone(), LinkHints::new("limited"));
+    let before = psi_client::measure::PROBE_PAUSE_BOUNDS_SECS.0;
     let c = client
         .choose(4096, Policy::Fastest, &CancelToken::new())
         .unwrap();
     assert_eq!(c.probe_requests, 2);
     assert_eq!(c.link_source, Source::Default);
     assert!(!store.snapshot().networks.contains_key("limited"));
+    // The refusal is remembered for this server until its Retry-After (at least the
+    // lower bound from now).
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let until = store.snapshot().probe_paused_until[&srv.url()];
+    assert!(until >= now + before - 5, "{until} {now}");
+    assert!(until <= now + psi_client::measure::PROBE_PAUSE_BOUNDS_SECS.1);
+    // The next choices do not probe, however close.
+    for _ in 0..3 {
+        let c = client
+            .choose(4096, Policy::Fastest, &CancelToken::new())
+            .unwrap();
+        assert_eq!((c.probe_requests, c.probe_bytes), (0, 0));
+    }
+    assert_eq!(t.probes().len(), 2);
+    // Once the pause is over, the server is probed again.
+    store.update(|m| m.probe_paused_until.insert(srv.url(), now - 1));
+    let c = client
+        .choose(4096, Policy::Fastest, &CancelToken::new())
+        .unwrap();
+    assert!(c.probe_requests >= 1);
+    assert!(t.probes().len() > 2);
+    store.update(|m| m.probe_paused_until.clear());
     // A cancelled choice is cancelled, not a fallback.
     let cancel = CancelToken::new();
     cancel.cancel();

@@ -16,7 +16,7 @@
 use psi_client::measure::{Clock, DeviceCosts, LinkEstimate, LinkHints, Measurements};
 use psi_client::{
     CancelToken, Client, ClientConfig, HttpTransport, MatchReport, MeasurementStore, Policy,
-    Protocol, ProtocolChoice, Request, Response, Transport, TransportError,
+    Protocol, ProtocolChoice, Request, Response, Source, Transport, TransportError,
 };
 use psi_core::cost::{self, Link, Workload};
 use psi_server::{AppState, Config, Registry, RunningServer, Store};
@@ -393,8 +393,14 @@ fn predictions_track_simulated_runs_and_auto_picks_the_faster_protocol() {
 
 /// CM20-PSI cells: on a server that offers it, a forced CM20 run's requests and protocol
 /// bytes are the model's exactly, its bytes within 5% and its network time within 2% of
-/// the simulation; the automatic choice weighs three candidates and takes the model's
-/// fastest. On a server without it, CM20 is not a candidate.
+/// the simulation. The automatic choice, on the reference machine both sides (so the
+/// answer does not depend on this machine's speed), weighs three candidates and takes
+/// the one the cell's structure says wins: on WiFi (bandwidth plenty, computation
+/// decides) CM20-PSI, a little ahead of OT-PSI (fewer bytes, one hash per item instead
+/// of three) and far ahead of DH-PSI (scalar multiplications, at least 2x); on 3G
+/// (0.5 Mbit/s up, bytes decide) DH-PSI, whose upload is a third of the others' (they
+/// at least 1.4x slower). The inputs are fixed, so a regression of the model fails
+/// here. On a server without it, CM20 is not a candidate.
 #[test]
 fn a_cm20_cell_matches_its_prediction_and_auto_weighs_three() {
     let (n_c, n_s) = (1 << 12, 1 << 12);
@@ -416,8 +422,21 @@ fn a_cm20_cell_matches_its_prediction_and_auto_weighs_three() {
     store.update(|m| {
         m.servers.insert(srv.url(), health.clone());
     });
-    // WiFi (bandwidth plenty: computation decides) and 3G (bytes decide).
-    for net in [&NETWORKS[1], &NETWORKS[6]] {
+    // WiFi (bandwidth plenty: computation decides) and 3G (bytes decide), with the
+    // winner of each on the reference machine.
+    let cells: [(_, _, &[(Protocol, f64)]); 2] = [
+        (
+            &NETWORKS[1],
+            Protocol::Cm20,
+            &[(Protocol::Ot, 1.0), (Protocol::Dh, 2.0)],
+        ),
+        (
+            &NETWORKS[6],
+            Protocol::Dh,
+            &[(Protocol::Ot, 1.4), (Protocol::Cm20, 1.4)],
+        ),
+    ];
+    for (net, winner, slower) in cells {
         let l = link(net);
         sim.set(l);
         let client = client_with(config.clone(), store.clone());
@@ -457,23 +476,37 @@ fn a_cm20_cell_matches_its_prediction_and_auto_weighs_three() {
             net.0,
             pred.network
         );
+        // The reference machine both sides: a device calibration and a server health
+        // without costs.
+        let mut reference = store.snapshot();
+        reference.device = Some(DeviceCosts::from_units(&cost::UnitCosts::REFERENCE));
+        if let Some(h) = reference.servers.get_mut(&srv.url()) {
+            h.costs = None;
+        }
         let auto = client_with(
             config.clone().with_link_hints(
                 LinkHints::new(net.0)
                     .with_bandwidth(net.3, net.2)
                     .with_rtt_ms(net.1),
             ),
-            Arc::new(MeasurementStore::new(store.snapshot())),
+            Arc::new(MeasurementStore::new(reference)),
         );
         let (r, _) = timed(&auto, &sim, n_c, ProtocolChoice::Auto(Policy::Fastest));
-        let choice = &r.choice.as_ref().unwrap().choice;
+        let c = r.choice.as_ref().unwrap();
+        assert_eq!(c.device_source, Source::Measured);
+        assert_eq!(c.server_source, Source::Default);
+        let choice = &c.choice;
         assert_eq!(choice.predictions.len(), 3);
-        let best = choice
-            .predictions
-            .iter()
-            .min_by(|a, b| a.total().total_cmp(&b.total()))
-            .unwrap();
-        assert_eq!(r.protocol, best.protocol);
+        assert_eq!(r.protocol, winner, "{}: {:?}", net.0, choice.predictions);
+        let total = |p: Protocol| choice.prediction(p).unwrap().total();
+        for &(p, factor) in slower {
+            assert!(
+                total(p) > factor * total(winner),
+                "{}: {p} not {factor}x slower than {winner}: {:?}",
+                net.0,
+                choice.predictions
+            );
+        }
         eprintln!(
             "{:<28} CM20 predicted {:.1} ms (net {:.1}), simulated {:.1} ms; auto chose {} among {:?}",
             net.0,

@@ -514,10 +514,8 @@ pub fn cost(protocol: Protocol, w: &Workload) -> Option<Cost> {
         }
         Protocol::Cm20 => {
             use crate::cm20::{self, params, sizes};
-            // The driver's configuration: chunks sized to the server's body limit, at
-            // most cm20::DEFAULT_MAX_REQUEST_BYTES; the default height.
-            let config = cm20::Cm20Config::new(crate::Threads::ONE)
-                .with_max_request_bytes(w.max_body_bytes.min(cm20::DEFAULT_MAX_REQUEST_BYTES));
+            // The driver's configuration for the server's body limit.
+            let config = cm20::Cm20Config::for_body_limit(crate::Threads::ONE, w.max_body_bytes);
             let n_c = n_c.min(u64::from(cm20::messages::MAX_ITEMS));
             let n_s = n_s.min(u64::from(cm20::messages::MAX_ITEMS));
             let height = params::height(n_c);
@@ -988,8 +986,7 @@ mod tests {
                 .with_labels(false)
                 .with_limits(n_c, body);
             let c = cost(Protocol::Cm20, &w).unwrap();
-            let config = crate::cm20::Cm20Config::new(crate::Threads::ONE)
-                .with_max_request_bytes(body.min(crate::cm20::DEFAULT_MAX_REQUEST_BYTES));
+            let config = crate::cm20::Cm20Config::for_body_limit(crate::Threads::ONE, body);
             let t = crate::cm20::sizes::traffic_with(n_c, n_s, &config);
             // Session, then hello and one request per chunk: the protocol's round trips.
             assert_eq!(c.requests.len() as u64, 1 + t.round_trips, "{n_c}");

@@ -136,7 +136,8 @@ pub struct CreateSession {
     pub client_items: u64,
     /// `false`: the client fetches no labels, so the session ends with the protocol's
     /// final response. Absent (the default): labels may follow, and the session ends with
-    /// the label fetch (docs/adr/0025-sessions-end-themselves.md).
+    /// the label fetch (docs/adr/0025-sessions-end-themselves.md). Sent only to a server
+    /// that lists [`Feature::SessionLabelsOption`]: older servers refuse unknown fields.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<bool>,
 }
@@ -206,6 +207,52 @@ pub struct Health {
     /// not measure them (older servers omit it).
     #[serde(default)]
     pub costs: Option<ServerCosts>,
+    /// What this server supports beyond the base API ([`Feature`] names). Empty from
+    /// older servers, which support none of them; names this client does not know are
+    /// kept and ignored.
+    #[serde(default)]
+    pub features: Vec<String>,
+}
+
+impl Health {
+    /// Whether the server lists `feature`.
+    pub fn supports(&self, feature: Feature) -> bool {
+        self.features.iter().any(|f| f == feature.as_str())
+    }
+}
+
+/// The optional parts of the API a server lists in [`Health::features`] (docs/api.md,
+/// "Health"). A client uses one only with a server that lists it: an older server lists
+/// none and would refuse the request or lack the route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Feature {
+    /// `"session-labels-option"`: `POST /v1/sessions` accepts [`CreateSession::labels`]
+    /// (an older server refuses the unknown field with `bad_request`).
+    SessionLabelsOption,
+    /// `"ends-sessions"`: the server ends a session itself with its final response
+    /// ([`SessionCreated::ends_on_completion`], docs/adr/0025-sessions-end-themselves.md).
+    EndsSessions,
+    /// `"probe"`: `GET` and `POST /v1/probe` ([`Route::ProbeDown`], [`Route::ProbeUp`]).
+    Probe,
+}
+
+impl Feature {
+    /// Every feature.
+    pub const ALL: &'static [Feature] = &[
+        Feature::SessionLabelsOption,
+        Feature::EndsSessions,
+        Feature::Probe,
+    ];
+
+    /// The name listed in [`Health::features`].
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Feature::SessionLabelsOption => "session-labels-option",
+            Feature::EndsSessions => "ends-sessions",
+            Feature::Probe => "probe",
+        }
+    }
 }
 
 /// A server's measured computation costs (nanoseconds per operation on one thread, the
@@ -358,6 +405,22 @@ mod tests {
         let body: ErrorBody =
             serde_json::from_str(r#"{"error":"brand_new","message":"m"}"#).unwrap();
         assert_eq!(body.error, ErrorCode::Unknown);
+    }
+
+    #[test]
+    fn features_are_listed_by_name_and_absent_from_older_servers() {
+        let old = r#"{"status":"ok","epoch":1,"registry_items":2,"protocols":["dh-psi"]}"#;
+        let h: Health = serde_json::from_str(old).unwrap();
+        assert!(h.features.is_empty());
+        assert!(Feature::ALL.iter().all(|&f| !h.supports(f)));
+        let new = r#"{"status":"ok","epoch":1,"registry_items":2,"protocols":["dh-psi"],
+            "features":["probe","from-the-future"]}"#;
+        let h: Health = serde_json::from_str(new).unwrap();
+        assert!(h.supports(Feature::Probe));
+        assert!(!h.supports(Feature::SessionLabelsOption));
+        assert_eq!(h.features.len(), 2, "unknown names are kept");
+        let names: std::collections::HashSet<_> = Feature::ALL.iter().map(|f| f.as_str()).collect();
+        assert_eq!(names.len(), Feature::ALL.len());
     }
 
     #[test]

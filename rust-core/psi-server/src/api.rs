@@ -331,6 +331,11 @@ async fn health(S(state): AppS) -> Json<Health> {
         label_bucket_bits: r.labels.bucket_bits(),
         label_record_bytes: r.labels.record_bytes() as u64,
         costs: Some(state.costs),
+        // This server implements every optional part of the API.
+        features: psi_http::Feature::ALL
+            .iter()
+            .map(|f| f.as_str().to_string())
+            .collect(),
     })
 }
 

@@ -389,7 +389,16 @@ fn json_bodies_match_psi_http() {
             label_bucket_bits: 0,
             label_record_bytes: 0,
             costs: None,
+            features: vec![],
         },
+    );
+    // The feature names: psi-http's, every one.
+    assert_eq!(
+        strings(&doc["components"]["schemas"]["Health"]["properties"]["features"]["items"]["enum"]),
+        psi_http::Feature::ALL
+            .iter()
+            .map(|f| f.as_str().to_string())
+            .collect::<BTreeSet<String>>()
     );
     // `cm20_lookup_ns` is optional (absent from servers older than CM20 in the model).
     assert_fields_optional(

@@ -88,6 +88,15 @@ impl Cm20Config {
         }
     }
 
+    /// Client: the configuration a driver uses against a server whose request bodies
+    /// are limited to `max_body_bytes`: chunks of at most that many bytes and at most
+    /// [`DEFAULT_MAX_REQUEST_BYTES`], the default height. The one rule for the chunk
+    /// size, shared by the client driver and the cost model (`crate::cost`).
+    pub fn for_body_limit(threads: Threads, max_body_bytes: u64) -> Self {
+        Cm20Config::new(threads)
+            .with_max_request_bytes(max_body_bytes.min(DEFAULT_MAX_REQUEST_BYTES))
+    }
+
     /// Client: chunks of at most `bytes` per request (a server's body limit).
     pub fn with_max_request_bytes(mut self, bytes: u64) -> Self {
         self.max_request_bytes = bytes;

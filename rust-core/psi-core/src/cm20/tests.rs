@@ -306,3 +306,17 @@ fn server_checks_the_admitted_count_and_height() {
         Err(DecodeError::LimitExceeded { .. })
     ));
 }
+
+#[test]
+fn a_body_limit_sets_the_chunk_size_up_to_the_default() {
+    for (limit, expect) in [
+        (1u64 << 20, 1u64 << 20),
+        (DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_REQUEST_BYTES),
+        (64 << 20, DEFAULT_MAX_REQUEST_BYTES),
+        (u64::MAX, DEFAULT_MAX_REQUEST_BYTES),
+    ] {
+        let c = Cm20Config::for_body_limit(Threads::ONE, limit);
+        assert_eq!(c.max_request_bytes, expect, "{limit}");
+        assert_eq!(c.height, None);
+    }
+}
