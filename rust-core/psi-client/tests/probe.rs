@@ -371,9 +371,11 @@ fn an_older_server_gets_no_probe_and_no_labels_field_and_its_sessions_are_delete
 
 #[test]
 fn a_server_over_its_probe_budget_leaves_the_prior_and_is_not_probed_again_for_a_while() {
-    // A server whose probe budget allows the RTT request but not the rest: 429 on the
-    // second request, the prior stays.
-    let srv = server(4096, |c| c.probe_bytes_per_hour = 1000);
+    // A server whose probe budget allows the RTT request (charged the per-request floor)
+    // but not the 64 KiB download: 429 on the second request, the prior stays.
+    let srv = server(4096, |c| {
+        c.probe_bytes_per_hour = 2 * psi_server::PROBE_REQUEST_FLOOR
+    });
     let t = Recording::new(false);
     let (client, store) = reference_client(&srv, t.clone(), LinkHints::new("limited"));
     let before = psi_client::measure::PROBE_PAUSE_BOUNDS_SECS.0;
