@@ -397,7 +397,7 @@ fn median(mut v: Vec<std::time::Duration>) -> std::time::Duration {
 
 /// `psi bench --ot-fixed-cost`: the fixed cost of a small OT-PSI run (issue 12). Each of
 /// `runs` rounds does, one after the other: a balanced 2^10 run over loopback TCP (1 thread
-/// per side; one server thread serves every round, as a running server would), the 128 base OTs alone (each step timed), and the same run in one process
+/// per side, a new server thread each round), the 128 base OTs alone (each step timed), and the same run in one process
 /// (each step timed). Prints every TCP wall time (for interleaving binaries) and medians.
 pub fn run_ot_fixed_cost(runs: usize) -> Result<(), String> {
     use psi_core::ot::{self, BaseOtStep, OtConfig};
@@ -420,11 +420,9 @@ pub fn run_ot_fixed_cost(runs: usize) -> Result<(), String> {
         Phase::ClientFinish,
     ];
     let mut steps: Vec<Vec<Duration>> = vec![Vec::new(); phases.len()];
-    // One server for all rounds, as a running server keeps its worker thread and pool.
-    let tcp_server = crate::tcp::OtTcpServer::spawn(server.clone(), &config)?;
     // One unrecorded round first (page faults, lazy statics, the first thread spawns).
     for round in 0..=runs {
-        let r = crate::tcp::run_ot_tcp_client(tcp_server.addr(), client.clone(), &config)?;
+        let r = crate::tcp::run_ot_tcp(client.clone(), server.clone(), &config)?;
         if r.matches != n / 2 {
             return Err(format!("wrong result over TCP: {} matches", r.matches));
         }
@@ -488,5 +486,5 @@ pub fn run_ot_fixed_cost(runs: usize) -> Result<(), String> {
         ms(sk),
         ms(tcp_med.saturating_sub(base_total)),
     );
-    tcp_server.stop()
+    Ok(())
 }

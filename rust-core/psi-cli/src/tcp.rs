@@ -180,11 +180,6 @@ impl OtTcpServer {
         })
     }
 
-    /// The address it listens on.
-    pub fn addr(&self) -> std::net::SocketAddr {
-        self.addr
-    }
-
     /// Stops the server and returns its thread's result.
     pub fn stop(mut self) -> Result<(), String> {
         self.shut_down()

@@ -42,9 +42,6 @@ type Phase = ClientPhase<Starting, AwaitSetup, Extending>;
 /// Base-OT messages per part of a hello produced in parts: 16 (1 KiB), so the server's
 /// work on one part overlaps the client's on the next.
 const HELLO_PART_OTS: usize = 16;
-/// Base-OT messages in the first part: fewer, because the server, whose work per base OT
-/// is the larger (two variable-base multiplications against one), waits for it.
-const FIRST_PART_OTS: usize = 4;
 
 struct Starting {
     nonce: [u8; 32],
@@ -198,12 +195,7 @@ impl OtClient {
             return Ok(None);
         };
         if st.pending.computed() < BASE_OTS {
-            let count = if st.pending.computed() == 0 {
-                FIRST_PART_OTS
-            } else {
-                HELLO_PART_OTS
-            };
-            let part = st.pending.compute(count, self.config.threads)?;
+            let part = st.pending.compute(HELLO_PART_OTS, self.config.threads)?;
             return Ok(Some(part.concat()));
         }
         let Phase::Starting(st) = std::mem::replace(&mut self.phase, Phase::Failed) else {

@@ -495,9 +495,7 @@ mod tests {
         while let Some(p) = client.next_hello_part().unwrap() {
             parts.push(p);
         }
-        // The fixed fields, a first part of 4 base OTs, then parts of 16.
-        assert_eq!(parts[1].len(), 4 * base_ot::RECEIVER_MSG_LEN);
-        assert_eq!(parts.len(), 2 + (base_ot::BASE_OTS - 4).div_ceil(16));
+        assert_eq!(parts.len(), 1 + base_ot::BASE_OTS / 16);
         assert_eq!(parts.concat(), whole);
         assert_eq!(whole.len() as u64, crate::ot::sizes::hello());
         let set = Arc::new(ItemSet::new((200..500u32).map(|i| i.to_be_bytes())));
