@@ -46,8 +46,10 @@ class ProtocolChoiceTest {
     @Test
     fun `by default the choice is automatic, among the server's protocols, with every candidate predicted`(): Unit =
         runBlocking {
+            // Asked by another client: a client keeps the health it fetches, and this test
+            // is about a client that has none yet.
+            val served = ContactDiscovery(server.url, config).use { it.health().protocols.toSet() }
             ContactDiscovery(server.url, config).use { d ->
-                val served = d.health().protocols.toSet()
                 val result = d.match(CONTACTS, linkHints = wifi)
                 assertMatched(result)
                 assertEquals(ProtocolChoice.Auto(ChoicePolicy.FASTEST), result.requested)
