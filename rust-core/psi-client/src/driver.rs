@@ -907,33 +907,9 @@ impl<'a> Run<'a> {
         let config = OtConfig::new(self.client.config.threads)
             .with_max_request_bytes(session.max_body_bytes);
         let t = self.enter(Phase::ClientStart)?;
-        let (mut client, mut request) = OtClient::start(set, config, self.rng()?)?;
+        let (mut client, request) = OtClient::start(set, config, self.rng()?)?;
         self.leave(Phase::ClientStart, t);
-        let mut first = true;
-        loop {
-            if self.stats.round_trips >= MAX_OT_ROUNDS {
-                return Err(ClientError::BadResponse("too many OT rounds".into()));
-            }
-            let response = self.round_trip(Route::OtRound, &session.session_id, request)?;
-            let phase = if first {
-                Phase::ClientSetup
-            } else {
-                Phase::ClientChunk
-            };
-            first = false;
-            let t = self.enter(phase)?;
-            let step = client.handle(&response)?;
-            match step {
-                ClientStep::Send(next) => {
-                    self.leave(phase, t);
-                    request = next;
-                }
-                ClientStep::Done(output) => {
-                    self.leave(Phase::ClientFinish, t);
-                    return Ok((output, LabelSource::Query));
-                }
-            }
-        }
+        self.chunked_rounds(session, Route::OtRound, "OT", request, |r| client.handle(r))
     }
 
     /// CM20-PSI: hello, then one round per matrix chunk (sized to the server's body limit),
@@ -944,17 +920,32 @@ impl<'a> Run<'a> {
         session: &SessionCreated,
         set: ItemSet,
     ) -> Result<(MatchOutput, LabelSource)> {
-        use psi_core::cm20::{self, Cm20Client, Cm20Config};
+        use psi_core::cm20::{Cm20Client, Cm20Config};
         let config = Cm20Config::for_body_limit(self.client.config.threads, session.max_body_bytes);
         let t = self.enter(Phase::ClientStart)?;
-        let (mut client, mut request) = Cm20Client::start(set, config, self.rng()?)?;
+        let (mut client, request) = Cm20Client::start(set, config, self.rng()?)?;
         self.leave(Phase::ClientStart, t);
+        self.chunked_rounds(session, Route::Cm20Round, "CM20", request, |r| {
+            client.handle(r)
+        })
+    }
+
+    /// The rounds of OT-PSI and CM20-PSI (psi_core::chunked): each request to `route`, its
+    /// response to the client (`handle`), until the outputs; at most `MAX_OT_ROUNDS`.
+    fn chunked_rounds(
+        &mut self,
+        session: &SessionCreated,
+        route: Route,
+        name: &str,
+        mut request: Vec<u8>,
+        mut handle: impl FnMut(&[u8]) -> psi_core::Result<ClientStep>,
+    ) -> Result<(MatchOutput, LabelSource)> {
         let mut first = true;
         loop {
             if self.stats.round_trips >= MAX_OT_ROUNDS {
-                return Err(ClientError::BadResponse("too many CM20 rounds".into()));
+                return Err(ClientError::BadResponse(format!("too many {name} rounds")));
             }
-            let response = self.round_trip(Route::Cm20Round, &session.session_id, request)?;
+            let response = self.round_trip(route, &session.session_id, request)?;
             let phase = if first {
                 Phase::ClientSetup
             } else {
@@ -962,12 +953,12 @@ impl<'a> Run<'a> {
             };
             first = false;
             let t = self.enter(phase)?;
-            match client.handle(&response)? {
-                cm20::ClientStep::Send(next) => {
+            match handle(&response)? {
+                ClientStep::Send(next) => {
                     self.leave(phase, t);
                     request = next;
                 }
-                cm20::ClientStep::Done(output) => {
+                ClientStep::Done(output) => {
                     self.leave(Phase::ClientFinish, t);
                     return Ok((output, LabelSource::Query));
                 }
