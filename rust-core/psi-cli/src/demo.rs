@@ -345,15 +345,7 @@ pub fn run_in_process(
             &std::sync::Arc::new(psi_core::ItemSet::new(&server)),
             &config,
         )?;
-        println!("\n  phase                                          wall ms");
-        for (phase, t) in &r.steps {
-            let side = if phase.is_client() {
-                "client"
-            } else {
-                "server"
-            };
-            println!("  {side}  {:<37} {:>8}", phase.name(), ms(*t));
-        }
+        print_steps(&r.steps);
         println!(
             "\n  bytes client -> server: {:>10}  ({} round trips, {} Cuckoo bins)",
             thousands(r.stats.client_to_server_bytes),
@@ -372,15 +364,7 @@ pub fn run_in_process(
             &std::sync::Arc::new(psi_core::ItemSet::new(&server)),
             &config,
         )?;
-        println!("\n  phase                                          wall ms");
-        for (phase, t) in &r.steps {
-            let side = if phase.is_client() {
-                "client"
-            } else {
-                "server"
-            };
-            println!("  {side}  {:<37} {:>8}", phase.name(), ms(*t));
-        }
+        print_steps(&r.steps);
         let p = r.stats.params;
         println!(
             "\n  bytes client -> server: {:>10}  ({} round trips, matrix {} x {})",
@@ -413,4 +397,17 @@ pub fn run_in_process(
         ));
     }
     Ok(())
+}
+
+/// The in-process run's wall time per step, each with its side.
+fn print_steps(steps: &[(psi_core::Phase, std::time::Duration)]) {
+    println!("\n  phase                                          wall ms");
+    for (phase, t) in steps {
+        let side = if phase.is_client() {
+            "client"
+        } else {
+            "server"
+        };
+        println!("  {side}  {:<37} {:>8}", phase.name(), ms(*t));
+    }
 }
