@@ -55,6 +55,19 @@ pub enum ClientStep {
     Done(MatchOutput),
 }
 
+/// A client of either protocol as a driver runs it ([`crate::ot::OtClient`],
+/// [`crate::cm20::Cm20Client`]): a driver sends a request, may call
+/// [`ChunkedClient::work_ahead`] while the response is in flight, and hands the response to
+/// [`ChunkedClient::handle`].
+pub trait ChunkedClient: Send {
+    /// Handles a server response; returns the next request or the result.
+    fn handle(&mut self, response: &[u8]) -> Result<ClientStep>;
+    /// Computes now what the next `handle` can without the response in flight (the next
+    /// chunk, or the client's side of the matching); the requests stay byte for byte the
+    /// same. Optional; a second call before `handle` does nothing.
+    fn work_ahead(&mut self) -> Result<()>;
+}
+
 /// A decoded message of either protocol; each protocol names its own body types.
 #[derive(Debug)]
 pub(crate) enum Message<H, S, C, A, O> {
@@ -270,6 +283,32 @@ pub(crate) fn run_loop(
         match step {
             ClientStep::Send(next) => request = next,
             ClientStep::Done(output) => return Ok((output, traffic)),
+        }
+    }
+}
+
+/// Test helper: every request of a run and the matched indices, the client calling
+/// `work_ahead` twice after each request (before the server sees it) if `ahead`.
+#[cfg(test)]
+pub(crate) fn requests_of_run(
+    mut client: impl ChunkedClient,
+    mut request: Vec<u8>,
+    mut server: impl FnMut(&[u8]) -> Vec<u8>,
+    ahead: bool,
+) -> (Vec<Vec<u8>>, Vec<usize>) {
+    let mut sent = Vec::new();
+    loop {
+        sent.push(request.clone());
+        if ahead {
+            client.work_ahead().unwrap();
+            client.work_ahead().unwrap();
+        }
+        let response = server(&request);
+        match client.handle(&response).unwrap() {
+            ClientStep::Send(next) => request = next,
+            ClientStep::Done(out) => {
+                return (sent, out.matches.iter().map(|m| m.index).collect());
+            }
         }
     }
 }

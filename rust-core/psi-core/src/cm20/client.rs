@@ -47,7 +47,16 @@ struct Sending {
     /// The client's lookups `A_c[v_c(y)]`, one row per column (see `prf::outputs`).
     acc: Zeroizing<Vec<u8>>,
     chunk_columns: usize,
+    /// Columns built so far.
     next_column: usize,
+    /// Columns handed to the driver so far: the column the pending ack must name.
+    sent_column: usize,
+    /// A chunk built ahead ([`Cm20Client::work_ahead`]), not yet handed out: columns
+    /// `sent_column .. next_column`.
+    ahead: Option<Vec<u8>>,
+    /// The client's own values, sorted with their item indices, once computed (ahead of
+    /// the outputs, or when they arrive).
+    mine: Option<Zeroizing<Vec<(u128, u32)>>>,
 }
 
 impl std::fmt::Debug for Cm20Client {
@@ -107,7 +116,7 @@ impl Cm20Client {
         match (&mut self.phase, msg) {
             (Phase::AwaitSetup(_), Message::Setup(setup)) => self.on_setup(setup),
             (Phase::AwaitAck(st), Message::Ack(ack)) => {
-                if ack.next_column as usize != st.next_column {
+                if ack.next_column as usize != st.sent_column {
                     return Err(DecodeError::InvalidParameter {
                         what: "next column",
                     }
@@ -208,18 +217,25 @@ impl Cm20Client {
             acc: Zeroizing::new(vec![0u8; prf::acc_rows(w) * prf::acc_bytes(n)]),
             chunk_columns: self.config.chunk_columns(p.column_bytes()),
             next_column: 0,
+            sent_column: 0,
+            ahead: None,
+            mine: None,
         };
         self.phase = Phase::AwaitAck(Box::new(st));
         self.next_chunk()
     }
 
-    /// Builds the next chunk (the phase is `AwaitAck` on entry).
+    /// Hands out the next chunk, built now or ahead (the phase is `AwaitAck` on entry).
     fn next_chunk(&mut self) -> Result<ClientStep> {
         let Phase::AwaitAck(st) = &mut self.phase else {
             unreachable!("checked by caller")
         };
-        let msg = self.config.threads.install(|| st.chunk())?;
-        if st.next_column == st.params.width as usize {
+        let msg = match st.ahead.take() {
+            Some(msg) => msg,
+            None => self.config.threads.install(|| st.chunk())?,
+        };
+        st.sent_column = st.next_column;
+        if st.sent_column == st.params.width as usize {
             let Phase::AwaitAck(st) = std::mem::replace(&mut self.phase, Phase::Failed) else {
                 unreachable!()
             };
@@ -228,26 +244,41 @@ impl Cm20Client {
         Ok(ClientStep::Send(msg))
     }
 
+    /// Does now the work of the next [`Cm20Client::handle`] that does not depend on the
+    /// response in flight: while a chunk's ack is awaited, builds the next chunk; while
+    /// the outputs are awaited, computes and sorts the client's own values. A driver
+    /// calls it after sending a request and before reading the response, so that this
+    /// work overlaps the network and the server's work; `handle` then uses what was
+    /// prepared. The requests are byte for byte the same either way. Optional; a second
+    /// call before `handle` does nothing.
+    pub fn work_ahead(&mut self) -> Result<()> {
+        let n = self.items.len();
+        let threads = self.config.threads;
+        match &mut self.phase {
+            Phase::AwaitAck(st)
+                if st.ahead.is_none() && st.next_column < st.params.width as usize =>
+            {
+                st.ahead = Some(threads.install(|| st.chunk())?);
+            }
+            Phase::AwaitOutputs(st) if st.mine.is_none() => {
+                st.mine = Some(threads.install(|| st.own_values(n))?);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
     fn finish(&mut self, out: Outputs<'_>) -> Result<ClientStep> {
-        let Phase::AwaitOutputs(st) = &self.phase else {
+        let n = self.items.len();
+        let threads = self.config.threads;
+        let Phase::AwaitOutputs(st) = &mut self.phase else {
             unreachable!("checked by caller")
         };
-        let n = self.items.len();
         let p = st.params;
-        let mut mine: Zeroizing<Vec<(u128, u32)>> = {
-            let values = self
-                .config
-                .threads
-                .install(|| prf::outputs(&st.sid, &st.acc, n, p.width as usize, p.output_bits))?;
-            Zeroizing::new(
-                values
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &v)| (v, i as u32))
-                    .collect(),
-            )
+        let mine = match st.mine.take() {
+            Some(mine) => mine,
+            None => threads.install(|| st.own_values(n))?,
         };
-        self.config.threads.install(|| mine.par_sort_unstable())?;
         // Merge the two sorted lists; the server's is checked value by value as it streams.
         let mut matched = Vec::new();
         let mut values = out.values();
@@ -271,6 +302,21 @@ impl Cm20Client {
 }
 
 impl Sending {
+    /// The client's own values `H2(A[v(y)])` with their item indices, sorted by value.
+    fn own_values(&self, n: usize) -> Zeroizing<Vec<(u128, u32)>> {
+        let p = self.params;
+        let values = prf::outputs(&self.sid, &self.acc, n, p.width as usize, p.output_bits);
+        let mut mine: Zeroizing<Vec<(u128, u32)>> = Zeroizing::new(
+            values
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| (v, i as u32))
+                .collect(),
+        );
+        mine.par_sort_unstable();
+        mine
+    }
+
     /// Columns `next_column ..` as one chunk message; records the client's lookups.
     fn chunk(&mut self) -> Vec<u8> {
         let w = self.params.width as usize;
@@ -310,6 +356,16 @@ impl Sending {
             });
         self.next_column = c0 + count;
         wire::finish(msg)
+    }
+}
+
+impl chunked::ChunkedClient for Cm20Client {
+    fn handle(&mut self, response: &[u8]) -> Result<ClientStep> {
+        Cm20Client::handle(self, response)
+    }
+
+    fn work_ahead(&mut self) -> Result<()> {
+        Cm20Client::work_ahead(self)
     }
 }
 

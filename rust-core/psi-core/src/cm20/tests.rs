@@ -320,3 +320,48 @@ fn a_body_limit_sets_the_chunk_size_up_to_the_default() {
         assert_eq!(c.height, None);
     }
 }
+
+fn requests(ahead: bool) -> (Vec<Vec<u8>>, Vec<usize>) {
+    // 16 columns per chunk: w / 16 + 1 chunks.
+    let config = Cm20Config::new(Threads::ONE).with_max_request_bytes(2048 + 29);
+    let mut rng = ChaCha20Rng::seed_from_u64(21);
+    let (client, hello) = Cm20Client::start(set(0..1000), config.clone(), &mut rng).unwrap();
+    let mut server = Cm20Server::new(set(900..1900), config, &mut rng).unwrap();
+    crate::chunked::requests_of_run(client, hello, |r| server.handle(r).unwrap(), ahead)
+}
+
+#[test]
+fn work_ahead_changes_no_byte_of_any_request() {
+    let (plain, matched) = requests(false);
+    assert!(plain.len() > 30, "{} requests", plain.len());
+    assert_eq!(matched, (900..1000).collect::<Vec<_>>());
+    assert_eq!(requests(true), (plain, matched));
+}
+
+#[test]
+fn an_ack_for_a_chunk_built_ahead_but_not_sent_is_refused() {
+    let config = Cm20Config::new(Threads::ONE).with_max_request_bytes(2048 + 29);
+    let mut rng = ChaCha20Rng::seed_from_u64(22);
+    let (mut client, hello) = Cm20Client::start(set(0..1000), config.clone(), &mut rng).unwrap();
+    let mut server = Cm20Server::new(set(0..10), config, &mut rng).unwrap();
+    let setup = server.handle(&hello).unwrap();
+    let ClientStep::Send(chunk1) = client.handle(&setup).unwrap() else {
+        panic!()
+    };
+    client.work_ahead().unwrap(); // builds columns 16..32
+    // The server may only acknowledge what it was sent: column 16, not 32.
+    let early = messages::Ack { next_column: 32 }.encode();
+    assert!(matches!(
+        client.handle(&early),
+        Err(Error::Decode(DecodeError::InvalidParameter {
+            what: "next column"
+        }))
+    ));
+    let ack = server.handle(&chunk1).unwrap();
+    let ClientStep::Send(chunk2) = client.handle(&ack).unwrap() else {
+        panic!()
+    };
+    // The chunk built ahead is the one handed out, and the server takes it.
+    assert_eq!(u16::from_be_bytes([chunk2[HEADER_LEN + 16], chunk2[HEADER_LEN + 17]]), 16);
+    assert!(server.handle(&chunk2).is_ok());
+}

@@ -70,7 +70,16 @@ struct Extending {
     server_items: u32,
     bins: usize,
     chunk_rows: usize,
+    /// Rows built so far.
     next_row: usize,
+    /// Rows handed to the driver so far: the row the pending ack must name.
+    sent_row: usize,
+    /// A chunk built ahead ([`OtClient::work_ahead`]), not yet handed out: rows
+    /// `sent_row .. next_row`.
+    ahead: Option<Vec<u8>>,
+    /// The lookup structures over the client's values, once built (ahead of the outputs,
+    /// or when they arrive).
+    lookup: Option<Lookup>,
     prc: Prc,
     /// PRGs of the client's two seeds for each of the 512 OTs.
     prg0: Vec<Prg>,
@@ -230,7 +239,7 @@ impl OtClient {
         match (&mut self.phase, msg) {
             (Phase::AwaitSetup(_), Message::Setup(setup)) => self.on_setup(setup),
             (Phase::AwaitAck(ext), Message::Ack(ack)) => {
-                if ack.next_row as usize != ext.next_row {
+                if ack.next_row as usize != ext.sent_row {
                     return Err(DecodeError::InvalidParameter { what: "next row" }.into());
                 }
                 self.next_chunk()
@@ -332,6 +341,9 @@ impl OtClient {
             bins,
             chunk_rows: self.config.effective_chunk_rows(),
             next_row: 0,
+            sent_row: 0,
+            ahead: None,
+            lookup: None,
             prc: Prc::new(&sid),
             prg0: seeds.iter().map(|s| Prg::new(&s[0])).collect(),
             prg1: seeds.iter().map(|s| Prg::new(&s[1])).collect(),
@@ -345,13 +357,18 @@ impl OtClient {
         self.next_chunk()
     }
 
-    /// Builds the next matrix chunk (the phase is `AwaitAck` on entry).
+    /// Hands out the next matrix chunk, built now or ahead (the phase is `AwaitAck` on
+    /// entry).
     fn next_chunk(&mut self) -> Result<ClientStep> {
         let Phase::AwaitAck(ext) = &mut self.phase else {
             unreachable!("checked by caller")
         };
-        let msg = self.config.threads.install(|| ext.chunk())?;
-        if ext.next_row == ext.bins {
+        let msg = match ext.ahead.take() {
+            Some(msg) => msg,
+            None => self.config.threads.install(|| ext.chunk())?,
+        };
+        ext.sent_row = ext.next_row;
+        if ext.sent_row == ext.bins {
             let Phase::AwaitAck(ext) = std::mem::replace(&mut self.phase, Phase::Failed) else {
                 unreachable!()
             };
@@ -360,14 +377,50 @@ impl OtClient {
         Ok(ClientStep::Send(msg))
     }
 
+    /// Does now the work of the next [`OtClient::handle`] that does not depend on the
+    /// response in flight: while a chunk's ack is awaited, builds the next chunk; while
+    /// the outputs are awaited, builds the lookup structures over the client's own
+    /// values. A driver calls it after sending a request and before reading the
+    /// response, so that this work overlaps the network and the server's work; `handle`
+    /// then uses what was prepared. The requests are byte for byte the same either way.
+    /// Optional; a second call before `handle` does nothing.
+    pub fn work_ahead(&mut self) -> Result<()> {
+        let threads = self.config.threads;
+        match &mut self.phase {
+            Phase::AwaitAck(ext) if ext.ahead.is_none() && ext.next_row < ext.bins => {
+                ext.ahead = Some(threads.install(|| ext.chunk())?);
+            }
+            Phase::AwaitOutputs(ext) if ext.lookup.is_none() => {
+                ext.lookup = Some(threads.install(|| ext.lookup())?);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
     fn finish(&mut self, out: Outputs<'_>) -> Result<ClientStep> {
-        let Phase::AwaitOutputs(ext) = &self.phase else {
+        let threads = self.config.threads;
+        let Phase::AwaitOutputs(ext) = &mut self.phase else {
             unreachable!("checked by caller")
         };
-        let matched = self.config.threads.install(|| ext.matches(&out))?;
+        let lookup = match ext.lookup.take() {
+            Some(lookup) => lookup,
+            None => threads.install(|| ext.lookup())?,
+        };
+        let matched = threads.install(|| ext.matches(&lookup, &out))?;
         let output = OtOutput::new(&self.items, &matched, ext.server_items);
         self.phase = Phase::Done;
         Ok(ClientStep::Done(output))
+    }
+}
+
+impl chunked::ChunkedClient for OtClient {
+    fn handle(&mut self, response: &[u8]) -> Result<ClientStep> {
+        OtClient::handle(self, response)
+    }
+
+    fn work_ahead(&mut self) -> Result<()> {
+        OtClient::work_ahead(self)
     }
 }
 
@@ -518,7 +571,7 @@ impl Extending {
     /// non-matching server values with one cache-friendly lookup.
     /// Every buffer that holds client values or match indices is zeroized on drop and
     /// sized before it is filled (no reallocation leaves a copy behind).
-    fn matches(&self, out: &Outputs<'_>) -> Zeroizing<Vec<usize>> {
+    fn lookup(&self) -> Lookup {
         let mut counts = [0usize; 3];
         for &h in self.hash_index.iter() {
             counts[h as usize] += 1;
@@ -528,17 +581,29 @@ impl Extending {
         for (x, &v) in self.values.iter().enumerate() {
             per_h[self.hash_index[x] as usize].push((v, x as u32));
         }
+        let per_h: Vec<(Filter, Table)> = per_h
+            .into_par_iter()
+            .map(|vals| {
+                (
+                    Filter::new(vals.iter().map(|&(v, _)| v), vals.len()),
+                    Table::new(&vals),
+                )
+            })
+            .collect();
+        Lookup { per_h }
+    }
+
+    fn matches(&self, lookup: &Lookup, out: &Outputs<'_>) -> Zeroizing<Vec<usize>> {
         let len = self.out_len;
         let per_list = self.server_items as usize * len;
-        let parts: Vec<Zeroizing<Vec<usize>>> = per_h
-            .into_par_iter()
+        let parts: Vec<Zeroizing<Vec<usize>>> = lookup
+            .per_h
+            .par_iter()
             .enumerate()
-            .flat_map(|(h, vals)| {
-                let filter = Filter::new(vals.iter().map(|&(v, _)| v), vals.len());
-                let table = Table::new(&vals);
+            .flat_map(|(h, (filter, table))| {
                 // Hits in one part: at most one per record and (values being distinct with
                 // overwhelming probability) one per client value.
-                let cap = vals.len();
+                let cap = table.len();
                 let list = &out.lists[h * per_list..(h + 1) * per_list];
                 list.par_chunks(len * 4096)
                     .map(|part| {
@@ -599,12 +664,19 @@ struct Filter {
     shift: u32,
 }
 
+/// For each hash function, a filter and a table over the client's values it placed.
+struct Lookup {
+    per_h: Vec<(Filter, Table)>,
+}
+
 /// Open addressing with linear probing over the client's values of one hash function
 /// (load at most 1/2). Unlike a `HashMap`, its memory can be wiped: it is zeroized on drop.
 struct Table {
     /// `(value, item + 1)`; item 0 marks an empty slot.
     slots: Zeroizing<Vec<(u128, u32)>>,
     shift: u32,
+    /// Values in the table.
+    len: usize,
 }
 
 impl Table {
@@ -623,7 +695,15 @@ impl Table {
             }
             slots[i] = (v, x + 1);
         }
-        Table { slots, shift }
+        Table {
+            slots,
+            shift,
+            len: vals.len(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.len
     }
 
     /// Calls `f(item)` for every client item whose value is `v`.

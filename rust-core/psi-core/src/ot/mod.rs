@@ -355,6 +355,24 @@ mod tests {
         }
     }
 
+    fn requests(ahead: bool) -> (Vec<Vec<u8>>, Vec<usize>) {
+        let mut rng = ChaCha20Rng::seed_from_u64(13);
+        let config = OtConfig::new(Threads::ONE).with_chunk_rows(256);
+        let client_items = ItemSet::new((0..1000u32).map(|i| i.to_be_bytes()));
+        let server_items = ItemSet::new((900..1900u32).map(|i| i.to_be_bytes()));
+        let (client, hello) = OtClient::start(client_items, config.clone(), &mut rng).unwrap();
+        let mut server = OtServer::new(server_items, config, &mut rng).unwrap();
+        crate::chunked::requests_of_run(client, hello, |r| server.handle(r).unwrap(), ahead)
+    }
+
+    #[test]
+    fn work_ahead_changes_no_byte_of_any_request() {
+        let (plain, matched) = requests(false);
+        assert!(plain.len() > 4, "{} requests", plain.len());
+        assert_eq!(matched, (900..1000).collect::<Vec<_>>());
+        assert_eq!(requests(true), (plain, matched));
+    }
+
     #[test]
     fn base_ots_alone_runs_the_three_steps() {
         let mut rng = ChaCha20Rng::seed_from_u64(12);
