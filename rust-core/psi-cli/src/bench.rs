@@ -170,6 +170,77 @@ fn run_cm20(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
     println!(
         "spec bytes is docs/protocol/cm20-psi.md's formula (psi_core::cm20::sizes::traffic: exact client to server, expected Golomb-Rice payload server to client); peak heap includes both input sets."
     );
+    println!();
+    cm20_tcp(quick)
+}
+
+/// CM20-PSI and KKRT end to end over loopback TCP, 1 thread per side, alternating runs.
+fn cm20_tcp(quick: bool) -> Result<(), String> {
+    use psi_core::cm20::Cm20Config;
+    use psi_core::ot::OtConfig;
+    use psi_core::{ItemSet, Threads};
+    use std::sync::Arc;
+    let mut cases: Vec<(usize, usize, usize, usize)> = if quick {
+        vec![(1 << 12, 1 << 12, 1 << 11, 2)]
+    } else {
+        vec![
+            (1 << 16, 1 << 16, 1 << 15, 5),
+            (1 << 20, 1 << 20, 1 << 19, 3),
+            (1000, 1_000_000, 100, 3),
+        ]
+    };
+    if let Some(n) = std::env::var("PSI_BENCH_CM20_ONLY")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        cases.retain(|c| c.0.max(c.1) == n);
+    }
+    println!(
+        "End to end over loopback TCP (127.0.0.1, one connection, 4-byte length prefix per message), 1 thread per side, each client working ahead while the server answers; KKRT and CM20 runs alternate, medians:"
+    );
+    println!();
+    println!(
+        "| n_c | n_s | runs | KKRT wall ms | CM20 wall ms | KKRT median ms | CM20 median ms | CM20 / KKRT |"
+    );
+    println!("|---:|---:|---:|---|---|---:|---:|---:|");
+    for &(n_c, n_s, overlap, runs) in &cases {
+        let (client, server) = sets(n_c, n_s, overlap);
+        let (client, server) = (ItemSet::new(&client), Arc::new(ItemSet::new(&server)));
+        let (mut kkrt, mut cm20) = (Vec::new(), Vec::new());
+        for _ in 0..runs {
+            let k = crate::tcp::run_ot_tcp(
+                client.clone(),
+                server.clone(),
+                &OtConfig::new(Threads::ONE),
+            )?;
+            let c = crate::tcp::run_cm20_tcp(
+                client.clone(),
+                server.clone(),
+                &Cm20Config::new(Threads::ONE),
+            )?;
+            if k.matches != overlap || c.matches != overlap {
+                return Err(format!(
+                    "wrong result over TCP: {} (CM20) and {} (KKRT) matches, expected {overlap}",
+                    c.matches, k.matches
+                ));
+            }
+            kkrt.push(k.wall);
+            cm20.push(c.wall);
+        }
+        let list =
+            |v: &[std::time::Duration]| v.iter().map(|d| ms(*d)).collect::<Vec<_>>().join(" ");
+        let (km, cm) = (median(kkrt.clone()), median(cm20.clone()));
+        println!(
+            "| {} | {} | {runs} | {} | {} | {} | {} | {:.2} |",
+            thousands(n_c as u64),
+            thousands(n_s as u64),
+            list(&kkrt),
+            list(&cm20),
+            ms(km),
+            ms(cm),
+            cm.as_secs_f64() / km.as_secs_f64(),
+        );
+    }
     Ok(())
 }
 

@@ -1,5 +1,9 @@
-//! One OT-PSI run over a real loopback TCP connection (127.0.0.1, ephemeral port):
-//! each request and response is a 4-byte big-endian length and the message bytes.
+//! One OT-PSI or CM20-PSI run over a real loopback TCP connection (127.0.0.1, ephemeral
+//! port): each request and response is a 4-byte big-endian length and the message bytes.
+//!
+//! After each request the client calls `work_ahead` before it reads the response, so it
+//! builds its next chunk (or its side of the matching) while the server works on the
+//! request: one thread per side, and the two sides' work overlaps.
 //!
 //! The hello is streamed: the client writes each part as soon as it is computed
 //! ([`OtClient::start_in_parts`]) and the server hands each read to
@@ -10,6 +14,8 @@
 //! same as for messages sent whole.
 
 use psi_core::ItemSet;
+use psi_core::chunked::ChunkedClient;
+use psi_core::cm20::{Cm20Client, Cm20Config, Cm20Server};
 use psi_core::ot::{self, ClientStep, OtClient, OtConfig, OtServer};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -107,9 +113,9 @@ fn recv_setup(conn: &mut TcpStream, c: &mut OtClient) -> Result<Vec<u8>, String>
     Ok(setup)
 }
 
-/// One session over one connection: the streamed hello, then request after request until
-/// the outputs.
-fn serve_connection(
+/// One OT-PSI session over one connection: the streamed hello, then request after request
+/// until the outputs.
+fn serve_ot_connection(
     mut conn: TcpStream,
     server: &Arc<ItemSet>,
     config: &OtConfig,
@@ -132,6 +138,28 @@ fn serve_connection(
     Ok(())
 }
 
+/// One CM20-PSI session over one connection: request after request until the outputs.
+fn serve_cm20_connection(
+    mut conn: TcpStream,
+    server: &Arc<ItemSet>,
+    config: &Cm20Config,
+    rng: &mut (impl rand_core::CryptoRng + ?Sized),
+) -> Result<(), String> {
+    conn.set_nodelay(true).map_err(|e| e.to_string())?;
+    conn.set_read_timeout(Some(Duration::from_secs(120)))
+        .map_err(|e| e.to_string())?;
+    let mut srv =
+        Cm20Server::new(server.clone(), config.clone(), rng).map_err(|e| e.to_string())?;
+    while let Some(req) = recv(&mut conn).map_err(|e| e.to_string())? {
+        let resp = srv.handle(&req).map_err(|e| e.to_string())?;
+        send(&mut conn, &resp).map_err(|e| e.to_string())?;
+        if srv.is_done() {
+            break;
+        }
+    }
+    Ok(())
+}
+
 /// Result of a loopback run.
 pub struct TcpRun {
     pub wall: Duration,
@@ -141,22 +169,37 @@ pub struct TcpRun {
     pub matches: usize,
 }
 
-/// A loopback OT-PSI server on its own thread, serving one connection after another (a new
-/// session per connection) until it is dropped, like a long-running server whose worker
-/// thread and pool stay up between sessions.
-pub struct OtTcpServer {
+/// A loopback OT-PSI or CM20-PSI server on its own thread, serving one connection after
+/// another (a new session per connection) until it is dropped, like a long-running server
+/// whose worker thread and pool stay up between sessions.
+pub struct TcpServer {
     addr: std::net::SocketAddr,
     stop: Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<Result<(), String>>>,
 }
 
-impl OtTcpServer {
-    /// Binds 127.0.0.1 on an ephemeral port and starts serving `server`'s set.
-    pub fn spawn(server: Arc<ItemSet>, config: &OtConfig) -> Result<OtTcpServer, String> {
+impl TcpServer {
+    /// Binds 127.0.0.1 on an ephemeral port and starts serving `server`'s set by OT-PSI.
+    pub fn ot(server: Arc<ItemSet>, config: &OtConfig) -> Result<TcpServer, String> {
+        let config = config.clone();
+        TcpServer::spawn(move |conn, rng| serve_ot_connection(conn, &server, &config, rng))
+    }
+
+    /// Binds 127.0.0.1 on an ephemeral port and starts serving `server`'s set by CM20-PSI.
+    pub fn cm20(server: Arc<ItemSet>, config: &Cm20Config) -> Result<TcpServer, String> {
+        let config = config.clone();
+        TcpServer::spawn(move |conn, rng| serve_cm20_connection(conn, &server, &config, rng))
+    }
+
+    fn spawn(
+        mut session: impl FnMut(TcpStream, &mut rand_chacha::ChaCha20Rng) -> Result<(), String>
+        + Send
+        + 'static,
+    ) -> Result<TcpServer, String> {
         let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (config, stopped) = (config.clone(), stop.clone());
+        let stopped = stop.clone();
         let thread = std::thread::spawn(move || -> Result<(), String> {
             let mut rng = crate::runner::os_rng()?;
             for conn in listener.incoming() {
@@ -166,14 +209,14 @@ impl OtTcpServer {
                 // A failed connection ends that session only; the server keeps serving.
                 let served = conn
                     .map_err(|e| e.to_string())
-                    .and_then(|conn| serve_connection(conn, &server, &config, &mut rng));
+                    .and_then(|conn| session(conn, &mut rng));
                 if let Err(e) = served {
-                    eprintln!("loopback OT-PSI server: a connection failed: {e}");
+                    eprintln!("loopback server: a connection failed: {e}");
                 }
             }
             Ok(())
         });
-        Ok(OtTcpServer {
+        Ok(TcpServer {
             addr,
             stop,
             thread: Some(thread),
@@ -198,7 +241,7 @@ impl OtTcpServer {
     }
 }
 
-impl Drop for OtTcpServer {
+impl Drop for TcpServer {
     fn drop(&mut self) {
         let _ = self.shut_down();
     }
@@ -210,7 +253,7 @@ pub fn run_ot_tcp(
     server: Arc<ItemSet>,
     config: &OtConfig,
 ) -> Result<TcpRun, String> {
-    let srv = OtTcpServer::spawn(server, config)?;
+    let srv = TcpServer::ot(server, config)?;
     let run = run_ot_tcp_client(srv.addr, client, config);
     srv.stop()?;
     run
@@ -243,28 +286,81 @@ pub fn run_ot_tcp_client(
         return Err(format!("hello of {streamed} bytes, expected {hello_len}"));
     }
     let setup = recv_setup(&mut conn, &mut c)?;
-    let (mut sent, mut received, mut rounds) = (4 + hello_len, 4 + setup.len() as u64, 1usize);
-    let mut step = c.handle(&setup).map_err(|e| e.to_string())?;
-    let output = loop {
+    let step = c.handle(&setup).map_err(|e| e.to_string())?;
+    let mut run = TcpRun {
+        wall: Duration::ZERO,
+        bytes_sent: 4 + hello_len,
+        bytes_received: 4 + setup.len() as u64,
+        round_trips: 1,
+        matches: 0,
+    };
+    rounds(&mut conn, &mut c, step, &mut run)?;
+    run.wall = t0.elapsed();
+    Ok(run)
+}
+
+/// The client's rounds after its first response: send a request, work ahead while the
+/// server answers, hand over the response; until the result.
+fn rounds(
+    conn: &mut TcpStream,
+    c: &mut impl ChunkedClient,
+    mut step: ClientStep,
+    run: &mut TcpRun,
+) -> Result<(), String> {
+    loop {
         let req = match step {
             ClientStep::Send(req) => req,
-            ClientStep::Done(out) => break out,
+            ClientStep::Done(out) => {
+                run.matches = out.matches.len();
+                return Ok(());
+            }
         };
-        send(&mut conn, &req).map_err(|e| e.to_string())?;
-        sent += 4 + req.len() as u64;
-        rounds += 1;
-        let resp = recv(&mut conn)
+        send(conn, &req).map_err(|e| e.to_string())?;
+        run.bytes_sent += 4 + req.len() as u64;
+        run.round_trips += 1;
+        c.work_ahead().map_err(|e| e.to_string())?;
+        let resp = recv(conn)
             .map_err(|e| e.to_string())?
             .ok_or("server closed the connection")?;
-        received += 4 + resp.len() as u64;
+        run.bytes_received += 4 + resp.len() as u64;
         step = c.handle(&resp).map_err(|e| e.to_string())?;
+    }
+}
+
+/// Runs CM20-PSI between a fresh server thread and this thread over loopback TCP.
+pub fn run_cm20_tcp(
+    client: ItemSet,
+    server: Arc<ItemSet>,
+    config: &Cm20Config,
+) -> Result<TcpRun, String> {
+    let srv = TcpServer::cm20(server, config)?;
+    let run = cm20_client(srv.addr, client, config);
+    srv.stop()?;
+    run
+}
+
+/// Runs CM20-PSI's client on this thread against a server at `addr`: one connection.
+fn cm20_client(
+    addr: std::net::SocketAddr,
+    client: ItemSet,
+    config: &Cm20Config,
+) -> Result<TcpRun, String> {
+    let t0 = Instant::now();
+    let mut conn = TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    conn.set_nodelay(true).map_err(|e| e.to_string())?;
+    conn.set_read_timeout(Some(Duration::from_secs(120)))
+        .map_err(|e| e.to_string())?;
+    let mut rng = crate::runner::os_rng()?;
+    let (mut c, hello) =
+        Cm20Client::start(client, config.clone(), &mut rng).map_err(|e| e.to_string())?;
+    let mut run = TcpRun {
+        wall: Duration::ZERO,
+        bytes_sent: 0,
+        bytes_received: 0,
+        round_trips: 0,
+        matches: 0,
     };
-    let wall = t0.elapsed();
-    Ok(TcpRun {
-        wall,
-        bytes_sent: sent,
-        bytes_received: received,
-        round_trips: rounds,
-        matches: output.matches.len(),
-    })
+    rounds(&mut conn, &mut c, ClientStep::Send(hello), &mut run)?;
+    run.wall = t0.elapsed();
+    Ok(run)
 }

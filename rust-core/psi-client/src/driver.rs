@@ -12,6 +12,7 @@ use crate::measure::{
 };
 use crate::report::{MatchReport, Matched, Progress, RunStats};
 use crate::transport::{Request, Response, Transport};
+use psi_core::chunked::ChunkedClient;
 use psi_core::dh::{DhClient, EncodedSet};
 use psi_core::labels::{LabelClient, LabelStep};
 use psi_core::ot::{ClientStep, OtClient, OtConfig};
@@ -909,7 +910,7 @@ impl<'a> Run<'a> {
         let t = self.enter(Phase::ClientStart)?;
         let (mut client, request) = OtClient::start(set, config, self.rng()?)?;
         self.leave(Phase::ClientStart, t);
-        self.chunked_rounds(session, Route::OtRound, "OT", request, |r| client.handle(r))
+        self.chunked_rounds(session, Route::OtRound, "OT", &mut client, request)
     }
 
     /// CM20-PSI: hello, then one round per matrix chunk (sized to the server's body limit),
@@ -925,27 +926,44 @@ impl<'a> Run<'a> {
         let t = self.enter(Phase::ClientStart)?;
         let (mut client, request) = Cm20Client::start(set, config, self.rng()?)?;
         self.leave(Phase::ClientStart, t);
-        self.chunked_rounds(session, Route::Cm20Round, "CM20", request, |r| {
-            client.handle(r)
-        })
+        self.chunked_rounds(session, Route::Cm20Round, "CM20", &mut client, request)
     }
 
     /// The rounds of OT-PSI and CM20-PSI (psi_core::chunked): each request to `route`, its
-    /// response to the client (`handle`), until the outputs; at most `MAX_OT_ROUNDS`.
+    /// response to the client's `handle`, until the outputs; at most `MAX_OT_ROUNDS`.
+    /// While a request is out, the client builds what it can of its next step on a second
+    /// thread (`work_ahead`: the next chunk, or its side of the matching), so its work
+    /// overlaps the network and the server's; the requests are the same either way.
     fn chunked_rounds(
         &mut self,
         session: &SessionCreated,
         route: Route,
         name: &str,
+        client: &mut impl ChunkedClient,
         mut request: Vec<u8>,
-        mut handle: impl FnMut(&[u8]) -> psi_core::Result<ClientStep>,
     ) -> Result<(MatchOutput, LabelSource)> {
         let mut first = true;
         loop {
             if self.stats.round_trips >= MAX_OT_ROUNDS {
                 return Err(ClientError::BadResponse(format!("too many {name} rounds")));
             }
-            let response = self.round_trip(route, &session.session_id, request)?;
+            let (response, ahead) = if client.has_work_ahead() {
+                std::thread::scope(|s| {
+                    let worker = s.spawn(|| {
+                        let t = Instant::now();
+                        client.work_ahead().map(|()| t.elapsed())
+                    });
+                    let response = self.round_trip(route, &session.session_id, request);
+                    let ahead = worker
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                    (response, ahead)
+                })
+            } else {
+                let response = self.round_trip(route, &session.session_id, request);
+                (response, Ok(Duration::ZERO))
+            };
+            let (response, ahead) = (response?, ahead?);
             let phase = if first {
                 Phase::ClientSetup
             } else {
@@ -953,13 +971,15 @@ impl<'a> Run<'a> {
             };
             first = false;
             let t = self.enter(phase)?;
-            match handle(&response)? {
+            match client.handle(&response)? {
                 ClientStep::Send(next) => {
                     self.leave(phase, t);
+                    self.stats.add_phase(phase, ahead);
                     request = next;
                 }
                 ClientStep::Done(output) => {
                     self.leave(Phase::ClientFinish, t);
+                    self.stats.add_phase(Phase::ClientFinish, ahead);
                     return Ok((output, LabelSource::Query));
                 }
             }

@@ -668,6 +668,53 @@ fn complete_runs_send_no_delete_and_leave_no_session() {
     srv.shutdown().unwrap();
 }
 
+/// OT-PSI and CM20-PSI over many rounds (small bodies) through the real server: the client
+/// builds each next chunk while the previous one is out (`work_ahead`), and the requests are
+/// the ones a client that does not work ahead sends: as many rounds, as many bytes, the same
+/// matches, every one of them found.
+#[test]
+fn many_round_runs_work_ahead_and_find_every_match() {
+    let entries: Vec<(String, Option<String>)> = (0..1_500)
+        .map(|i| (format!("+1202555{i:04}"), None))
+        .collect();
+    let entries: Vec<(&str, Option<&str>)> = entries
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_deref()))
+        .collect();
+    let srv = server(&entries, |c| {
+        c.max_body_bytes = 10_000;
+        c.max_client_items = 4_000;
+        c.items_per_hour = 0;
+        c.enable_cm20 = true;
+    });
+    // 2,000 items, 1,000 of them in the registry.
+    let items: Vec<Vec<u8>> = (1_000..3_000)
+        .map(|i| format!("+1202555{i:04}").into_bytes())
+        .collect();
+    for p in [Protocol::Ot, Protocol::Cm20] {
+        let c = Client::new(&srv.url(), ClientConfig::default().with_labels(false));
+        let r = c
+            .match_items(items.clone(), p, &mut |_| {}, &none())
+            .unwrap();
+        let mut found: Vec<usize> = r.matches.iter().map(|m| m.index).collect();
+        found.sort_unstable();
+        assert_eq!(found, (0..500).collect::<Vec<_>>(), "{p}");
+        let w = psi_core::cost::Workload::new(2_000, 1_500)
+            .with_labels(false)
+            .with_limits(4_000, 10_000);
+        let model = psi_core::cost::cost(p, &w).unwrap();
+        let rounds = r.stats.round_trips;
+        assert!(rounds > 5, "{p}: {rounds} rounds");
+        let sent: u64 = model.requests.iter().map(|q| q.up).sum();
+        assert_eq!(
+            r.stats.protocol_bytes_sent,
+            sent - model.requests[0].up,
+            "{p}"
+        );
+    }
+    srv.shutdown().unwrap();
+}
+
 /// Labels off with a fixed protocol and no stored health: the server is not known to
 /// accept `labels`, so the field is left out (as for an older server) and the run ends
 /// with a DELETE, one request more than with the health stored; either way the server

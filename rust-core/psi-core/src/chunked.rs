@@ -66,6 +66,9 @@ pub trait ChunkedClient: Send {
     /// chunk, or the client's side of the matching); the requests stay byte for byte the
     /// same. Optional; a second call before `handle` does nothing.
     fn work_ahead(&mut self) -> Result<()>;
+    /// Whether [`ChunkedClient::work_ahead`] would do anything now (a driver need not
+    /// start a thread for it otherwise).
+    fn has_work_ahead(&self) -> bool;
 }
 
 /// A decoded message of either protocol; each protocol names its own body types.

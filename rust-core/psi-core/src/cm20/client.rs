@@ -254,18 +254,29 @@ impl Cm20Client {
     pub fn work_ahead(&mut self) -> Result<()> {
         let n = self.items.len();
         let threads = self.config.threads;
+        if !self.has_work_ahead() {
+            return Ok(());
+        }
         match &mut self.phase {
-            Phase::AwaitAck(st)
-                if st.ahead.is_none() && st.next_column < st.params.width as usize =>
-            {
+            Phase::AwaitAck(st) => {
                 st.ahead = Some(threads.install(|| st.chunk())?);
             }
-            Phase::AwaitOutputs(st) if st.mine.is_none() => {
+            Phase::AwaitOutputs(st) => {
                 st.mine = Some(threads.install(|| st.own_values(n))?);
             }
             _ => {}
         }
         Ok(())
+    }
+
+    /// Whether [`Cm20Client::work_ahead`] would do anything now: a chunk is left to build, or
+    /// the matching side to prepare, and it is not done yet.
+    pub fn has_work_ahead(&self) -> bool {
+        match &self.phase {
+            Phase::AwaitAck(st) => st.ahead.is_none() && st.next_column < st.params.width as usize,
+            Phase::AwaitOutputs(st) => st.mine.is_none(),
+            _ => false,
+        }
     }
 
     fn finish(&mut self, out: Outputs<'_>) -> Result<ClientStep> {
@@ -366,6 +377,10 @@ impl chunked::ChunkedClient for Cm20Client {
 
     fn work_ahead(&mut self) -> Result<()> {
         Cm20Client::work_ahead(self)
+    }
+
+    fn has_work_ahead(&self) -> bool {
+        Cm20Client::has_work_ahead(self)
     }
 }
 

@@ -362,6 +362,9 @@ fn an_ack_for_a_chunk_built_ahead_but_not_sent_is_refused() {
         panic!()
     };
     // The chunk built ahead is the one handed out, and the server takes it.
-    assert_eq!(u16::from_be_bytes([chunk2[HEADER_LEN + 16], chunk2[HEADER_LEN + 17]]), 16);
+    assert_eq!(
+        u16::from_be_bytes([chunk2[HEADER_LEN + 16], chunk2[HEADER_LEN + 17]]),
+        16
+    );
     assert!(server.handle(&chunk2).is_ok());
 }

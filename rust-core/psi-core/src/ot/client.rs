@@ -386,16 +386,29 @@ impl OtClient {
     /// Optional; a second call before `handle` does nothing.
     pub fn work_ahead(&mut self) -> Result<()> {
         let threads = self.config.threads;
+        if !self.has_work_ahead() {
+            return Ok(());
+        }
         match &mut self.phase {
-            Phase::AwaitAck(ext) if ext.ahead.is_none() && ext.next_row < ext.bins => {
+            Phase::AwaitAck(ext) => {
                 ext.ahead = Some(threads.install(|| ext.chunk())?);
             }
-            Phase::AwaitOutputs(ext) if ext.lookup.is_none() => {
+            Phase::AwaitOutputs(ext) => {
                 ext.lookup = Some(threads.install(|| ext.lookup())?);
             }
             _ => {}
         }
         Ok(())
+    }
+
+    /// Whether [`OtClient::work_ahead`] would do anything now: a chunk is left to build, or
+    /// the matching side to prepare, and it is not done yet.
+    pub fn has_work_ahead(&self) -> bool {
+        match &self.phase {
+            Phase::AwaitAck(ext) => ext.ahead.is_none() && ext.next_row < ext.bins,
+            Phase::AwaitOutputs(ext) => ext.lookup.is_none(),
+            _ => false,
+        }
     }
 
     fn finish(&mut self, out: Outputs<'_>) -> Result<ClientStep> {
@@ -421,6 +434,10 @@ impl chunked::ChunkedClient for OtClient {
 
     fn work_ahead(&mut self) -> Result<()> {
         OtClient::work_ahead(self)
+    }
+
+    fn has_work_ahead(&self) -> bool {
+        OtClient::has_work_ahead(self)
     }
 }
 
