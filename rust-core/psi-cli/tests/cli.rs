@@ -84,6 +84,9 @@ fn bench_quick_runs_and_checks_results() {
     assert!(ok, "{out}\n{err}");
     assert!(out.contains("| 1,000 | 10,000 | 1 |"), "{out}");
     assert!(out.contains("scalar multiplication"), "{out}");
+    // CM20-PSI and KKRT end to end over loopback TCP (each run checks its matches).
+    assert!(out.contains("End to end over loopback TCP"), "{out}");
+    assert!(out.contains("| 4,096 | 4,096 | 2 |"), "{out}");
 }
 
 /// The fixed-cost benchmark runs the streamed loopback TCP run, the base OTs alone and the
