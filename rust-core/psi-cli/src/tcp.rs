@@ -30,6 +30,14 @@ fn send(s: &mut TcpStream, msg: &[u8]) -> std::io::Result<()> {
     s.write_all(msg)
 }
 
+/// Both ends: no Nagle delay (a frame is a length and a body, written separately), and a
+/// bound on every read.
+fn tune(conn: &TcpStream) -> Result<(), String> {
+    conn.set_nodelay(true).map_err(|e| e.to_string())?;
+    conn.set_read_timeout(Some(Duration::from_secs(120)))
+        .map_err(|e| e.to_string())
+}
+
 /// Reads a frame's length prefix (`None` at a clean end of the stream).
 fn recv_len(s: &mut TcpStream) -> std::io::Result<Option<usize>> {
     let mut len = [0u8; 4];
@@ -121,9 +129,7 @@ fn serve_ot_connection(
     config: &OtConfig,
     rng: &mut (impl rand_core::CryptoRng + ?Sized),
 ) -> Result<(), String> {
-    conn.set_nodelay(true).map_err(|e| e.to_string())?;
-    conn.set_read_timeout(Some(Duration::from_secs(120)))
-        .map_err(|e| e.to_string())?;
+    tune(&conn)?;
     let mut srv = OtServer::new(server.clone(), config.clone(), rng).map_err(|e| e.to_string())?;
     if !serve_hello(&mut conn, &mut srv)? {
         return Ok(());
@@ -145,9 +151,7 @@ fn serve_cm20_connection(
     config: &Cm20Config,
     rng: &mut (impl rand_core::CryptoRng + ?Sized),
 ) -> Result<(), String> {
-    conn.set_nodelay(true).map_err(|e| e.to_string())?;
-    conn.set_read_timeout(Some(Duration::from_secs(120)))
-        .map_err(|e| e.to_string())?;
+    tune(&conn)?;
     let mut srv =
         Cm20Server::new(server.clone(), config.clone(), rng).map_err(|e| e.to_string())?;
     while let Some(req) = recv(&mut conn).map_err(|e| e.to_string())? {
@@ -161,6 +165,7 @@ fn serve_cm20_connection(
 }
 
 /// Result of a loopback run.
+#[derive(Default)]
 pub struct TcpRun {
     pub wall: Duration,
     pub bytes_sent: u64,
@@ -267,9 +272,7 @@ pub fn run_ot_tcp_client(
 ) -> Result<TcpRun, String> {
     let t0 = Instant::now();
     let mut conn = TcpStream::connect(addr).map_err(|e| e.to_string())?;
-    conn.set_nodelay(true).map_err(|e| e.to_string())?;
-    conn.set_read_timeout(Some(Duration::from_secs(120)))
-        .map_err(|e| e.to_string())?;
+    tune(&conn)?;
     let mut rng = crate::runner::os_rng()?;
     let (mut c, first) =
         OtClient::start_in_parts(client, config.clone(), &mut rng).map_err(|e| e.to_string())?;
@@ -288,11 +291,10 @@ pub fn run_ot_tcp_client(
     let setup = recv_setup(&mut conn, &mut c)?;
     let step = c.handle(&setup).map_err(|e| e.to_string())?;
     let mut run = TcpRun {
-        wall: Duration::ZERO,
         bytes_sent: 4 + hello_len,
         bytes_received: 4 + setup.len() as u64,
         round_trips: 1,
-        matches: 0,
+        ..TcpRun::default()
     };
     rounds(&mut conn, &mut c, step, &mut run)?;
     run.wall = t0.elapsed();
@@ -347,19 +349,11 @@ fn cm20_client(
 ) -> Result<TcpRun, String> {
     let t0 = Instant::now();
     let mut conn = TcpStream::connect(addr).map_err(|e| e.to_string())?;
-    conn.set_nodelay(true).map_err(|e| e.to_string())?;
-    conn.set_read_timeout(Some(Duration::from_secs(120)))
-        .map_err(|e| e.to_string())?;
+    tune(&conn)?;
     let mut rng = crate::runner::os_rng()?;
     let (mut c, hello) =
         Cm20Client::start(client, config.clone(), &mut rng).map_err(|e| e.to_string())?;
-    let mut run = TcpRun {
-        wall: Duration::ZERO,
-        bytes_sent: 0,
-        bytes_received: 0,
-        round_trips: 0,
-        matches: 0,
-    };
+    let mut run = TcpRun::default();
     rounds(&mut conn, &mut c, ClientStep::Send(hello), &mut run)?;
     run.wall = t0.elapsed();
     Ok(run)
