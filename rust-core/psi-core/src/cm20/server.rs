@@ -218,17 +218,8 @@ impl Cm20Server {
                         *x ^= d & mask;
                     }
                 });
-            prf::lookup(
-                prf,
-                z,
-                c0,
-                count,
-                cb,
-                &c,
-                &mut ev.acc[c0 * ab..(c0 + count) * ab],
-                ab,
-                None,
-            );
+            let mut cols: Vec<&[u8]> = c.chunks(cb).collect();
+            prf::lookup(prf, z, c0, &mut cols, &mut ev.acc[c0 * ab..(c0 + count) * ab], ab);
         })?;
         ev.next_column = c0 + count;
         if ev.next_column < w {
