@@ -8,9 +8,9 @@
 //!
 //! Used to compare two builds interleaved (docs/benchmarks.md, "CM20-PSI beside OT-PSI").
 
+use psi_core::chunked::ClientStep;
 use psi_core::cm20::{Cm20Client, Cm20Config, Cm20Server};
 use psi_core::{ItemSet, Threads};
-use psi_core::chunked::ClientStep;
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
 use std::time::{Duration, Instant};
@@ -76,8 +76,13 @@ fn main() {
             .time(|| Cm20Server::new(server_set, config.clone(), &mut rng))
             .expect("server");
         let output = loop {
-            let response = server_t.time(|| server.handle(&request)).expect("server step");
-            match client_t.time(|| client.handle(&response)).expect("client step") {
+            let response = server_t
+                .time(|| server.handle(&request))
+                .expect("server step");
+            match client_t
+                .time(|| client.handle(&response))
+                .expect("client step")
+            {
                 ClientStep::Send(next) => request = next,
                 ClientStep::Done(out) => break out,
             }

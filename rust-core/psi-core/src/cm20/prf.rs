@@ -13,6 +13,10 @@
 //! Matrices are held column by column, and so are the per-item lookups (`acc`: row `c` has
 //! bit `i` for item `i`), so that one column (`m / 8` bytes) stays in cache while every item
 //! is looked up in it; [`outputs`] transposes `acc` back to one row per item for `H2`.
+//! The client reads `A_c[v]` and clears `D_c[v]` in the same lookup, so it holds each
+//! column pair interleaved in 64-bit words ([`Pair`]: both bits in one cache line) while
+//! it is looked up. `F`'s output is computed per group of [`GROUP`] columns and batch of
+//! items, a few AES blocks at a time from `z` straight into 64-bit word planes.
 
 use crate::ot::prc::{Block, Prg, hash, session_prefix};
 use crate::ot::transpose::transpose_cols;
@@ -200,19 +204,16 @@ pub(crate) fn lookup_group<C: Column>(
     for (bi, zb) in z.chunks(ITEM_BATCH).enumerate() {
         let n = zb.len();
         let base = bi * ITEM_BATCH;
-        fw.clear();
+        // Every word is written below, so the previous batch's are not cleared first.
         fw.resize(2 * nb * n, 0);
-        for j in 0..nb {
-            let key = &prf.keys[first_block + j];
-            let (lo, hi) = fw[2 * j * n..2 * (j + 1) * n].split_at_mut(n);
-            for ((zs, lo), hi) in zb
-                .chunks(AES_BATCH)
-                .zip(lo.chunks_mut(AES_BATCH))
-                .zip(hi.chunks_mut(AES_BATCH))
-            {
+        for (s, zs) in zb.chunks(AES_BATCH).enumerate() {
+            let t0 = s * AES_BATCH;
+            for j in 0..nb {
                 let blocks = &mut buf[..zs.len()];
                 blocks.copy_from_slice(zs);
-                encrypt(key, blocks);
+                encrypt(&prf.keys[first_block + j], blocks);
+                let (lo, hi) = fw[2 * j * n..2 * (j + 1) * n].split_at_mut(n);
+                let (lo, hi) = (&mut lo[t0..t0 + zs.len()], &mut hi[t0..t0 + zs.len()]);
                 for ((l, h), blk) in lo.iter_mut().zip(hi.iter_mut()).zip(blocks.iter()) {
                     let (a, c) = blk.split_at(8);
                     *l = u64::from_le_bytes(a.try_into().expect("8 bytes"));
@@ -229,27 +230,55 @@ pub(crate) fn lookup_group<C: Column>(
             // An index that straddles two words takes its high bits from the next one.
             if sh as usize + b > 64 {
                 let hi = &fw[(wi + 1) * n..(wi + 2) * n];
-                let v = |t: usize| ((lo[t] >> sh) | (hi[t] << (64 - sh))) & mask;
-                scan(n, v, col, out);
+                scan::<C, true>(lo, hi, sh, mask, col, out);
             } else {
-                let v = |t: usize| (lo[t] >> sh) & mask;
-                scan(n, v, col, out);
+                scan::<C, false>(lo, lo, sh, mask, col, out);
             }
         }
     }
 }
 
-/// For items `0 .. n` with index `v(t)`: bit `t` of `out` (little-endian 64-bit words) is
-/// [`Column::lookup`]`(v(t))`.
+/// For items `t = 0 .. lo.len()` with index `v = (lo[t] >> sh | hi[t] << (64 - sh)) & mask`
+/// (`hi` only if `STRADDLE`): bit `t` of `out` (little-endian 64-bit words) is
+/// [`Column::lookup`]`(v)`. Whole words of 64 items take a loop of fixed length.
 #[inline(always)]
-fn scan<C: Column>(n: usize, v: impl Fn(usize) -> u64, col: &mut C, out: &mut [u8]) {
-    for (wi, o) in out.chunks_exact_mut(8).enumerate() {
-        let (t0, t1) = (wi * 64, (wi * 64 + 64).min(n));
+fn scan<C: Column, const STRADDLE: bool>(
+    lo: &[u64],
+    hi: &[u64],
+    sh: u32,
+    mask: u64,
+    col: &mut C,
+    out: &mut [u8],
+) {
+    let index = |l: u64, h: u64| {
+        if STRADDLE {
+            ((l >> sh) | (h << (64 - sh))) & mask
+        } else {
+            (l >> sh) & mask
+        }
+    };
+    let n = lo.len();
+    assert_eq!(hi.len(), n);
+    assert_eq!(out.len(), n.div_ceil(64) * 8);
+    let full = n / 64;
+    for ((l, h), o) in lo
+        .chunks_exact(64)
+        .zip(hi.chunks_exact(64))
+        .zip(out.chunks_exact_mut(8))
+    {
+        let (l, h): (&[u64; 64], &[u64; 64]) = (l.try_into().unwrap(), h.try_into().unwrap());
         let mut word = 0u64;
-        for t in t0..t1 {
-            word |= col.lookup(v(t)) << (t - t0);
+        for (j, (&l, &h)) in l.iter().zip(h).enumerate() {
+            word |= col.lookup(index(l, h)) << j;
         }
         o.copy_from_slice(&word.to_le_bytes());
+    }
+    if full * 64 < n {
+        let mut word = 0u64;
+        for (j, (&l, &h)) in lo[full * 64..].iter().zip(&hi[full * 64..]).enumerate() {
+            word |= col.lookup(index(l, h)) << j;
+        }
+        out[full * 8..].copy_from_slice(&word.to_le_bytes());
     }
 }
 
@@ -420,7 +449,10 @@ mod tests {
             let mut pairs = vec![Pair { a: 1, d: 2 }; words];
             interleave(&a, &mut pairs);
             for (j, p) in pairs.iter().enumerate() {
-                assert_eq!(p.a, u64::from_le_bytes(a[8 * j..8 * j + 8].try_into().unwrap()));
+                assert_eq!(
+                    p.a,
+                    u64::from_le_bytes(a[8 * j..8 * j + 8].try_into().unwrap())
+                );
                 assert_eq!(p.d, !0);
             }
             let out0: Vec<u8> = (0..words * 8).map(|_| next() as u8).collect();
@@ -442,7 +474,9 @@ mod tests {
         let bytes: Vec<u8> = (0..m / 8).map(|_| next() as u8).collect();
         let mut pairs = vec![Pair::default(); m / 64];
         interleave(&bytes, &mut pairs);
-        let bits: Vec<u64> = (0..m).map(|i| ((bytes[i / 8] >> (i % 8)) & 1) as u64).collect();
+        let bits: Vec<u64> = (0..m)
+            .map(|i| ((bytes[i / 8] >> (i % 8)) & 1) as u64)
+            .collect();
         let mut d_ref = vec![1u64; m];
         let mut server: &[u8] = &bytes;
         let mut client = ClientColumn(&mut pairs);

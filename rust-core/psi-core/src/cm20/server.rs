@@ -219,7 +219,14 @@ impl Cm20Server {
                     }
                 });
             let mut cols: Vec<&[u8]> = c.chunks(cb).collect();
-            prf::lookup(prf, z, c0, &mut cols, &mut ev.acc[c0 * ab..(c0 + count) * ab], ab);
+            prf::lookup(
+                prf,
+                z,
+                c0,
+                &mut cols,
+                &mut ev.acc[c0 * ab..(c0 + count) * ab],
+                ab,
+            );
         })?;
         ev.next_column = c0 + count;
         if ev.next_column < w {
