@@ -334,37 +334,37 @@ impl Sending {
         let cb = self.params.column_bytes();
         let c0 = self.next_column;
         let count = self.chunk_columns.min(w - c0);
-        let mut a = Zeroizing::new(vec![0u8; count * cb]);
-        a.par_chunks_mut(cb)
-            .zip(&self.seeds[c0..c0 + count])
-            .for_each(|(col, s)| Prg::new(&s[0]).fill(0, col));
         let mut msg = Chunk::begin(&self.prf_key, c0 as u16, count as u16, cb);
         let body = msg.len();
-        msg.resize(body + count * cb, 0xff); // D starts as all ones
+        msg.resize(body + count * cb, 0);
         let ab = prf::acc_bytes(self.z.len());
-        prf::lookup(
-            &self.prf,
-            &self.z,
-            c0,
-            count,
-            cb,
-            &a,
-            &mut self.acc[c0 * ab..(c0 + count) * ab],
-            ab,
-            Some(&mut msg[body..]),
-        );
-        // Δ_c = A_c ⊕ PRG(seed1_c) ⊕ D_c.
+        let (prf, z, seeds) = (&self.prf, &self.z, &self.seeds);
+        // A task per group of columns: `A_c` and `D_c` interleaved in a scratch buffer
+        // (`prf::ClientColumn`), the lookups, then Δ_c = A_c ⊕ PRG(seed1_c) ⊕ D_c.
         msg[body..]
-            .par_chunks_mut(cb)
-            .zip(a.par_chunks(cb))
-            .zip(&self.seeds[c0..c0 + count])
-            .for_each(|((d, a), s)| {
-                let mut b = Zeroizing::new(vec![0u8; cb]);
-                Prg::new(&s[1]).fill(0, &mut b);
-                for ((d, a), b) in d.iter_mut().zip(a).zip(b.iter()) {
-                    *d ^= a ^ b;
-                }
-            });
+            .par_chunks_mut(prf::GROUP * cb)
+            .zip(self.acc[c0 * ab..(c0 + count) * ab].par_chunks_mut(prf::GROUP * ab))
+            .enumerate()
+            .for_each_init(
+                || Zeroizing::new(Vec::new()),
+                |ad, (g, (delta, acc))| {
+                    let first = c0 + g * prf::GROUP;
+                    let words = cb / 8;
+                    ad.clear();
+                    ad.resize(delta.len() / 8, prf::Pair::default());
+                    for (k, (d, p)) in delta.chunks_mut(cb).zip(ad.chunks_mut(words)).enumerate() {
+                        // A_c, in the message only until it is interleaved.
+                        Prg::new(&seeds[first + k][0]).fill(0, d);
+                        prf::interleave(d, p);
+                    }
+                    let mut cols: Vec<_> = ad.chunks_mut(words).map(prf::ClientColumn).collect();
+                    prf::lookup_group(prf, z, first, &mut cols, acc, ab);
+                    for (k, (d, p)) in delta.chunks_mut(cb).zip(ad.chunks(words)).enumerate() {
+                        Prg::new(&seeds[first + k][1]).fill(0, d);
+                        prf::xor_a_d(p, d);
+                    }
+                },
+            );
         self.next_column = c0 + count;
         wire::finish(msg)
     }

@@ -13,6 +13,10 @@
 //! Matrices are held column by column, and so are the per-item lookups (`acc`: row `c` has
 //! bit `i` for item `i`), so that one column (`m / 8` bytes) stays in cache while every item
 //! is looked up in it; [`outputs`] transposes `acc` back to one row per item for `H2`.
+//! The client reads `A_c[v]` and clears `D_c[v]` in the same lookup, so it holds each
+//! column pair interleaved in 64-bit words ([`Pair`]: both bits in one cache line) while
+//! it is looked up. `F`'s output is computed per group of [`GROUP`] columns and batch of
+//! items, a few AES blocks at a time from `z` straight into 64-bit word planes.
 
 use crate::ot::prc::{Block, Prg, hash, session_prefix};
 use crate::ot::transpose::transpose_cols;
@@ -36,6 +40,8 @@ pub(crate) const GROUP: usize = 16;
 /// Items a task looks up together (64 Ki items: 3 MiB of `F` output for 16 columns of
 /// 20-bit indices), so one column stays in cache while the batch is looked up in it.
 const ITEM_BATCH: usize = 1 << 16;
+/// Blocks `F` encrypts at a time (on the stack, 1 KiB).
+const AES_BATCH: usize = 64;
 
 fn cipher(key: &Block) -> Aes128 {
     Aes128::new(&Array::from(*key))
@@ -87,60 +93,102 @@ impl Prf {
     }
 }
 
-/// Looks every item up in columns `c0 .. c0 + ncols` (any `c0`): for column `c` and item
-/// `i` with index `v = v_c(i)`, sets bit `i` of `acc` row `c - c0` to bit `v` of column `c`
-/// of `cols`, and (client) clears bit `v` of column `c` of `clear`.
-///
-/// `cols` and `clear` hold `ncols` columns of `col_bytes` bytes; `acc` holds `ncols` rows
-/// of `acc_bytes >= ceil(n / 64) * 8` bytes.
-#[allow(clippy::too_many_arguments)]
+/// One matrix column as the lookup reads it.
+pub(crate) trait Column {
+    /// Bit `i` of the column (0 or 1); a client's column also clears bit `i` of its `D`.
+    fn lookup(&mut self, i: u64) -> u64;
+}
+
+/// A server's column `C_c`: `m / 8` bytes, bit `i` in bit `i % 8` of byte `i / 8`.
+impl Column for &[u8] {
+    #[inline(always)]
+    fn lookup(&mut self, i: u64) -> u64 {
+        ((self[(i >> 3) as usize] >> (i & 7)) & 1) as u64
+    }
+}
+
+/// 64 bits of a client's column `A_c` and the same 64 bits of its `D_c`, side by side so
+/// that the lookup's read of `A` and clear of `D` touch one cache line (16-byte aligned).
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(16))]
+pub(crate) struct Pair {
+    a: u64,
+    d: u64,
+}
+
+impl zeroize::DefaultIsZeroes for Pair {}
+
+/// A client's columns `A_c` and `D_c`, interleaved: `m / 64` [`Pair`]s, pair `j` holds
+/// bits `64 j .. 64 j + 63` of each (bit `i` in bit `i % 64`).
+pub(crate) struct ClientColumn<'a>(pub(crate) &'a mut [Pair]);
+
+impl Column for ClientColumn<'_> {
+    #[inline(always)]
+    fn lookup(&mut self, i: u64) -> u64 {
+        let p = &mut self.0[(i >> 6) as usize];
+        p.d &= !(1u64 << (i & 63));
+        (p.a >> (i & 63)) & 1
+    }
+}
+
+/// Fills `pairs` with the column `a` (bytes, bit `i` in bit `i % 8` of byte `i / 8`) and a
+/// `D` of all ones; `a` has `8 · pairs.len()` bytes.
+pub(crate) fn interleave(a: &[u8], pairs: &mut [Pair]) {
+    assert_eq!(a.len(), pairs.len() * 8);
+    for (p, a) in pairs.iter_mut().zip(a.chunks_exact(8)) {
+        p.a = u64::from_le_bytes(a.try_into().expect("8 bytes"));
+        p.d = !0;
+    }
+}
+
+/// `out ^= A ⊕ D` for the interleaved columns `pairs` (`out` as bytes, as [`interleave`]).
+pub(crate) fn xor_a_d(pairs: &[Pair], out: &mut [u8]) {
+    assert_eq!(out.len(), pairs.len() * 8);
+    for (p, o) in pairs.iter().zip(out.chunks_exact_mut(8)) {
+        let x = u64::from_le_bytes((&*o).try_into().expect("8 bytes")) ^ p.a ^ p.d;
+        o.copy_from_slice(&x.to_le_bytes());
+    }
+}
+
+/// Looks every item up in the server's columns `c0 .. c0 + cols.len()` (any `c0`), a task
+/// per [`GROUP`] columns: see [`lookup_group`].
 pub(crate) fn lookup(
     prf: &Prf,
     z: &[Block],
     c0: usize,
-    ncols: usize,
-    col_bytes: usize,
-    cols: &[u8],
+    cols: &mut [&[u8]],
     acc: &mut [u8],
     acc_bytes: usize,
-    clear: Option<&mut [u8]>,
 ) {
-    assert_eq!(cols.len(), ncols * col_bytes);
-    assert_eq!(acc.len(), ncols * acc_bytes);
-    assert!(acc_bytes >= z.len().div_ceil(64) * 8);
-    let groups = ncols.div_ceil(GROUP);
-    let clears: Vec<Option<&mut [u8]>> = match clear {
-        Some(c) => {
-            assert_eq!(c.len(), cols.len());
-            c.chunks_mut(GROUP * col_bytes).map(Some).collect()
-        }
-        None => (0..groups).map(|_| None).collect(),
-    };
-    cols.par_chunks(GROUP * col_bytes)
+    assert_eq!(acc.len(), cols.len() * acc_bytes);
+    cols.par_chunks_mut(GROUP)
         .zip(acc.par_chunks_mut(GROUP * acc_bytes))
-        .zip(clears)
         .enumerate()
-        .for_each(|(g, ((cols, acc), mut clear))| {
-            let first = c0 + g * GROUP;
-            let gc = cols.len() / col_bytes;
-            lookup_group(
-                prf, z, first, gc, col_bytes, cols, acc, acc_bytes, &mut clear,
-            );
+        .for_each(|(g, (cols, acc))| {
+            lookup_group(prf, z, c0 + g * GROUP, cols, acc, acc_bytes);
         });
 }
 
-#[allow(clippy::too_many_arguments)]
-fn lookup_group(
+/// Looks every item up in columns `c0 .. c0 + cols.len()` (at most [`GROUP`] of them, they
+/// share `F`'s output blocks): for column `c` and item `i` with index `v = v_c(i)`, sets
+/// bit `i` of `acc` row `c - c0` to [`Column::lookup`]`(v)` of column `c`.
+///
+/// `acc` holds `cols.len()` rows of `acc_bytes >= ceil(n / 64) * 8` bytes.
+pub(crate) fn lookup_group<C: Column>(
     prf: &Prf,
     z: &[Block],
     c0: usize,
-    gc: usize,
-    col_bytes: usize,
-    cols: &[u8],
+    cols: &mut [C],
     acc: &mut [u8],
     acc_bytes: usize,
-    clear: &mut Option<&mut [u8]>,
 ) {
+    let gc = cols.len();
+    assert!(gc <= GROUP);
+    assert_eq!(acc.len(), gc * acc_bytes);
+    assert!(acc_bytes >= z.len().div_ceil(64) * 8);
+    if gc == 0 {
+        return;
+    }
     let b = prf.index_bits as usize;
     let mask = (1u64 << b) - 1;
     let first_block = c0 * b / 128;
@@ -151,74 +199,86 @@ fn lookup_group(
     // group's blocks) of item `i`. One word per item and column is read (two when the
     // index straddles a word), with plain 64-bit shifts.
     let mut fw: Zeroizing<Vec<u64>> = Zeroizing::new(Vec::new());
-    let mut buf: Zeroizing<Vec<Block>> = Zeroizing::new(Vec::new());
+    // AES is applied to a few blocks at a time on the stack, from `z` to the planes.
+    let mut buf: Zeroizing<[Block; AES_BATCH]> = Zeroizing::new([[0u8; 16]; AES_BATCH]);
     for (bi, zb) in z.chunks(ITEM_BATCH).enumerate() {
         let n = zb.len();
         let base = bi * ITEM_BATCH;
-        fw.clear();
+        // Every word is written below, so the previous batch's are not cleared first.
         fw.resize(2 * nb * n, 0);
-        for j in 0..nb {
-            buf.clear();
-            buf.extend_from_slice(zb);
-            encrypt(&prf.keys[first_block + j], &mut buf);
-            let (lo, hi) = fw[2 * j * n..2 * (j + 1) * n].split_at_mut(n);
-            for ((l, h), blk) in lo.iter_mut().zip(hi.iter_mut()).zip(buf.iter()) {
-                let (a, c) = blk.split_at(8);
-                *l = u64::from_le_bytes(a.try_into().expect("8 bytes"));
-                *h = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+        for (s, zs) in zb.chunks(AES_BATCH).enumerate() {
+            let t0 = s * AES_BATCH;
+            for j in 0..nb {
+                let blocks = &mut buf[..zs.len()];
+                blocks.copy_from_slice(zs);
+                encrypt(&prf.keys[first_block + j], blocks);
+                let (lo, hi) = fw[2 * j * n..2 * (j + 1) * n].split_at_mut(n);
+                let (lo, hi) = (&mut lo[t0..t0 + zs.len()], &mut hi[t0..t0 + zs.len()]);
+                for ((l, h), blk) in lo.iter_mut().zip(hi.iter_mut()).zip(blocks.iter()) {
+                    let (a, c) = blk.split_at(8);
+                    *l = u64::from_le_bytes(a.try_into().expect("8 bytes"));
+                    *h = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+                }
             }
         }
-        for k in 0..gc {
+        for (k, col) in cols.iter_mut().enumerate() {
             let bit = (c0 + k) * b - first_block * 128;
             let (wi, sh) = (bit / 64, (bit % 64) as u32);
             let lo = &fw[wi * n..(wi + 1) * n];
-            let col = &cols[k * col_bytes..(k + 1) * col_bytes];
             let row = &mut acc[k * acc_bytes..(k + 1) * acc_bytes];
             let out = &mut row[base / 8..base / 8 + n.div_ceil(64) * 8];
-            let clear_col = clear
-                .as_deref_mut()
-                .map(|d| &mut d[k * col_bytes..(k + 1) * col_bytes]);
             // An index that straddles two words takes its high bits from the next one.
             if sh as usize + b > 64 {
                 let hi = &fw[(wi + 1) * n..(wi + 2) * n];
-                let v = |t: usize| ((lo[t] >> sh) | (hi[t] << (64 - sh))) & mask;
-                scan(n, v, col, clear_col, out);
+                scan::<C, true>(lo, hi, sh, mask, col, out);
             } else {
-                let v = |t: usize| (lo[t] >> sh) & mask;
-                scan(n, v, col, clear_col, out);
+                scan::<C, false>(lo, lo, sh, mask, col, out);
             }
         }
     }
 }
 
-/// For items `0 .. n` with index `v(t)`: bit `t` of `out` (little-endian 64-bit words) is
-/// bit `v(t)` of `col`, and (client) bit `v(t)` of `clear` is cleared.
+/// For items `t = 0 .. lo.len()` with index `v = (lo[t] >> sh | hi[t] << (64 - sh)) & mask`
+/// (`hi` only if `STRADDLE`): bit `t` of `out` (little-endian 64-bit words) is
+/// [`Column::lookup`]`(v)`. Whole words of 64 items take a loop of fixed length.
 #[inline(always)]
-fn scan(n: usize, v: impl Fn(usize) -> u64, col: &[u8], clear: Option<&mut [u8]>, out: &mut [u8]) {
-    let bit = |i: u64| (col[(i >> 3) as usize] >> (i & 7)) & 1;
-    match clear {
-        None => {
-            for (wi, o) in out.chunks_exact_mut(8).enumerate() {
-                let (t0, t1) = (wi * 64, (wi * 64 + 64).min(n));
-                let mut word = 0u64;
-                for t in t0..t1 {
-                    word |= (bit(v(t)) as u64) << (t - t0);
-                }
-                o.copy_from_slice(&word.to_le_bytes());
-            }
+fn scan<C: Column, const STRADDLE: bool>(
+    lo: &[u64],
+    hi: &[u64],
+    sh: u32,
+    mask: u64,
+    col: &mut C,
+    out: &mut [u8],
+) {
+    let index = |l: u64, h: u64| {
+        if STRADDLE {
+            ((l >> sh) | (h << (64 - sh))) & mask
+        } else {
+            (l >> sh) & mask
         }
-        Some(d) => {
-            for (wi, o) in out.chunks_exact_mut(8).enumerate() {
-                let (t0, t1) = (wi * 64, (wi * 64 + 64).min(n));
-                let mut word = 0u64;
-                for t in t0..t1 {
-                    let i = v(t);
-                    word |= (bit(i) as u64) << (t - t0);
-                    d[(i >> 3) as usize] &= !(1u8 << (i & 7));
-                }
-                o.copy_from_slice(&word.to_le_bytes());
-            }
+    };
+    let n = lo.len();
+    assert_eq!(hi.len(), n);
+    assert_eq!(out.len(), n.div_ceil(64) * 8);
+    let full = n / 64;
+    for ((l, h), o) in lo
+        .chunks_exact(64)
+        .zip(hi.chunks_exact(64))
+        .zip(out.chunks_exact_mut(8))
+    {
+        let (l, h): (&[u64; 64], &[u64; 64]) = (l.try_into().unwrap(), h.try_into().unwrap());
+        let mut word = 0u64;
+        for (j, (&l, &h)) in l.iter().zip(h).enumerate() {
+            word |= col.lookup(index(l, h)) << j;
         }
+        o.copy_from_slice(&word.to_le_bytes());
+    }
+    if full * 64 < n {
+        let mut word = 0u64;
+        for (j, (&l, &h)) in lo[full * 64..].iter().zip(&hi[full * 64..]).enumerate() {
+            word |= col.lookup(index(l, h)) << j;
+        }
+        out[full * 8..].copy_from_slice(&word.to_le_bytes());
     }
 }
 
@@ -272,7 +332,40 @@ pub(crate) fn outputs(
 mod tests {
     use super::*;
 
-    /// The blocked lookup equals a direct per-item evaluation of the definitions.
+    /// `F`'s index `v_c` of every item for every column, from the definitions (one item at
+    /// a time, bit by bit).
+    fn naive_indices(prf: &Prf, items: &[Vec<u8>], w: usize) -> Vec<Vec<usize>> {
+        let b = prf.index_bits as usize;
+        items
+            .iter()
+            .map(|x| {
+                let h = hash(ds::H1, &[x]);
+                let mut z0: Block = h[..16].try_into().unwrap();
+                encrypt(&prf.k0, std::slice::from_mut(&mut z0));
+                for (a, b) in z0.iter_mut().zip(&h[16..]) {
+                    *a ^= b;
+                }
+                let mut f = Vec::new();
+                for k in &prf.keys {
+                    let mut blk = z0;
+                    encrypt(k, std::slice::from_mut(&mut blk));
+                    f.extend_from_slice(&blk);
+                }
+                (0..w)
+                    .map(|c| {
+                        (0..b).fold(0usize, |v, j| {
+                            let bit = c * b + j;
+                            v | ((((f[bit / 8] >> (bit % 8)) & 1) as usize) << j)
+                        })
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// The blocked lookup equals a direct per-item evaluation of the definitions, on the
+    /// server's byte columns (no clear) and on the client's interleaved `A`/`D` columns
+    /// (with clear), with column counts and offsets that are not multiples of [`GROUP`].
     #[test]
     fn lookup_matches_the_definition() {
         let m = 256usize;
@@ -282,65 +375,122 @@ mod tests {
         let prf = Prf::new(&[3; 16], t, b);
         let items: Vec<Vec<u8>> = (0..300u32).map(|i| i.to_be_bytes().to_vec()).collect();
         let z = prf.inputs(&items);
+        let v = naive_indices(&prf, &items, w);
         let cb = m / 8;
         let cols: Vec<u8> = (0..w * cb).map(|i| (i * 7 + 3) as u8).collect();
         let ab = acc_bytes(items.len());
+        // Server: two calls, as two chunks would make.
         let mut acc = vec![0u8; acc_rows(w) * ab];
-        let mut clear = vec![0xffu8; w * cb];
-        // Two calls, as two chunks would make.
-        lookup(
-            &prf,
-            &z,
-            0,
-            20,
-            cb,
-            &cols[..20 * cb],
-            &mut acc[..20 * ab],
-            ab,
-            Some(&mut clear[..20 * cb]),
-        );
-        lookup(
-            &prf,
-            &z,
-            20,
-            17,
-            cb,
-            &cols[20 * cb..],
-            &mut acc[20 * ab..w * ab],
-            ab,
-            Some(&mut clear[20 * cb..]),
-        );
+        let mut server: Vec<&[u8]> = cols.chunks(cb).collect();
+        let (s0, s1) = server.split_at_mut(20);
+        let (a0, a1) = acc[..w * ab].split_at_mut(20 * ab);
+        lookup(&prf, &z, 0, s0, a0, ab);
+        lookup(&prf, &z, 20, s1, a1, ab);
+        // Client: interleaved columns, groups of 16, 4, 16 and 1 columns.
+        let mut client_acc = vec![0u8; acc_rows(w) * ab];
+        let mut pairs = vec![Pair::default(); w * cb / 8];
+        for (a, p) in cols.chunks(cb).zip(pairs.chunks_mut(cb / 8)) {
+            interleave(a, p);
+        }
+        let mut c0 = 0;
+        for gc in [16, 4, 16, 1] {
+            let mut group: Vec<_> = pairs[c0 * cb / 8..(c0 + gc) * cb / 8]
+                .chunks_mut(cb / 8)
+                .map(ClientColumn)
+                .collect();
+            let acc = &mut client_acc[c0 * ab..(c0 + gc) * ab];
+            lookup_group(&prf, &z, c0, &mut group, acc, ab);
+            c0 += gc;
+        }
+        assert_eq!(c0, w);
+        assert_eq!(acc, client_acc, "server and client lookups");
+        assert!(acc[w * ab..].iter().all(|&x| x == 0), "rows from w on");
         let mut zeros = std::collections::HashSet::new();
-        for (i, x) in items.iter().enumerate() {
-            let h = hash(ds::H1, &[x]);
-            let mut z0: Block = h[..16].try_into().unwrap();
-            encrypt(&prf.k0, std::slice::from_mut(&mut z0));
-            for (a, b) in z0.iter_mut().zip(&h[16..]) {
-                *a ^= b;
-            }
-            let mut f = Vec::new();
-            for k in &prf.keys {
-                let mut blk = z0;
-                encrypt(k, std::slice::from_mut(&mut blk));
-                f.extend_from_slice(&blk);
-            }
-            for c in 0..w {
-                let mut v = 0usize;
-                for j in 0..b as usize {
-                    let bit = c * b as usize + j;
-                    v |= (((f[bit / 8] >> (bit % 8)) & 1) as usize) << j;
-                }
+        for (i, v) in v.iter().enumerate() {
+            for (c, &v) in v.iter().enumerate() {
                 zeros.insert((c, v));
                 let want = (cols[c * cb + v / 8] >> (v % 8)) & 1;
                 let got = (acc[c * ab + i / 8] >> (i % 8)) & 1;
                 assert_eq!(got, want, "item {i} column {c}");
             }
         }
+        // D is zero exactly where some item looked up; A is unchanged.
+        let mut d = vec![0u8; w * cb];
+        for (p, d) in pairs.chunks(cb / 8).zip(d.chunks_mut(cb)) {
+            xor_a_d(p, d);
+        }
         for c in 0..w {
             for v in 0..m {
-                let bit = (clear[c * cb + v / 8] >> (v % 8)) & 1;
-                assert_eq!(bit == 0, zeros.contains(&(c, v)));
+                let a = (cols[c * cb + v / 8] >> (v % 8)) & 1;
+                let ad = (d[c * cb + v / 8] >> (v % 8)) & 1;
+                assert_eq!(a ^ ad == 0, zeros.contains(&(c, v)), "D column {c} bit {v}");
             }
         }
+    }
+
+    /// A small xorshift generator for the layout tests.
+    fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+        let mut x = seed | 1;
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+
+    /// `interleave` then `xor_a_d` with nothing cleared gives back `out ⊕ A ⊕ 1`, and the
+    /// interleaved words are the column's little-endian words.
+    #[test]
+    fn interleave_round_trip() {
+        let mut next = xorshift(5);
+        for words in [1usize, 2, 16, 2048] {
+            let a: Vec<u8> = (0..words * 8).map(|_| next() as u8).collect();
+            let mut pairs = vec![Pair { a: 1, d: 2 }; words];
+            interleave(&a, &mut pairs);
+            for (j, p) in pairs.iter().enumerate() {
+                assert_eq!(
+                    p.a,
+                    u64::from_le_bytes(a[8 * j..8 * j + 8].try_into().unwrap())
+                );
+                assert_eq!(p.d, !0);
+            }
+            let out0: Vec<u8> = (0..words * 8).map(|_| next() as u8).collect();
+            let mut out = out0.clone();
+            xor_a_d(&pairs, &mut out);
+            for ((o, o0), a) in out.iter().zip(&out0).zip(&a) {
+                assert_eq!(*o, o0 ^ a ^ 0xff);
+            }
+        }
+    }
+
+    /// Bit by bit against a plain reference, on random columns and indices: a byte column
+    /// reads bit `i` and changes nothing; a client column reads bit `i` of `A`, clears bit
+    /// `i` of `D` and leaves every other bit as it was.
+    #[test]
+    fn column_lookup_matches_a_bitwise_reference() {
+        let mut next = xorshift(9);
+        let m = 4096usize;
+        let bytes: Vec<u8> = (0..m / 8).map(|_| next() as u8).collect();
+        let mut pairs = vec![Pair::default(); m / 64];
+        interleave(&bytes, &mut pairs);
+        let bits: Vec<u64> = (0..m)
+            .map(|i| ((bytes[i / 8] >> (i % 8)) & 1) as u64)
+            .collect();
+        let mut d_ref = vec![1u64; m];
+        let mut server: &[u8] = &bytes;
+        let mut client = ClientColumn(&mut pairs);
+        for _ in 0..3000 {
+            let i = next() % m as u64;
+            assert_eq!(server.lookup(i), bits[i as usize], "byte column bit {i}");
+            assert_eq!(client.lookup(i), bits[i as usize], "client column bit {i}");
+            d_ref[i as usize] = 0;
+        }
+        for (i, (&a, &d)) in bits.iter().zip(&d_ref).enumerate() {
+            let p = pairs[i / 64];
+            assert_eq!((p.a >> (i % 64)) & 1, a, "A bit {i}");
+            assert_eq!((p.d >> (i % 64)) & 1, d, "D bit {i}");
+        }
+        assert!(d_ref.contains(&0) && d_ref.contains(&1));
     }
 }

@@ -218,16 +218,14 @@ impl Cm20Server {
                         *x ^= d & mask;
                     }
                 });
+            let mut cols: Vec<&[u8]> = c.chunks(cb).collect();
             prf::lookup(
                 prf,
                 z,
                 c0,
-                count,
-                cb,
-                &c,
+                &mut cols,
                 &mut ev.acc[c0 * ab..(c0 + count) * ab],
                 ab,
-                None,
             );
         })?;
         ev.next_column = c0 + count;
