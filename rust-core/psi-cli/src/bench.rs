@@ -196,49 +196,51 @@ fn cm20_tcp(quick: bool) -> Result<(), String> {
         cases.retain(|c| c.0.max(c.1) == n);
     }
     println!(
-        "End to end over loopback TCP (127.0.0.1, one connection, 4-byte length prefix per message), 1 thread per side, each client working ahead while the server answers; KKRT and CM20 runs alternate, medians:"
+        "End to end over loopback TCP (127.0.0.1, one connection, 4-byte length prefix per message), 1 thread per side. The client works ahead while the server answers (ADR 0026); the `no ahead` columns are the same runs without it, to show what it gains. The four kinds of run alternate; medians:"
     );
     println!();
     println!(
-        "| n_c | n_s | runs | KKRT wall ms | CM20 wall ms | KKRT median ms | CM20 median ms | CM20 / KKRT |"
+        "| n_c | n_s | runs | KKRT ms | KKRT no ahead ms | CM20 ms | CM20 no ahead ms | CM20 / KKRT | CM20 ahead / no ahead | KKRT ahead / no ahead |"
     );
-    println!("|---:|---:|---:|---|---|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &(n_c, n_s, overlap, runs) in &cases {
         let (client, server) = sets(n_c, n_s, overlap);
         let (client, server) = (ItemSet::new(&client), Arc::new(ItemSet::new(&server)));
-        let (mut kkrt, mut cm20) = (Vec::new(), Vec::new());
+        // KKRT, KKRT without working ahead, CM20, CM20 without.
+        let mut walls: [Vec<std::time::Duration>; 4] = Default::default();
         for _ in 0..runs {
-            let k = crate::tcp::run_ot_tcp(
-                client.clone(),
-                server.clone(),
-                &OtConfig::new(Threads::ONE),
-            )?;
-            let c = crate::tcp::run_cm20_tcp(
-                client.clone(),
-                server.clone(),
-                &Cm20Config::new(Threads::ONE),
-            )?;
-            if k.matches != overlap || c.matches != overlap {
-                return Err(format!(
-                    "wrong result over TCP: {} (CM20) and {} (KKRT) matches, expected {overlap}",
-                    c.matches, k.matches
-                ));
+            for (k, wall) in walls.iter_mut().enumerate() {
+                let ahead = k % 2 == 0;
+                let r = if k < 2 {
+                    let config = OtConfig::new(Threads::ONE);
+                    crate::tcp::run_ot_tcp(client.clone(), server.clone(), &config, ahead)?
+                } else {
+                    let config = Cm20Config::new(Threads::ONE);
+                    crate::tcp::run_cm20_tcp(client.clone(), server.clone(), &config, ahead)?
+                };
+                if r.matches != overlap {
+                    return Err(format!(
+                        "wrong result over TCP: {} matches, expected {overlap}",
+                        r.matches
+                    ));
+                }
+                wall.push(r.wall);
             }
-            kkrt.push(k.wall);
-            cm20.push(c.wall);
         }
-        let list =
-            |v: &[std::time::Duration]| v.iter().map(|d| ms(*d)).collect::<Vec<_>>().join(" ");
-        let (km, cm) = (median(kkrt.clone()), median(cm20.clone()));
+        let [k, kn, c, cn] = walls.map(median);
+        let ratio =
+            |a: std::time::Duration, b: std::time::Duration| a.as_secs_f64() / b.as_secs_f64();
         println!(
-            "| {} | {} | {runs} | {} | {} | {} | {} | {:.2} |",
+            "| {} | {} | {runs} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} |",
             thousands(n_c as u64),
             thousands(n_s as u64),
-            list(&kkrt),
-            list(&cm20),
-            ms(km),
-            ms(cm),
-            cm.as_secs_f64() / km.as_secs_f64(),
+            ms(k),
+            ms(kn),
+            ms(c),
+            ms(cn),
+            ratio(c, k),
+            ratio(c, cn),
+            ratio(k, kn),
         );
     }
     Ok(())
@@ -443,6 +445,7 @@ fn run_ot(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
             ItemSet::new(&client),
             Arc::new(ItemSet::new(&server)),
             &OtConfig::new(Threads::ONE),
+            true,
         )?;
         if r.matches != n / 2 {
             return Err(format!("wrong result over TCP: {} matches", r.matches));
@@ -493,7 +496,7 @@ pub fn run_ot_fixed_cost(runs: usize) -> Result<(), String> {
     let mut steps: Vec<Vec<Duration>> = vec![Vec::new(); phases.len()];
     // One unrecorded round first (page faults, lazy statics, the first thread spawns).
     for round in 0..=runs {
-        let r = crate::tcp::run_ot_tcp(client.clone(), server.clone(), &config)?;
+        let r = crate::tcp::run_ot_tcp(client.clone(), server.clone(), &config, true)?;
         if r.matches != n / 2 {
             return Err(format!("wrong result over TCP: {} matches", r.matches));
         }

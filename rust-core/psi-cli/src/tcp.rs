@@ -257,9 +257,10 @@ pub fn run_ot_tcp(
     client: ItemSet,
     server: Arc<ItemSet>,
     config: &OtConfig,
+    work_ahead: bool,
 ) -> Result<TcpRun, String> {
     let srv = TcpServer::ot(server, config)?;
-    let run = run_ot_tcp_client(srv.addr, client, config);
+    let run = run_ot_tcp_client(srv.addr, client, config, work_ahead);
     srv.stop()?;
     run
 }
@@ -269,6 +270,7 @@ pub fn run_ot_tcp_client(
     addr: std::net::SocketAddr,
     client: ItemSet,
     config: &OtConfig,
+    work_ahead: bool,
 ) -> Result<TcpRun, String> {
     let t0 = Instant::now();
     let mut conn = TcpStream::connect(addr).map_err(|e| e.to_string())?;
@@ -296,17 +298,19 @@ pub fn run_ot_tcp_client(
         round_trips: 1,
         ..TcpRun::default()
     };
-    rounds(&mut conn, &mut c, step, &mut run)?;
+    rounds(&mut conn, &mut c, step, work_ahead, &mut run)?;
     run.wall = t0.elapsed();
     Ok(run)
 }
 
-/// The client's rounds after its first response: send a request, work ahead while the
-/// server answers, hand over the response; until the result.
+/// The client's rounds from `step` on: send a request, work ahead while the server answers
+/// (if `work_ahead`; off only to measure what it gains), hand over the response; until the
+/// result.
 fn rounds(
     conn: &mut TcpStream,
     c: &mut impl ChunkedClient,
     mut step: ClientStep,
+    work_ahead: bool,
     run: &mut TcpRun,
 ) -> Result<(), String> {
     loop {
@@ -320,7 +324,9 @@ fn rounds(
         send(conn, &req).map_err(|e| e.to_string())?;
         run.bytes_sent += 4 + req.len() as u64;
         run.round_trips += 1;
-        c.work_ahead().map_err(|e| e.to_string())?;
+        if work_ahead {
+            c.work_ahead().map_err(|e| e.to_string())?;
+        }
         let resp = recv(conn)
             .map_err(|e| e.to_string())?
             .ok_or("server closed the connection")?;
@@ -334,9 +340,10 @@ pub fn run_cm20_tcp(
     client: ItemSet,
     server: Arc<ItemSet>,
     config: &Cm20Config,
+    work_ahead: bool,
 ) -> Result<TcpRun, String> {
     let srv = TcpServer::cm20(server, config)?;
-    let run = cm20_client(srv.addr, client, config);
+    let run = cm20_client(srv.addr, client, config, work_ahead);
     srv.stop()?;
     run
 }
@@ -346,6 +353,7 @@ fn cm20_client(
     addr: std::net::SocketAddr,
     client: ItemSet,
     config: &Cm20Config,
+    work_ahead: bool,
 ) -> Result<TcpRun, String> {
     let t0 = Instant::now();
     let mut conn = TcpStream::connect(addr).map_err(|e| e.to_string())?;
@@ -354,7 +362,13 @@ fn cm20_client(
     let (mut c, hello) =
         Cm20Client::start(client, config.clone(), &mut rng).map_err(|e| e.to_string())?;
     let mut run = TcpRun::default();
-    rounds(&mut conn, &mut c, ClientStep::Send(hello), &mut run)?;
+    rounds(
+        &mut conn,
+        &mut c,
+        ClientStep::Send(hello),
+        work_ahead,
+        &mut run,
+    )?;
     run.wall = t0.elapsed();
     Ok(run)
 }
