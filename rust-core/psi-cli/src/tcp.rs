@@ -38,6 +38,13 @@ fn tune(conn: &TcpStream) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
+/// A client's connection to `addr`, tuned, and its randomness.
+fn connect(addr: std::net::SocketAddr) -> Result<(TcpStream, rand_chacha::ChaCha20Rng), String> {
+    let conn = TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    tune(&conn)?;
+    Ok((conn, crate::runner::os_rng()?))
+}
+
 /// Reads a frame's length prefix (`None` at a clean end of the stream).
 fn recv_len(s: &mut TcpStream) -> std::io::Result<Option<usize>> {
     let mut len = [0u8; 4];
@@ -273,9 +280,7 @@ pub fn run_ot_tcp_client(
     work_ahead: bool,
 ) -> Result<TcpRun, String> {
     let t0 = Instant::now();
-    let mut conn = TcpStream::connect(addr).map_err(|e| e.to_string())?;
-    tune(&conn)?;
-    let mut rng = crate::runner::os_rng()?;
+    let (mut conn, mut rng) = connect(addr)?;
     let (mut c, first) =
         OtClient::start_in_parts(client, config.clone(), &mut rng).map_err(|e| e.to_string())?;
     let hello_len = ot::sizes::hello();
@@ -356,9 +361,7 @@ fn cm20_client(
     work_ahead: bool,
 ) -> Result<TcpRun, String> {
     let t0 = Instant::now();
-    let mut conn = TcpStream::connect(addr).map_err(|e| e.to_string())?;
-    tune(&conn)?;
-    let mut rng = crate::runner::os_rng()?;
+    let (mut conn, mut rng) = connect(addr)?;
     let (mut c, hello) =
         Cm20Client::start(client, config.clone(), &mut rng).map_err(|e| e.to_string())?;
     let mut run = TcpRun::default();

@@ -373,23 +373,29 @@ fn a_file_cache_is_reused_across_clients_and_refreshed_on_a_new_etag() {
     srv.shutdown().unwrap();
 }
 
-/// Cancelling in the middle of a multi-round OT-PSI run: the run stops with `Cancelled`
-/// before its next request and the server session is deleted.
-#[test]
-fn cancelling_mid_ot_run_frees_the_server_session() {
-    let entries: Vec<(String, Option<String>)> = (0..300)
-        .map(|i| (format!("+1202555{i:04}"), None))
-        .collect();
+/// A server of `n` numbers `+1202555iiii` (no labels) that takes small bodies (10,000
+/// bytes: 128-row OT-PSI chunks, 16-column CM20-PSI chunks), so a run of a few thousand items
+/// takes many rounds; up to 4,000 client items, no hourly limit, CM20-PSI on.
+fn small_body_server(n: usize) -> RunningServer {
+    let entries: Vec<(String, Option<String>)> =
+        (0..n).map(|i| (format!("+1202555{i:04}"), None)).collect();
     let entries: Vec<(&str, Option<&str>)> = entries
         .iter()
         .map(|(a, b)| (a.as_str(), b.as_deref()))
         .collect();
-    // Small bodies: 128-row chunks, so 2,000 items take several rounds.
-    let srv = server(&entries, |c| {
+    server(&entries, |c| {
         c.max_body_bytes = 10_000;
         c.max_client_items = 4_000;
         c.items_per_hour = 0;
-    });
+        c.enable_cm20 = true;
+    })
+}
+
+/// Cancelling in the middle of a multi-round OT-PSI run: the run stops with `Cancelled`
+/// before its next request and the server session is deleted.
+#[test]
+fn cancelling_mid_ot_run_frees_the_server_session() {
+    let srv = small_body_server(300);
     let (t, seen) = Recording::new(Some(HttpTransport::new()));
     let c = Client::with_transport(&srv.url(), t, ClientConfig::default());
     let items: Vec<Vec<u8>> = (0..2_000)
@@ -674,19 +680,7 @@ fn complete_runs_send_no_delete_and_leave_no_session() {
 /// matches, every one of them found.
 #[test]
 fn many_round_runs_work_ahead_and_find_every_match() {
-    let entries: Vec<(String, Option<String>)> = (0..1_500)
-        .map(|i| (format!("+1202555{i:04}"), None))
-        .collect();
-    let entries: Vec<(&str, Option<&str>)> = entries
-        .iter()
-        .map(|(a, b)| (a.as_str(), b.as_deref()))
-        .collect();
-    let srv = server(&entries, |c| {
-        c.max_body_bytes = 10_000;
-        c.max_client_items = 4_000;
-        c.items_per_hour = 0;
-        c.enable_cm20 = true;
-    });
+    let srv = small_body_server(1_500);
     // 2,000 items, 1,000 of them in the registry.
     let items: Vec<Vec<u8>> = (1_000..3_000)
         .map(|i| format!("+1202555{i:04}").into_bytes())
