@@ -210,13 +210,16 @@ fn cm20_tcp(quick: bool) -> Result<(), String> {
         let mut walls: [Vec<std::time::Duration>; 4] = Default::default();
         for _ in 0..runs {
             for (k, wall) in walls.iter_mut().enumerate() {
-                let ahead = k % 2 == 0;
+                let opts = crate::tcp::TcpOptions {
+                    work_ahead: k % 2 == 0,
+                    ..Default::default()
+                };
                 let r = if k < 2 {
                     let config = OtConfig::new(Threads::ONE);
-                    crate::tcp::run_ot_tcp(client.clone(), server.clone(), &config, ahead)?
+                    crate::tcp::run_ot_tcp(client.clone(), server.clone(), &config, opts)?
                 } else {
                     let config = Cm20Config::new(Threads::ONE);
-                    crate::tcp::run_cm20_tcp(client.clone(), server.clone(), &config, ahead)?
+                    crate::tcp::run_cm20_tcp(client.clone(), server.clone(), &config, opts)?
                 };
                 if r.matches != overlap {
                     return Err(format!(
@@ -445,7 +448,7 @@ fn run_ot(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
             ItemSet::new(&client),
             Arc::new(ItemSet::new(&server)),
             &OtConfig::new(Threads::ONE),
-            true,
+            Default::default(),
         )?;
         if r.matches != n / 2 {
             return Err(format!("wrong result over TCP: {} matches", r.matches));
@@ -473,11 +476,23 @@ fn median(mut v: Vec<std::time::Duration>) -> std::time::Duration {
 /// `runs` rounds does, one after the other: a balanced 2^10 run over loopback TCP (1 thread
 /// per side, a new server thread each round), the 128 base OTs alone (each step timed), and the same run in one process
 /// (each step timed). Prints every TCP wall time (for interleaving binaries) and medians.
-pub fn run_ot_fixed_cost(runs: usize) -> Result<(), String> {
+/// With `pin`, this thread (the client, and the pool it starts) runs on CPU 0 and the
+/// server's on CPU 1, so the two sides never share a core, as on two machines.
+pub fn run_ot_fixed_cost(runs: usize, pin: bool) -> Result<(), String> {
     use psi_core::ot::{self, BaseOtStep, OtConfig};
     use psi_core::{ItemSet, Phase, Threads};
     use std::sync::Arc;
     use std::time::Instant;
+    let opts = crate::tcp::TcpOptions {
+        server_cpu: pin.then_some(1),
+        ..Default::default()
+    };
+    if pin {
+        if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+            return Err("--pin needs two CPUs (one per side)".into());
+        }
+        crate::tcp::pin_current_thread(0)?;
+    }
     let n = 1 << 10;
     let (client, server) = sets(n, n, n / 2);
     let (client, server) = (ItemSet::new(&client), Arc::new(ItemSet::new(&server)));
@@ -496,7 +511,7 @@ pub fn run_ot_fixed_cost(runs: usize) -> Result<(), String> {
     let mut steps: Vec<Vec<Duration>> = vec![Vec::new(); phases.len()];
     // One unrecorded round first (page faults, lazy statics, the first thread spawns).
     for round in 0..=runs {
-        let r = crate::tcp::run_ot_tcp(client.clone(), server.clone(), &config, true)?;
+        let r = crate::tcp::run_ot_tcp(client.clone(), server.clone(), &config, opts)?;
         if r.matches != n / 2 {
             return Err(format!("wrong result over TCP: {} matches", r.matches));
         }
@@ -532,7 +547,14 @@ pub fn run_ot_fixed_cost(runs: usize) -> Result<(), String> {
             v.push(m.step(p));
         }
     }
-    println!("# psi bench --ot-fixed-cost: balanced 2^10 OT-PSI, 1 thread per side, {runs} rounds");
+    let pinned = if pin {
+        ", client pinned to CPU 0 and server to CPU 1"
+    } else {
+        ""
+    };
+    println!(
+        "# psi bench --ot-fixed-cost: balanced 2^10 OT-PSI, 1 thread per side{pinned}, {runs} rounds"
+    );
     println!();
     println!(
         "tcp wall ms per round: {}",

@@ -158,6 +158,10 @@ enum Command {
         /// OTs alone, in one process), this many rounds, with medians.
         #[arg(long, value_name = "ROUNDS", conflicts_with_all = ["quick", "protocol"])]
         ot_fixed_cost: Option<usize>,
+        /// With `--ot-fixed-cost`: pin the client's thread to CPU 0 and the server's to CPU 1
+        /// (Linux), so the two sides never share a core, as on two machines.
+        #[arg(long, requires = "ot_fixed_cost")]
+        pin: bool,
         /// Protocols to run, comma separated (`dh`, `ot`, `cm20`; default all).
         #[arg(long, value_delimiter = ',', value_parser = parse_protocol)]
         protocol: Vec<Protocol>,
@@ -193,8 +197,9 @@ fn main() -> ExitCode {
         Command::Loadgen(args) => loadgen::run(args),
         Command::Bench {
             ot_fixed_cost: Some(rounds),
+            pin,
             ..
-        } => bench::run_ot_fixed_cost(rounds),
+        } => bench::run_ot_fixed_cost(rounds, pin),
         Command::Bench {
             quick,
             threads,

@@ -38,6 +38,56 @@ fn tune(conn: &TcpStream) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
+/// How a loopback run is made.
+#[derive(Debug, Clone, Copy)]
+pub struct TcpOptions {
+    /// The client works ahead while the server answers, as psi-client's driver does (ADR
+    /// 0026); off only to measure what that gains.
+    pub work_ahead: bool,
+    /// Pins the server's thread, and so the worker pool it starts, to this CPU (Linux); the
+    /// caller pins its own thread with [`pin_current_thread`] before its first run, so each
+    /// side has a core of its own, as on two machines.
+    pub server_cpu: Option<usize>,
+}
+
+impl Default for TcpOptions {
+    fn default() -> Self {
+        TcpOptions {
+            work_ahead: true,
+            server_cpu: None,
+        }
+    }
+}
+
+/// Pins the calling thread to `cpu`; worker pools it starts later inherit the pin.
+#[cfg(target_os = "linux")]
+pub fn pin_current_thread(cpu: usize) -> Result<(), String> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(format!("no CPU {cpu}"));
+    }
+    // SAFETY: `set` is a plain bit set that CPU_ZERO/CPU_SET initialise; the call reads it
+    // and changes only this thread's affinity.
+    let r = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_ZERO(&mut set);
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if r != 0 {
+        return Err(format!(
+            "cannot pin a thread to CPU {cpu}: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
+/// Pinning threads is implemented on Linux only.
+#[cfg(not(target_os = "linux"))]
+pub fn pin_current_thread(_cpu: usize) -> Result<(), String> {
+    Err("pinning threads to CPUs is implemented on Linux only".into())
+}
+
 /// A client's connection to `addr`, tuned, and its randomness.
 fn connect(addr: std::net::SocketAddr) -> Result<(TcpStream, rand_chacha::ChaCha20Rng), String> {
     let conn = TcpStream::connect(addr).map_err(|e| e.to_string())?;
@@ -192,18 +242,31 @@ pub struct TcpServer {
 
 impl TcpServer {
     /// Binds 127.0.0.1 on an ephemeral port and starts serving `server`'s set by OT-PSI.
-    pub fn ot(server: Arc<ItemSet>, config: &OtConfig) -> Result<TcpServer, String> {
+    pub fn ot(
+        server: Arc<ItemSet>,
+        config: &OtConfig,
+        cpu: Option<usize>,
+    ) -> Result<TcpServer, String> {
         let config = config.clone();
-        TcpServer::spawn(move |conn, rng| serve_ot_connection(conn, &server, &config, rng))
+        TcpServer::spawn(cpu, move |conn, rng| {
+            serve_ot_connection(conn, &server, &config, rng)
+        })
     }
 
     /// Binds 127.0.0.1 on an ephemeral port and starts serving `server`'s set by CM20-PSI.
-    pub fn cm20(server: Arc<ItemSet>, config: &Cm20Config) -> Result<TcpServer, String> {
+    pub fn cm20(
+        server: Arc<ItemSet>,
+        config: &Cm20Config,
+        cpu: Option<usize>,
+    ) -> Result<TcpServer, String> {
         let config = config.clone();
-        TcpServer::spawn(move |conn, rng| serve_cm20_connection(conn, &server, &config, rng))
+        TcpServer::spawn(cpu, move |conn, rng| {
+            serve_cm20_connection(conn, &server, &config, rng)
+        })
     }
 
     fn spawn(
+        cpu: Option<usize>,
         mut session: impl FnMut(TcpStream, &mut rand_chacha::ChaCha20Rng) -> Result<(), String>
         + Send
         + 'static,
@@ -213,6 +276,9 @@ impl TcpServer {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let stopped = stop.clone();
         let thread = std::thread::spawn(move || -> Result<(), String> {
+            if let Some(cpu) = cpu {
+                pin_current_thread(cpu)?;
+            }
             let mut rng = crate::runner::os_rng()?;
             for conn in listener.incoming() {
                 if stopped.load(std::sync::atomic::Ordering::SeqCst) {
@@ -264,10 +330,10 @@ pub fn run_ot_tcp(
     client: ItemSet,
     server: Arc<ItemSet>,
     config: &OtConfig,
-    work_ahead: bool,
+    opts: TcpOptions,
 ) -> Result<TcpRun, String> {
-    let srv = TcpServer::ot(server, config)?;
-    let run = run_ot_tcp_client(srv.addr, client, config, work_ahead);
+    let srv = TcpServer::ot(server, config, opts.server_cpu)?;
+    let run = run_ot_tcp_client(srv.addr, client, config, opts.work_ahead);
     srv.stop()?;
     run
 }
@@ -345,10 +411,10 @@ pub fn run_cm20_tcp(
     client: ItemSet,
     server: Arc<ItemSet>,
     config: &Cm20Config,
-    work_ahead: bool,
+    opts: TcpOptions,
 ) -> Result<TcpRun, String> {
-    let srv = TcpServer::cm20(server, config)?;
-    let run = cm20_client(srv.addr, client, config, work_ahead);
+    let srv = TcpServer::cm20(server, config, opts.server_cpu)?;
+    let run = cm20_client(srv.addr, client, config, opts.work_ahead);
     srv.stop()?;
     run
 }

@@ -107,6 +107,23 @@ fn bench_ot_fixed_cost_runs_and_splits() {
     assert_eq!(walls.split_whitespace().count(), 2, "{out}");
 }
 
+/// `--pin` puts the client on CPU 0 and the server on CPU 1 (this machine kind has two).
+#[test]
+fn bench_ot_fixed_cost_pins_each_side_to_a_core() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (ok, out, err) = psi(&["bench", "--ot-fixed-cost", "1", "--pin"]);
+    if cpus < 2 {
+        assert!(!ok && err.contains("two CPUs"), "{out}\n{err}");
+        return;
+    }
+    assert!(ok, "{out}\n{err}");
+    assert!(
+        out.contains("client pinned to CPU 0 and server to CPU 1"),
+        "{out}"
+    );
+    assert!(out.contains("median over loopback TCP:"), "{out}");
+}
+
 #[test]
 fn bad_arguments_fail_with_usage() {
     let (ok, _, err) = psi(&["demo", "--protocol", "nope"]);
