@@ -476,23 +476,29 @@ fn median(mut v: Vec<std::time::Duration>) -> std::time::Duration {
 /// `runs` rounds does, one after the other: a balanced 2^10 run over loopback TCP (1 thread
 /// per side, a new server thread each round), the 128 base OTs alone (each step timed), and the same run in one process
 /// (each step timed). Prints every TCP wall time (for interleaving binaries) and medians.
-/// With `pin`, this thread (the client, and the pool it starts) runs on CPU 0 and the
-/// server's on CPU 1, so the two sides never share a core, as on two machines.
+/// With `pin`, this thread (the client, and the pool it starts) runs on the first CPU this
+/// process may use and the server's on the second, so the two sides never share a core, as
+/// on two machines.
 pub fn run_ot_fixed_cost(runs: usize, pin: bool) -> Result<(), String> {
     use psi_core::ot::{self, BaseOtStep, OtConfig};
     use psi_core::{ItemSet, Phase, Threads};
     use std::sync::Arc;
     use std::time::Instant;
-    let opts = crate::tcp::TcpOptions {
-        server_cpu: pin.then_some(1),
-        ..Default::default()
-    };
-    if pin {
-        if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+    // With `pin`: the first two CPUs this process may use, client then server.
+    let cpus = if pin {
+        let cpus = crate::tcp::allowed_cpus()?;
+        if cpus.len() < 2 {
             return Err("--pin needs two CPUs (one per side)".into());
         }
-        crate::tcp::pin_current_thread(0)?;
-    }
+        crate::tcp::pin_current_thread(cpus[0])?;
+        Some((cpus[0], cpus[1]))
+    } else {
+        None
+    };
+    let opts = crate::tcp::TcpOptions {
+        server_cpu: cpus.map(|(_, server)| server),
+        ..Default::default()
+    };
     let n = 1 << 10;
     let (client, server) = sets(n, n, n / 2);
     let (client, server) = (ItemSet::new(&client), Arc::new(ItemSet::new(&server)));
@@ -547,10 +553,9 @@ pub fn run_ot_fixed_cost(runs: usize, pin: bool) -> Result<(), String> {
             v.push(m.step(p));
         }
     }
-    let pinned = if pin {
-        ", client pinned to CPU 0 and server to CPU 1"
-    } else {
-        ""
+    let pinned = match cpus {
+        Some((c, s)) => format!(", client pinned to CPU {c} and server to CPU {s}"),
+        None => String::new(),
     };
     println!(
         "# psi bench --ot-fixed-cost: balanced 2^10 OT-PSI, 1 thread per side{pinned}, {runs} rounds"

@@ -158,8 +158,9 @@ enum Command {
         /// OTs alone, in one process), this many rounds, with medians.
         #[arg(long, value_name = "ROUNDS", conflicts_with_all = ["quick", "protocol"])]
         ot_fixed_cost: Option<usize>,
-        /// With `--ot-fixed-cost`: pin the client's thread to CPU 0 and the server's to CPU 1
-        /// (Linux), so the two sides never share a core, as on two machines.
+        /// With `--ot-fixed-cost`: pin the client's thread to the first CPU this process may
+        /// use and the server's to the second (Linux), so the two sides never share a core,
+        /// as on two machines.
         #[arg(long, requires = "ot_fixed_cost")]
         pin: bool,
         /// Protocols to run, comma separated (`dh`, `ot`, `cm20`; default all).

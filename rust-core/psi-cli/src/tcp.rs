@@ -82,9 +82,34 @@ pub fn pin_current_thread(cpu: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// The CPUs the calling thread may run on (its affinity mask: a cpuset or `taskset` may
+/// exclude some), in increasing order.
+#[cfg(target_os = "linux")]
+pub fn allowed_cpus() -> Result<Vec<usize>, String> {
+    // SAFETY: `set` is a plain bit set that the call fills; CPU_ISSET reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Err(format!(
+                "cannot read the CPU affinity: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok((0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect())
+    }
+}
+
 /// Pinning threads is implemented on Linux only.
 #[cfg(not(target_os = "linux"))]
 pub fn pin_current_thread(_cpu: usize) -> Result<(), String> {
+    Err("pinning threads to CPUs is implemented on Linux only".into())
+}
+
+/// Pinning threads is implemented on Linux only.
+#[cfg(not(target_os = "linux"))]
+pub fn allowed_cpus() -> Result<Vec<usize>, String> {
     Err("pinning threads to CPUs is implemented on Linux only".into())
 }
 

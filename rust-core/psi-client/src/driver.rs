@@ -931,59 +931,83 @@ impl<'a> Run<'a> {
 
     /// The rounds of OT-PSI and CM20-PSI (psi_core::chunked): each request to `route`, its
     /// response to the client's `handle`, until the outputs; at most `MAX_OT_ROUNDS`.
-    /// While a request is out, the client builds what it can of its next step on a second
-    /// thread (`work_ahead`: the next chunk, or its side of the matching), so its work
-    /// overlaps the network and the server's; the requests are the same either way.
-    fn chunked_rounds(
+    /// While a request is out, a helper thread (one for the run, so its worker pool is built
+    /// once) has the client build what it can of its next step (`work_ahead`: the next
+    /// chunk, or its side of the matching), so that work overlaps the network and the
+    /// server's; the requests are the same either way. If the helper cannot be started, or
+    /// working ahead fails, the run goes on without it (`handle` then does that work).
+    fn chunked_rounds<C: ChunkedClient>(
         &mut self,
         session: &SessionCreated,
         route: Route,
         name: &str,
-        client: &mut impl ChunkedClient,
+        client: &mut C,
         mut request: Vec<u8>,
     ) -> Result<(MatchOutput, LabelSource)> {
-        let mut first = true;
-        loop {
-            if self.stats.round_trips >= MAX_OT_ROUNDS {
-                return Err(ClientError::BadResponse(format!("too many {name} rounds")));
-            }
-            let (response, ahead) = if client.has_work_ahead() {
-                std::thread::scope(|s| {
-                    let worker = s.spawn(|| {
+        std::thread::scope(|s| {
+            let (to_helper, jobs) = std::sync::mpsc::channel::<&mut C>();
+            let (done, from_helper) = std::sync::mpsc::channel::<(&mut C, Duration)>();
+            let helper = std::thread::Builder::new()
+                .name("psi-work-ahead".into())
+                .spawn_scoped(s, move || {
+                    for c in jobs {
                         let t = Instant::now();
-                        client.work_ahead().map(|()| t.elapsed())
-                    });
-                    let response = self.round_trip(route, &session.session_id, request);
-                    let ahead = worker
-                        .join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                    (response, ahead)
-                })
-            } else {
-                let response = self.round_trip(route, &session.session_id, request);
-                (response, Ok(Duration::ZERO))
-            };
-            let (response, ahead) = (response?, ahead?);
-            let phase = if first {
-                Phase::ClientSetup
-            } else {
-                Phase::ClientChunk
-            };
-            first = false;
-            let t = self.enter(phase)?;
-            match client.handle(&response)? {
-                ClientStep::Send(next) => {
-                    self.leave(phase, t);
-                    self.stats.add_phase(phase, ahead);
-                    request = next;
+                        // A failure leaves the client as it was: `handle` does the work.
+                        let _ = c.work_ahead();
+                        if done.send((c, t.elapsed())).is_err() {
+                            return;
+                        }
+                    }
+                });
+            let ahead_on = helper.is_ok();
+            let mut client = client;
+            let mut first = true;
+            loop {
+                if self.stats.round_trips >= MAX_OT_ROUNDS {
+                    return Err(ClientError::BadResponse(format!("too many {name} rounds")));
                 }
-                ClientStep::Done(output) => {
-                    self.leave(Phase::ClientFinish, t);
-                    self.stats.add_phase(Phase::ClientFinish, ahead);
-                    return Ok((output, LabelSource::Query));
+                let mut ahead = Duration::ZERO;
+                let response = if ahead_on && client.has_work_ahead() {
+                    match to_helper.send(client) {
+                        Ok(()) => {
+                            let response = self.round_trip(route, &session.session_id, request);
+                            // The helper only ends early by panicking, which the scope
+                            // passes on when it ends.
+                            let Ok((c, d)) = from_helper.recv() else {
+                                return Err(ClientError::BadInput("work-ahead thread".into()));
+                            };
+                            (client, ahead) = (c, d);
+                            response
+                        }
+                        Err(std::sync::mpsc::SendError(c)) => {
+                            client = c;
+                            self.round_trip(route, &session.session_id, request)
+                        }
+                    }
+                } else {
+                    self.round_trip(route, &session.session_id, request)
+                }?;
+                let phase = if first {
+                    Phase::ClientSetup
+                } else {
+                    Phase::ClientChunk
+                };
+                first = false;
+                let t = self.enter(phase)?;
+                match client.handle(&response)? {
+                    ClientStep::Send(next) => {
+                        self.leave(phase, t);
+                        self.stats.work_ahead += ahead;
+                        request = next;
+                    }
+                    ClientStep::Done(output) => {
+                        self.leave(Phase::ClientFinish, t);
+                        self.stats.work_ahead += ahead;
+                        return Ok((output, LabelSource::Query));
+                    }
                 }
             }
-        }
+        })
     }
 
     /// The label step, run whenever labels are on, matches or not: its requests and their

@@ -52,6 +52,9 @@ pub struct RunStats {
     pub round_trips: usize,
     /// Wall time per phase, in first-seen order (repeated phases summed).
     pub phases: Vec<(Phase, Duration)>,
+    /// OT-PSI and CM20-PSI: time the client spent building its next step while a request
+    /// was out (ADR 0026). It overlaps the `RoundTrip` phase and is not in `phases`.
+    pub work_ahead: Duration,
     /// Server compute time reported in `Server-Timing` headers.
     pub server_time: Duration,
 }

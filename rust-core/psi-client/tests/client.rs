@@ -681,7 +681,7 @@ fn complete_runs_send_no_delete_and_leave_no_session() {
 #[test]
 fn many_round_runs_work_ahead_and_find_every_match() {
     let srv = small_body_server(1_500);
-    // 2,000 items, 1,000 of them in the registry.
+    // 2,000 items, 500 of them in the registry.
     let items: Vec<Vec<u8>> = (1_000..3_000)
         .map(|i| format!("+1202555{i:04}").into_bytes())
         .collect();
@@ -699,6 +699,10 @@ fn many_round_runs_work_ahead_and_find_every_match() {
         let model = psi_core::cost::cost(p, &w).unwrap();
         let rounds = r.stats.round_trips;
         assert!(rounds > 5, "{p}: {rounds} rounds");
+        assert!(
+            r.stats.work_ahead > std::time::Duration::ZERO,
+            "{p}: no work ahead"
+        );
         let sent: u64 = model.requests.iter().map(|q| q.up).sum();
         assert_eq!(
             r.stats.protocol_bytes_sent,

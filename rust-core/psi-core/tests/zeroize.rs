@@ -9,6 +9,7 @@
 
 use curve25519_dalek::scalar::Scalar;
 use psi_core::dh::{DhClient, DhServer, ServerKey};
+use psi_core::cm20::{self, Cm20Config};
 use psi_core::ot::{self, OtConfig};
 use psi_core::{ItemSet, Threads, oprf};
 use rand_chacha::ChaCha20Rng;
@@ -193,6 +194,28 @@ fn ot_client_wipes_items_and_matches() {
     assert!(found.is_empty(), "freed unzeroized: {found:?}");
 }
 
+fn cm20_client_wipes_items_and_matches() {
+    let mut rng = ChaCha20Rng::seed_from_u64(14);
+    let server_items = std::sync::Arc::new(ItemSet::new([
+        MATCHED,
+        b"+15559999999 zeroize-test server".as_slice(),
+    ]));
+    let w = Watch::start(&[("item", MATCHED), ("other item", UNMATCHED)]);
+    let (result, _) = cm20::run_in_memory(
+        ItemSet::new([UNMATCHED, MATCHED]),
+        server_items.clone(),
+        &Cm20Config::new(Threads::new(2)),
+        &mut rng,
+        |_| {},
+    )
+    .unwrap();
+    assert_eq!(result.matches.len(), 1);
+    drop(result);
+    let found = w.found();
+    drop(server_items);
+    assert!(found.is_empty(), "freed unzeroized: {found:?}");
+}
+
 /// The checks run one after another on one thread, not as parallel tests: each test
 /// thread has its own worker pool (`Threads`), which stops when the thread ends, and a
 /// pool stopping during another check's watch frees its workers' blocks there. One such
@@ -200,13 +223,16 @@ fn ot_client_wipes_items_and_matches() {
 /// while the DH-PSI test's pool stopped) was seen holding stale bytes of a DH `Finalize`
 /// hash input, the matched item with its length, in about 5% of release runs; one thread
 /// for all checks keeps each pool alive until the end. Where the bytes came from is not
-/// known: the hash state holding them lives on a worker's stack (`oprf::finalize_hash`), and
-/// a scratch run scanning every free outside the watches (30 runs) never saw them freed;
-/// stack copies are out of this test's reach (docs/constant-time.md).
+/// established: the DH check computes that hash input for the matched item before its watch
+/// starts (`oprf::evaluate`, the server's `encode_set`), with the hash state on a stack
+/// (`oprf::finalize_hash`, out of this test's reach: docs/constant-time.md), and a scratch run
+/// scanning every free outside the watches saw none in 30 runs (weak evidence at a 5% rate).
+/// Frees at a worker thread's exit are therefore not watched here.
 #[test]
 fn zeroization_checks() {
     scanner_sees_a_buffer_freed_with_its_contents();
     item_set_wipes_items_and_dropped_repeats();
     dh_client_wipes_items_unblinded_elements_outputs_and_matches();
     ot_client_wipes_items_and_matches();
+    cm20_client_wipes_items_and_matches();
 }
