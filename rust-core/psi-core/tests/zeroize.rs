@@ -8,14 +8,15 @@
 //! Stack copies and registers are out of reach of this test (see docs/constant-time.md).
 
 use curve25519_dalek::scalar::Scalar;
-use psi_core::dh::{DhClient, DhServer, ServerKey};
 use psi_core::cm20::{self, Cm20Config};
+use psi_core::dh::{DhClient, DhServer, ServerKey};
 use psi_core::ot::{self, OtConfig};
 use psi_core::{ItemSet, Threads, oprf};
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::UnsafeCell;
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -172,48 +173,44 @@ fn dh_client_wipes_items_unblinded_elements_outputs_and_matches() {
     assert!(found.is_empty(), "freed unzeroized: {found:?}");
 }
 
-fn ot_client_wipes_items_and_matches() {
-    let mut rng = ChaCha20Rng::seed_from_u64(13);
-    let server_items = std::sync::Arc::new(ItemSet::new([
+/// An OT-extension protocol's in-memory run (`ot::run_in_memory`, `cm20::run_in_memory`)
+/// of a two-item client set against a server set sharing one item (`run` returns the number
+/// of matches, having dropped the result): the client's items and its match are wiped.
+fn chunked_client_wipes_items_and_matches(
+    seed: u64,
+    run: impl FnOnce(ItemSet, Arc<ItemSet>, &mut ChaCha20Rng) -> usize,
+) {
+    let mut rng = ChaCha20Rng::seed_from_u64(seed);
+    let server_items = Arc::new(ItemSet::new([
         MATCHED,
         b"+15559999999 zeroize-test server".as_slice(),
     ]));
     let w = Watch::start(&[("item", MATCHED), ("other item", UNMATCHED)]);
-    let (result, _) = ot::run_in_memory(
+    let matches = run(
         ItemSet::new([UNMATCHED, MATCHED]),
         server_items.clone(),
-        &OtConfig::new(Threads::new(2)),
         &mut rng,
-        |_| {},
-    )
-    .unwrap();
-    assert_eq!(result.matches.len(), 1);
-    drop(result);
+    );
+    assert_eq!(matches, 1);
     let found = w.found();
     drop(server_items);
     assert!(found.is_empty(), "freed unzeroized: {found:?}");
 }
 
+fn ot_client_wipes_items_and_matches() {
+    chunked_client_wipes_items_and_matches(13, |c, s, rng| {
+        let config = OtConfig::new(Threads::new(2));
+        let (out, _) = ot::run_in_memory(c, s, &config, rng, |_| {}).unwrap();
+        out.matches.len()
+    });
+}
+
 fn cm20_client_wipes_items_and_matches() {
-    let mut rng = ChaCha20Rng::seed_from_u64(14);
-    let server_items = std::sync::Arc::new(ItemSet::new([
-        MATCHED,
-        b"+15559999999 zeroize-test server".as_slice(),
-    ]));
-    let w = Watch::start(&[("item", MATCHED), ("other item", UNMATCHED)]);
-    let (result, _) = cm20::run_in_memory(
-        ItemSet::new([UNMATCHED, MATCHED]),
-        server_items.clone(),
-        &Cm20Config::new(Threads::new(2)),
-        &mut rng,
-        |_| {},
-    )
-    .unwrap();
-    assert_eq!(result.matches.len(), 1);
-    drop(result);
-    let found = w.found();
-    drop(server_items);
-    assert!(found.is_empty(), "freed unzeroized: {found:?}");
+    chunked_client_wipes_items_and_matches(14, |c, s, rng| {
+        let config = Cm20Config::new(Threads::new(2));
+        let (out, _) = cm20::run_in_memory(c, s, &config, rng, |_| {}).unwrap();
+        out.matches.len()
+    });
 }
 
 /// The checks run one after another on one thread, not as parallel tests: each test
