@@ -101,10 +101,7 @@ fn run_cm20(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
             (1000, 1_000_000, 100),
         ]
     };
-    if let Some(n) = std::env::var("PSI_BENCH_CM20_ONLY")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-    {
+    if let Some(n) = cm20_only() {
         cases.retain(|c| c.0.max(c.1) == n);
     }
     println!("# psi bench: CM20-PSI (Chase-Miao multi-point OPRF) beside OT-PSI (KKRT16)");
@@ -174,6 +171,14 @@ fn run_cm20(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
     cm20_tcp(quick)
 }
 
+/// `PSI_BENCH_CM20_ONLY=n`: the CM20 tables keep only the cases whose larger set has `n`
+/// items.
+fn cm20_only() -> Option<usize> {
+    std::env::var("PSI_BENCH_CM20_ONLY")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+}
+
 /// CM20-PSI and KKRT end to end over loopback TCP, 1 thread per side, alternating runs.
 fn cm20_tcp(quick: bool) -> Result<(), String> {
     use psi_core::cm20::Cm20Config;
@@ -189,10 +194,7 @@ fn cm20_tcp(quick: bool) -> Result<(), String> {
             (1000, 1_000_000, 100, 3),
         ]
     };
-    if let Some(n) = std::env::var("PSI_BENCH_CM20_ONLY")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-    {
+    if let Some(n) = cm20_only() {
         cases.retain(|c| c.0.max(c.1) == n);
     }
     println!(

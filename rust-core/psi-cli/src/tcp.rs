@@ -216,10 +216,22 @@ fn serve_ot_connection(
     if !serve_hello(&mut conn, &mut srv)? {
         return Ok(());
     }
-    while let Some(req) = recv(&mut conn).map_err(|e| e.to_string())? {
-        let resp = srv.handle(&req).map_err(|e| e.to_string())?;
-        send(&mut conn, &resp).map_err(|e| e.to_string())?;
-        if srv.is_done() {
+    serve_requests(&mut conn, |req| {
+        let resp = srv.handle(req)?;
+        Ok((resp, srv.is_done()))
+    })
+}
+
+/// Request after request on `conn`, each answered by `handle` (the response and whether the
+/// session is done), until the session is done or the client closes the connection.
+fn serve_requests(
+    conn: &mut TcpStream,
+    mut handle: impl FnMut(&[u8]) -> psi_core::Result<(Vec<u8>, bool)>,
+) -> Result<(), String> {
+    while let Some(req) = recv(conn).map_err(|e| e.to_string())? {
+        let (resp, done) = handle(&req).map_err(|e| e.to_string())?;
+        send(conn, &resp).map_err(|e| e.to_string())?;
+        if done {
             break;
         }
     }
@@ -236,14 +248,10 @@ fn serve_cm20_connection(
     tune(&conn)?;
     let mut srv =
         Cm20Server::new(server.clone(), config.clone(), rng).map_err(|e| e.to_string())?;
-    while let Some(req) = recv(&mut conn).map_err(|e| e.to_string())? {
-        let resp = srv.handle(&req).map_err(|e| e.to_string())?;
-        send(&mut conn, &resp).map_err(|e| e.to_string())?;
-        if srv.is_done() {
-            break;
-        }
-    }
-    Ok(())
+    serve_requests(&mut conn, |req| {
+        let resp = srv.handle(req)?;
+        Ok((resp, srv.is_done()))
+    })
 }
 
 /// Result of a loopback run.
@@ -326,9 +334,15 @@ impl TcpServer {
         })
     }
 
-    /// Stops the server and returns its thread's result.
-    pub fn stop(mut self) -> Result<(), String> {
-        self.shut_down()
+    /// Runs `client` against the server's address, then stops the server (whose thread's
+    /// error, if any, is returned first).
+    fn run(
+        mut self,
+        client: impl FnOnce(std::net::SocketAddr) -> Result<TcpRun, String>,
+    ) -> Result<TcpRun, String> {
+        let run = client(self.addr);
+        self.shut_down()?;
+        run
     }
 
     fn shut_down(&mut self) -> Result<(), String> {
@@ -357,14 +371,12 @@ pub fn run_ot_tcp(
     config: &OtConfig,
     opts: TcpOptions,
 ) -> Result<TcpRun, String> {
-    let srv = TcpServer::ot(server, config, opts.server_cpu)?;
-    let run = run_ot_tcp_client(srv.addr, client, config, opts.work_ahead);
-    srv.stop()?;
-    run
+    TcpServer::ot(server, config, opts.server_cpu)?
+        .run(|addr| ot_client(addr, client, config, opts.work_ahead))
 }
 
 /// Runs OT-PSI's client on this thread against a server at `addr`: one connection.
-pub fn run_ot_tcp_client(
+fn ot_client(
     addr: std::net::SocketAddr,
     client: ItemSet,
     config: &OtConfig,
@@ -438,10 +450,8 @@ pub fn run_cm20_tcp(
     config: &Cm20Config,
     opts: TcpOptions,
 ) -> Result<TcpRun, String> {
-    let srv = TcpServer::cm20(server, config, opts.server_cpu)?;
-    let run = cm20_client(srv.addr, client, config, opts.work_ahead);
-    srv.stop()?;
-    run
+    TcpServer::cm20(server, config, opts.server_cpu)?
+        .run(|addr| cm20_client(addr, client, config, opts.work_ahead))
 }
 
 /// Runs CM20-PSI's client on this thread against a server at `addr`: one connection.
