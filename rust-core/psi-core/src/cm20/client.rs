@@ -335,7 +335,7 @@ impl Sending {
         let w = self.params.width as usize;
         let cb = self.params.column_bytes();
         let c0 = self.next_column;
-        let count = self.chunk_columns.min(w - c0);
+        let count = super::chunk_len(c0, w, self.chunk_columns);
         let mut msg = Chunk::begin(&self.prf_key, c0 as u16, count as u16, cb);
         let body = msg.len();
         msg.resize(body + count * cb, 0);

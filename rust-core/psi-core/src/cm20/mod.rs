@@ -137,6 +137,35 @@ fn prf_group() -> usize {
     prf::GROUP
 }
 
+/// Columns of the chunk that starts at column `c0` of `w`, with at most `per_chunk`
+/// columns (a multiple of 16) per chunk. A matrix that fits goes in one chunk. Otherwise
+/// the chunks are full except that the last partial group of 16 columns (1 to 16 of them)
+/// goes alone in a final chunk: the server's outputs wait for that chunk, so the less of it
+/// there is to process, the sooner they leave, while the client builds that small chunk
+/// during the round trip before it (spec §4.3).
+fn chunk_len(c0: usize, width: usize, per_chunk: usize) -> usize {
+    let rest = width - c0;
+    if c0 == 0 && rest <= per_chunk {
+        return rest;
+    }
+    let last = width - (width - 1) / prf::GROUP * prf::GROUP;
+    if rest <= last {
+        return rest;
+    }
+    per_chunk.min(rest - last)
+}
+
+/// Chunks of a matrix of `w` columns ([`chunk_len`]).
+fn chunk_count(width: usize, per_chunk: usize) -> usize {
+    let mut c0 = 0;
+    let mut k = 0;
+    while c0 < width {
+        c0 += chunk_len(c0, width, per_chunk);
+        k += 1;
+    }
+    k
+}
+
 /// `sid = SHA-256(ds::SESSION, client_nonce, server_nonce, BE32 n_c, BE32 n_s, BE32 m,
 /// BE16 w, l2)`.
 fn session_id(client_nonce: &[u8; 32], server_nonce: &[u8; 32], p: &Params) -> [u8; 32] {
@@ -186,8 +215,8 @@ pub mod sizes {
             .unwrap_or_else(|| params::height(client_items));
         let w = params::width(client_items, server_items, m).unwrap_or(params::MAX_WIDTH) as u64;
         let cb = m as u64 / 8;
-        let per_chunk = config.chunk_columns(cb as usize) as u64;
-        let chunks = w.div_ceil(per_chunk);
+        let per_chunk = config.chunk_columns(cb as usize);
+        let chunks = super::chunk_count(w as usize, per_chunk) as u64;
         let l2 = params::output_bits(client_items, server_items);
         Traffic {
             client_to_server: hello() + matrix(w, cb, chunks),

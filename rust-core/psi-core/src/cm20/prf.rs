@@ -18,12 +18,11 @@
 //! it is looked up. `F`'s output is computed per group of [`GROUP`] columns and batch of
 //! items, a few AES blocks at a time from `z` straight into 64-bit word planes.
 
-use crate::ot::prc::{Block, Prg, hash, session_prefix};
+use crate::ot::prc::{Block, Midstate, Prg, session_midstate};
 use crate::ot::transpose::transpose_cols;
 use aes::Aes128;
 use aes::cipher::{Array, BlockCipherEncrypt, KeyInit};
 use rayon::prelude::*;
-use sha2::Digest as _;
 use zeroize::Zeroizing;
 
 /// Domain separators.
@@ -51,6 +50,13 @@ fn encrypt(aes: &Aes128, blocks: &mut [Block]) {
     aes.encrypt_blocks(Array::cast_slice_from_core_mut(blocks));
 }
 
+/// `H1`'s fixed prefix `len(ds::H1) || ds::H1`.
+fn h1_prefix() -> Midstate {
+    let mut p = vec![ds::H1.len() as u8];
+    p.extend_from_slice(ds::H1);
+    Midstate::new(&p)
+}
+
 /// `F_k`, keyed for one session.
 pub(crate) struct Prf {
     k0: Aes128,
@@ -73,12 +79,13 @@ impl Prf {
     /// `z = AES_{k_0}(h0) ⊕ h1` with `h0 || h1 = H1(x)`, for every item.
     pub(crate) fn inputs(&self, items: &[Vec<u8>]) -> Zeroizing<Vec<Block>> {
         let mut z = Zeroizing::new(vec![[0u8; 16]; items.len()]);
+        let h1_prefix = h1_prefix();
         z.par_chunks_mut(64)
             .zip(items.par_chunks(64))
             .for_each(|(z, items)| {
                 let mut h1 = Zeroizing::new([[0u8; 16]; 64]);
                 for ((z, h), x) in z.iter_mut().zip(h1.iter_mut()).zip(items) {
-                    let d = Zeroizing::new(hash(ds::H1, &[x]));
+                    let d = Zeroizing::new(h1_prefix.hash(x));
                     z.copy_from_slice(&d[..16]);
                     h.copy_from_slice(&d[16..]);
                 }
@@ -304,25 +311,104 @@ pub(crate) fn outputs(
     let rows = acc_rows(width);
     let row_bytes = acc_bytes(n);
     assert_eq!(acc.len(), rows * row_bytes);
-    let prefix = session_prefix(ds::H2, sid);
-    let in_len = width.div_ceil(8);
+    let prefix = session_midstate(ds::H2, sid);
     let out_row = rows / 8;
     let mut values = Zeroizing::new(vec![0u128; n]);
-    // 1024 items (128 bytes of each acc row) per task.
     values
-        .par_chunks_mut(1024)
+        .par_chunks_mut(TRANSPOSE_ITEMS)
         .enumerate()
         .for_each(|(t, vals)| {
-            let c0 = t * 128;
-            let c1 = (c0 + vals.len().div_ceil(8)).min(row_bytes);
-            let mut items = Zeroizing::new(vec![0u8; (c1 - c0) * rows]);
-            transpose_cols(acc, rows, row_bytes, c0, c1, &mut items);
+            let mut items = Zeroizing::new(vec![0u8; vals.len().div_ceil(8) * 8 * out_row]);
+            transpose_block(acc, rows, row_bytes, t, vals.len(), &mut items);
             for (v, bits) in vals.iter_mut().zip(items.chunks_exact(out_row)) {
-                let mut h = prefix.clone();
-                h.update(&bits[..in_len]);
-                let d: [u8; 32] = h.finalize().into();
-                let top = u128::from_be_bytes(d[..16].try_into().expect("16 bytes"));
-                *v = top >> (128 - output_bits);
+                *v = h2(&prefix, bits, width, output_bits);
+            }
+        });
+    values
+}
+
+/// Items per transpose task: 128 bytes of every `acc` row.
+const TRANSPOSE_ITEMS: usize = 1024;
+
+/// Transposes block `t` of [`TRANSPOSE_ITEMS`] items (`len` of them, the last block may be
+/// short) of the `rows` rows of `acc` (`row_bytes` each) into `out`: item `t·1024 + i`'s
+/// `rows` bits at bytes `i·rows/8 ..`, bit `r` at bit `r % 8` of byte `r / 8`. `out` holds
+/// `ceil(len / 8) · 8` items.
+fn transpose_block(
+    acc: &[u8],
+    rows: usize,
+    row_bytes: usize,
+    t: usize,
+    len: usize,
+    out: &mut [u8],
+) {
+    let c0 = t * (TRANSPOSE_ITEMS / 8);
+    let c1 = c0 + len.div_ceil(8);
+    assert!(c1 <= row_bytes);
+    transpose_cols(acc, rows, row_bytes, c0, c1, out);
+}
+
+/// `H2` of one item's bit string (`bits`, at least `ceil(w / 8)` bytes, zero from bit `w`
+/// on), truncated to `output_bits`.
+#[inline]
+fn h2(prefix: &Midstate, bits: &[u8], width: usize, output_bits: u32) -> u128 {
+    let d = Zeroizing::new(prefix.hash(&bits[..width.div_ceil(8)]));
+    let top = u128::from_be_bytes(d[..16].try_into().expect("16 bytes"));
+    top >> (128 - output_bits)
+}
+
+/// The server's half-way transpose of one chunk: `acc` holds the looked-up rows of the
+/// chunk's columns (`rows` of them, a multiple of 16, rows past the last column zero,
+/// [`acc_bytes`]`(n)` bytes each). Returns them item by item: `rows / 8` bytes per item
+/// (bit `r` of the chunk at bit `r % 8` of byte `r / 8`), for `8 ·` [`acc_bytes`]`(n)`
+/// items (the last few past `n` are padding). Each chunk's part is written in one
+/// sequential pass, so that the outputs need no transpose once the last chunk is in
+/// ([`hash_parts`]).
+pub(crate) fn transpose_chunk(acc: &[u8], rows: usize, n: usize) -> Zeroizing<Vec<u8>> {
+    let row_bytes = acc_bytes(n);
+    assert!(rows.is_multiple_of(16));
+    assert_eq!(acc.len(), rows * row_bytes);
+    let part = rows / 8;
+    let mut out = Zeroizing::new(vec![0u8; row_bytes * 8 * part]);
+    out.par_chunks_mut(TRANSPOSE_ITEMS * part)
+        .enumerate()
+        .for_each(|(t, dst)| {
+            transpose_block(acc, rows, row_bytes, t, dst.len() / part, dst);
+        });
+    out
+}
+
+/// [`outputs`] from the chunks' parts that [`transpose_chunk`] returned, in column order
+/// (each chunk but the last a multiple of 16 columns, so every part starts at a byte).
+pub(crate) fn hash_parts(
+    sid: &[u8; 32],
+    parts: &[Zeroizing<Vec<u8>>],
+    n: usize,
+    width: usize,
+    output_bits: u32,
+) -> Zeroizing<Vec<u128>> {
+    let items = acc_bytes(n) * 8;
+    let sizes: Vec<usize> = parts.iter().map(|p| p.len() / items).collect();
+    let item_bytes: usize = sizes.iter().sum();
+    assert!(item_bytes >= width.div_ceil(8));
+    for (p, s) in parts.iter().zip(&sizes) {
+        assert_eq!(p.len(), items * s);
+    }
+    let prefix = session_midstate(ds::H2, sid);
+    let mut values = Zeroizing::new(vec![0u128; n]);
+    values
+        .par_chunks_mut(TRANSPOSE_ITEMS)
+        .enumerate()
+        .for_each(|(t, vals)| {
+            let mut bits = Zeroizing::new(vec![0u8; item_bytes]);
+            for (i, v) in vals.iter_mut().enumerate() {
+                let item = t * TRANSPOSE_ITEMS + i;
+                let mut off = 0;
+                for (p, &s) in parts.iter().zip(&sizes) {
+                    bits[off..off + s].copy_from_slice(&p[item * s..(item + 1) * s]);
+                    off += s;
+                }
+                *v = h2(&prefix, &bits, width, output_bits);
             }
         });
     values
@@ -331,6 +417,7 @@ pub(crate) fn outputs(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ot::prc::hash;
 
     /// `F`'s index `v_c` of every item for every column, from the definitions (one item at
     /// a time, bit by bit).
@@ -441,6 +528,44 @@ mod tests {
 
     /// `interleave` then `xor_a_d` with nothing cleared gives back `out ⊕ A ⊕ 1`, and the
     /// interleaved words are the column's little-endian words.
+    /// The server's per-chunk transposes and [`hash_parts`] give [`outputs`]'s values, for
+    /// chunks of 16 columns or more and a final partial group.
+    #[test]
+    fn chunked_transpose_gives_the_same_outputs() {
+        let mut next = xorshift(11);
+        let sid = [3u8; 32];
+        for (n, w, split) in [
+            (1000usize, 141usize, vec![48usize, 80, 13]),
+            (130, 160, vec![160]),
+            (2051, 40, vec![32, 8]),
+            (0, 20, vec![16, 4]),
+        ] {
+            let ab = acc_bytes(n);
+            let mut acc = vec![0u8; acc_rows(w) * ab];
+            for row in acc.chunks_mut(ab).take(w) {
+                for (i, b) in row.iter_mut().enumerate().take(n.div_ceil(8)) {
+                    *b = next() as u8;
+                    // Bits past the last item stay zero, as the lookups leave them.
+                    if (i + 1) * 8 > n {
+                        *b &= (1u16 << (n % 8)).wrapping_sub(1) as u8;
+                    }
+                }
+            }
+            let want = outputs(&sid, &acc, n, w, 52);
+            let mut parts = Vec::new();
+            let mut c0 = 0;
+            for &count in &split {
+                let rows = acc_rows(count);
+                let mut chunk = vec![0u8; rows * ab];
+                chunk[..count * ab].copy_from_slice(&acc[c0 * ab..(c0 + count) * ab]);
+                parts.push(transpose_chunk(&chunk, rows, n));
+                c0 += count;
+            }
+            assert_eq!(c0, w);
+            assert_eq!(*hash_parts(&sid, &parts, n, w, 52), *want, "{n} {w}");
+        }
+    }
+
     #[test]
     fn interleave_round_trip() {
         let mut next = xorshift(5);

@@ -40,7 +40,8 @@ struct Evaluating {
     seeds: Zeroizing<Vec<Block>>,
     /// The PRF key and `F`'s inputs, from the first chunk on.
     prf: Option<(Zeroizing<Block>, Prf, Zeroizing<Vec<Block>>)>,
-    acc: Zeroizing<Vec<u8>>,
+    /// Every chunk's looked-up bits so far, item by item ([`prf::transpose_chunk`]).
+    parts: Vec<Zeroizing<Vec<u8>>>,
     next_column: usize,
 }
 
@@ -151,7 +152,7 @@ impl Cm20Server {
             s,
             seeds,
             prf: None,
-            acc: Zeroizing::new(Vec::new()),
+            parts: Vec::new(),
             next_column: 0,
         }));
         Ok(setup.encode())
@@ -197,7 +198,6 @@ impl Cm20Server {
             None => {
                 let prf = Prf::new(&chunk.prf_key, p.prf_blocks(), params::index_bits(p.height));
                 let z = threads.install(|| prf.inputs(items.items()))?;
-                ev.acc = Zeroizing::new(vec![0u8; prf::acc_rows(w) * prf::acc_bytes(items.len())]);
                 ev.prf = Some((Zeroizing::new(chunk.prf_key), prf, z));
             }
         }
@@ -205,7 +205,7 @@ impl Cm20Server {
             unreachable!("set above")
         };
         let ab = prf::acc_bytes(items.len());
-        threads.install(|| {
+        let part = threads.install(|| {
             // C_c = PRG(seed_c) ⊕ s_c · Δ_c, constant time in s_c.
             let mut c = Zeroizing::new(vec![0u8; count * cb]);
             c.par_chunks_mut(cb)
@@ -219,15 +219,14 @@ impl Cm20Server {
                     }
                 });
             let mut cols: Vec<&[u8]> = c.chunks(cb).collect();
-            prf::lookup(
-                prf,
-                z,
-                c0,
-                &mut cols,
-                &mut ev.acc[c0 * ab..(c0 + count) * ab],
-                ab,
-            );
+            // This chunk's lookups, transposed to one row per item while the client builds
+            // its next chunk, so that the last chunk leaves only the hashing.
+            let rows = prf::acc_rows(count);
+            let mut acc = Zeroizing::new(vec![0u8; rows * ab]);
+            prf::lookup(prf, z, c0, &mut cols, &mut acc[..count * ab], ab);
+            prf::transpose_chunk(&acc, rows, items.len())
         })?;
+        ev.parts.push(part);
         ev.next_column = c0 + count;
         if ev.next_column < w {
             return Ok(Ack {
@@ -240,7 +239,7 @@ impl Cm20Server {
         };
         let n_s = self.items.len();
         let (l2, k, data) = threads.install(|| {
-            let mut values = prf::outputs(&ev.sid, &ev.acc, n_s, w, p.output_bits);
+            let mut values = prf::hash_parts(&ev.sid, &ev.parts, n_s, w, p.output_bits);
             // Sorted: the position of a value says nothing about which item it belongs to.
             values.par_sort_unstable();
             let l2 = p.output_bits as u8;

@@ -44,6 +44,70 @@ fn many_chunks_give_the_same_result() {
     assert_eq!(t.client_to_server, stats.client_to_server_bytes);
 }
 
+/// The chunk rule of spec §4.3: one chunk if the matrix fits; otherwise full chunks, the rest,
+/// and the last partial group of 16 columns alone.
+#[test]
+fn chunk_rule() {
+    let split = |w: usize, c: usize| {
+        let (mut c0, mut out) = (0, Vec::new());
+        while c0 < w {
+            let k = chunk_len(c0, w, c);
+            out.push(k);
+            c0 += k;
+        }
+        assert_eq!(out.len(), chunk_count(w, c));
+        out
+    };
+    assert_eq!(split(621, 112), [112, 112, 112, 112, 112, 48, 13]);
+    assert_eq!(split(621, 2048), [621]);
+    assert_eq!(split(621, 608), [608, 13]);
+    assert_eq!(split(621, 16), [[16; 38].as_slice(), &[13]].concat());
+    assert_eq!(split(640, 112), [112, 112, 112, 112, 112, 64, 16]);
+    assert_eq!(split(640, 640), [640]);
+    assert_eq!(split(130, 16), [[16; 8].as_slice(), &[2]].concat());
+    assert_eq!(split(129, 128), [128, 1]);
+    // Every chunk but the last is a multiple of 16 columns, as the server requires.
+    for w in 128..700 {
+        for c in [16, 32, 48, 112, 512] {
+            let s = split(w, c);
+            assert_eq!(s.iter().sum::<usize>(), w);
+            assert!(
+                s[..s.len() - 1].iter().all(|k| k % 16 == 0 && *k <= c),
+                "{w} {c}"
+            );
+        }
+    }
+}
+
+/// A run whose chunks are not all 16 columns: the requests carry the columns spec §4.3 says,
+/// the result and the bytes are right.
+#[test]
+fn the_last_partial_group_goes_alone() {
+    // 1,000 client items: m = 1024, 128-byte columns; 48 columns per chunk.
+    let config = Cm20Config::new(Threads::ONE).with_max_request_bytes(48 * 128 + 29);
+    let mut rng = ChaCha20Rng::seed_from_u64(22);
+    let (client, hello) = Cm20Client::start(set(0..1000), config.clone(), &mut rng).unwrap();
+    let mut server = Cm20Server::new(set(900..1900), config.clone(), &mut rng).unwrap();
+    let (reqs, matched) =
+        crate::chunked::requests_of_run(client, hello, |r| server.handle(r).unwrap(), true);
+    assert_eq!(matched, (900..1000).collect::<Vec<_>>());
+    let w = params::width(1000, 1000, params::height(1000)).unwrap() as usize;
+    let counts: Vec<usize> = reqs[1..]
+        .iter()
+        .map(|r| u16::from_be_bytes([r[HEADER_LEN + 18], r[HEADER_LEN + 19]]) as usize)
+        .collect();
+    assert_eq!(counts.iter().sum::<usize>(), w);
+    assert!(
+        !w.is_multiple_of(16) && w > 48,
+        "the case needs a partial group: w = {w}"
+    );
+    assert_eq!(*counts.last().unwrap(), w % 16);
+    assert_eq!(counts[counts.len() - 2], (w - w % 16) % 48);
+    assert!(counts[..counts.len() - 2].iter().all(|&k| k == 48));
+    let t = sizes::traffic_with(1000, 1000, &config);
+    assert_eq!(t.round_trips as usize, reqs.len());
+}
+
 #[test]
 fn larger_height_works() {
     let config = Cm20Config::new(Threads::ONE).with_height(1024);

@@ -175,13 +175,91 @@ impl Prc {
 /// `len(ds) || ds || sid || zeros`, so hashing a short suffix costs one or two more
 /// compressions and none for the prefix.
 pub(crate) fn session_prefix(ds: &[u8], sid: &[u8; 32]) -> Sha256 {
+    let mut h = Sha256::new();
+    h.update(session_block(ds, sid));
+    h
+}
+
+/// The block `len(ds) || ds || sid || zeros` of [`session_prefix`].
+fn session_block(ds: &[u8], sid: &[u8; 32]) -> [u8; 64] {
     let mut block = [0u8; 64];
     block[0] = ds.len() as u8;
     block[1..1 + ds.len()].copy_from_slice(ds);
     block[1 + ds.len()..1 + ds.len() + 32].copy_from_slice(sid);
-    let mut h = Sha256::new();
-    h.update(block);
-    h
+    block
+}
+
+/// SHA-256 of `prefix || msg` for many short `msg` after one fixed `prefix`: the prefix's
+/// whole 64-byte blocks are compressed once, and a message that fits with the rest of the
+/// prefix and the padding in two blocks is hashed by calling the compression function
+/// directly on a padded buffer on the stack (zeroized after), without the streaming
+/// hasher's buffering; longer messages take the streaming path. The digest is SHA-256's
+/// either way (tests compare the two).
+#[derive(Clone)]
+pub(crate) struct Midstate {
+    state: [u32; 8],
+    /// Bytes of the prefix compressed into `state` (a multiple of 64).
+    done: u64,
+    /// The prefix's bytes after them (fewer than 64).
+    head: Vec<u8>,
+    /// The whole prefix, for messages too long for two blocks.
+    prefix: Vec<u8>,
+}
+
+/// SHA-256's initial hash value (FIPS 180-4, section 5.3.3).
+const SHA256_IV: [u32; 8] = [
+    0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
+];
+
+impl Midstate {
+    /// The state after `prefix` (public bytes: domain separators, session ids).
+    pub(crate) fn new(prefix: &[u8]) -> Midstate {
+        let full = prefix.len() / 64 * 64;
+        let mut state = SHA256_IV;
+        let blocks: Vec<[u8; 64]> = prefix[..full]
+            .chunks_exact(64)
+            .map(|b| b.try_into().expect("64 bytes"))
+            .collect();
+        sha2::block_api::compress256(&mut state, &blocks);
+        Midstate {
+            state,
+            done: full as u64,
+            head: prefix[full..].to_vec(),
+            prefix: prefix.to_vec(),
+        }
+    }
+
+    /// `SHA-256(prefix || msg)`.
+    #[inline]
+    pub(crate) fn hash(&self, msg: &[u8]) -> [u8; 32] {
+        let len = self.head.len() + msg.len();
+        if len + 9 > 128 {
+            let mut h = Sha256::new();
+            h.update(&self.prefix);
+            h.update(msg);
+            return h.finalize().into();
+        }
+        let mut buf = zeroize::Zeroizing::new([[0u8; 64]; 2]);
+        let blocks = if len + 9 <= 64 { 1 } else { 2 };
+        let flat = buf.as_flattened_mut();
+        flat[..self.head.len()].copy_from_slice(&self.head);
+        flat[self.head.len()..len].copy_from_slice(msg);
+        flat[len] = 0x80;
+        let bits = (self.done + len as u64) * 8;
+        flat[blocks * 64 - 8..blocks * 64].copy_from_slice(&bits.to_be_bytes());
+        let mut state = zeroize::Zeroizing::new(self.state);
+        sha2::block_api::compress256(&mut state, &buf[..blocks]);
+        let mut out = [0u8; 32];
+        for (o, w) in out.chunks_exact_mut(4).zip(state.iter()) {
+            o.copy_from_slice(&w.to_be_bytes());
+        }
+        out
+    }
+}
+
+/// [`session_prefix`] as a [`Midstate`].
+pub(crate) fn session_midstate(ds: &[u8], sid: &[u8; 32]) -> Midstate {
+    Midstate::new(&session_block(ds, sid))
 }
 
 /// The OPRF output hash for bin `j`:
@@ -228,6 +306,28 @@ pub(crate) fn pack(bytes: &[u8], len: usize) -> u128 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn midstate_is_sha256_of_prefix_and_message() {
+        let data: Vec<u8> = (0..400u32).map(|i| (i * 7 + 3) as u8).collect();
+        for prefix_len in [0, 1, 15, 55, 63, 64, 65, 100, 128, 130] {
+            let prefix = &data[..prefix_len];
+            let m = Midstate::new(prefix);
+            for msg_len in 0..=200 {
+                let msg = &data[200..200 + msg_len];
+                let mut h = Sha256::new();
+                h.update(prefix);
+                h.update(msg);
+                let want: [u8; 32] = h.finalize().into();
+                assert_eq!(m.hash(msg), want, "prefix {prefix_len}, message {msg_len}");
+            }
+        }
+        let (ds, sid) = (b"test ds", [5u8; 32]);
+        let mut h = session_prefix(ds, &sid);
+        h.update(b"suffix");
+        let want: [u8; 32] = h.finalize().into();
+        assert_eq!(session_midstate(ds, &sid).hash(b"suffix"), want);
+    }
 
     #[test]
     fn aes_known_answer() {
