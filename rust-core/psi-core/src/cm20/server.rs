@@ -40,7 +40,8 @@ struct Evaluating {
     seeds: Zeroizing<Vec<Block>>,
     /// The PRF key and `F`'s inputs, from the first chunk on.
     prf: Option<(Zeroizing<Block>, Prf, Zeroizing<Vec<Block>>)>,
-    /// Every chunk's looked-up bits so far, item by item ([`prf::transpose_chunk`]).
+    /// Every chunk's looked-up bits so far, item by item ([`prf::transpose_chunk`]); a
+    /// run of one chunk keeps its rows as they are (the hashing transposes them).
     parts: Vec<Zeroizing<Vec<u8>>>,
     next_column: usize,
 }
@@ -205,6 +206,7 @@ impl Cm20Server {
             unreachable!("set above")
         };
         let ab = prf::acc_bytes(items.len());
+        let only = c0 == 0 && count == w;
         let part = threads.install(|| {
             // C_c = PRG(seed_c) ⊕ s_c · Δ_c, constant time in s_c.
             let mut c = Zeroizing::new(vec![0u8; count * cb]);
@@ -220,11 +222,17 @@ impl Cm20Server {
                 });
             let mut cols: Vec<&[u8]> = c.chunks(cb).collect();
             // This chunk's lookups, transposed to one row per item while the client builds
-            // its next chunk, so that the last chunk leaves only the hashing.
+            // its next chunk, so that the last chunk leaves only the hashing. The only
+            // chunk of a run is transposed with the hashing, a block of items at a time,
+            // so the rows are not held twice.
             let rows = prf::acc_rows(count);
             let mut acc = Zeroizing::new(vec![0u8; rows * ab]);
             prf::lookup(prf, z, c0, &mut cols, &mut acc[..count * ab], ab);
-            prf::transpose_chunk(&acc, rows, items.len())
+            if only {
+                acc
+            } else {
+                prf::transpose_chunk(&acc, rows, items.len())
+            }
         })?;
         ev.parts.push(part);
         ev.next_column = c0 + count;
@@ -239,7 +247,11 @@ impl Cm20Server {
         };
         let n_s = self.items.len();
         let (l2, k, data) = threads.install(|| {
-            let mut values = prf::hash_parts(&ev.sid, &ev.parts, n_s, w, p.output_bits);
+            let mut values = if only {
+                prf::outputs(&ev.sid, &ev.parts[0], n_s, w, p.output_bits)
+            } else {
+                prf::hash_parts(&ev.sid, &ev.parts, n_s, w, p.output_bits)
+            };
             // Sorted: the position of a value says nothing about which item it belongs to.
             values.par_sort_unstable();
             let l2 = p.output_bits as u8;
