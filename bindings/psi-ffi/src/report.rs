@@ -198,6 +198,9 @@ pub struct RunStats {
     pub phases: Vec<PhaseTime>,
     /// Server compute time reported by the server, in microseconds.
     pub server_micros: u64,
+    /// OT-PSI and CM20-PSI: microseconds the client spent building its next step while a
+    /// request was out (it overlaps the round trips and is not in `phases`; 0 for DH-PSI).
+    pub work_ahead_micros: u64,
     /// Wall time of the whole run, in microseconds.
     pub total_micros: u64,
 }
@@ -280,6 +283,7 @@ impl ContactReport {
                     })
                     .collect(),
                 server_micros: micros(s.server_time),
+                work_ahead_micros: micros(s.work_ahead),
                 total_micros: micros(total),
             },
             label_error: run.label_error,

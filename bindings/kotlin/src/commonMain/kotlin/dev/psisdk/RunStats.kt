@@ -16,6 +16,9 @@ package dev.psisdk
  * @property epoch the server's key epoch.
  * @property phases wall time per phase, in the order first entered.
  * @property serverMicros computation time the server reported.
+ * @property workAheadMicros OT-PSI and CM20-PSI: time the SDK spent building its next request
+ *   while the previous one was out (it overlaps the round trips and is not in [phases]; 0 for
+ *   DH-PSI).
  * @property totalMicros wall time of the whole run.
  */
 data class RunStats(
@@ -31,6 +34,7 @@ data class RunStats(
     val epoch: Long,
     val phases: List<PhaseTime>,
     val serverMicros: Long,
+    val workAheadMicros: Long,
     val totalMicros: Long,
 )
 

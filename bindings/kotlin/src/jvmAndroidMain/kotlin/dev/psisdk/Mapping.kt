@@ -205,6 +205,7 @@ internal fun <C> ContactReport.toResult(contacts: List<C>): MatchResult<C> {
             epoch = s.epoch.toLong(),
             phases = s.phases.map { PhaseTime(it.phase.toPublic(), it.micros.toLong()) },
             serverMicros = s.serverMicros.toLong(),
+            workAheadMicros = s.workAheadMicros.toLong(),
             totalMicros = s.totalMicros.toLong(),
         ),
         labelError = labelError,
