@@ -15,7 +15,7 @@
 
 use psi_core::ItemSet;
 use psi_core::chunked::ChunkedClient;
-use psi_core::cm20::{Cm20Client, Cm20Config, Cm20Server};
+use psi_core::cm20::{Cm20Client, Cm20Config, Cm20Server, Cm20Set};
 use psi_core::ot::{self, ClientStep, OtClient, OtConfig, OtServer};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -241,13 +241,13 @@ fn serve_requests(
 /// One CM20-PSI session over one connection: request after request until the outputs.
 fn serve_cm20_connection(
     mut conn: TcpStream,
-    server: &Arc<ItemSet>,
+    set: &Arc<Cm20Set>,
     config: &Cm20Config,
     rng: &mut (impl rand_core::CryptoRng + ?Sized),
 ) -> Result<(), String> {
     tune(&conn)?;
     let mut srv =
-        Cm20Server::new(server.clone(), config.clone(), rng).map_err(|e| e.to_string())?;
+        Cm20Server::with_set(set.clone(), config.clone(), rng).map_err(|e| e.to_string())?;
     serve_requests(&mut conn, |req| {
         let resp = srv.handle(req)?;
         Ok((resp, srv.is_done()))
@@ -287,14 +287,17 @@ impl TcpServer {
     }
 
     /// Binds 127.0.0.1 on an ephemeral port and starts serving `server`'s set by CM20-PSI.
+    /// The set's `H1` digests are computed here, once, as a long-running server computes
+    /// them when it loads its registry ([`Cm20Set`]), not in any session.
     pub fn cm20(
         server: Arc<ItemSet>,
         config: &Cm20Config,
         cpu: Option<usize>,
     ) -> Result<TcpServer, String> {
         let config = config.clone();
+        let set = Arc::new(Cm20Set::new(server, config.threads).map_err(|e| e.to_string())?);
         TcpServer::spawn(cpu, move |conn, rng| {
-            serve_cm20_connection(conn, &server, &config, rng)
+            serve_cm20_connection(conn, &set, &config, rng)
         })
     }
 

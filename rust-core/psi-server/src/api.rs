@@ -463,7 +463,13 @@ async fn create_session(
                     Protocol::Cm20 => {
                         let config =
                             Cm20Config::new(Threads::ONE).with_expected_client_items(n as usize);
-                        Cm20Server::new(items, config, &mut rng).map(RoundServer::Cm20)
+                        // The registry's prepared set when it has one (it does whenever the
+                        // server runs CM20-PSI).
+                        match &registry.cm20 {
+                            Some(set) => Cm20Server::with_set(set.clone(), config, &mut rng),
+                            None => Cm20Server::new(items, config, &mut rng),
+                        }
+                        .map(RoundServer::Cm20)
                     }
                     _ => {
                         let config =

@@ -4,6 +4,7 @@
 use crate::Config;
 use crate::store::{Store, StoreError, os_rng};
 use axum::body::Bytes;
+use psi_core::cm20::Cm20Set;
 use psi_core::dh::DhServer;
 use psi_core::labels::LabelStore;
 use psi_core::{ItemSet, Threads};
@@ -33,6 +34,9 @@ pub struct Registry {
     pub(crate) encoded: Bytes,
     pub(crate) etag: String,
     pub(crate) items: Arc<ItemSet>,
+    /// The items prepared for CM20-PSI sessions (their `H1` digests), when the server runs
+    /// CM20-PSI: computed once per registry, not per session.
+    pub(crate) cm20: Option<Arc<Cm20Set>>,
     pub(crate) labels: LabelStore,
     stats: RegistryStats,
     /// The store's registry version it was read at ([`Store::version`]).
@@ -101,6 +105,14 @@ impl Registry {
             entries.iter().map(|e| e.identifier.as_bytes()),
         ));
         drop(entries);
+        let cm20 = if config.enable_ot && config.enable_cm20 {
+            Some(Arc::new(Cm20Set::new(
+                items.clone(),
+                Threads::new(config.build_threads),
+            )?))
+        } else {
+            None
+        };
         let stats = RegistryStats {
             epoch: key.epoch(),
             entries: items.len() as u64,
@@ -114,6 +126,7 @@ impl Registry {
             encoded: Bytes::from(set.bytes),
             etag: set.etag,
             items,
+            cm20,
             labels,
             stats,
             version,

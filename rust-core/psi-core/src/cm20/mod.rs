@@ -38,7 +38,7 @@ mod server;
 pub use crate::chunked::ClientStep;
 pub use client::Cm20Client;
 pub use params::Params;
-pub use server::Cm20Server;
+pub use server::{Cm20Server, Cm20Set};
 
 pub use crate::output::{Match, MatchOutput};
 

@@ -50,6 +50,21 @@ fn encrypt(aes: &Aes128, blocks: &mut [Block]) {
     aes.encrypt_blocks(Array::cast_slice_from_core_mut(blocks));
 }
 
+/// `H1(x)` of every item: it does not depend on the session (the PRF key comes after it),
+/// so a server computes it once for its set ([`super::Cm20Set`]).
+pub(crate) fn h1_digests(items: &[Vec<u8>]) -> Zeroizing<Vec<[u8; 32]>> {
+    let prefix = h1_prefix();
+    let mut out = Zeroizing::new(vec![[0u8; 32]; items.len()]);
+    out.par_chunks_mut(1024)
+        .zip(items.par_chunks(1024))
+        .for_each(|(out, items)| {
+            for (o, x) in out.iter_mut().zip(items) {
+                *o = prefix.hash(x);
+            }
+        });
+    out
+}
+
 /// `H1`'s fixed prefix `len(ds::H1) || ds::H1`.
 fn h1_prefix() -> Midstate {
     let mut p = vec![ds::H1.len() as u8];
@@ -78,24 +93,36 @@ impl Prf {
 
     /// `z = AES_{k_0}(h0) ⊕ h1` with `h0 || h1 = H1(x)`, for every item.
     pub(crate) fn inputs(&self, items: &[Vec<u8>]) -> Zeroizing<Vec<Block>> {
-        let mut z = Zeroizing::new(vec![[0u8; 16]; items.len()]);
         let h1_prefix = h1_prefix();
-        z.par_chunks_mut(64)
-            .zip(items.par_chunks(64))
-            .for_each(|(z, items)| {
-                let mut h1 = Zeroizing::new([[0u8; 16]; 64]);
-                for ((z, h), x) in z.iter_mut().zip(h1.iter_mut()).zip(items) {
-                    let d = Zeroizing::new(h1_prefix.hash(x));
-                    z.copy_from_slice(&d[..16]);
-                    h.copy_from_slice(&d[16..]);
+        self.inputs_by(items.len(), |i| Zeroizing::new(h1_prefix.hash(&items[i])))
+    }
+
+    /// [`Prf::inputs`] from the items' `H1` digests ([`h1_digests`]).
+    pub(crate) fn inputs_from_digests(&self, digests: &[[u8; 32]]) -> Zeroizing<Vec<Block>> {
+        self.inputs_by(digests.len(), |i| Zeroizing::new(digests[i]))
+    }
+
+    /// `z` of items `0 .. n`, item `i`'s `H1` digest from `digest(i)`.
+    fn inputs_by(
+        &self,
+        n: usize,
+        digest: impl Fn(usize) -> Zeroizing<[u8; 32]> + Sync,
+    ) -> Zeroizing<Vec<Block>> {
+        let mut z = Zeroizing::new(vec![[0u8; 16]; n]);
+        z.par_chunks_mut(64).enumerate().for_each(|(t, z)| {
+            let mut h1 = Zeroizing::new([[0u8; 16]; 64]);
+            for (i, (z, h)) in z.iter_mut().zip(h1.iter_mut()).enumerate() {
+                let d = digest(t * 64 + i);
+                z.copy_from_slice(&d[..16]);
+                h.copy_from_slice(&d[16..]);
+            }
+            encrypt(&self.k0, z);
+            for (z, h) in z.iter_mut().zip(h1.iter()) {
+                for (a, b) in z.iter_mut().zip(h) {
+                    *a ^= b;
                 }
-                encrypt(&self.k0, z);
-                for (z, h) in z.iter_mut().zip(h1.iter()) {
-                    for (a, b) in z.iter_mut().zip(h) {
-                        *a ^= b;
-                    }
-                }
-            });
+            }
+        });
         z
     }
 }

@@ -20,8 +20,45 @@ use zeroize::Zeroizing;
 /// Server side of CM20-PSI, a sans-IO state machine for one client session.
 pub struct Cm20Server {
     items: Arc<ItemSet>,
+    /// The items' `H1` digests, when the set was prepared ahead ([`Cm20Server::with_set`]);
+    /// otherwise they are computed at the first chunk.
+    prepared: Option<Arc<Cm20Set>>,
     config: Cm20Config,
     phase: Phase,
+}
+
+/// A server's set prepared for CM20-PSI sessions: the items and their `H1` digests. `H1`
+/// does not depend on the session (the client's PRF key is applied after it), so a server
+/// that keeps its registry computes the digests once, when it loads the registry, and every
+/// session over it starts from them ([`Cm20Server::with_set`]) instead of hashing every
+/// entry again when the first chunk arrives (spec §7). 32 bytes per item, zeroized on drop.
+pub struct Cm20Set {
+    items: Arc<ItemSet>,
+    digests: Zeroizing<Vec<[u8; 32]>>,
+}
+
+impl Cm20Set {
+    /// Hashes every item of `items` on `threads`.
+    pub fn new(items: impl Into<Arc<ItemSet>>, threads: crate::Threads) -> Result<Cm20Set> {
+        let items = items.into();
+        chunked::check_set_size("server items", items.len(), MAX_ITEMS)?;
+        let digests = threads.install(|| prf::h1_digests(items.items()))?;
+        Ok(Cm20Set { items, digests })
+    }
+
+    /// The items.
+    pub fn items(&self) -> &Arc<ItemSet> {
+        &self.items
+    }
+}
+
+impl std::fmt::Debug for Cm20Set {
+    // Items and digests stay out of logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cm20Set")
+            .field("items", &self.items.len())
+            .finish_non_exhaustive()
+    }
 }
 
 type Phase = ServerPhase<Fresh, Evaluating>;
@@ -54,12 +91,32 @@ impl std::fmt::Debug for Cm20Server {
 
 impl Cm20Server {
     /// A fresh session over the server's set; draws all of the session's randomness now.
+    /// The items' `H1` digests are computed when the first chunk arrives; a server that
+    /// runs many sessions over one set prepares them once with [`Cm20Server::with_set`].
     pub fn new<R: CryptoRng + ?Sized>(
         items: impl Into<Arc<ItemSet>>,
         config: Cm20Config,
         rng: &mut R,
     ) -> Result<Cm20Server> {
-        let items = items.into();
+        Self::start(items.into(), None, config, rng)
+    }
+
+    /// A fresh session over a prepared set ([`Cm20Set`]): the same messages as
+    /// [`Cm20Server::new`], less work at the first chunk.
+    pub fn with_set<R: CryptoRng + ?Sized>(
+        set: Arc<Cm20Set>,
+        config: Cm20Config,
+        rng: &mut R,
+    ) -> Result<Cm20Server> {
+        Self::start(set.items.clone(), Some(set), config, rng)
+    }
+
+    fn start<R: CryptoRng + ?Sized>(
+        items: Arc<ItemSet>,
+        prepared: Option<Arc<Cm20Set>>,
+        config: Cm20Config,
+        rng: &mut R,
+    ) -> Result<Cm20Server> {
         chunked::check_set_size("server items", items.len(), MAX_ITEMS)?;
         let nonce = chunked::draw_nonce(rng);
         let sender = base_ot::Sender::new(rng);
@@ -69,6 +126,7 @@ impl Cm20Server {
         }
         Ok(Cm20Server {
             items,
+            prepared,
             config,
             phase: Phase::AwaitHello(Box::new(Fresh { nonce, sender, s })),
         })
@@ -198,7 +256,10 @@ impl Cm20Server {
             }
             None => {
                 let prf = Prf::new(&chunk.prf_key, p.prf_blocks(), params::index_bits(p.height));
-                let z = threads.install(|| prf.inputs(items.items()))?;
+                let z = match &self.prepared {
+                    Some(set) => threads.install(|| prf.inputs_from_digests(&set.digests))?,
+                    None => threads.install(|| prf.inputs(items.items()))?,
+                };
                 ev.prf = Some((Zeroizing::new(chunk.prf_key), prf, z));
             }
         }

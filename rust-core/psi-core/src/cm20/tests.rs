@@ -108,6 +108,43 @@ fn the_last_partial_group_goes_alone() {
     assert_eq!(t.round_trips as usize, reqs.len());
 }
 
+/// A session over a prepared set (`Cm20Server::with_set`) answers byte for byte as one over
+/// the plain items, in one chunk and in many.
+#[test]
+fn a_prepared_set_gives_the_same_responses() {
+    for max_request in [DEFAULT_MAX_REQUEST_BYTES, 48 * 128 + 29] {
+        let config = Cm20Config::new(Threads::ONE).with_max_request_bytes(max_request);
+        let transcript = |prepared: bool| {
+            let mut rng = ChaCha20Rng::seed_from_u64(23);
+            let (client, hello) =
+                Cm20Client::start(set(0..1000), config.clone(), &mut rng).unwrap();
+            let mut server = if prepared {
+                let s = Arc::new(Cm20Set::new(set(900..1900), Threads::ONE).unwrap());
+                assert_eq!(s.items().len(), 1000);
+                Cm20Server::with_set(s, config.clone(), &mut rng).unwrap()
+            } else {
+                Cm20Server::new(set(900..1900), config.clone(), &mut rng).unwrap()
+            };
+            let mut responses = Vec::new();
+            let (requests, matched) = crate::chunked::requests_of_run(
+                client,
+                hello,
+                |r| {
+                    let resp = server.handle(r).unwrap();
+                    responses.push(resp.clone());
+                    resp
+                },
+                false,
+            );
+            assert_eq!(matched, (900..1000).collect::<Vec<_>>());
+            (requests, responses)
+        };
+        let (plain, prepared) = (transcript(false), transcript(true));
+        assert!(plain.0.len() >= 2);
+        assert_eq!(plain, prepared, "{max_request}");
+    }
+}
+
 #[test]
 fn larger_height_works() {
     let config = Cm20Config::new(Threads::ONE).with_height(1024);
