@@ -4,7 +4,7 @@
 use crate::Config;
 use crate::store::{Store, StoreError, os_rng};
 use axum::body::Bytes;
-use psi_core::cm20::Cm20Set;
+use psi_core::cm20::{self, Cm20Set};
 use psi_core::dh::DhServer;
 use psi_core::labels::LabelStore;
 use psi_core::{ItemSet, Threads};
@@ -20,12 +20,31 @@ pub struct RegistryStats {
     pub entries: u64,
     /// Entries with a label.
     pub labeled: u64,
+    /// Whether the entries were prepared for CM20-PSI sessions (their `H1` digests, 32
+    /// bytes per entry, kept with the registry): when CM20-PSI is on and the registry is
+    /// within its limit (`psi_core::cm20::messages::MAX_ITEMS`).
+    pub cm20_prepared: bool,
     /// Bytes of the encoded set.
     pub encoded_set_bytes: u64,
     /// OPRF outputs computed while loading (0 when the store was up to date).
     pub outputs_computed: u64,
     /// Time spent computing outputs and encoding the set while loading.
     pub build_time: Duration,
+}
+
+/// The registry's entries prepared for CM20-PSI sessions, if it runs (`enabled`) and the
+/// registry is within CM20-PSI's `limit`: a larger one still serves DH-PSI, its CM20-PSI
+/// sessions are refused as the session would refuse them.
+fn prepare_cm20(
+    items: &Arc<ItemSet>,
+    enabled: bool,
+    limit: usize,
+    threads: Threads,
+) -> Result<Option<Arc<Cm20Set>>, StoreError> {
+    if !enabled || items.len() > limit {
+        return Ok(None);
+    }
+    Ok(Some(Arc::new(Cm20Set::new(items.clone(), threads)?)))
 }
 
 /// The registry of one epoch, immutable; swapped whole on reload.
@@ -105,18 +124,17 @@ impl Registry {
             entries.iter().map(|e| e.identifier.as_bytes()),
         ));
         drop(entries);
-        let cm20 = if config.enable_ot && config.enable_cm20 {
-            Some(Arc::new(Cm20Set::new(
-                items.clone(),
-                Threads::new(config.build_threads),
-            )?))
-        } else {
-            None
-        };
+        let cm20 = prepare_cm20(
+            &items,
+            config.enable_ot && config.enable_cm20,
+            cm20::messages::MAX_ITEMS as usize,
+            Threads::new(config.build_threads),
+        )?;
         let stats = RegistryStats {
             epoch: key.epoch(),
             entries: items.len() as u64,
             labeled: labels.len() as u64,
+            cm20_prepared: cm20.is_some(),
             encoded_set_bytes: set.bytes.len() as u64,
             outputs_computed,
             build_time,
@@ -146,5 +164,24 @@ impl Registry {
     /// The ETag of the encoded set.
     pub fn etag(&self) -> &str {
         &self.etag
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cm20_is_prepared_only_when_on_and_within_its_limit() {
+        let items = Arc::new(ItemSet::new(["a", "b", "c"]));
+        let prepared = |enabled, limit| {
+            prepare_cm20(&items, enabled, limit, Threads::ONE)
+                .unwrap()
+                .map(|s| s.items().len())
+        };
+        assert_eq!(prepared(true, 3), Some(3));
+        assert_eq!(prepared(false, 3), None);
+        // Over the limit the registry still loads, without the CM20 preparation.
+        assert_eq!(prepared(true, 2), None);
     }
 }

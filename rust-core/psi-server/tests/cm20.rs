@@ -29,6 +29,8 @@ fn cm20_server(name: &str, registry: u64) -> psi_server::RunningServer {
 fn matches_labels_and_request_count() {
     let registry = 20_000;
     let server = cm20_server("cm20-e2e", registry);
+    // Sessions start from the registry's prepared set (Cm20Server::with_set).
+    assert!(server.state.registry().stats().cm20_prepared);
     let client = Client::new(
         &server.url(),
         ClientConfig::default().with_threads(Threads::new(2)),

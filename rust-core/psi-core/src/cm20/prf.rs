@@ -553,8 +553,6 @@ mod tests {
         }
     }
 
-    /// `interleave` then `xor_a_d` with nothing cleared gives back `out ⊕ A ⊕ 1`, and the
-    /// interleaved words are the column's little-endian words.
     /// The server's per-chunk transposes and [`hash_parts`] give [`outputs`]'s values, for
     /// chunks of 16 columns or more and a final partial group.
     #[test]
@@ -593,6 +591,8 @@ mod tests {
         }
     }
 
+    /// `interleave` then `xor_a_d` with nothing cleared gives back `out ⊕ A ⊕ 1`, and the
+    /// interleaved words are the column's little-endian words.
     #[test]
     fn interleave_round_trip() {
         let mut next = xorshift(5);

@@ -16,10 +16,10 @@ package dev.psisdk
  * @property epoch the server's key epoch.
  * @property phases wall time per phase, in the order first entered.
  * @property serverMicros computation time the server reported.
+ * @property totalMicros wall time of the whole run.
  * @property workAheadMicros OT-PSI and CM20-PSI: time the SDK spent building its next request
  *   while the previous one was out (it overlaps the round trips and is not in [phases]; 0 for
- *   DH-PSI).
- * @property totalMicros wall time of the whole run.
+ *   DH-PSI). Last, with a default, so code that built a [RunStats] by position still compiles.
  */
 data class RunStats(
     val requests: Int,
@@ -34,8 +34,8 @@ data class RunStats(
     val epoch: Long,
     val phases: List<PhaseTime>,
     val serverMicros: Long,
-    val workAheadMicros: Long,
     val totalMicros: Long,
+    val workAheadMicros: Long = 0,
 )
 
 /** Time spent in [phase], in microseconds (repeated phases summed). */
