@@ -199,10 +199,9 @@ fn session_block(ds: &[u8], sid: &[u8; 32]) -> [u8; 64] {
 pub(crate) struct Midstate {
     state: [u32; 8],
     /// Bytes of the prefix compressed into `state` (a multiple of 64).
-    done: u64,
-    /// The prefix's bytes after them (fewer than 64).
-    head: Vec<u8>,
-    /// The whole prefix, for messages too long for two blocks.
+    done: usize,
+    /// The whole prefix: its bytes from `done` on (fewer than 64) start every message's
+    /// blocks, and all of it is hashed again for messages too long for two blocks.
     prefix: Vec<u8>,
 }
 
@@ -214,17 +213,12 @@ const SHA256_IV: [u32; 8] = [
 impl Midstate {
     /// The state after `prefix` (public bytes: domain separators, session ids).
     pub(crate) fn new(prefix: &[u8]) -> Midstate {
-        let full = prefix.len() / 64 * 64;
+        let (blocks, _) = prefix.as_chunks::<64>();
         let mut state = SHA256_IV;
-        let blocks: Vec<[u8; 64]> = prefix[..full]
-            .chunks_exact(64)
-            .map(|b| b.try_into().expect("64 bytes"))
-            .collect();
-        sha2::block_api::compress256(&mut state, &blocks);
+        sha2::block_api::compress256(&mut state, blocks);
         Midstate {
             state,
-            done: full as u64,
-            head: prefix[full..].to_vec(),
+            done: blocks.len() * 64,
             prefix: prefix.to_vec(),
         }
     }
@@ -232,7 +226,8 @@ impl Midstate {
     /// `SHA-256(prefix || msg)`.
     #[inline]
     pub(crate) fn hash(&self, msg: &[u8]) -> [u8; 32] {
-        let len = self.head.len() + msg.len();
+        let head = &self.prefix[self.done..];
+        let len = head.len() + msg.len();
         if len + 9 > 128 {
             let mut h = Sha256::new();
             h.update(&self.prefix);
@@ -242,10 +237,10 @@ impl Midstate {
         let mut buf = zeroize::Zeroizing::new([[0u8; 64]; 2]);
         let blocks = if len + 9 <= 64 { 1 } else { 2 };
         let flat = buf.as_flattened_mut();
-        flat[..self.head.len()].copy_from_slice(&self.head);
-        flat[self.head.len()..len].copy_from_slice(msg);
+        flat[..head.len()].copy_from_slice(head);
+        flat[head.len()..len].copy_from_slice(msg);
         flat[len] = 0x80;
-        let bits = (self.done + len as u64) * 8;
+        let bits = ((self.done + len) as u64) * 8;
         flat[blocks * 64 - 8..blocks * 64].copy_from_slice(&bits.to_be_bytes());
         let mut state = zeroize::Zeroizing::new(self.state);
         sha2::block_api::compress256(&mut state, &buf[..blocks]);
