@@ -4,5 +4,6 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 source "$root/ci/setup.sh"
+psi_setup_rust  # the demo needs Rust alone
 cd "$root/rust-core"
 cargo run --release --locked -p psi-cli --bin psi -- demo "$@"

@@ -15,6 +15,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 mode="${1:-smoke}"
 [ $# -gt 0 ] && shift
 source "$root/ci/setup.sh"
+psi_setup_rust
 target="${CARGO_TARGET_DIR:-$root/rust-core/target}"
 work="${PSI_FIELD_WORK:-$target/field-work}"
 field="$root/tests/field/field.py"

@@ -12,6 +12,8 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 mode="${1:-smoke}"
 shift || true
+source "$root/ci/setup.sh"
+psi_setup_rust
 cd "$root/rust-core"
 target_dir="${FUZZ_TARGET_DIR:-$root/rust-core/fuzz/target}"
 if [ "$#" -gt 0 ]; then

@@ -6,6 +6,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 source "$root/ci/setup.sh"
+psi_setup_rust
+psi_setup_java
 profile="${PSI_PROFILE:-debug}"
 cargo_flags=(--locked)
 [ "$profile" = release ] && cargo_flags+=(--release)

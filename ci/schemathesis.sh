@@ -10,6 +10,8 @@
 #   ST_CHECKS        the checks (default: the five below)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+source "$root/ci/setup.sh"
+psi_setup_rust
 target="${CARGO_TARGET_DIR:-$root/rust-core/target}"
 st_version="4.32.5"
 venv="${ST_VENV:-$target/schemathesis-venv}"
