@@ -4,7 +4,7 @@
 //! `measure` types here, in one place; the model and the measurements live in psi-client
 //! and psi-core (docs/protocol-choice.md).
 
-use crate::report::Protocol;
+use crate::protocol::Protocol;
 use std::time::Duration;
 
 /// What an automatic choice optimises (`psi_core::cost::Policy`).
@@ -185,18 +185,20 @@ pub struct UnitCosts {
     pub threads: u32,
 }
 
-impl UnitCosts {
-    /// psi-client's stored form of a side's costs, on `threads` threads.
-    fn new(c: psi_client::DeviceCosts, threads: u32) -> Self {
+impl From<&psi_client::UnitCosts> for UnitCosts {
+    /// The one conversion from the core's record (`psi_core::cost::UnitCosts`, which owns
+    /// the fields). The core always has a CM20 lookup cost (measured, advertised or the
+    /// reference machine's), so `cm20_lookup_ns` is always set.
+    fn from(u: &psi_client::UnitCosts) -> Self {
         UnitCosts {
-            scalar_mult_ns: c.scalar_mult_ns,
-            hash_to_group_ns: c.hash_to_group_ns,
-            element_decode_ns: c.element_decode_ns,
-            aes_block_ns: c.aes_block_ns,
-            hash_block_ns: c.hash_block_ns,
-            entry_ns: c.entry_ns,
-            cm20_lookup_ns: c.cm20_lookup_ns,
-            threads,
+            scalar_mult_ns: u.scalar_mult,
+            hash_to_group_ns: u.hash_to_group,
+            element_decode_ns: u.element_decode,
+            aes_block_ns: u.aes_block,
+            hash_block_ns: u.hash_block,
+            entry_ns: u.entry,
+            cm20_lookup_ns: Some(u.cm20_lookup),
+            threads: u.threads,
         }
     }
 }
@@ -322,15 +324,9 @@ impl ChoiceReport {
             constrained: hints.constrained,
             link: r.link.into(),
             link_source: r.link_source.into(),
-            device: UnitCosts::new(
-                psi_client::DeviceCosts::from_units(&r.device),
-                r.device.threads,
-            ),
+            device: (&r.device).into(),
             device_source: r.device_source.into(),
-            server: UnitCosts::new(
-                psi_client::DeviceCosts::from_units(&r.server),
-                r.server.threads,
-            ),
+            server: (&r.server).into(),
             server_source: r.server_source.into(),
             health_requested: r.health_requested,
             probe_requests: r.probe_requests,
@@ -543,9 +539,11 @@ mod tests {
             assert!((r.link.up_mbit - 8.0).abs() < 1e-9 && (r.link.down_mbit - 32.0).abs() < 1e-9);
             assert_eq!(r.link.rtt_samples, 3);
             assert_eq!(r.link_source, InputSource::Measured);
-            assert_eq!(r.device, UnitCosts::new(costs(2.0), 2));
+            assert_eq!(r.device, UnitCosts::from(&costs(2.0).units(2)));
             assert_eq!(r.device_source, InputSource::Measured);
-            assert_eq!(r.server, UnitCosts::new(costs(0.5), 1));
+            assert_eq!(r.server, UnitCosts::from(&costs(0.5).units(1)));
+            assert_eq!(r.device.scalar_mult_ns, 80_000.0);
+            assert_eq!((r.device.cm20_lookup_ns, r.device.threads), (Some(2.0), 2));
             assert_eq!(r.server_source, InputSource::Measured);
             assert!(!r.health_requested);
         }

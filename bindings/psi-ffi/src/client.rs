@@ -1,13 +1,15 @@
 //! The client object the platforms hold.
 
+use crate::cancel::CancelHandle;
 use crate::choice::{LinkHints, ProtocolChoice};
 use crate::config::DiscoveryConfig;
 use crate::error::PsiError;
 use crate::job::{guarded, spawn};
 use crate::report::{ContactReport, ProgressEvent, ServerHealth};
-use crate::store::Stored;
 use crate::transport::{ForeignTransport, HttpTransport};
-use psi_client::{CancelToken, Client, ClientConfig, FileCache, MemoryCache, SetCache};
+use psi_client::{
+    CancelToken, Client, ClientConfig, FileCache, MeasurementsFile, MemoryCache, SetCache,
+};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,9 +40,10 @@ pub struct DiscoveryClient {
     base: String,
     transport: Arc<dyn HttpTransport>,
     cache: Arc<dyn SetCache>,
-    measurements: Stored,
+    measurements: MeasurementsFile,
     config: ClientConfig,
-    /// The configured choice, as the platform gave it (reported back in runs that take it).
+    /// The configured choice, as the platform gave it: the choice of runs that pass none
+    /// (and reported back in them). psi-client's runs take the choice as an argument.
     protocol: ProtocolChoice,
 }
 
@@ -59,13 +62,29 @@ impl Drop for DiscoveryClient {
     }
 }
 
-/// Cancels its token when dropped: a run whose future is dropped (the coroutine or task
-/// awaiting it was cancelled) stops at its next check and deletes its session.
-struct CancelOnDrop(CancelToken);
+/// Cancels its token when dropped before the run finished: a run whose future is dropped
+/// (the coroutine or task awaiting it was cancelled) stops at its next check and deletes its
+/// session. Disarmed once the run returned, so a caller's [`CancelHandle`] stays usable.
+struct CancelOnDrop {
+    token: CancelToken,
+    armed: bool,
+}
+
+impl CancelOnDrop {
+    fn new(token: CancelToken) -> Self {
+        CancelOnDrop { token, armed: true }
+    }
+
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
-        self.0.cancel();
+        if self.armed {
+            self.token.cancel();
+        }
     }
 }
 
@@ -87,7 +106,11 @@ impl DiscoveryClient {
                 Some(dir) => Arc::new(FileCache::new(dir).with_max_bytes(config.cache_max_bytes)),
                 None => Arc::new(MemoryCache::new()),
             };
-            let measurements = Stored::open(config.measurements_dir().map(Path::new));
+            let measurements = config
+                .measurements_dir()
+                .map_or_else(MeasurementsFile::in_memory, |d| {
+                    MeasurementsFile::open(Path::new(d))
+                });
             LIVE_CLIENTS.fetch_add(1, Ordering::SeqCst);
             Ok(Arc::new(DiscoveryClient {
                 base,
@@ -114,49 +137,39 @@ impl DiscoveryClient {
         hints: Option<LinkHints>,
         listener: Option<Arc<dyn ProgressListener>>,
     ) -> Result<ContactReport, PsiError> {
-        let cancel = CancelToken::new();
-        let _cancel_on_drop = CancelOnDrop(cancel.clone());
-        let this = self.clone();
-        let run = spawn("psi-run", move || {
-            let started = Instant::now();
-            let requested = protocol.unwrap_or(this.protocol);
-            let mut config = this.config.clone().with_protocol(requested);
-            if let Some(h) = &hints {
-                config = config.with_link_hints(h.into());
-            }
-            let client = this.run_client(config, &cancel);
-            let mut progress = |p: psi_client::Progress| {
-                if let Some(l) = &listener {
-                    l.on_progress(p.into());
-                }
-            };
-            let choice = client.config().protocol;
-            let result = client.match_contacts(&contacts, choice, &mut progress, &cancel);
-            // Whatever happened, the run may have measured the link or the server.
-            this.measurements.save();
-            let report = result?;
-            ContactReport::from_client(
-                report,
-                requested,
-                &client.config().link_hints,
-                started.elapsed(),
-            )
-        })?;
-        run.await
+        self.run_match(contacts, protocol, hints, listener, CancelToken::new())
+            .await
+    }
+
+    /// [`DiscoveryClient::match_contacts`] with an explicit cancel path, for platforms
+    /// whose task cancellation does not drop the native future (Swift): `cancel`
+    /// cancels the run as dropping the future does (the request in flight is abandoned,
+    /// the server session deleted, the call fails with [`PsiError::Cancelled`]). A handle
+    /// cancelled before the call makes the run stop before its first request.
+    pub async fn match_contacts_cancellable(
+        self: Arc<Self>,
+        contacts: Vec<String>,
+        protocol: Option<ProtocolChoice>,
+        hints: Option<LinkHints>,
+        listener: Option<Arc<dyn ProgressListener>>,
+        cancel: Arc<CancelHandle>,
+    ) -> Result<ContactReport, PsiError> {
+        self.run_match(contacts, protocol, hints, listener, cancel.token())
+            .await
     }
 
     /// The server's epoch, registry size, protocols and limits (`GET /v1/health`).
     pub async fn health(self: Arc<Self>) -> Result<ServerHealth, PsiError> {
-        let cancel = CancelToken::new();
-        let _cancel_on_drop = CancelOnDrop(cancel.clone());
-        let this = self.clone();
-        let call = spawn("psi-health", move || {
-            Ok(this
-                .run_client(this.config.clone(), &cancel)
-                .health()?
-                .into())
-        })?;
-        call.await
+        self.run_health(CancelToken::new()).await
+    }
+
+    /// [`DiscoveryClient::health`] with an explicit cancel path (see
+    /// [`DiscoveryClient::match_contacts_cancellable`]).
+    pub async fn health_cancellable(
+        self: Arc<Self>,
+        cancel: Arc<CancelHandle>,
+    ) -> Result<ServerHealth, PsiError> {
+        self.run_health(cancel.token()).await
     }
 
     /// The server's base URL.
@@ -166,6 +179,62 @@ impl DiscoveryClient {
 }
 
 impl DiscoveryClient {
+    /// One run on its own thread, cancelled by `cancel` or by dropping the future.
+    async fn run_match(
+        self: Arc<Self>,
+        contacts: Vec<String>,
+        protocol: Option<ProtocolChoice>,
+        hints: Option<LinkHints>,
+        listener: Option<Arc<dyn ProgressListener>>,
+        cancel: CancelToken,
+    ) -> Result<ContactReport, PsiError> {
+        let guard = CancelOnDrop::new(cancel.clone());
+        let this = self.clone();
+        let run = spawn("psi-run", move || {
+            let started = Instant::now();
+            let requested = protocol.unwrap_or(this.protocol);
+            let mut config = this.config.clone();
+            if let Some(h) = &hints {
+                config = config.with_link_hints(h.into());
+            }
+            let client = this.run_client(config, &cancel);
+            let mut progress = |p: psi_client::Progress| {
+                if let Some(l) = &listener {
+                    l.on_progress(p.into());
+                }
+            };
+            let result = client.match_contacts(&contacts, requested, &mut progress, &cancel);
+            // Whatever happened, the run may have measured the link or the server. A
+            // failed save costs the next app start a calibration and the link priors.
+            let _ = this.measurements.save();
+            let report = result?;
+            ContactReport::from_client(
+                report,
+                requested,
+                &client.config().link_hints,
+                started.elapsed(),
+            )
+        })?;
+        let result = run.await;
+        guard.disarm();
+        result
+    }
+
+    /// `GET /v1/health` on its own thread, cancelled by `cancel` or by dropping the future.
+    async fn run_health(self: Arc<Self>, cancel: CancelToken) -> Result<ServerHealth, PsiError> {
+        let guard = CancelOnDrop::new(cancel.clone());
+        let this = self.clone();
+        let call = spawn("psi-health", move || {
+            Ok(this
+                .run_client(this.config.clone(), &cancel)
+                .health()?
+                .into())
+        })?;
+        let result = call.await;
+        guard.disarm();
+        result
+    }
+
     /// psi-client's client for one run with `config`: the foreign transport, aware of the
     /// run's token, the registry cache and the measurements.
     fn run_client(&self, config: ClientConfig, cancel: &CancelToken) -> Client {

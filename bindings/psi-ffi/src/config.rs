@@ -1,7 +1,7 @@
 //! The client's settings as the platform passes them.
 
 use crate::choice::{LinkHints, ProtocolChoice};
-use psi_client::{ClientConfig, Threads};
+use psi_client::{ClientConfig, FileCache, Threads};
 use std::time::Duration;
 
 /// Settings of a [`crate::DiscoveryClient`]. The platform SDKs fill in the defaults
@@ -66,7 +66,9 @@ impl std::fmt::Debug for DiscoveryConfig {
 }
 
 impl DiscoveryConfig {
-    /// The psi-client settings (checked by `ClientConfig::validate`).
+    /// The psi-client settings (checked by `ClientConfig::validate`). `protocol` is not
+    /// among them: psi-client's runs take the choice as an argument, and the
+    /// [`crate::DiscoveryClient`] keeps the configured one as the default of its calls.
     pub(crate) fn client_config(&self) -> ClientConfig {
         let threads = match self.threads {
             0 => Threads::available(),
@@ -80,7 +82,6 @@ impl DiscoveryConfig {
             .with_default_region(self.default_region.clone())
             .with_insecure_http(self.allow_insecure_http)
             .with_retries(self.retries)
-            .with_protocol(psi_client::ProtocolChoice::from(self.protocol))
             .with_link_hints((&self.link_hints).into());
         if let Some(t) = &self.token {
             config = config.with_token(t.clone());
@@ -93,5 +94,50 @@ impl DiscoveryConfig {
         self.measurements_dir
             .as_deref()
             .or(self.cache_dir.as_deref())
+    }
+}
+
+/// The default of every setting, from psi-client's own defaults: the platform SDKs start
+/// from this record instead of restating the numbers (per-request timeout 60 s, responses
+/// up to 256 MiB, 2 retries, a 64 MiB registry cache, labels fetched, region `US`, the
+/// automatic choice for the fastest run, one worker thread per core).
+#[uniffi::export]
+pub fn default_discovery_config() -> DiscoveryConfig {
+    let core = ClientConfig::default();
+    DiscoveryConfig {
+        token: None,
+        default_region: core.default_region,
+        threads: 0,
+        timeout_ms: u64::try_from(core.timeout.as_millis()).unwrap_or(u64::MAX),
+        max_response_bytes: core.max_response_bytes,
+        fetch_labels: core.fetch_labels,
+        cache_dir: None,
+        cache_max_bytes: FileCache::DEFAULT_MAX_BYTES,
+        allow_insecure_http: core.allow_insecure_http,
+        retries: core.retries,
+        protocol: ProtocolChoice::default(),
+        link_hints: LinkHints::default(),
+        measurements_dir: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exported_defaults_are_psi_clients() {
+        let d = default_discovery_config();
+        let core = ClientConfig::default();
+        assert_eq!(d.timeout_ms, 60_000);
+        assert_eq!(d.max_response_bytes, core.max_response_bytes);
+        assert_eq!(d.retries, core.retries);
+        assert_eq!(d.default_region, core.default_region);
+        assert_eq!(d.cache_max_bytes, FileCache::DEFAULT_MAX_BYTES);
+        assert!(d.fetch_labels && !d.allow_insecure_http && d.token.is_none());
+        // What the record gives back is what psi-client runs with.
+        let back = d.client_config();
+        assert_eq!(back.timeout, core.timeout);
+        assert!(back.validate().is_ok());
     }
 }

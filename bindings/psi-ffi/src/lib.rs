@@ -15,9 +15,9 @@
 //! - [`HttpTransport`]: an async trait the platform implements with its HTTP stack
 //!   (OkHttp, URLSession). It maps types only; the limits come with each request.
 //! - The automatic protocol choice's surface ([`ProtocolChoice`], [`LinkHints`],
-//!   [`ChoiceReport`]) and its measurements file, `measurements.json` in the configured
-//!   directory (device costs, link estimates per network), shared by the clients of a
-//!   process that name the same directory.
+//!   [`ChoiceReport`]). Its measurements file, `measurements.json` in the configured
+//!   directory, is psi-client's `MeasurementsFile` (shared by the clients of a process that
+//!   name the same directory).
 //! - [`PsiError`]: one error whose variants say what the app can do. Panics (a rayon worker
 //!   included) are caught at the boundary and become [`PsiError::Internal`].
 //!
@@ -29,25 +29,28 @@
 
 uniffi::setup_scaffolding!();
 
+mod cancel;
 mod choice;
 mod client;
 mod config;
 mod error;
 mod job;
+mod protocol;
 mod report;
-mod store;
 mod transport;
 
+pub use cancel::CancelHandle;
 pub use choice::{
     ChoiceReport, ChoiceWorkload, InputSource, LinkEstimate, LinkHints, Policy, Prediction,
     ProtocolChoice, UnitCosts,
 };
 pub use client::{DiscoveryClient, ProgressListener, live_clients};
-pub use config::DiscoveryConfig;
+pub use config::{DiscoveryConfig, default_discovery_config};
 pub use error::{PsiError, ServerErrorCode};
+pub use protocol::Protocol;
 pub use report::{
-    ContactMatch, ContactReport, Phase, PhaseTime, ProgressEvent, Protocol, RejectReason,
-    RejectedContact, RunStats, ServerHealth,
+    ContactMatch, ContactReport, Phase, PhaseTime, ProgressEvent, RejectReason, RejectedContact,
+    RunStats, ServerHealth,
 };
 pub use transport::{
     HttpHeader, HttpMethod, HttpRequest, HttpResponse, HttpTransport, TransportError,

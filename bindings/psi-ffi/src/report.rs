@@ -3,41 +3,8 @@
 
 use crate::choice::{ChoiceReport, ProtocolChoice};
 use crate::error::PsiError;
+use crate::protocol::Protocol;
 use std::time::Duration;
-
-/// A protocol (docs/protocol/).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Enum)]
-pub enum Protocol {
-    /// DH-PSI: the fewest bytes; the encoded registry is cached between runs.
-    Dh,
-    /// OT-PSI: far less computation, more bytes, several round trips.
-    Ot,
-    /// CM20-PSI: OT-like computation with fewer bytes than OT-PSI; only against servers
-    /// that enable it (it trusts the client to follow the protocol).
-    Cm20,
-}
-
-impl From<Protocol> for psi_client::Protocol {
-    fn from(p: Protocol) -> Self {
-        match p {
-            Protocol::Dh => psi_client::Protocol::Dh,
-            Protocol::Ot => psi_client::Protocol::Ot,
-            Protocol::Cm20 => psi_client::Protocol::Cm20,
-        }
-    }
-}
-
-impl Protocol {
-    /// `None` for a protocol these bindings do not export yet.
-    pub(crate) fn from_core(p: psi_client::Protocol) -> Option<Protocol> {
-        match p {
-            psi_client::Protocol::Dh => Some(Protocol::Dh),
-            psi_client::Protocol::Ot => Some(Protocol::Ot),
-            psi_client::Protocol::Cm20 => Some(Protocol::Cm20),
-            _ => None,
-        }
-    }
-}
 
 /// A phase of a run (psi-core's `Phase`), for progress and timings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Enum)]

@@ -1,9 +1,7 @@
 //! `psi bench`: per-phase times, bytes on the wire and the analytic bounds.
 
-use crate::measure::{ms, peak_heap_bytes, reset_peak_heap, thousands, timed};
+use crate::measure::{ms, peak_heap_bytes, reset_peak_heap, thousands};
 use crate::runner::{os_rng, run_dh as dh_once};
-use curve25519_dalek::ristretto::RistrettoPoint;
-use curve25519_dalek::scalar::Scalar;
 use psi_core::Protocol;
 use psi_core::dh::sizes;
 use std::time::Duration;
@@ -24,21 +22,9 @@ fn sets(n_c: usize, n_s: usize, overlap: usize) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) 
     (client, server)
 }
 
-/// Median over 7 batches of the per-call cost of `f` on 2000 inputs, one thread.
-fn unit_cost<T, U>(inputs: &[T], f: impl Fn(&T) -> U) -> Duration {
-    let mut samples: Vec<Duration> = (0..7)
-        .map(|_| {
-            let (out, t) = timed(|| inputs.iter().map(&f).collect::<Vec<U>>());
-            std::hint::black_box(out);
-            t.wall / inputs.len() as u32
-        })
-        .collect();
-    samples.sort();
-    samples[samples.len() / 2]
-}
-
-/// Costs of the group operations the protocol cannot avoid.
-struct UnitCosts {
+/// Costs of the group operations the protocol cannot avoid, one thread: psi-core's
+/// calibration (the one the automatic choice and the server use).
+struct GroupCosts {
     /// Variable-base scalar multiplication.
     mult: Duration,
     /// RFC 9497 HashToGroup (expand_message_xmd + two Elligator maps).
@@ -47,19 +33,14 @@ struct UnitCosts {
     decode: Duration,
 }
 
-fn unit_costs() -> Result<UnitCosts, String> {
-    let mut rng = os_rng()?;
-    let points: Vec<RistrettoPoint> = (0..2000)
-        .map(|_| RistrettoPoint::random(&mut rng))
-        .collect();
-    let encoded: Vec<_> = points.iter().map(|p| p.compress()).collect();
-    let inputs = items("9", 0..2000);
-    let s = Scalar::random(&mut rng);
-    Ok(UnitCosts {
-        mult: unit_cost(&points, |p| s * p),
-        hash_to_group: unit_cost(&inputs, |x| psi_core::oprf::hash_to_group(x)),
-        decode: unit_cost(&encoded, |c| c.decompress()),
-    })
+fn group_costs() -> GroupCosts {
+    let u = psi_core::calibrate::unit_costs(psi_core::Threads::ONE);
+    let ns = |x: f64| Duration::from_secs_f64(x.max(0.0) / 1e9);
+    GroupCosts {
+        mult: ns(u.scalar_mult),
+        hash_to_group: ns(u.hash_to_group),
+        decode: ns(u.element_decode),
+    }
 }
 
 pub fn run(quick: bool, thread_counts: &[usize], protocols: &[Protocol]) -> Result<(), String> {
@@ -266,12 +247,12 @@ fn run_dh(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
     } else {
         &[10_000, 100_000, 1_000_000]
     };
-    let costs = unit_costs()?;
+    let costs = group_costs();
     let mult = costs.mult;
     println!("# psi bench: DH-PSI (RFC 9497 OPRF, ristretto255-SHA512)");
     println!();
     println!(
-        "Unit costs, 1 thread, median of 7 x 2000: scalar multiplication {:.1} us, HashToGroup {:.1} us, element decoding {:.1} us",
+        "Unit costs, 1 thread (psi_core::calibrate, fastest of 5): scalar multiplication {:.1} us, HashToGroup {:.1} us, element decoding {:.1} us",
         mult.as_secs_f64() * 1e6,
         costs.hash_to_group.as_secs_f64() * 1e6,
         costs.decode.as_secs_f64() * 1e6,

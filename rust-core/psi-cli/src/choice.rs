@@ -44,17 +44,13 @@ pub fn parse_policy(s: &str) -> Result<Policy, String> {
 /// their sources, and each protocol's predicted requests, bytes and seconds.
 pub fn to_json(r: &ChoiceReport) -> Value {
     let w = &r.workload;
-    let units = |u: &psi_core::cost::UnitCosts| {
-        json!({
-            "scalar_mult_ns": u.scalar_mult,
-            "hash_to_group_ns": u.hash_to_group,
-            "element_decode_ns": u.element_decode,
-            "aes_block_ns": u.aes_block,
-            "hash_block_ns": u.hash_block,
-            "entry_ns": u.entry,
-            "cm20_lookup_ns": u.cm20_lookup,
-            "threads": u.threads,
-        })
+    // The costs as measurements.json spells them (psi-client's one conversion of the
+    // core's record), with the threads.
+    let units = |u: &psi_client::UnitCosts| {
+        let mut v = serde_json::to_value(psi_client::DeviceCosts::from_units(u))
+            .unwrap_or_else(|_| json!({}));
+        v["threads"] = json!(u.threads);
+        v
     };
     json!({
         "policy": r.choice.policy.name(),

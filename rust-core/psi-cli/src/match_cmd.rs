@@ -1,6 +1,8 @@
 //! `psi match`: match a contact file against a server.
 
-use psi_client::{CancelToken, Client, ClientConfig, FileCache, HttpTransport, Phase};
+use psi_client::{
+    CancelToken, Client, ClientConfig, FileCache, HttpTransport, MeasurementsFile, Phase,
+};
 use psi_contacts::read_rows;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -76,7 +78,6 @@ pub fn run(args: MatchArgs) -> Result<(), String> {
     hints.up_mbit = args.up_mbit;
     hints.rtt_ms = args.rtt_ms;
     let mut config = ClientConfig::default()
-        .with_protocol(choice)
         .with_link_hints(hints)
         .with_timeout(Duration::from_secs(args.timeout.max(1)))
         .with_labels(!args.no_labels)
@@ -97,15 +98,13 @@ pub fn run(args: MatchArgs) -> Result<(), String> {
             Client::with_transport(&args.server, Arc::new(transport), config)
         }
     };
-    let measurements_file = args.cache_dir.as_ref().map(|d| d.join("measurements.json"));
+    let mut measurements = None;
     if let Some(dir) = &args.cache_dir {
-        client = client.with_cache(Arc::new(FileCache::new(dir)));
-    }
-    if let Some(f) = &measurements_file {
-        let stored = std::fs::read_to_string(f).unwrap_or_default();
-        client = client.with_measurements(Arc::new(psi_client::MeasurementStore::new(
-            psi_client::Measurements::from_json(&stored),
-        )));
+        let file = MeasurementsFile::open(dir);
+        client = client
+            .with_cache(Arc::new(FileCache::new(dir)))
+            .with_measurements(file.store());
+        measurements = Some(file);
     }
     let identifiers: Vec<&str> = rows.iter().map(|r| r.identifier.as_str()).collect();
     let pb = crate::spinner(args.json);
@@ -124,10 +123,9 @@ pub fn run(args: MatchArgs) -> Result<(), String> {
         )
         .map_err(|e| e.to_string())?;
     pb.finish_and_clear();
-    if let (Some(f), Some(dir)) = (&measurements_file, &args.cache_dir) {
+    if let Some(file) = &measurements {
         // A cache: failing to save costs the next run a calibration, no more.
-        let _ = std::fs::create_dir_all(dir);
-        let _ = std::fs::write(f, client.measurements().snapshot().to_json());
+        let _ = file.save();
     }
     let run = &report.run;
     let s = &run.stats;

@@ -34,9 +34,6 @@ pub struct ClientConfig {
     /// [`crate::Client::match_items`] for why a whole run is restarted rather than the
     /// failed request.
     pub retries: u32,
-    /// How runs pick their protocol (default `Auto(Fastest)`; the caller passes it to
-    /// [`crate::Client::match_items`] / [`crate::Client::match_contacts`]).
-    pub protocol: crate::ProtocolChoice,
     /// What the platform knows of the current network (priors for the choice, and the
     /// network's name under which link estimates are kept).
     pub link_hints: crate::LinkHints,
@@ -53,7 +50,6 @@ impl std::fmt::Debug for ClientConfig {
             .field("default_region", &self.default_region)
             .field("allow_insecure_http", &self.allow_insecure_http)
             .field("retries", &self.retries)
-            .field("protocol", &self.protocol)
             .field("link_hints", &self.link_hints)
             .finish()
     }
@@ -70,7 +66,6 @@ impl Default for ClientConfig {
             default_region: "US".to_string(),
             allow_insecure_http: false,
             retries: 2,
-            protocol: crate::ProtocolChoice::default(),
             link_hints: crate::LinkHints::default(),
         }
     }
@@ -133,11 +128,6 @@ impl ClientConfig {
     /// Sets how many times a run that failed with a retryable error is restarted.
     pub fn with_retries(mut self, retries: u32) -> Self {
         self.retries = retries;
-        self
-    }
-    /// Sets how runs pick their protocol.
-    pub fn with_protocol(mut self, choice: impl Into<crate::ProtocolChoice>) -> Self {
-        self.protocol = choice.into();
         self
     }
     /// Sets the platform's link hints.

@@ -76,8 +76,8 @@ impl Client {
     }
 
     /// Uses `store` for the inputs of the automatic protocol choice (device costs, link
-    /// estimates per network, the servers' health): keep one per device, persisted with
-    /// [`crate::Measurements::to_json`], so a choice needs no calibration or extra
+    /// estimates per network, the servers' health): keep one per device, persisted in a
+    /// [`crate::MeasurementsFile`], so a choice needs no calibration or extra
     /// request. Every run (automatic or not) updates it with its timings.
     pub fn with_measurements(mut self, store: Arc<MeasurementStore>) -> Client {
         self.measurements = store;
@@ -172,7 +172,7 @@ impl Client {
 
     /// Matches `items` (normalized identifiers, see psi-contacts and
     /// [`Client::match_contacts`]) against the server's registry with `protocol` (a
-    /// [`Protocol`], or a [`ProtocolChoice`] such as [`ClientConfig::protocol`]: with
+    /// [`Protocol`], or a [`ProtocolChoice`] such as `ProtocolChoice::default()`: with
     /// `Auto`, the protocol the cost model predicts best, reported in
     /// [`MatchReport::choice`]), fetching the labels of the matches if configured. `progress` hears each phase as
     /// it starts; `cancel` stops the run at its next check (before every request, between

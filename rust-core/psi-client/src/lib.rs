@@ -30,7 +30,9 @@
 //! [`SetCache`] seam with [`MemoryCache`] and [`FileCache`]; [`cancel`] the
 //! [`CancelToken`]; [`contacts`] [`Client::match_contacts`] (raw contacts in, rows out);
 //! [`report`] [`MatchReport`], [`RunStats`] and [`Progress`]; [`measure`] the inputs of the
-//! automatic protocol choice ([`ProtocolChoice`], [`LinkHints`], [`Measurements`]).
+//! automatic protocol choice ([`ProtocolChoice`], [`LinkHints`], [`Measurements`]);
+//! [`measurements_file`] the file that keeps them, `measurements.json`
+//! ([`MeasurementsFile`]).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -42,6 +44,7 @@ pub mod contacts;
 pub mod driver;
 mod error;
 pub mod measure;
+pub mod measurements_file;
 pub mod report;
 pub mod transport;
 
@@ -55,8 +58,9 @@ pub use measure::{
     ChoiceReport, Clock, DeviceCosts, LinkEstimate, LinkHints, MeasurementStore, Measurements,
     ProtocolChoice, Source,
 };
+pub use measurements_file::{MeasurementsFile, MeasurementsFileError};
 pub use psi_contacts::Invalid;
-pub use psi_core::cost::{Policy, Prediction};
+pub use psi_core::cost::{Policy, Prediction, UnitCosts};
 pub use psi_core::{Phase, Protocol, Threads};
 pub use psi_http::{ErrorCode, Feature, Health};
 pub use report::{MatchReport, Matched, Progress, RunStats};

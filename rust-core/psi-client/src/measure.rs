@@ -4,7 +4,13 @@
 //! advertised costs. The model itself is `psi_core::cost`.
 //!
 //! [`Measurements`] is the small store the caller keeps (per device; its link estimates
-//! per network): [`Measurements::to_json`] / [`Measurements::from_json`] persist it.
+//! per network): [`Measurements::to_json`] / [`Measurements::from_json`] are its format,
+//! and [`crate::MeasurementsFile`] the file that keeps it (`measurements.json`).
+//!
+//! The device's and the server's unit costs are `psi_core::cost::UnitCosts` (the one
+//! record of them; `psi_core::calibrate` the one calibration). [`DeviceCosts`] is only
+//! their stored spelling in `measurements.json`, [`server_units`] the one reading of a
+//! server's advertised costs.
 
 use psi_core::cost::{Link, UnitCosts};
 use serde::{Deserialize, Serialize};
@@ -231,7 +237,9 @@ pub struct Sample {
     pub server: f64,
 }
 
-/// A device's unit costs as stored (`psi_core::cost::UnitCosts` in ns per operation).
+/// A device's unit costs as stored in `measurements.json`: `psi_core::cost::UnitCosts`
+/// (ns per operation, without the threads) in its on-disk spelling. Converted to and from
+/// the model's record by [`DeviceCosts::units`] and [`DeviceCosts::from_units`] only.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct DeviceCosts {
     /// ns per scalar multiplication.
@@ -281,7 +289,8 @@ impl DeviceCosts {
             cm20_lookup_ns: Some(u.cm20_lookup),
         }
     }
-    /// Measures this device (about 30 ms).
+    /// Measures this device (about 30 ms): `psi_core::calibrate::unit_costs` on one
+    /// thread.
     pub fn calibrate() -> Self {
         Self::from_units(&psi_core::calibrate::unit_costs(psi_core::Threads::ONE))
     }

@@ -1,0 +1,227 @@
+import ContactDiscovery
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import XCTest
+
+/// The URLSession transport and the error mapping, against a small server of the tests'
+/// own (broken responses, hangs) and a relay in front of the real server (to hold a request
+/// and see the client go away).
+final class TransportTests: XCTestCase {
+    override class func tearDown() {
+        Servers.stopAll()
+        super.tearDown()
+    }
+
+    /// A client of `stub` that does not retry (each test sees the first failure).
+    func client(_ stub: StubServer, _ change: (inout DiscoveryConfiguration) -> Void = { _ in }) throws -> ContactDiscovery {
+        var c = DiscoveryConfiguration(token: Servers.token, defaultRegion: "US", retries: 0)
+        change(&c)
+        return try ContactDiscovery(serverURL: stub.url, configuration: c)
+    }
+
+    func expectError(_ d: ContactDiscovery, protocol p: ProtocolChoice = .dh,
+                     file: StaticString = #filePath, line: UInt = #line) async -> ContactDiscoveryError? {
+        do {
+            _ = try await d.match(TestData.contacts, protocol: p)
+            XCTFail("expected an error", file: file, line: line)
+        } catch let e as ContactDiscoveryError {
+            return e
+        } catch {
+            XCTFail("not a ContactDiscoveryError: \(error)", file: file, line: line)
+        }
+        return nil
+    }
+
+    static func json(_ status: Int, _ code: String, headers: [String] = []) -> Data {
+        StubServer.response(status: status, headers: headers,
+                            body: Data(#"{"error":"\#(code)","message":"from the stub"}"#.utf8))
+    }
+
+    func testATruncatedResponseIsANetworkError() async throws {
+        let stub = try StubServer { _ in
+            .respond(Data("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\nconnection: close\r\n\r\n{\"epoch\"".utf8))
+        }
+        defer { stub.stop() }
+        let e = await expectError(try client(stub))
+        guard case .network(_, let timeout)? = e else { return XCTFail("\(String(describing: e))") }
+        XCTAssertFalse(timeout)
+    }
+
+    func testAResponseOverTheCapIsRefusedByItsContentLength() async throws {
+        let stub = try StubServer { _ in
+            .respond(StubServer.response(status: 200, contentType: "application/octet-stream",
+                                         body: Data(repeating: 7, count: 50_000)))
+        }
+        defer { stub.stop() }
+        let e = await expectError(try client(stub) { $0.maxResponseBytes = 10_000 })
+        guard case .network(let reason, _)? = e else { return XCTFail("\(String(describing: e))") }
+        XCTAssertTrue(reason.contains("larger than 10000"), reason)
+    }
+
+    func testAStreamedResponseOverTheCapIsCutOff() async throws {
+        // No Content-Length: the body ends when the connection closes.
+        let head = "HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\nconnection: close\r\n\r\n"
+        let stub = try StubServer { _ in .respond(Data(head.utf8) + Data(repeating: 1, count: 200_000)) }
+        defer { stub.stop() }
+        let e = await expectError(try client(stub) { $0.maxResponseBytes = 10_000 })
+        guard case .network(let reason, _)? = e else { return XCTFail("\(String(describing: e))") }
+        XCTAssertTrue(reason.contains("larger than 10000"), reason)
+    }
+
+    func testANonJSONHealthIsAProtocolViolation() async throws {
+        let stub = try StubServer { _ in
+            .respond(StubServer.response(status: 200, contentType: "text/html", body: Data("<html>hi</html>".utf8)))
+        }
+        defer { stub.stop() }
+        do {
+            _ = try await client(stub).health()
+            XCTFail("expected an error")
+        } catch let e as ContactDiscoveryError {
+            guard case .protocolViolation = e else { return XCTFail("\(e)") }
+        }
+    }
+
+    func testAnErrorCodedResponseIsATypedServerError() async throws {
+        let stub = try StubServer { _ in .respond(Self.json(409, "wrong_phase")) }
+        defer { stub.stop() }
+        let e = await expectError(try client(stub))
+        guard case .server(let status, let code, let reason, _)? = e else { return XCTFail("\(String(describing: e))") }
+        XCTAssertEqual(status, 409)
+        XCTAssertEqual(code, .wrongPhase)
+        XCTAssertTrue(reason.contains("from the stub"), reason)
+    }
+
+    func testAnUnknownErrorCodeIsKeptAsUnknown() async throws {
+        let stub = try StubServer { _ in .respond(Self.json(500, "brand_new_code")) }
+        defer { stub.stop() }
+        let e = await expectError(try client(stub))
+        guard case .server(500, .unknown, _, _)? = e else { return XCTFail("\(String(describing: e))") }
+    }
+
+    func testA429CarriesItsRetryAfterHeader() async throws {
+        let stub = try StubServer { _ in .respond(Self.json(429, "rate_limited", headers: ["retry-after: 7"])) }
+        defer { stub.stop() }
+        let e = await expectError(try client(stub))
+        guard case .rateLimited(_, let after)? = e else { return XCTFail("\(String(describing: e))") }
+        XCTAssertEqual(after, 7)
+    }
+
+    func testA401IsUnauthorized() async throws {
+        let stub = try StubServer { _ in .respond(Self.json(401, "invalid_token")) }
+        defer { stub.stop() }
+        let e = await expectError(try client(stub))
+        guard case .unauthorized? = e else { return XCTFail("\(String(describing: e))") }
+    }
+
+    func testAServerThatNeverAnswersTimesOut() async throws {
+        let stub = try StubServer { _ in .hang }
+        defer { stub.stop() }
+        let start = Date()
+        // 1.5 s: FoundationNetworking would round a sub-second timeout to 0; ours is exact.
+        let e = await expectError(try client(stub) { $0.timeoutMilliseconds = 1_500 })
+        guard case .network(_, let timeout)? = e else { return XCTFail("\(String(describing: e))") }
+        XCTAssertTrue(timeout)
+        XCTAssertLessThan(Date().timeIntervalSince(start), 10)
+    }
+
+    func testRequestsCarryTheTokenAndTheAppsSessionIsUsed() async throws {
+        let upstream = try Servers.main
+        let relay = try StubServer { _ in .forward(port: UInt16(upstream.url.port!), holdMs: 0) }
+        defer { relay.stop() }
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.httpAdditionalHeaders = ["x-app-session": "mine"]
+        configuration.urlCache = nil
+        let session = URLSession(configuration: configuration)
+        let d = try ContactDiscovery(
+            serverURL: relay.url,
+            configuration: DiscoveryConfiguration(token: Servers.token, defaultRegion: "US"), session: session)
+        let result = try await d.match(TestData.contacts, protocol: .dh)
+        XCTAssertEqual(result.matches.count, TestData.expected.count)
+        let headers = try XCTUnwrap(relay.headers("POST /v1/sessions"))
+        XCTAssertEqual(headers["authorization"], "Bearer \(Servers.token)")
+        XCTAssertEqual(headers["x-app-session"], "mine")
+    }
+
+    /// Cancels the task while an OT-PSI round is held by the relay: the URLSession task is
+    /// cancelled (the relay sees the client go), the run deletes its session, the caller
+    /// gets CancellationError, and the server no longer knows the session.
+    func testCancellingAnOTRunCancelsTheRequestAndDeletesTheSession() async throws {
+        let upstream = try Servers.main
+        let port = UInt16(upstream.url.port!)
+        let relay = try StubServer { r in
+            .forward(port: port, holdMs: r.method == "POST" && r.path.hasSuffix("/ot/round") ? 20_000 : 0)
+        }
+        defer { relay.stop() }
+        let d = try ContactDiscovery(
+            serverURL: relay.url, configuration: DiscoveryConfiguration(token: Servers.token, defaultRegion: "US"))
+        let task = Task { try await d.match(TestData.contacts, protocol: .ot) }
+        let deadline = Date().addingTimeInterval(30)
+        while !relay.seen.contains(where: { $0.hasSuffix("/ot/round") }) && Date() < deadline {
+            try await Task.sleep(nanoseconds: 20_000_000)
+        }
+        XCTAssertTrue(relay.seen.contains { $0.hasSuffix("/ot/round") }, "\(relay.seen)")
+        let cancelledAt = Date()
+        task.cancel()
+        do {
+            _ = try await task.value
+            XCTFail("expected CancellationError")
+        } catch is CancellationError {
+        }
+        XCTAssertLessThan(Date().timeIntervalSince(cancelledAt), 10, "the cancel took effect at once")
+        // The held request's connection was closed by the client: the URLSession task was cancelled.
+        while relay.goneDuringHold.isEmpty && Date() < deadline { try await Task.sleep(nanoseconds: 20_000_000) }
+        XCTAssertEqual(relay.goneDuringHold.count, 1, "\(relay.seen)")
+        let created = try XCTUnwrap(relay.response("POST /v1/sessions"))
+        let text = String(decoding: created, as: UTF8.self)
+        let match = try XCTUnwrap(text.range(of: #""session_id"\s*:\s*"[^"]+""#, options: .regularExpression))
+        let id = String(text[match]).split(separator: "\"").last.map(String.init) ?? ""
+        XCTAssertTrue(relay.seen.contains("DELETE /v1/sessions/\(id)"), "\(relay.seen)")
+        // The server no longer knows it.
+        var probe = URLRequest(url: upstream.url.appendingPathComponent("v1/sessions/\(id)"))
+        probe.httpMethod = "DELETE"
+        probe.setValue("Bearer \(Servers.token)", forHTTPHeaderField: "authorization")
+        let (_, response) = try await URLSession.shared.data(for: probe)
+        XCTAssertEqual((response as? HTTPURLResponse)?.statusCode, 404)
+    }
+
+    func testACallCancelledBeforeItStartsSendsNothing() async throws {
+        let stub = try StubServer { _ in .respond(Self.json(500, "internal")) }
+        defer { stub.stop() }
+        let d = try client(stub)
+        let task = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            return try await d.match(TestData.contacts, protocol: .dh)
+        }
+        do {
+            _ = try await task.value
+            XCTFail("expected CancellationError")
+        } catch is CancellationError {
+        }
+        XCTAssertEqual(stub.seen, [], "a cancel that came first is kept: no request")
+    }
+
+    func testEndingTheEventStreamEarlyCancelsTheRun() async throws {
+        let upstream = try Servers.main
+        let port = UInt16(upstream.url.port!)
+        let relay = try StubServer { r in
+            .forward(port: port, holdMs: r.method == "POST" && r.path.hasSuffix("/ot/round") ? 20_000 : 0)
+        }
+        defer { relay.stop() }
+        let d = try ContactDiscovery(
+            serverURL: relay.url, configuration: DiscoveryConfiguration(token: Servers.token, defaultRegion: "US"))
+        var first: MatchEvent<String>?
+        for try await e in d.matchEvents(TestData.contacts, protocol: .ot) {
+            first = e
+            break
+        }
+        guard case .progress(let p)? = first else { return XCTFail("no progress first") }
+        XCTAssertEqual(p.phase, .createSession)
+        let deadline = Date().addingTimeInterval(30)
+        while !relay.seen.contains(where: { $0.hasPrefix("DELETE") }) && Date() < deadline {
+            try await Task.sleep(nanoseconds: 20_000_000)
+        }
+        XCTAssertTrue(relay.seen.contains { $0.hasPrefix("DELETE /v1/sessions/") }, "\(relay.seen)")
+    }
+}
