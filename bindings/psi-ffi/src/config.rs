@@ -83,8 +83,9 @@ impl DiscoveryConfig {
             .with_insecure_http(self.allow_insecure_http)
             .with_retries(self.retries)
             .with_link_hints((&self.link_hints).into());
+        // Whitespace around a token is never part of it (a token file's final newline).
         if let Some(t) = &self.token {
-            config = config.with_token(t.clone());
+            config = config.with_token(t.trim());
         }
         config
     }
@@ -135,6 +136,12 @@ mod tests {
         assert_eq!(d.default_region, core.default_region);
         assert_eq!(d.cache_max_bytes, FileCache::DEFAULT_MAX_BYTES);
         assert!(d.fetch_labels && !d.allow_insecure_http && d.token.is_none());
+        // A token read from a file with its final newline is the token.
+        let padded = DiscoveryConfig {
+            token: Some(" abc\n".into()),
+            ..default_discovery_config()
+        };
+        assert_eq!(padded.client_config().token.as_deref(), Some("abc"));
         // What the record gives back is what psi-client runs with.
         let back = d.client_config();
         assert_eq!(back.timeout, core.timeout);

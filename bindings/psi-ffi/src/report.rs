@@ -190,6 +190,14 @@ pub struct ContactReport {
     pub stats: RunStats,
     /// Why labels are missing, if the label step failed after matching succeeded.
     pub label_error: Option<String>,
+    /// Matches that came back without their label because the label step's fixed size is
+    /// too small for them (docs/protocol/labels.md); 0 when labels are off or the step
+    /// failed (then `label_error` says why).
+    pub labels_skipped: u64,
+    /// The registry's version that answered the run: the ETag of the session's encoded set
+    /// (it changes with every import and key rotation; compare it with an earlier run's to
+    /// know whether the registry changed). Empty if the server named none.
+    pub registry_etag: String,
 }
 
 impl ContactReport {
@@ -254,6 +262,8 @@ impl ContactReport {
                 total_micros: micros(total),
             },
             label_error: run.label_error,
+            labels_skipped: run.labels_skipped as u64,
+            registry_etag: run.registry_etag,
         })
     }
 }

@@ -17,6 +17,15 @@ public struct MatchResult<C: Sendable>: Sendable {
     public let stats: RunStats
     /// Why labels are missing, if the label step failed (the matches are still right).
     public let labelError: String?
+    /// Matches that came back without their label because the label step's fixed size is too
+    /// small for them (docs/protocol/labels.md); 0 when labels are off or the step failed.
+    public let labelsSkipped: Int
+    /// The registry's version that answered: the ETag of its encoded set. It changes with
+    /// every import and key rotation: compare it with an earlier run's to tell whether the
+    /// registry changed. Empty if the server named none.
+    public let registryETag: String
+    /// The server's key epoch that answered the run.
+    public var epoch: UInt32 { stats.epoch }
 }
 
 extension MatchResult: Equatable where C: Equatable {}
@@ -81,5 +90,7 @@ extension MatchResult {
         choice = report.choice
         stats = report.stats
         labelError = report.labelError
+        labelsSkipped = Int(clamping: report.labelsSkipped)
+        registryETag = report.registryEtag
     }
 }

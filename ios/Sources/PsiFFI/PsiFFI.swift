@@ -1933,6 +1933,18 @@ public struct ContactReport: Equatable, Hashable {
      * Why labels are missing, if the label step failed after matching succeeded.
      */
     public var labelError: String?
+    /**
+     * Matches that came back without their label because the label step's fixed size is
+     * too small for them (docs/protocol/labels.md); 0 when labels are off or the step
+     * failed (then `label_error` says why).
+     */
+    public var labelsSkipped: UInt64
+    /**
+     * The registry's version that answered the run: the ETag of the session's encoded set
+     * (it changes with every import and key rotation; compare it with an earlier run's to
+     * know whether the registry changed). Empty if the server named none.
+     */
+    public var registryEtag: String
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -1958,7 +1970,17 @@ public struct ContactReport: Equatable, Hashable {
          */stats: RunStats, 
         /**
          * Why labels are missing, if the label step failed after matching succeeded.
-         */labelError: String?) {
+         */labelError: String?, 
+        /**
+         * Matches that came back without their label because the label step's fixed size is
+         * too small for them (docs/protocol/labels.md); 0 when labels are off or the step
+         * failed (then `label_error` says why).
+         */labelsSkipped: UInt64, 
+        /**
+         * The registry's version that answered the run: the ETag of the session's encoded set
+         * (it changes with every import and key rotation; compare it with an earlier run's to
+         * know whether the registry changed). Empty if the server named none.
+         */registryEtag: String) {
         self.matches = matches
         self.rejected = rejected
         self.`protocol` = `protocol`
@@ -1966,6 +1988,8 @@ public struct ContactReport: Equatable, Hashable {
         self.choice = choice
         self.stats = stats
         self.labelError = labelError
+        self.labelsSkipped = labelsSkipped
+        self.registryEtag = registryEtag
     }
 
     
@@ -1990,7 +2014,9 @@ public struct FfiConverterTypeContactReport: FfiConverterRustBuffer {
                 requested: FfiConverterTypeProtocolChoice.read(from: &buf), 
                 choice: FfiConverterOptionTypeChoiceReport.read(from: &buf), 
                 stats: FfiConverterTypeRunStats.read(from: &buf), 
-                labelError: FfiConverterOptionString.read(from: &buf)
+                labelError: FfiConverterOptionString.read(from: &buf), 
+                labelsSkipped: FfiConverterUInt64.read(from: &buf), 
+                registryEtag: FfiConverterString.read(from: &buf)
         )
     }
 
@@ -2002,6 +2028,8 @@ public struct FfiConverterTypeContactReport: FfiConverterRustBuffer {
         FfiConverterOptionTypeChoiceReport.write(value.choice, into: &buf)
         FfiConverterTypeRunStats.write(value.stats, into: &buf)
         FfiConverterOptionString.write(value.labelError, into: &buf)
+        FfiConverterUInt64.write(value.labelsSkipped, into: &buf)
+        FfiConverterString.write(value.registryEtag, into: &buf)
     }
 }
 

@@ -195,11 +195,19 @@ final class ContactDiscoveryTests: XCTestCase {
         assertExpected(rb, .ot)
     }
 
-    func testTheResultReportsTheKeyEpoch() async throws {
+    func testTheResultReportsTheKeyEpochAndTheRegistryVersion() async throws {
         let d = try client()
         let health = try await d.health()
         let result = try await d.match(TestData.contacts, protocol: .dh)
-        XCTAssertEqual(result.stats.epoch, health.epoch)
+        XCTAssertEqual(result.epoch, health.epoch)
+        XCTAssertTrue(result.registryETag.hasPrefix("\""), result.registryETag)
+        XCTAssertEqual(result.labelsSkipped, 0)
+        let again = try await d.match(TestData.contacts, protocol: .ot)
+        XCTAssertEqual(again.registryETag, result.registryETag, "the same registry, whatever the protocol")
+        // Another registry (another server's key) has another version.
+        let other = try await ContactDiscovery(serverURL: try Servers.cm20.url, configuration: config)
+            .match(TestData.contacts, protocol: .dh)
+        XCTAssertNotEqual(other.registryETag, result.registryETag)
     }
 
     // MARK: Errors from the real server

@@ -83,12 +83,20 @@ impl ClientConfig {
         if self.max_response_bytes == 0 {
             return bad("max_response_bytes must be at least 1");
         }
-        if let Some(t) = &self.token
-            && (t.is_empty() || !t.bytes().all(|b| b.is_ascii_graphic()))
-        {
-            return bad(
-                "the token must be non-empty visible ASCII (no spaces or control characters)",
-            );
+        if let Some(t) = &self.token {
+            if t.is_empty() {
+                return bad("the token is empty");
+            }
+            if t.trim() != t {
+                return bad(
+                    "the token has whitespace around it (a file's final newline?): trim it",
+                );
+            }
+            if !t.bytes().all(|b| b.is_ascii_graphic()) {
+                return bad(
+                    "the token must be visible ASCII (no spaces or control characters inside)",
+                );
+            }
         }
         psi_contacts::Normalizer::new(&self.default_region)
             .map(drop)

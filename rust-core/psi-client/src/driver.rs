@@ -477,6 +477,7 @@ impl Client {
             duplicates,
             server_items: session.registry_items,
             epoch: session.epoch,
+            registry_etag: session.encoded_set_etag.clone(),
             protocol,
             stats: run.stats,
         })

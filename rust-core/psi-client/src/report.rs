@@ -92,6 +92,10 @@ pub struct MatchReport {
     pub server_items: u64,
     /// Key epoch used.
     pub epoch: u32,
+    /// The registry's version the run was answered from: the ETag of the session's encoded
+    /// set (quoted, as in the header; it changes with every import and key rotation, and is
+    /// the same on every server instance for the same set). Empty if the server named none.
+    pub registry_etag: String,
     /// Protocol run.
     pub protocol: Protocol,
     /// Traffic and timings.
