@@ -15,15 +15,8 @@ server_pid=""
 cleanup() { [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
 
-# Registry: 10^5 emails with labels. Contacts: 1,000, of which 100 are registered.
-awk 'BEGIN { for (i = 1; i <= 100000; i++) printf "member%d@example.com,Member %d\n", i, i }' >"$work/registry.csv"
-awk 'BEGIN { for (i = 1; i <= 1000; i++) if (i % 10 == 0) printf "member%d@example.com\n", i * 7; else printf "outsider%d@example.org\n", i }' >"$work/contacts.txt"
-"$psi" import --db "$work/r.sqlite" --max-client-items 2000 "$work/registry.csv" >/dev/null
-"$psi" serve --db "$work/r.sqlite" --max-client-items 2000 --items-per-hour 0 \
-  --listen 127.0.0.1:0 >"$work/serve.out" 2>"$work/serve.log" &
-server_pid=$!
-for _ in $(seq 100); do grep -q listening "$work/serve.out" 2>/dev/null && break; sleep 0.1; done
-url="$(grep -o 'http://[^ ]*' "$work/serve.out")"
+source "$root/ci/lib/bench-server.sh"
+psi_bench_server "$psi" "$work"
 
 cd "$root/desktop"
 mvn -q -B dependency:build-classpath -Dmdep.outputFile="$work/cp.txt" >/dev/null

@@ -39,6 +39,14 @@ final class TransportTests: XCTestCase {
                             body: Data(#"{"error":"\#(code)","message":"from the stub"}"#.utf8))
     }
 
+    /// A relay to `upstream` that holds every OT-PSI round for 20 s (a cancel comes meanwhile).
+    static func relayHoldingOTRounds(to upstream: PsiServer) throws -> StubServer {
+        let port = UInt16(upstream.url.port!)
+        return try StubServer { r in
+            .forward(port: port, holdMs: r.method == "POST" && r.path.hasSuffix("/ot/round") ? 20_000 : 0)
+        }
+    }
+
     func testATruncatedResponseIsANetworkError() async throws {
         let stub = try StubServer { _ in
             .respond(Data("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\nconnection: close\r\n\r\n{\"epoch\"".utf8))
@@ -149,10 +157,7 @@ final class TransportTests: XCTestCase {
     /// gets CancellationError, and the server no longer knows the session.
     func testCancellingAnOTRunCancelsTheRequestAndDeletesTheSession() async throws {
         let upstream = try Servers.main
-        let port = UInt16(upstream.url.port!)
-        let relay = try StubServer { r in
-            .forward(port: port, holdMs: r.method == "POST" && r.path.hasSuffix("/ot/round") ? 20_000 : 0)
-        }
+        let relay = try Self.relayHoldingOTRounds(to: upstream)
         defer { relay.stop() }
         let d = try ContactDiscovery(
             serverURL: relay.url, configuration: DiscoveryConfiguration(token: Servers.token, defaultRegion: "US"))
@@ -204,10 +209,7 @@ final class TransportTests: XCTestCase {
 
     func testEndingTheEventStreamEarlyCancelsTheRun() async throws {
         let upstream = try Servers.main
-        let port = UInt16(upstream.url.port!)
-        let relay = try StubServer { r in
-            .forward(port: port, holdMs: r.method == "POST" && r.path.hasSuffix("/ot/round") ? 20_000 : 0)
-        }
+        let relay = try Self.relayHoldingOTRounds(to: upstream)
         defer { relay.stop() }
         let d = try ContactDiscovery(
             serverURL: relay.url, configuration: DiscoveryConfiguration(token: Servers.token, defaultRegion: "US"))
