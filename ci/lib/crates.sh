@@ -37,7 +37,9 @@ psi_crates_choose() {
     return 1
   fi
   rm -f "$log"
-  vendor="$(cd "$vendor" && pwd)"
+  # The physical path: crates that find files relative to their own sources (askama's
+  # templates in uniffi_bindgen) walk `..` through a symlinked path wrongly.
+  vendor="$(cd "$vendor" && pwd -P)"
   mkdir -p "$conf_dir"
   cat >"$conf" <<CONF
 $marker: the crate registry did not answer on $(date -u +%Y-%m-%dT%H:%MZ).
