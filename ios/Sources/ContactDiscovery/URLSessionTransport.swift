@@ -124,7 +124,9 @@ final class Exchange: NSObject, URLSessionDataDelegate, @unchecked Sendable {
             return finished
         }
         if alreadyDone {
-            // Cancelled before the task started: resume now, never start the request.
+            // Cancelled before the task started: resume now, never start the request (the
+            // cancel ends the task, so the session's delegate forgets it).
+            DispatchQueue.global().async { task.cancel() }
             resumeIfNeeded()
             return
         }
