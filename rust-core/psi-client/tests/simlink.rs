@@ -353,6 +353,7 @@ fn predictions_track_simulated_runs_and_auto_picks_the_faster_protocol() {
         }
     }
     let mut within_110 = 0;
+    let mut decided = 0;
     for c in &cells {
         let best = c.simulated[0].min(c.simulated[1]);
         let got = c.simulated[if c.chosen == Protocol::Dh { 0 } else { 1 }];
@@ -374,17 +375,31 @@ fn predictions_track_simulated_runs_and_auto_picks_the_faster_protocol() {
         // protocol the model predicts faster (the simulated times include real computation
         // on a shared machine, so the ratio above is printed, not asserted; the field
         // tests hold the 1.10x / 1.25x targets).
+        // Where the two predictions are within 10% of each other, the driver's inputs (its
+        // link estimate, updated by every earlier run of the store, and a device
+        // calibration taken on a loaded machine) may tip the choice either way: a near tie,
+        // where either protocol is within about 1.10x of the other. Elsewhere it must agree.
         let predicted_best = if c.predicted[0] <= c.predicted[1] {
             Protocol::Dh
         } else {
             Protocol::Ot
         };
-        assert_eq!(c.chosen, predicted_best, "{} {}", c.network, c.workload);
+        let apart = (c.predicted[0] - c.predicted[1]).abs() / c.predicted[0].min(c.predicted[1]);
+        if apart > 0.10 {
+            decided += 1;
+            assert_eq!(c.chosen, predicted_best, "{} {}", c.network, c.workload);
+        }
     }
     eprintln!(
         "auto within 1.10x of the faster simulated run in {within_110} of {} cells; worst prediction error {:.0}% of the total, computation off by up to {worst_compute:.2}x",
         cells.len(),
         worst_error * 100.0
+    );
+    // Most cells are not near ties, so the check above means something.
+    assert!(
+        decided * 2 > cells.len(),
+        "{decided} of {} cells decided",
+        cells.len()
     );
     // Both protocols win somewhere: the choice matters on these networks.
     assert!(cells.iter().any(|c| c.chosen == Protocol::Dh));
