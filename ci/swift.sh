@@ -61,5 +61,10 @@ swift_flags=(-Xlinker "-L$link")
 swift build --build-tests "${swift_flags[@]}"
 bin="$(swift build "${swift_flags[@]}" --show-bin-path)"
 # Bounded: the suite takes about a minute; a hang fails after 20 minutes.
+# The tests stop the servers they start; a test process killed by the timeout cannot, so
+# whatever `psi serve` of theirs is left (their databases are in psi-swift-test-* folders)
+# is stopped here.
+stop_test_servers() { pkill -f -- "--db [^ ]*psi-swift-test-" 2>/dev/null || true; }
+trap 'stop_test_servers; rm -rf "$gen"' EXIT
 PSI_BIN="$target/$profile/psi" PSI_SWIFT_SAMPLE="$bin/psi-swift-sample" \
   timeout 1200 swift test --skip-build "${swift_flags[@]}" "$@"
