@@ -51,11 +51,6 @@ psi_setup_cc() {
   fi
 }
 
-# The crates come from the vendored copy (no registry): see ci/lib/crates.sh.
-psi_crates_vendored() {
-  [ -f "$psi_root/.cargo/config.toml" ] && head -1 "$psi_root/.cargo/config.toml" | grep -qF "ci/lib/crates.sh"
-}
-
 # rustfmt / clippy: whether the component is installed (rustup cannot download here).
 psi_component_available() {
   local c="$1"
@@ -109,7 +104,7 @@ psi_fuzz_available() {
     echo "no nightly Rust toolchain ('cargo +nightly' failed)"
     return 1
   fi
-  if psi_crates_vendored; then
+  if psi_crates_vendored "$psi_root"; then
     echo "the crate registry does not answer (cargo-fuzz and libfuzzer-sys are not vendored)"
     return 1
   fi

@@ -31,7 +31,11 @@ cargo build --locked -p uniffi-bindgen
 # The generated bindings are committed (an app on a Mac builds without running uniffi):
 # they must be exactly what uniffi-bindgen makes of this library.
 gen="$(mktemp -d)"
-trap 'rm -rf "$gen"' EXIT
+# The tests stop the servers they start; a test process killed by the timeout cannot, so
+# whatever `psi serve` of theirs is left (their databases are in psi-swift-test-* folders)
+# is stopped on exit.
+stop_test_servers() { pkill -f -- "--db [^ ]*psi-swift-test-" 2>/dev/null || true; }
+trap 'stop_test_servers; rm -rf "$gen"' EXIT
 "$target/debug/uniffi-bindgen" generate --library "$target/$profile/libpsi_ffi.so" \
   --language swift --out-dir "$gen" --no-format >/dev/null
 committed_swift="$root/ios/Sources/PsiFFI/PsiFFI.swift"
@@ -61,10 +65,5 @@ swift_flags=(-Xlinker "-L$link")
 swift build --build-tests "${swift_flags[@]}"
 bin="$(swift build "${swift_flags[@]}" --show-bin-path)"
 # Bounded: the suite takes about a minute; a hang fails after 20 minutes.
-# The tests stop the servers they start; a test process killed by the timeout cannot, so
-# whatever `psi serve` of theirs is left (their databases are in psi-swift-test-* folders)
-# is stopped here.
-stop_test_servers() { pkill -f -- "--db [^ ]*psi-swift-test-" 2>/dev/null || true; }
-trap 'stop_test_servers; rm -rf "$gen"' EXIT
 PSI_BIN="$target/$profile/psi" PSI_SWIFT_SAMPLE="$bin/psi-swift-sample" \
   timeout 1200 swift test --skip-build "${swift_flags[@]}" "$@"

@@ -9,13 +9,20 @@
 # reaches the registry again, the file is removed. Cargo.lock is never changed (--locked).
 # See docs/adr/0030-offline-crates.md.
 
+psi_crates_marker="# written by ci/lib/crates.sh"
+
+# psi_crates_vendored ROOT: true when the checkout's cargo config is ours (the vendored copy).
+psi_crates_vendored() {
+  [ -f "$1/.cargo/config.toml" ] && head -1 "$1/.cargo/config.toml" | grep -qF "$psi_crates_marker"
+}
+
 psi_crates_choose() {
   local root="$1"
   local conf_dir="$root/.cargo"
   local conf="$conf_dir/config.toml"
-  local marker="# written by ci/lib/crates.sh"
+  local marker="$psi_crates_marker"
   # A config of ours from an earlier run is set aside while the registry is probed.
-  if [ -f "$conf" ] && head -1 "$conf" | grep -qF "$marker"; then
+  if psi_crates_vendored "$root"; then
     rm -f "$conf"
   fi
   if [ -f "$conf" ]; then

@@ -7,7 +7,7 @@ import PsiFFI
 /// choice for the fastest run), except ``defaultRegion``, which starts at the device's region.
 public struct DiscoveryConfiguration: Sendable, Hashable, CustomStringConvertible {
     /// Bearer token, if the server requires one. Surrounding whitespace (a token file's
-    /// final newline) is ignored. Kept out of ``description``.
+    /// final newline) is ignored by the native library. Kept out of ``description``.
     public var token: String?
     /// Region for phone numbers written without a country code (ISO 3166 alpha-2, such as
     /// `US`, `GB`, `DE`). Default: the device's region (`Locale.current`), or `US` where the
@@ -110,9 +110,8 @@ public struct DiscoveryConfiguration: Sendable, Hashable, CustomStringConvertibl
             }
             return UInt64(value)
         }
-        let trimmed = token?.trimmingCharacters(in: .whitespacesAndNewlines)
         return DiscoveryConfig(
-            token: trimmed,
+            token: token,
             defaultRegion: defaultRegion,
             threads: UInt32(clamping: try count(threads, "threads")),
             timeoutMs: try count(timeoutMilliseconds, "timeoutMilliseconds"),

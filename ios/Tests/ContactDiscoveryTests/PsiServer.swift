@@ -71,21 +71,28 @@ final class PsiServer: @unchecked Sendable {
 
     deinit { stop() }
 
-    /// Runs a command to its end (bounded: 120 s), failing on a non-zero exit.
+    /// Runs a command to its end, failing on a non-zero exit.
     static func run(_ command: [String]) throws {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: command[0])
-        p.arguments = Array(command.dropFirst())
-        let out = Pipe()
-        p.standardOutput = out
-        p.standardError = out
-        try p.run()
-        let output = out.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        guard p.terminationStatus == 0 else {
-            throw HarnessError("\(command.dropFirst().first ?? "") failed: \(String(decoding: output, as: UTF8.self))")
+        let (status, output) = try runProcess(command[0], Array(command.dropFirst()))
+        guard status == 0 else {
+            throw HarnessError("\(command.dropFirst().first ?? "") failed: \(output)")
         }
     }
+}
+
+/// Runs `binary` with `arguments` to its end: its exit status and its output (stdout and
+/// stderr together).
+func runProcess(_ binary: String, _ arguments: [String]) throws -> (Int32, String) {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: binary)
+    p.arguments = arguments
+    let out = Pipe()
+    p.standardOutput = out
+    p.standardError = out
+    try p.run()
+    let data = out.fileHandleForReading.readDataToEndOfFile()
+    p.waitUntilExit()
+    return (p.terminationStatus, String(decoding: data, as: UTF8.self))
 }
 
 struct HarnessError: Error, CustomStringConvertible {

@@ -86,7 +86,7 @@ final class SampleTests: XCTestCase {
             .write(to: csv, atomically: true, encoding: .utf8)
         let tokenFile = dir.appendingPathComponent("token")
         try (Servers.token + "\n").write(to: tokenFile, atomically: true, encoding: .utf8)
-        let (status, out) = try Self.run(binary, ["--server", server.url.absoluteString, "--token-file", tokenFile.path,
+        let (status, out) = try runProcess(binary, ["--server", server.url.absoluteString, "--token-file", tokenFile.path,
                                                  "--region", "US", csv.path])
         XCTAssertEqual(status, 0, out)
         XCTAssertTrue(out.contains("match: Ann\tPhone A"), out)
@@ -95,7 +95,7 @@ final class SampleTests: XCTestCase {
         XCTAssertTrue(out.contains("choice: "), out)
         XCTAssertTrue(out.contains("2 contacts found, 1 not usable"), out)
 
-        let (bad, usage) = try Self.run(binary, ["--server", server.url.absoluteString])
+        let (bad, usage) = try runProcess(binary, ["--server", server.url.absoluteString])
         XCTAssertEqual(bad, 2)
         XCTAssertTrue(usage.contains("usage:"), usage)
     }
@@ -110,18 +110,5 @@ final class SampleTests: XCTestCase {
             dir = dir.deletingLastPathComponent()
         }
         throw HarnessError("psi-swift-sample not found: set PSI_SWIFT_SAMPLE (ci/swift.sh does)")
-    }
-
-    static func run(_ binary: String, _ arguments: [String]) throws -> (Int32, String) {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: binary)
-        p.arguments = arguments
-        let out = Pipe()
-        p.standardOutput = out
-        p.standardError = out
-        try p.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return (p.terminationStatus, String(decoding: data, as: UTF8.self))
     }
 }
