@@ -36,7 +36,7 @@ pub const SESSION_RESPONSE_BYTES: u64 = 300;
 pub const DEFAULT_LABEL_RECORD_BYTES: u64 = 64;
 /// Entries per label bucket when the layout is not known (the server's default
 /// `label_bucket_size`).
-pub const DEFAULT_BUCKET_ENTRIES: u64 = 32;
+pub const DEFAULT_BUCKET_ENTRIES: u64 = 8;
 /// Base OTs of an OT-PSI or CM20-PSI run (Masny-Rindal, docs/protocol/ot-psi.md,
 /// docs/protocol/cm20-psi.md).
 const BASE_OTS: f64 = 128.0;
@@ -860,8 +860,8 @@ mod tests {
         let ot = cost(Protocol::Ot, &w).unwrap();
         assert_eq!(dh.requests.len(), 4);
         assert_eq!(ot.requests.len(), 5);
-        // label_slots(1000) = 250 elements each way.
-        assert_eq!(ot.requests[3].up, 17 + 32 * 250);
+        // label_slots(1000) = 1000 elements each way.
+        assert_eq!(ot.requests[3].up, 17 + 32 * 1000);
         assert_eq!(dh.requests[3], ot.requests[4]);
     }
 
@@ -949,16 +949,19 @@ mod tests {
         let c = choose(&w, &lan, Policy::Fastest, DH_OT).unwrap();
         assert_eq!(c.predictions.len(), 2);
         assert_eq!(c.protocol, Protocol::Dh);
-        // Balanced small sets on a LAN: OT.
-        let small = Workload::new(4096, 4096);
+        // Balanced small sets on a LAN, no labels: OT.
+        let small = Workload::new(4096, 4096).with_labels(false);
         assert_eq!(pick(&small, &lan), Protocol::Ot);
+        // With labels, OT-PSI's label query is an OPRF query over every item, as much
+        // work as the whole DH-PSI run, which gets its labels without one: DH.
+        assert_eq!(pick(&small.with_labels(true), &lan), Protocol::Dh);
         // Cold, on 3G, the 4096-item registry is small: DH's 160 KB against OT's 450 KB.
         assert_eq!(pick(&small, &g3), Protocol::Dh);
     }
 
     #[test]
     fn fewest_bytes_and_candidates() {
-        let w = Workload::new(1 << 12, 1 << 12);
+        let w = Workload::new(1 << 12, 1 << 12).with_labels(false);
         let lan = inputs(Link::mbit(0.4, 1000.0, 1000.0));
         let fast = choose(&w, &lan, Policy::Fastest, Protocol::ALL).unwrap();
         let lean = choose(&w, &lan, Policy::FewestBytes, Protocol::ALL).unwrap();

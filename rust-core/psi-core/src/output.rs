@@ -67,6 +67,12 @@ impl MatchOutput {
 pub struct MatchedOutputs(pub(crate) zeroize::Zeroizing<Vec<[u8; crate::oprf::OUTPUT_LEN]>>);
 
 impl MatchedOutputs {
+    /// Outputs held as they are (the label step's benchmark and tests, which make their
+    /// own; a run gives them with [`crate::dh::DhClient::finish_with_outputs`]).
+    pub fn from_outputs(outputs: Vec<[u8; crate::oprf::OUTPUT_LEN]>) -> Self {
+        MatchedOutputs(zeroize::Zeroizing::new(outputs))
+    }
+
     /// Outputs of the matches, `[i]` for match `i`.
     pub fn as_slice(&self) -> &[[u8; crate::oprf::OUTPUT_LEN]] {
         &self.0

@@ -152,10 +152,10 @@ fn print_example() {
     println!("other tag:         {}", hex::encode(labels::tag(&o2)));
     println!("other record:      {}", wrap(&rec2));
     println!(
-        "fetch request:     {}",
+        "own bucket id:     {}",
         hex::encode(messages::encode_request(&[b]))
     );
-    println!("fetch response:    {}", wrap(&response));
+    println!("own section:       {}", wrap(&response));
 }
 
 #[test]
@@ -222,27 +222,30 @@ fn labels_md_example() {
     );
     assert_eq!(labels::bucket(&tag2, bits), labels::bucket(&tag, bits));
 
-    // The session's shape: one item, so one label slot and one bucket fetched; the
-    // stated registry size passes the occupancy check.
+    // The session's shape: one item, so one label slot and 64 buckets fetched (the
+    // client's and 63 random ones); the stated registry size passes the occupancy check.
     let n = number_field(&s, "client_items:") as usize;
     let registry_items = number_field(&s, "registry_items:");
     assert_eq!(
         labels::label_slots(n) as u64,
         number_field(&s, "label slots:")
     );
-    assert_eq!(labels::fetch_buckets(n, bits), 1);
+    assert_eq!(
+        labels::fetch_buckets(n, bits) as u64,
+        number_field(&s, "fetch buckets:")
+    );
     labels::check_layout(n, registry_items, bits).expect("the example's layout passes");
 
-    // Fetch request: the bucket id, u32 big-endian.
-    let request = hex_field(&s, "fetch request:");
+    // The client's id in the fetch request: the bucket id, u32 big-endian.
+    let request = hex_field(&s, "own bucket id:");
     assert_eq!(
         messages::decode_request(&request).unwrap(),
         vec![bucket as u32]
     );
     assert_eq!(messages::encode_request(&[bucket as u32]), request);
 
-    // Fetch response: one section for the bucket holding the other entry's record, then ours.
-    let response = hex_field(&s, "fetch response:");
+    // The response's section for that bucket: the other entry's record, then ours.
+    let response = hex_field(&s, "own section:");
     let mut expected = Vec::new();
     messages::push_section(
         &mut expected,

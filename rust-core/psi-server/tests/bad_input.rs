@@ -440,26 +440,27 @@ fn stalled_uploads_time_out() {
     );
 }
 
-/// A label query and a label fetch are capped at the session's label slots (75 for
-/// `n = 300`), not at `n`: a client cannot buy more label lookups or name more buckets
-/// than the fixed shape the reference client always sends (docs/protocol/labels.md §1,
-/// §4).
+/// A label query is capped at the session's label slots (`n`) and a label fetch at its
+/// fetch size (64 buckets for `n = 20`): a client cannot buy more label lookups or name
+/// more buckets than the fixed shape the reference client always sends
+/// (docs/protocol/labels.md §1, §4, §5.1).
 #[test]
 fn label_query_and_fetch_are_capped_at_the_sessions_label_slots() {
     let mut config = config("label-slots");
-    // 256 labeled entries, one per bucket on average: 2^8 buckets, more than the slots.
+    // 1,024 labeled entries, one per bucket on average: 2^10 buckets, more than a fetch.
     config.label_bucket_size = 1;
-    fill(&config, 256, |_| true);
+    fill(&config, 1024, |_| true);
     let server = start(config);
     let t = raw(&server);
-    let n = 300;
+    let n = 20;
     let slots = psi_core::labels::label_slots(n);
-    assert_eq!(slots, 75);
-    assert_eq!(psi_core::labels::fetch_buckets(n, 8), slots);
+    assert_eq!(slots, n);
+    let buckets = psi_core::labels::fetch_buckets(n, 10);
+    assert_eq!(buckets, 64);
     let created = session(&t, "dh-psi", n as u32, &[]);
     let id = session_id(&created);
     let v: serde_json::Value = serde_json::from_slice(&created.body).unwrap();
-    assert_eq!(v["label_bucket_bits"], 8);
+    assert_eq!(v["label_bucket_bits"], 10);
     let ok = |r: psi_client::Response| {
         assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
         r
@@ -481,11 +482,11 @@ fn label_query_and_fetch_are_capped_at_the_sessions_label_slots() {
     assert_eq!(r.body.len(), 17 + 32 * slots);
     let lf = format!("/v1/sessions/{id}/labels/fetch");
     let ids = |k: u32| -> Vec<u8> { (0..k).flat_map(|b| b.to_be_bytes()).collect() };
-    too_many(send(&t, Method::Post, &lf, &[BIN], &ids(slots as u32 + 1)));
-    // Repeats count once: 75 distinct ids in 76 is within the cap.
-    let mut repeat = ids(slots as u32);
+    too_many(send(&t, Method::Post, &lf, &[BIN], &ids(buckets as u32 + 1)));
+    // Repeats count once: 64 distinct ids in 65 is within the cap.
+    let mut repeat = ids(buckets as u32);
     repeat.extend_from_slice(&0u32.to_be_bytes());
     let r = ok(send(&t, Method::Post, &lf, &[BIN], &repeat));
     let sections = psi_core::labels::messages::split_response(&r.body).unwrap();
-    assert_eq!(sections.len(), slots);
+    assert_eq!(sections.len(), buckets);
 }

@@ -174,9 +174,11 @@ impl LabelClient {
 
     /// Labels for a run that gave the client no full OPRF outputs (OT-PSI): an RFC 9497
     /// OPRF query under the server's key epoch `epoch` with exactly
-    /// `label_slots(client_items)` elements, whatever the number of matches: the first
-    /// matched items (`matched`, distinct, in match order; the rest get no label), then
-    /// random 32-byte dummy items, blinded alike. Returns the client and the query (a
+    /// `label_slots(client_items)` elements, whatever the number of matches: the matched
+    /// items (`matched`, distinct, in the order given; the driver gives them in the order
+    /// of the caller's list; should there be more than the slots, which a session's own
+    /// matches never are, the first ones), then random 32-byte dummy items, blinded
+    /// alike. Returns the client and the query (a
     /// DH-PSI QUERY message); its evaluation goes to [`LabelClient::handle`], which
     /// answers with the fetch request.
     pub fn start_query<R: rand_core::CryptoRng + ?Sized>(

@@ -30,8 +30,7 @@ mod server;
 
 pub use client::{LabelClient, LabelStep};
 pub use layout::{
-    LABEL_SLOTS_DIVISOR, MIN_BUCKET_OCCUPANCY, MIN_LABEL_SLOTS, check_layout, fetch_buckets,
-    label_slots,
+    MIN_BUCKET_OCCUPANCY, MIN_FETCH_BUCKETS, check_layout, fetch_buckets, label_slots,
 };
 pub use record::{
     AEAD_TAG_LEN, MAX_LABEL_LEN, NONCE_LEN, RECORD_HEADER_LEN, Record, TAG_LEN, bucket, open,
