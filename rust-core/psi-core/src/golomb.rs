@@ -5,7 +5,7 @@
 //! `q = d >> k` in unary (`q` one bits, then a zero bit) followed by the low `k` bits of
 //! `d`, most significant first. Bits fill bytes from the most significant bit down; the
 //! last byte is padded with zero bits. For uniformly random values the gaps are close to
-//! geometric and the cost is about `L - log2(n) + 1.6` bits per value, against `L` bits
+//! geometric and the cost is about `L - log2(n) + δ` bits per value, `1.47 <= δ <= 1.56`, against `L` bits
 //! raw (see docs/protocol/dh-psi.md for measured numbers).
 //!
 //! The decoder is strict: exactly `n` values, each below `2^L`, then fewer than eight

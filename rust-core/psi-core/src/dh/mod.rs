@@ -523,8 +523,10 @@ pub mod sizes {
     }
 
     /// Expected encoded set size for `n` uniformly random values truncated to `l` bits,
-    /// coded with the Rice parameter `k = l - ceil(log2 n)`... the optimum's expected
-    /// cost `n (k + 1 + 1/(1 - exp(-2^k n / 2^l)))` bits, plus the 27-byte overhead.
+    /// coded with the best Rice parameter `k` for the mean gap `2^l / n`: expected cost
+    /// `n (k + 1/(1 - exp(-2^k n / 2^l)))` bits (the unary part, its terminating zero
+    /// included, is geometric with that mean), plus the 27-byte overhead. The exact size
+    /// of a given set: docs/protocol/dh-psi.md §4.
     pub fn encoded_set(server_items: u64, l: u8) -> u64 {
         if server_items == 0 {
             return ENCODED_SET_OVERHEAD as u64;
