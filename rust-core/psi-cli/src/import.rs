@@ -1,7 +1,7 @@
 //! `psi import` and `psi rotate-key`: manage the registry database.
 
 use crate::ServerArgs;
-use psi_contacts::{Normalizer, read_rows};
+use psi_contacts::{Format, Invalid, Normalizer, read_contacts};
 use psi_core::Threads;
 use psi_server::Store;
 use std::path::PathBuf;
@@ -11,7 +11,8 @@ pub struct ImportArgs {
     #[command(flatten)]
     server: ServerArgs,
     /// Contact file: CSV (identifier[,label] or a header naming the columns) or one
-    /// identifier per line. `-` reads standard input.
+    /// identifier per line; CSV if any line has a comma (docs/contacts.md "Files"). A
+    /// blank label cell means no label. `-` reads standard input.
     file: Option<PathBuf>,
     /// Default region for phone numbers without a country code (ISO 3166, e.g. US, GB).
     #[arg(long, default_value = "US")]
@@ -58,8 +59,10 @@ pub fn run(args: ImportArgs) -> Result<(), String> {
     let normalizer = Normalizer::new(&args.region).map_err(|e| e.to_string())?;
     let mut store = open(&args.server)?;
     let mut counts = psi_server::ImportCounts::default();
-    let mut rejected: Vec<(usize, String)> = Vec::new();
+    let mut rejected: Vec<(usize, Invalid)> = Vec::new();
     let mut removed = 0u64;
+    // The file as read: its format, rows and rows with a label.
+    let mut file: Option<(Format, usize, usize)> = None;
     if let Some(n) = args.synthetic {
         let pb = crate::progress_bar(n, "adding synthetic entries", args.json);
         let mut i = 0u64;
@@ -79,19 +82,21 @@ pub fn run(args: ImportArgs) -> Result<(), String> {
         pb.finish_and_clear();
     }
     if let Some(path) = &args.file {
-        let rows = if path.as_os_str() == "-" {
-            read_rows(std::io::stdin().lock())
+        let contacts = if path.as_os_str() == "-" {
+            read_contacts(std::io::stdin().lock())
         } else {
             let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            read_rows(f)
+            read_contacts(f)
         }
         .map_err(|e| format!("{}: {e}", path.display()))?;
+        file = Some((contacts.format, contacts.rows.len(), contacts.labeled()));
+        let rows = contacts.rows;
         let normalized = normalizer.normalize_all(rows.iter().map(|r| r.identifier.as_str()));
         rejected.extend(
             normalized
                 .rejected
                 .iter()
-                .map(|&(i, reason)| (rows[i].line, reason.to_string())),
+                .map(|&(i, reason)| (rows[i].line, reason)),
         );
         let good: Vec<(String, Option<String>)> = normalized
             .accepted
@@ -121,13 +126,19 @@ pub fn run(args: ImportArgs) -> Result<(), String> {
             "duplicates": counts.duplicates,
             "rejected": counts.rejected,
             "removed": removed,
-            "rejected_rows": rejected.iter().map(|(l, r)| serde_json::json!({"line": l, "reason": r})).collect::<Vec<_>>(),
+            "rejected_rows": rejected.iter().map(|(l, r)| serde_json::json!({"line": l, "reason": r.name(), "message": r.to_string()})).collect::<Vec<_>>(),
+            "format": file.map(|(f, _, _)| f.name()),
+            "rows": file.map_or(0, |(_, n, _)| n),
+            "labeled_rows": file.map_or(0, |(_, _, n)| n),
             "registry_entries": total,
             "outputs_computed": computed,
             "encoded_set_rebuilt": rebuilt,
         });
         println!("{v}");
     } else {
+        if let Some((format, rows, labeled)) = file {
+            println!("read {rows} rows ({format}), {labeled} with a label");
+        }
         if args.remove {
             println!("removed {removed}, rejected {}", counts.rejected);
         } else {
@@ -137,7 +148,7 @@ pub fn run(args: ImportArgs) -> Result<(), String> {
             );
         }
         for (line, reason) in &rejected {
-            println!("  line {line}: {reason}");
+            println!("  line {line}: {} ({reason})", reason.name());
         }
         println!(
             "registry: {total} entries; {computed} OPRF outputs computed; encoded set {}",

@@ -22,7 +22,8 @@ pub struct MatchArgs {
     /// and the protocol messages travel in the clear).
     #[arg(long)]
     allow_insecure_http: bool,
-    /// Contact file: CSV (identifier[,name] or with a header) or one per line.
+    /// Contact file: CSV (identifier[,name] or with a header) or one per line; CSV if
+    /// any line has a comma (docs/contacts.md "Files").
     file: PathBuf,
     /// Default region for phone numbers without a country code.
     #[arg(long, default_value = "US")]
@@ -145,7 +146,11 @@ pub fn run(args: MatchArgs) -> Result<(), String> {
             "rows": report.rows,
             "queried": run.client_items,
             "duplicates": run.duplicates,
-            "rejected": report.rejected.iter().map(|r| serde_json::json!({"line": rows[r.row].line, "reason": r.reason.to_string()})).collect::<Vec<_>>(),
+            "rejected": report.rejected.iter().map(|r| serde_json::json!({
+                "line": rows[r.row].line,
+                "reason": r.reason.name(),
+                "message": r.reason.to_string(),
+            })).collect::<Vec<_>>(),
             "registry_items": run.server_items,
             "bytes_sent": s.bytes_sent,
             "bytes_received": s.bytes_received,
@@ -181,7 +186,12 @@ pub fn run(args: MatchArgs) -> Result<(), String> {
         run.epoch
     );
     for r in &report.rejected {
-        println!("  rejected line {}: {}", rows[r.row].line, r.reason);
+        println!(
+            "  rejected line {}: {} ({})",
+            rows[r.row].line,
+            r.reason.name(),
+            r.reason
+        );
     }
     if let Some(e) = &run.label_error {
         println!("  labels unavailable: {e}");

@@ -200,6 +200,108 @@ fn import_reports_rejected_lines_of_crlf_files() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Issue 26: a labeled registry whose first row has no label was read as plain text and
+/// every labeled row rejected; `psi match` did the same. The whole file decides (any
+/// comma: CSV), through the real `psi import` and `psi match`; both `--json` outputs give
+/// the stable reason names (docs/contacts.md), with the message apart.
+#[test]
+fn import_and_match_read_csv_whose_first_row_has_no_label() {
+    let dir = std::env::temp_dir().join(format!("psi-cli-first-unlabeled-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    std::fs::write(
+        path("reg.csv"),
+        "+14155550101\n+14155550102,Alice\n+14155550103,\n+14155550104,\"Smith, Bob\"\nnot a number,x\n",
+    )
+    .unwrap();
+    std::fs::write(
+        path("contacts.csv"),
+        "+14155550101\n+14155550102,My Alice\ncall me,Nobody\n+14155550104,Bob\nbad@,x\n+14155550109,\n",
+    )
+    .unwrap();
+    // A row that cannot be read like the others: refused, by line, without its data.
+    std::fs::write(path("bad.csv"), "+14155550101\n+14155550102,Smith, John\n").unwrap();
+    let db = path("r.sqlite");
+    let (ok, out, err) = psi(&["import", "--db", &db, "--json", &path("reg.csv")]);
+    assert!(ok, "{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["accepted"], 4, "{out}");
+    assert_eq!(v["rejected"], 1, "{out}");
+    assert_eq!(v["format"], "csv", "{out}");
+    assert_eq!(v["rows"], 5, "{out}");
+    assert_eq!(v["labeled_rows"], 3, "{out}");
+    assert_eq!(v["rejected_rows"][0]["line"], 5, "{out}");
+    assert_eq!(v["rejected_rows"][0]["reason"], "NotAPhoneNumber", "{out}");
+    assert_eq!(
+        v["rejected_rows"][0]["message"], "not a phone number or email",
+        "{out}"
+    );
+    let refused = psi(&["import", "--db", &db, &path("bad.csv")]);
+    assert!(!refused.0, "{}", refused.1);
+    assert!(refused.2.contains("line 2 has 3 cells"), "{}", refused.2);
+    assert!(
+        !refused.2.contains("Smith") && !refused.2.contains("555"),
+        "{}",
+        refused.2
+    );
+    let server = Served::start(&db, &[]);
+    let (ok, out, err) = psi(&[
+        "match",
+        "--server",
+        &server.url,
+        "--protocol",
+        "dh",
+        "--json",
+        &path("contacts.csv"),
+    ]);
+    let refused = psi(&["match", "--server", &server.url, &path("bad.csv")]);
+    drop(server);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(ok, "{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let matches: Vec<(u64, &str, Option<&str>, Option<&str>)> = v["matches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["line"].as_u64().unwrap(),
+                m["identifier"].as_str().unwrap(),
+                m["name"].as_str(),
+                m["label"].as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        matches,
+        vec![
+            (1, "+14155550101", None, None),
+            (2, "+14155550102", Some("My Alice"), Some("Alice")),
+            (4, "+14155550104", Some("Bob"), Some("Smith, Bob")),
+        ],
+        "{out}"
+    );
+    assert_eq!(v["rows"], 6, "{out}");
+    let rejected: Vec<(u64, &str)> = v["rejected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["line"].as_u64().unwrap(), r["reason"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        rejected,
+        vec![(3, "NotAPhoneNumber"), (5, "BadEmail")],
+        "{out}"
+    );
+    assert_eq!(
+        v["rejected"][1]["message"], "malformed email address",
+        "{out}"
+    );
+    assert!(!refused.0, "{}", refused.1);
+    assert!(refused.2.contains("line 2 has 3 cells"), "{}", refused.2);
+}
+
 /// A fresh scratch directory `psi-cli-NAME-PID` with `reg.csv` (alice and bob, labeled),
 /// `contacts.csv` (alice and carol) and `r.sqlite` imported from `reg.csv`.
 fn two_entry_registry(name: &str) -> std::path::PathBuf {

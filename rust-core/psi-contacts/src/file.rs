@@ -12,7 +12,8 @@ pub struct Row {
     pub line: usize,
     /// The identifier as written in the file (not yet normalized).
     pub identifier: String,
-    /// The label column, if any (empty cells are `None`).
+    /// The label column, if any. A blank cell (empty or only whitespace) is `None`: CSV
+    /// cannot tell an empty label from an absent one, so a blank cell means "no label".
     pub label: Option<String>,
 }
 
@@ -24,8 +25,60 @@ impl std::fmt::Debug for Row {
     }
 }
 
+/// How a contact file was read: decided once per file, from all of its lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Format {
+    /// No line has a comma: one identifier per line, no labels.
+    Text,
+    /// Some line has a comma, and the first record is not a header: every record is
+    /// `identifier[,label]`.
+    Csv,
+    /// Some line has a comma, and the first record names the columns.
+    CsvWithHeader,
+}
+
+impl Format {
+    /// A stable name for reports and JSON: `text`, `csv` or `csv-header`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Text => "text",
+            Format::Csv => "csv",
+            Format::CsvWithHeader => "csv-header",
+        }
+    }
+}
+
+impl std::fmt::Display for Format {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Format::Text => "plain text, one identifier per line",
+            Format::Csv => "CSV without a header, identifier[,label]",
+            Format::CsvWithHeader => "CSV with a header",
+        })
+    }
+}
+
+/// A contact file as read: its format and its rows.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ContactFile {
+    /// How the file was read.
+    pub format: Format,
+    /// Every row that carries an entry, valid or not, in file order.
+    pub rows: Vec<Row>,
+}
+
+impl ContactFile {
+    /// Rows that carry a label (a non-blank label cell).
+    pub fn labeled(&self) -> usize {
+        self.rows.iter().filter(|r| r.label.is_some()).count()
+    }
+}
+
 /// A file that could not be read at all (individual bad rows are not errors; they
-/// are normalized and rejected one by one).
+/// are normalized and rejected one by one). Never carries contact data: line numbers
+/// and counts only.
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum FileError {
@@ -40,9 +93,26 @@ pub enum FileError {
     },
     /// A CSV header was found but names no identifier column.
     #[error(
-        "CSV header has no identifier column (expected one of: identifier, contact, phone, email, number)"
+        "CSV header has no identifier column (expected one of: identifier, id, contact, phone, email, number, value)"
     )]
     NoIdentifierColumn,
+    /// A CSV record has more non-blank cells than the file has columns (two without a
+    /// header: identifier and label), so it cannot be read like the other rows: usually
+    /// an unquoted comma inside a label.
+    #[error(
+        "line {line} has {cells} cells, but {} (quote a cell that contains a comma)",
+        if *.header { format!("the header names {columns} columns") } else { format!("a CSV file without a header has at most {columns}: identifier,label") }
+    )]
+    TooManyCells {
+        /// 1-based line the record starts on.
+        line: usize,
+        /// Cells up to the last non-blank one.
+        cells: usize,
+        /// Columns the file has: the header's, or 2.
+        columns: usize,
+        /// Whether the file has a header row.
+        header: bool,
+    },
 }
 
 const ID_COLUMNS: &[&str] = &[
@@ -56,37 +126,51 @@ const ID_COLUMNS: &[&str] = &[
 ];
 const LABEL_COLUMNS: &[&str] = &["label", "name", "user", "user_id", "userid", "display_name"];
 
-/// Reads rows from CSV or plain text.
+/// Reads a contact file: CSV or plain text, decided from all of its lines.
 ///
-/// - If the first non-empty line contains a comma, the input is CSV. A first record
-///   whose cells are all known column names (`identifier`/`phone`/`email`/... and
-///   `label`/`name`/...) is a header; otherwise column 1 is the identifier and column 2
-///   (if present) the label.
-/// - Otherwise every line is one identifier. Lines starting with `#` are comments.
+/// - If any line that is not blank and not a `#` comment contains a comma, the file is
+///   CSV; a record without a comma is then an identifier without a label (as in
+///   `identifier,`). A first record whose cells are all known column names
+///   (`identifier`/`phone`/`email`/... and `label`/`name`/...) is a header; otherwise
+///   column 1 is the identifier and column 2 (if present) the label. A record with more
+///   non-blank cells than that (2 without a header) is refused ([`FileError::TooManyCells`]):
+///   its extra cells would be lost. Quoted cells (`"Bob, Jr."`, `""` for a quote, line
+///   breaks inside quotes) follow RFC 4180; cells are trimmed; a blank cell is absent.
+/// - Otherwise every line is one identifier (no labels). Lines starting with `#` are
+///   comments.
 /// - Blank lines are skipped (they carry no entry); every other row is returned, valid
 ///   or not, with the line it starts on. Lines end with `\n`, `\r\n` or a lone `\r`; a
 ///   leading UTF-8 byte order mark is ignored.
-pub fn read_rows(mut input: impl Read) -> Result<Vec<Row>, FileError> {
+pub fn read_contacts(mut input: impl Read) -> Result<ContactFile, FileError> {
     let mut text = String::new();
     input.read_to_string(&mut text)?;
     let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
     let text = unify_line_ends(text);
-    let first = text
-        .lines()
-        .find(|l| !l.trim().is_empty() && !l.starts_with('#'));
-    match first {
-        Some(l) if l.contains(',') => read_csv(&text),
-        _ => Ok(text
-            .lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty() && !l.starts_with('#'))
-            .map(|(i, l)| Row {
-                line: i + 1,
-                identifier: l.trim().to_string(),
-                label: None,
-            })
-            .collect()),
+    // Phone numbers and emails never contain a comma (docs/contacts.md), so one comma
+    // anywhere means a second column.
+    let csv = text.lines().any(|l| !l.starts_with('#') && l.contains(','));
+    if csv {
+        return read_csv(&text);
     }
+    let rows = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|(i, l)| Row {
+            line: i + 1,
+            identifier: l.trim().to_string(),
+            label: None,
+        })
+        .collect();
+    Ok(ContactFile {
+        format: Format::Text,
+        rows,
+    })
+}
+
+/// The rows of [`read_contacts`].
+pub fn read_rows(input: impl Read) -> Result<Vec<Row>, FileError> {
+    read_contacts(input).map(|f| f.rows)
 }
 
 /// `text` with every line end (`\r\n`, or a lone `\r` as in old Mac files) written as
@@ -118,7 +202,7 @@ fn record_start(text: &[u8], mut at: usize) -> usize {
 }
 
 /// `text` with `\n` line ends (see [`unify_line_ends`]).
-fn read_csv(text: &str) -> Result<Vec<Row>, FileError> {
+fn read_csv(text: &str) -> Result<ContactFile, FileError> {
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)
@@ -128,6 +212,7 @@ fn read_csv(text: &str) -> Result<Vec<Row>, FileError> {
     let bytes = text.as_bytes();
     let mut rows = Vec::new();
     let (mut id_col, mut label_col) = (0usize, Some(1usize));
+    let (mut columns, mut format) = (2usize, Format::Csv);
     let mut record = csv::StringRecord::new();
     // `line` is the line of byte `counted`. Not the reader's own `Position::line`: that
     // is where the previous record ended, before the blank and comment lines the reader
@@ -158,11 +243,27 @@ fn read_csv(text: &str) -> Result<Vec<Row>, FileError> {
                 label_col = names
                     .iter()
                     .position(|n| LABEL_COLUMNS.contains(&n.as_str()));
+                (columns, format) = (names.len(), Format::CsvWithHeader);
                 continue;
             }
         }
-        if record.iter().all(|c| c.is_empty()) {
+        // Trailing blank cells (`a,b,,`) carry nothing; any other extra cell would be lost.
+        let cells = record
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !c.is_empty())
+            .last()
+            .map_or(0, |(i, _)| i + 1);
+        if cells == 0 {
             continue;
+        }
+        if cells > columns {
+            return Err(FileError::TooManyCells {
+                line,
+                cells,
+                columns,
+                header: format == Format::CsvWithHeader,
+            });
         }
         rows.push(Row {
             line,
@@ -173,7 +274,7 @@ fn read_csv(text: &str) -> Result<Vec<Row>, FileError> {
                 .map(str::to_string),
         });
     }
-    Ok(rows)
+    Ok(ContactFile { format, rows })
 }
 
 #[cfg(test)]
@@ -217,6 +318,99 @@ mod tests {
             read_rows("a,b\n\"unterminated,c\n".as_bytes()),
             Ok(_) | Err(FileError::Csv { .. })
         ));
+    }
+
+    /// Issue 26: a labelled registry whose first row has no label was read as plain text
+    /// and every labelled row was rejected. The whole file decides: it is CSV.
+    #[test]
+    fn first_row_without_a_label_is_still_csv() {
+        let text = "+15551234567\n+15551234568,Bob\n\n# note, with a comma\n\"+15551234569\",\"Smith, J\"\n+15551234560\n";
+        let file = read_contacts(text.as_bytes()).unwrap();
+        assert_eq!(file.format, Format::Csv);
+        let got: Vec<(usize, &str, Option<&str>)> = file
+            .rows
+            .iter()
+            .map(|r| (r.line, r.identifier.as_str(), r.label.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (1, "+15551234567", None),
+                (2, "+15551234568", Some("Bob")),
+                (5, "+15551234569", Some("Smith, J")),
+                (6, "+15551234560", None),
+            ]
+        );
+        assert_eq!(file.labeled(), 2);
+    }
+
+    /// Only lines that carry data decide: a comma in a comment does not make CSV.
+    #[test]
+    fn text_when_no_data_line_has_a_comma() {
+        let file = read_contacts("# name, number\n+15551234567\n\"x\"\n".as_bytes()).unwrap();
+        assert_eq!(file.format, Format::Text);
+        assert_eq!(file.rows[1].identifier, "\"x\"");
+        assert_eq!(file.labeled(), 0);
+        let file = read_contacts("phone,name\n+15551234567,A\n".as_bytes()).unwrap();
+        assert_eq!(file.format, Format::CsvWithHeader);
+    }
+
+    /// A blank label cell (empty or only spaces) means the entry has no label.
+    #[test]
+    fn blank_label_cell_is_no_label() {
+        let file = read_contacts("+15551234567,\n+15551234568,   \n+15551234569,\"\"\n".as_bytes())
+            .unwrap();
+        assert_eq!(file.format, Format::Csv);
+        assert_eq!(file.rows.len(), 3);
+        assert!(file.rows.iter().all(|r| r.label.is_none()));
+        let file = read_contacts("phone,label\n+15551234567,\n".as_bytes()).unwrap();
+        assert_eq!(file.rows[0].label, None);
+    }
+
+    /// A record with more cells than the file's columns cannot be read like the others:
+    /// refused with its line, and the message names no contact data.
+    #[test]
+    fn extra_cells_are_refused_with_the_line() {
+        let err = read_contacts("+15551234567\n+15551234568,Smith, John\n".as_bytes()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                FileError::TooManyCells {
+                    line: 2,
+                    cells: 3,
+                    columns: 2,
+                    header: false
+                }
+            ),
+            "{err:?}"
+        );
+        let message = err.to_string();
+        assert!(message.contains("line 2"), "{message}");
+        assert!(
+            !message.contains("Smith") && !message.contains("555"),
+            "{message}"
+        );
+        let err = read_contacts("phone,name\n\n+15551234567,Alice,x\n".as_bytes()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                FileError::TooManyCells {
+                    line: 3,
+                    cells: 3,
+                    columns: 2,
+                    header: true
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string().contains("the header names 2 columns"),
+            "{err}"
+        );
+        // Trailing blank cells carry nothing and are allowed.
+        let file = read_contacts("+15551234567,Alice,,\n+15551234568,, \n".as_bytes()).unwrap();
+        assert_eq!(file.rows[0].label.as_deref(), Some("Alice"));
+        assert_eq!(file.rows[1].label, None);
     }
 
     /// `(line, identifier)` for every row of `text`.

@@ -16,7 +16,7 @@
 
 mod file;
 
-pub use file::{FileError, Row, read_rows};
+pub use file::{ContactFile, FileError, Format, Row, read_contacts, read_rows};
 
 use phonenumber::country::Id;
 use std::str::FromStr;
@@ -56,6 +56,22 @@ pub enum Invalid {
     /// Parsed, but not a valid number for its region (libphonenumber metadata).
     #[error("phone number is not valid for its region")]
     InvalidPhone,
+}
+
+impl Invalid {
+    /// The reason's stable name, as docs/contacts.md lists it and `psi import --json` and
+    /// `psi match --json` report it (`reason`): the variant's name, e.g. `NotAPhoneNumber`.
+    /// The `Display` text is a message for people and may change.
+    pub fn name(self) -> &'static str {
+        match self {
+            Invalid::Empty => "Empty",
+            Invalid::TooLong => "TooLong",
+            Invalid::BadEmail => "BadEmail",
+            Invalid::NotAPhoneNumber => "NotAPhoneNumber",
+            Invalid::UnparsablePhone => "UnparsablePhone",
+            Invalid::InvalidPhone => "InvalidPhone",
+        }
+    }
 }
 
 /// The default region is not a CLDR two-letter region code known to libphonenumber.
@@ -266,6 +282,36 @@ mod tests {
         assert_eq!(n(&long), Err(Invalid::TooLong));
         assert!(Normalizer::new("XX").is_err());
         assert!(Normalizer::new("usa").is_err());
+    }
+
+    /// The names are an interface (docs/contacts.md, `psi match --json`): pinned.
+    #[test]
+    fn reason_names_are_stable() {
+        let all = [
+            (Invalid::Empty, "Empty"),
+            (Invalid::TooLong, "TooLong"),
+            (Invalid::BadEmail, "BadEmail"),
+            (Invalid::NotAPhoneNumber, "NotAPhoneNumber"),
+            (Invalid::UnparsablePhone, "UnparsablePhone"),
+            (Invalid::InvalidPhone, "InvalidPhone"),
+        ];
+        for (reason, name) in all {
+            assert_eq!(reason.name(), name);
+        }
+    }
+
+    /// No phone number or email contains a comma, so a comma always separates cells in
+    /// a contact file (file.rs decides CSV from it).
+    #[test]
+    fn no_identifier_contains_a_comma() {
+        for s in [
+            "+1 415,555 0123",
+            "415,5550123",
+            "a,b@example.com",
+            "a@ex,ample.com",
+        ] {
+            assert!(n(s).is_err(), "{s}");
+        }
     }
 
     #[test]
