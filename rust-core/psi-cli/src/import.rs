@@ -55,6 +55,31 @@ fn refresh(store: &mut Store, server: &ServerArgs, quiet: bool) -> Result<(u64, 
     Ok((r.outputs_computed, r.set_rebuilt))
 }
 
+/// Says (on stderr) when the database holds an encoded set for another
+/// `--max-client-items` than the one this command builds: a server running with that
+/// size finds no set at its size and encodes its own when it picks the change up.
+fn note_other_sizes(store: &Store, server: &ServerArgs) -> Result<(), String> {
+    let ours = server
+        .max_client_items
+        .min(psi_core::dh::limits::MAX_CLIENT_ITEMS);
+    let others: Vec<String> = store
+        .encoded_set_sizes()
+        .map_err(db_error(server))?
+        .into_iter()
+        .filter(|&n| n != ours)
+        .map(|n| n.to_string())
+        .collect();
+    if !others.is_empty() {
+        eprintln!(
+            "note: the database also holds an encoded set for --max-client-items {}; this \
+             builds it for {ours}: a `psi serve` running with another size encodes its own \
+             set when it picks the change up (give the server's --max-client-items to spare it)",
+            others.join(", ")
+        );
+    }
+    Ok(())
+}
+
 pub fn run(args: ImportArgs) -> Result<(), String> {
     let normalizer = Normalizer::new(&args.region).map_err(|e| e.to_string())?;
     let mut store = open(&args.server)?;
@@ -118,6 +143,7 @@ pub fn run(args: ImportArgs) -> Result<(), String> {
         return Err("give a contact file (or - for standard input)".into());
     }
     counts.rejected = rejected.len() as u64;
+    note_other_sizes(&store, &args.server)?;
     let (computed, rebuilt) = refresh(&mut store, &args.server, args.json)?;
     let total = store.len().map_err(db_error(&args.server))?;
     if args.json {
@@ -163,6 +189,7 @@ pub fn run(args: ImportArgs) -> Result<(), String> {
 
 pub fn rotate(server: ServerArgs) -> Result<(), String> {
     let mut store = open(&server)?;
+    note_other_sizes(&store, &server)?;
     let key = store.rotate_key().map_err(db_error(&server))?;
     let (computed, _) = refresh(&mut store, &server, false)?;
     println!(

@@ -672,6 +672,108 @@ fn import_and_rotate_key_while_serving_are_picked_up_without_sighup_and_never_gi
     assert_eq!(db_state(&db).integrity, "ok");
 }
 
+/// The words of the server's warning for a change built with another
+/// `--max-client-items` (psi-server's `reload_if_changed`).
+const OTHER_SIZE_WARNING: &str = "encoded set was built for another --max-client-items";
+
+#[test]
+fn an_import_with_another_max_client_items_is_served_without_sighup_and_logged_once() {
+    use std::io::BufRead;
+    let dir = Scratch::new("other-size");
+    let db = registry(&dir, 2000); // encoded for the default 10,000
+    std::fs::write(
+        dir.path("add.csv"),
+        (0..50)
+            .map(|i| format!("size{i}@example.com\n"))
+            .collect::<String>(),
+    )
+    .unwrap();
+    // `psi serve --max-client-items 5000` with its log in a file.
+    let log = dir.path("serve.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_psi"))
+        .arg("serve")
+        .args(["--db", &db, "--listen", "127.0.0.1:0"])
+        .args(SERVE_DEFAULTS)
+        .args(["--max-client-items", "5000", "--watch-store", "1s"])
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let served = Served {
+        pid: child.id(),
+        child: Arc::new(Mutex::new(Some(child))),
+        url: common::url_of(&line),
+    };
+    assert!(
+        line.contains("listening on"),
+        "psi serve did not start: {line:?}"
+    );
+    let warnings = || {
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .matches(OTHER_SIZE_WARNING)
+            .count()
+    };
+    let c = Client::new(&served.url, config());
+    let mut items = contacts(0..20, 10);
+    items.extend((0..20).map(|i| format!("size{i}@example.com").into_bytes()));
+    let base: BTreeSet<Vec<u8>> = (0..20).map(member).collect();
+    assert_eq!(matched(&run(&c, &items, Protocol::Dh).unwrap()), base);
+
+    // An import with the default --max-client-items (10,000) says a server of another
+    // size will encode its own set, and the server (5,000) serves it without SIGHUP.
+    let started = Instant::now();
+    let (ok, out, err) = psi(&["import", "--db", &db, &dir.path("add.csv")]);
+    assert!(ok, "{out}\n{err}");
+    assert!(
+        err.contains("also holds an encoded set for --max-client-items 5000"),
+        "{err}"
+    );
+    wait_for(&c, "the import to be served", |h| h.registry_items == 2050);
+    let took = started.elapsed();
+    let r = run(&c, &items, Protocol::Dh).unwrap();
+    let added: BTreeSet<Vec<u8>> = items[..20].iter().chain(&items[30..]).cloned().collect();
+    assert_eq!(matched(&r), added);
+    assert!(!r.stats.set_from_cache, "a new ETag means a new download");
+    // Logged once, and not again at the next looks.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(warnings(), 1, "{}", std::fs::read_to_string(&log).unwrap());
+
+    // The set encoded by the watcher is the one a reload stores: after a SIGHUP (which
+    // builds and stores the set at 5,000) the client's cached set is still current.
+    served.signal(libc::SIGHUP);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&log)
+        .unwrap()
+        .contains("registry reloaded")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for the reload"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let r = run(&c, &items, Protocol::Dh).unwrap();
+    assert_eq!(matched(&r), added);
+    assert!(r.stats.set_from_cache, "the reload changed the ETag");
+
+    // A rotation with another size is served too, and logged once more.
+    let (ok, out, err) = psi(&["rotate-key", "--db", &db]);
+    assert!(ok, "{out}\n{err}");
+    wait_for(&c, "the new epoch", |h| h.epoch == 2);
+    let r = run(&c, &items, Protocol::Ot).unwrap();
+    assert_eq!((r.epoch, matched(&r)), (2, added));
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(warnings(), 2, "{}", std::fs::read_to_string(&log).unwrap());
+    eprintln!("other size: import served after {took:?}");
+    drop(served);
+    assert_eq!(db_state(&db).integrity, "ok");
+}
+
 // ---------------------------------------------------------------------------------------
 // 5. The database locked, read-only or full during an import
 // ---------------------------------------------------------------------------------------

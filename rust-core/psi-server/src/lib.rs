@@ -29,7 +29,7 @@ mod tls;
 pub use api::{PROBE_REQUEST_FLOOR, router};
 pub use caller::{ClientIpHeader, InvalidIpNet, IpNet};
 pub use registry::{Registry, RegistryStats};
-pub use store::{ImportCounts, Store, StoreError};
+pub use store::{ImportCounts, Readiness, Store, StoreError};
 pub use tls::{ServerTls, TlsError};
 
 use std::net::SocketAddr;
@@ -331,31 +331,53 @@ impl AppState {
 
     /// Serves the store's registry if it differs from the one served (another process
     /// imported entries, removed some or rotated the key) and is complete
-    /// ([`store::Store::ready_version`]). Reads `store` only: a change still being
-    /// made is left alone (no output is computed here, so the server never competes with
-    /// an import for the write lock) and picked up by a later call. Blocking. Returns
-    /// the new registry's numbers, or `None` when there was nothing new to serve.
+    /// ([`store::Store::readiness`]). Reads `store` only: a change still being made is
+    /// left alone (no output is computed here, so the server never competes with an
+    /// import for the write lock) and picked up by a later call. When the change was
+    /// made with another `--max-client-items` than this server's, its encoded set is
+    /// encoded here from the stored outputs (not stored), served, and a warning says so
+    /// once per change. Blocking. Returns the new registry's numbers, or `None` when
+    /// there was nothing new to serve.
     pub fn reload_if_changed(
         &self,
         store: &mut Store,
     ) -> Result<Option<RegistryStats>, StoreError> {
         let _one = self.rebuilding.lock().unwrap_or_else(|e| e.into_inner());
         let served = self.registry().loaded_version();
-        if store.ready_version(self.config.max_client_items)? == Some(served) {
-            return Ok(None);
+        match store.readiness(self.config.max_client_items)?.version() {
+            None => return Ok(None),
+            Some(v) if v == served => return Ok(None),
+            Some(_) => {}
         }
-        let Some(registry) = Registry::read_ready(store, &self.config)? else {
+        let Some((registry, ready)) = Registry::read_ready(store, &self.config)? else {
             return Ok(None);
         };
-        if registry.loaded_version() == served {
+        let loaded = registry.loaded_version();
+        if loaded == served {
             return Ok(None);
         }
+        let version = loaded.1;
         let stats = self.install(registry);
-        tracing::info!(
-            epoch = stats.epoch,
-            entries = stats.entries,
-            "change in the database picked up"
-        );
+        if let Readiness::OtherSize { built_for, .. } = ready {
+            tracing::warn!(
+                epoch = stats.epoch,
+                version,
+                entries = stats.entries,
+                built_for,
+                max_client_items = self.config.max_client_items,
+                build_ms = stats.build_time.as_millis() as u64,
+                "change in the database picked up, but its encoded set was built for another \
+                 --max-client-items than this server's: encoded it here (not stored) to serve it; \
+                 run psi import and psi rotate-key with the server's --max-client-items"
+            );
+        } else {
+            tracing::info!(
+                epoch = stats.epoch,
+                version,
+                entries = stats.entries,
+                "change in the database picked up"
+            );
+        }
         Ok(Some(stats))
     }
 
@@ -505,8 +527,9 @@ pub async fn serve(
 }
 
 /// Every `every`, picks up a change another process made to the database file
-/// ([`AppState::reload_if_changed`]). Keeps one read connection open between looks; after
-/// an error (logged once per failure streak) it opens a new one.
+/// ([`AppState::reload_if_changed`]). Keeps one read-only connection open between looks
+/// ([`Store::open_read_only`]: the watcher never creates or writes anything); after an
+/// error (logged once per failure streak) it opens a new one.
 async fn watch_store(state: Arc<AppState>, every: Duration) {
     let mut store: Option<Store> = None;
     let mut failing = false;
@@ -517,7 +540,7 @@ async fn watch_store(state: Arc<AppState>, every: Duration) {
         let looked = tokio::task::spawn_blocking(move || {
             let mut s = match held {
                 Some(s) => s,
-                None => st.file_store()?,
+                None => Store::open_read_only(&st.config.db_path)?,
             };
             let r = st.reload_if_changed(&mut s);
             r.map(|_| s)

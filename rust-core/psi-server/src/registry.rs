@@ -2,7 +2,7 @@
 //! sessions and the encrypted label records by bucket.
 
 use crate::Config;
-use crate::store::{Store, StoreError, os_rng};
+use crate::store::{Readiness, Store, StoreError, encode_set, os_rng};
 use axum::body::Bytes;
 use psi_core::cm20::{self, Cm20Set};
 use psi_core::dh::DhServer;
@@ -83,21 +83,38 @@ impl Registry {
         let t = Instant::now();
         let refreshed = store.refresh(config.max_client_items, threads, progress)?;
         let build_time = t.elapsed();
-        store.read_snapshot(|s| Self::read(s, config, refreshed.outputs_computed, build_time))
+        store
+            .read_snapshot(|s| Self::read(s, config, refreshed.outputs_computed, build_time, false))
     }
 
-    /// Loads the store's current registry as it is, computing nothing and writing
-    /// nothing; `None` while the store is between the steps of an import or a rotation
-    /// ([`Store::ready_version`]). Everything is read from one committed state.
+    /// Loads the store's current registry without writing anything; `None` while the
+    /// store is between the steps of an import or a rotation ([`Store::readiness`]).
+    /// Computes no OPRF output; when the set stored for the current entries was encoded
+    /// for another `max_client_items` only ([`Readiness::OtherSize`]), encodes this
+    /// server's from the stored outputs (as a reload would, without storing it).
+    /// Everything is read from one committed state. Returns the readiness it loaded at.
     pub(crate) fn read_ready(
         store: &mut Store,
         config: &Config,
-    ) -> Result<Option<Registry>, StoreError> {
+    ) -> Result<Option<(Registry, Readiness)>, StoreError> {
         store.read_snapshot(|s| {
-            if s.ready_version(config.max_client_items)?.is_none() {
-                return Ok(None);
+            let ready = s.readiness(config.max_client_items)?;
+            let encode_here = match ready {
+                Readiness::InProgress => return Ok(None),
+                Readiness::Ready { .. } => false,
+                Readiness::OtherSize { epoch, .. } => {
+                    if !s.outputs_complete(epoch)? {
+                        return Ok(None);
+                    }
+                    true
+                }
+            };
+            let t = Instant::now();
+            let mut registry = Self::read(s, config, 0, Duration::ZERO, encode_here)?;
+            if encode_here {
+                registry.stats.build_time = t.elapsed();
             }
-            Self::read(s, config, 0, Duration::ZERO).map(Some)
+            Ok(Some((registry, ready)))
         })
     }
 
@@ -107,13 +124,28 @@ impl Registry {
         config: &Config,
         outputs_computed: u64,
         build_time: Duration,
+        encode_here: bool,
     ) -> Result<Registry, StoreError> {
         let version = store.version()?;
         let key = store.current_key()?;
-        let set = store
-            .encoded_set(config.max_client_items)?
-            .ok_or(StoreError::Psi(psi_core::Error::Incomplete("encoded set")))?;
+        // A set stored at this size is current unless `encode_here` (then it is from an
+        // earlier version, if there is one at all).
+        let stored = if encode_here {
+            None
+        } else {
+            let set = store.encoded_set(config.max_client_items)?;
+            Some(set.ok_or(StoreError::Psi(psi_core::Error::Incomplete("encoded set")))?)
+        };
         let entries = store.entries()?;
+        let set = match stored {
+            Some(set) => set,
+            None => {
+                let outputs: Vec<_> = entries.iter().map(|e| e.output).collect();
+                let threads = Threads::new(config.build_threads);
+                let dh = DhServer::new(key.clone(), config.max_client_items, threads);
+                encode_set(&dh, threads, &outputs)?
+            }
+        };
         let mut rng = os_rng()?;
         let labeled: Vec<(&[u8; 64], &str)> = entries
             .iter()
@@ -183,5 +215,42 @@ mod tests {
         assert_eq!(prepared(false, 3), None);
         // Over the limit the registry still loads, without the CM20 preparation.
         assert_eq!(prepared(true, 2), None);
+    }
+
+    #[test]
+    fn a_registry_complete_at_another_size_is_read_with_its_own_set_and_a_half_done_one_is_not() {
+        let mut store = Store::open(std::path::Path::new(":memory:")).unwrap();
+        let config = Config {
+            max_client_items: 200,
+            build_threads: 1,
+            enable_cm20: false,
+            ..Config::default()
+        };
+        let refresh = |s: &mut Store, max| s.refresh(max, Threads::ONE, &mut |_, _| {}).unwrap();
+        store.add_entries([("+14155550001", Some("a"))]).unwrap();
+        assert!(Registry::read_ready(&mut store, &config).unwrap().is_none());
+        refresh(&mut store, 200);
+        // Imported with another --max-client-items: read, with a set encoded at 200 (not
+        // the one stored at 200 for the previous version).
+        store.add_entries([("+14155550002", None)]).unwrap();
+        assert!(Registry::read_ready(&mut store, &config).unwrap().is_none());
+        refresh(&mut store, 100);
+        let (r, ready) = Registry::read_ready(&mut store, &config).unwrap().unwrap();
+        assert!(matches!(ready, Readiness::OtherSize { built_for: 100, .. }));
+        assert_eq!(r.stats().entries, 2);
+        assert_eq!(r.loaded_version(), (1, store.version().unwrap()));
+        // The same bytes and ETag as the set a refresh at 200 stores.
+        refresh(&mut store, 200);
+        let stored = store.encoded_set(200).unwrap().unwrap();
+        assert_eq!(
+            (r.etag(), &r.encoded[..]),
+            (stored.etag.as_str(), &stored.bytes[..])
+        );
+        assert_ne!(stored.etag, store.encoded_set(100).unwrap().unwrap().etag);
+        let (_, ready) = Registry::read_ready(&mut store, &config).unwrap().unwrap();
+        assert!(matches!(ready, Readiness::Ready { .. }));
+        // Half done (entries added, no output yet): nothing to read at any size.
+        store.add_entries([("+14155550003", None)]).unwrap();
+        assert!(Registry::read_ready(&mut store, &config).unwrap().is_none());
     }
 }

@@ -27,7 +27,7 @@
 use psi_core::dh::{DhServer, ServerKey};
 use psi_core::oprf::{OUTPUT_LEN, OprfKey};
 use psi_core::{ItemSet, Threads};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 use thiserror::Error;
@@ -93,6 +93,46 @@ pub struct StoredSet {
     pub bytes: Vec<u8>,
     /// Strong ETag, quoted.
     pub etag: String,
+}
+
+/// What a server of one `max_client_items` can load from the store ([`Store::readiness`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Readiness {
+    /// Complete, with its encoded set at that size: the key epoch and registry version.
+    Ready {
+        /// Key epoch.
+        epoch: u32,
+        /// Registry version ([`Store::version`]).
+        version: i64,
+    },
+    /// Complete (every output computed under the current key, an encoded set built from
+    /// the current entries), but the set was encoded for another `max_client_items` only
+    /// (`psi import` or `psi rotate-key` run with another `--max-client-items` than the
+    /// server's): the server encodes its own from the stored outputs.
+    OtherSize {
+        /// Key epoch.
+        epoch: u32,
+        /// Registry version ([`Store::version`]).
+        version: i64,
+        /// The `max_client_items` the stored set was encoded for (the largest, if several).
+        built_for: usize,
+    },
+    /// Between the steps of an import or a rotation (or never refreshed): nothing to
+    /// load yet.
+    InProgress,
+}
+
+impl Readiness {
+    /// The key epoch and registry version that can be loaded, if any.
+    pub fn version(self) -> Option<(u32, i64)> {
+        match self {
+            Readiness::Ready { epoch, version } | Readiness::OtherSize { epoch, version, .. } => {
+                Some((epoch, version))
+            }
+            Readiness::InProgress => None,
+        }
+    }
 }
 
 /// One entry loaded for serving.
@@ -192,6 +232,28 @@ impl Store {
             conn.execute_batch("ALTER TABLE keys ADD COLUMN created_ms INTEGER")?;
         }
         Ok(Store { conn, memory })
+    }
+
+    /// Opens the existing store at `path` for reading only: nothing is created (no
+    /// directory, file or schema) and nothing can be written. A running server watches
+    /// the file for changes by other processes through such a connection
+    /// (`AppState::reload_if_changed`). Needs a store a writer has opened before (its
+    /// key created, its schema current).
+    pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
+        if path.as_os_str() == ":memory:" {
+            return Err(StoreError::InMemory);
+        }
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY
+                | OpenFlags::SQLITE_OPEN_URI
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        Ok(Store {
+            conn,
+            memory: false,
+        })
     }
 
     /// True for a `:memory:` store.
@@ -369,27 +431,62 @@ impl Store {
         Ok(self.len()? == 0)
     }
 
-    /// The key epoch and registry version a server would load now, or `None` while the
-    /// store is between the steps of an import or a rotation: the entries or the key
-    /// changed and the encoded set for `max_client_items` has not been rebuilt from them
-    /// yet (a refresh computes every missing output before it builds the set, so a set
-    /// built at the current version and epoch means the whole registry is ready). One
-    /// read-only statement, so it sees one committed state and takes no write lock: a
-    /// running server polls it to pick up `psi import` and `psi rotate-key` without
-    /// racing them for the database.
-    pub fn ready_version(&self, max_client_items: usize) -> Result<Option<(u32, i64)>, StoreError> {
+    /// What a server of `max_client_items` can load from the store now, without computing
+    /// an output or writing ([`Readiness`]). A refresh computes every missing output before
+    /// it builds a set, so a set built at the current version and epoch, at any size,
+    /// means the whole registry is ready; only the encoded set may be missing, when the
+    /// refresh ran with another `--max-client-items`. One read-only statement, so it sees
+    /// one committed state and takes no write lock: a running server polls it to pick up
+    /// `psi import` and `psi rotate-key` without racing them for the database.
+    pub fn readiness(&self, max_client_items: usize) -> Result<Readiness, StoreError> {
         let max = max_client_items.min(psi_core::dh::limits::MAX_CLIENT_ITEMS) as i64;
-        Ok(self
+        let row: Option<(u32, i64, i64)> = self
             .conn
             .query_row(
-                "SELECT s.epoch, s.version FROM encoded_sets s
+                "SELECT s.epoch, s.version, s.max_client_items FROM encoded_sets s
                  WHERE s.epoch = (SELECT MAX(epoch) FROM keys)
-                   AND s.max_client_items = ?1
-                   AND s.version = (SELECT v FROM meta WHERE k = 'version')",
+                   AND s.version = (SELECT v FROM meta WHERE k = 'version')
+                 ORDER BY s.max_client_items = ?1 DESC, s.max_client_items DESC
+                 LIMIT 1",
                 params![max],
-                |r| Ok((r.get(0)?, r.get(1)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
-            .optional()?)
+            .optional()?;
+        Ok(match row {
+            None => Readiness::InProgress,
+            Some((epoch, version, size)) if size == max => Readiness::Ready { epoch, version },
+            Some((epoch, version, size)) => Readiness::OtherSize {
+                epoch,
+                version,
+                built_for: size.max(0) as usize,
+            },
+        })
+    }
+
+    /// True when every entry has its OPRF output under the key of `epoch` (what a set
+    /// built at the current version implies; checked again before a server encodes a set
+    /// of its own from the stored outputs).
+    pub fn outputs_complete(&self, epoch: u32) -> Result<bool, StoreError> {
+        Ok(!self.conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM entries WHERE epoch IS NOT ?1 OR output IS NULL)",
+            params![epoch],
+            |r| r.get::<_, bool>(0),
+        )?)
+    }
+
+    /// The sizes (`max_client_items`) of the encoded sets stored for the current key
+    /// epoch, current or not: `psi import` tells when a server of another size will
+    /// have to encode its own set.
+    pub fn encoded_set_sizes(&self) -> Result<Vec<usize>, StoreError> {
+        let mut q = self.conn.prepare(
+            "SELECT max_client_items FROM encoded_sets
+             WHERE epoch = (SELECT MAX(epoch) FROM keys) ORDER BY max_client_items",
+        )?;
+        let sizes = q
+            .query_map([], |r| r.get::<_, i64>(0))?
+            .map(|r| r.map(|n| n.max(0) as usize))
+            .collect::<Result<_, _>>()?;
+        Ok(sizes)
     }
 
     /// Runs `read` inside one read transaction, so everything it reads comes from the
@@ -475,9 +572,7 @@ impl Store {
             )
             .optional()?;
         if stored != Some(version) || stats.outputs_computed > 0 {
-            let outputs = self.outputs()?;
-            let bytes = threads.install(|| dh.encode_outputs(&outputs))??.to_bytes();
-            let etag = etag(&bytes);
+            let set = encode_set(&dh, threads, &self.outputs()?)?;
             let tx = self.conn.transaction()?;
             tx.execute(
                 "DELETE FROM encoded_sets WHERE epoch <> ?1 OR max_client_items = ?2",
@@ -486,7 +581,13 @@ impl Store {
             tx.execute(
                 "INSERT INTO encoded_sets (epoch, max_client_items, version, etag, bytes)
                  VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![epoch, dh.max_client_items() as i64, version, etag, bytes],
+                params![
+                    epoch,
+                    dh.max_client_items() as i64,
+                    version,
+                    set.etag,
+                    set.bytes
+                ],
             )?;
             tx.commit()?;
             stats.set_rebuilt = true;
@@ -791,6 +892,23 @@ pub fn etag(bytes: &[u8]) -> String {
     format!("\"{}\"", hex::encode(&Sha256::digest(bytes)[..16]))
 }
 
+/// The encoded set of `outputs` as `dh` serves it (its key epoch, its
+/// `max_client_items`), with its ETag: what [`Store::refresh`] stores, and what a server
+/// encodes for itself when the store holds the set at another size only. Deterministic:
+/// the same outputs give the same bytes and ETag wherever they are encoded.
+pub(crate) fn encode_set(
+    dh: &DhServer,
+    threads: Threads,
+    outputs: &[[u8; OUTPUT_LEN]],
+) -> Result<StoredSet, StoreError> {
+    let bytes = threads.install(|| dh.encode_outputs(outputs))??.to_bytes();
+    Ok(StoredSet {
+        epoch: dh.epoch(),
+        etag: etag(&bytes),
+        bytes,
+    })
+}
+
 pub(crate) fn os_rng() -> Result<rand_chacha::ChaCha20Rng, StoreError> {
     psi_core::rng::os_rng().map_err(|e| StoreError::Random(e.to_string()))
 }
@@ -818,6 +936,69 @@ fn create_private_file(path: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn readiness_tells_a_change_in_progress_from_one_built_at_another_size() {
+        let dir = std::env::temp_dir().join(format!("psi-store-ready-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("r.sqlite");
+        let mut s = Store::open(&path).unwrap();
+        let refresh = |s: &mut Store, max| s.refresh(max, Threads::ONE, &mut |_, _| {}).unwrap();
+        s.add_entries([("+14155550001", None), ("+14155550002", None)])
+            .unwrap();
+        assert_eq!(s.readiness(100).unwrap(), Readiness::InProgress);
+        refresh(&mut s, 100);
+        let v = s.version().unwrap();
+        assert_eq!(
+            s.readiness(100).unwrap(),
+            Readiness::Ready {
+                epoch: 1,
+                version: v
+            }
+        );
+        let other = Readiness::OtherSize {
+            epoch: 1,
+            version: v,
+            built_for: 100,
+        };
+        assert_eq!(s.readiness(200).unwrap(), other);
+        assert!(s.outputs_complete(1).unwrap());
+        // An import's first step: no set is current at any size.
+        s.add_entries([("+14155550003", None)]).unwrap();
+        assert_eq!(s.readiness(200).unwrap(), Readiness::InProgress);
+        assert!(!s.outputs_complete(1).unwrap());
+        refresh(&mut s, 100);
+        refresh(&mut s, 200);
+        assert_eq!(s.encoded_set_sizes().unwrap(), vec![100, 200]);
+        assert_eq!(s.readiness(200).unwrap().version(), Some((1, v + 1)));
+        // A rotation's first step, then its set at one size.
+        s.rotate_key().unwrap();
+        assert_eq!(s.readiness(200).unwrap(), Readiness::InProgress);
+        assert!(s.encoded_set_sizes().unwrap().is_empty());
+        refresh(&mut s, 100);
+        assert!(matches!(
+            s.readiness(200).unwrap(),
+            Readiness::OtherSize {
+                epoch: 2,
+                built_for: 100,
+                ..
+            }
+        ));
+
+        // A read-only connection reads the same and writes nothing; it creates nothing.
+        let mut ro = Store::open_read_only(&path).unwrap();
+        assert_eq!(ro.readiness(100).unwrap().version(), Some((2, v + 1)));
+        assert!(ro.add_entries([("+14155550004", None)]).is_err());
+        assert_eq!(s.len().unwrap(), 3);
+        assert!(Store::open_read_only(&dir.join("missing.sqlite")).is_err());
+        assert!(!dir.join("missing.sqlite").exists());
+        assert!(matches!(
+            Store::open_read_only(Path::new(":memory:")),
+            Err(StoreError::InMemory)
+        ));
+        drop((s, ro));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn incremental_refresh_only_computes_new_entries() {
