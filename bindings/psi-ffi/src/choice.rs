@@ -131,6 +131,27 @@ impl From<psi_client::Source> for InputSource {
     }
 }
 
+/// Where each figure of the link came from (`psi_client::measure::LinkSources`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Record)]
+pub struct LinkSources {
+    /// The round-trip time's.
+    pub rtt: InputSource,
+    /// The upstream rate's.
+    pub up: InputSource,
+    /// The downstream rate's.
+    pub down: InputSource,
+}
+
+impl From<psi_client::measure::LinkSources> for LinkSources {
+    fn from(s: psi_client::measure::LinkSources) -> Self {
+        LinkSources {
+            rtt: s.rtt.into(),
+            up: s.up.into(),
+            down: s.down.into(),
+        }
+    }
+}
+
 /// The link the choice assumed (`psi_client::LinkEstimate`).
 #[derive(Debug, Clone, Copy, PartialEq, uniffi::Record)]
 pub struct LinkEstimate {
@@ -275,9 +296,12 @@ pub struct ChoiceReport {
     pub constrained: bool,
     /// The link assumed.
     pub link: LinkEstimate,
-    /// Where it came from: measured (stored or this run's first request), the hints, or
-    /// the default.
+    /// Where it came from as a whole: measured (stored or this run's first request) as
+    /// soon as one figure was (often only the RTT), the hints, or the default.
     pub link_source: InputSource,
+    /// Where each figure of the link came from: the RTT, the upstream rate and the
+    /// downstream rate separately.
+    pub link_sources: LinkSources,
     /// This device's unit costs (calibrated once, then stored).
     pub device: UnitCosts,
     /// Where they came from.
@@ -324,6 +348,7 @@ impl ChoiceReport {
             constrained: hints.constrained,
             link: r.link.into(),
             link_source: r.link_source.into(),
+            link_sources: r.link_sources.into(),
             device: (&r.device).into(),
             device_source: r.device_source.into(),
             server: (&r.server).into(),
@@ -539,6 +564,16 @@ mod tests {
             assert!((r.link.up_mbit - 8.0).abs() < 1e-9 && (r.link.down_mbit - 32.0).abs() < 1e-9);
             assert_eq!(r.link.rtt_samples, 3);
             assert_eq!(r.link_source, InputSource::Measured);
+            assert_eq!(
+                r.link_sources,
+                // Only the RTT measured; the stored rates are a prior from earlier
+                // hints (not the default's 5 and 10 Mbit/s).
+                LinkSources {
+                    rtt: InputSource::Measured,
+                    up: InputSource::Given,
+                    down: InputSource::Given
+                }
+            );
             assert_eq!(r.device, UnitCosts::from(&costs(2.0).units(2)));
             assert_eq!(r.device_source, InputSource::Measured);
             assert_eq!(r.server, UnitCosts::from(&costs(0.5).units(1)));
@@ -566,6 +601,15 @@ mod tests {
         assert!(r.constrained);
         assert_eq!(r.link_source, InputSource::Given);
         assert_eq!(r.link.rtt_samples, 0);
+        // The rates from the hints (the upstream derived), the RTT from nothing.
+        assert_eq!(
+            r.link_sources,
+            LinkSources {
+                rtt: InputSource::Default,
+                up: InputSource::Given,
+                down: InputSource::Given
+            }
+        );
         assert!((r.link.down_mbit - 2.0).abs() < 1e-9);
         // Only the downstream known: a quarter of it upstream (psi-client's prior).
         assert!((r.link.up_mbit - 0.5).abs() < 1e-9);

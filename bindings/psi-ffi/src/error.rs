@@ -82,6 +82,21 @@ impl PsiError {
     }
 }
 
+/// `e`'s message followed by each cause in its `source()` chain whose text it does not
+/// already hold (`a: b`). psi-client's errors and their causes are log-safe.
+fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let t = c.to_string();
+        if !t.is_empty() && !text.contains(&t) {
+            text = format!("{text}: {t}");
+        }
+        cause = c.source();
+    }
+    text
+}
+
 /// The API's error codes (docs/api.md, "Errors"), as psi-http's `ErrorCode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Enum)]
 #[allow(missing_docs)] // Documented on psi_http::ErrorCode.
@@ -139,9 +154,12 @@ impl From<ErrorCode> for ServerErrorCode {
 impl From<ClientError> for PsiError {
     fn from(e: ClientError) -> Self {
         let retryable = e.is_retryable();
-        let reason = e.to_string();
+        let reason = with_causes(&e);
         match e {
-            ClientError::Network { message, timeout } => PsiError::Network {
+            // The transport's own message: the cause.
+            ClientError::Network {
+                message, timeout, ..
+            } => PsiError::Network {
                 reason: message,
                 timeout,
             },
@@ -233,10 +251,10 @@ mod tests {
             }
         ));
         assert!(matches!(
-            PsiError::from(ClientError::Network {
+            PsiError::from(ClientError::from(psi_client::TransportError {
                 message: "x".into(),
                 timeout: true
-            }),
+            })),
             PsiError::Network { timeout: true, .. }
         ));
         assert!(matches!(
@@ -250,6 +268,33 @@ mod tests {
             PsiError::from(ClientError::Cancelled),
             PsiError::Cancelled
         ));
+    }
+
+    #[test]
+    fn the_cause_crosses_with_the_error() {
+        // A network error's reason is its transport error's message.
+        let e = PsiError::from(ClientError::from(psi_client::TransportError {
+            message: "io: Connection refused (os error 111)".into(),
+            timeout: false,
+        }));
+        assert!(
+            matches!(&e, PsiError::Network { reason, timeout: false }
+                if reason == "io: Connection refused (os error 111)"),
+            "{e:?}"
+        );
+        // A chain whose causes are not in the message gets them appended, once.
+        #[derive(Debug, thiserror::Error)]
+        #[error("outer")]
+        struct Outer(#[source] Inner);
+        #[derive(Debug, thiserror::Error)]
+        #[error("inner cause")]
+        struct Inner;
+        assert_eq!(with_causes(&Outer(Inner)), "outer: inner cause");
+        let n = ClientError::from(psi_client::TransportError {
+            message: "reset".into(),
+            timeout: false,
+        });
+        assert_eq!(with_causes(&n), "network error: reset", "the cause is already in it");
     }
 
     #[test]

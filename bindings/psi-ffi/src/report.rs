@@ -2,7 +2,7 @@
 //! psi-client's types here, in one place.
 
 use crate::choice::{ChoiceReport, ProtocolChoice};
-use crate::error::PsiError;
+use crate::error::{PsiError, ServerErrorCode};
 use crate::protocol::Protocol;
 use std::time::Duration;
 
@@ -49,12 +49,20 @@ impl From<psi_client::Phase> for Phase {
 
 /// A progress event: the run entered `phase`; `round` counts the protocol's round trips
 /// so far.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Record)]
+///
+/// A retry event (`retry` is set) enters no phase: the attempt that was in `phase` (at
+/// `round`) failed with a retryable error, and the run starts again from a new session
+/// after `retry.wait_ms` (its phases are heard again). A listener that ignores `retry`
+/// sees that phase once more.
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
 pub struct ProgressEvent {
-    /// The phase entered.
+    /// The phase entered (for a retry event: the phase the failed attempt was in).
     pub phase: Phase,
-    /// Protocol round trips started so far.
+    /// Protocol round trips started so far (for a retry event: by the failed attempt).
     pub round: u32,
+    /// Set when the run is about to start again (the configuration's `retries`).
+    #[uniffi(default = None)]
+    pub retry: Option<RetryEvent>,
 }
 
 impl From<psi_client::Progress> for ProgressEvent {
@@ -62,6 +70,49 @@ impl From<psi_client::Progress> for ProgressEvent {
         ProgressEvent {
             phase: p.phase.into(),
             round: saturate(p.round),
+            retry: p.retry.map(RetryEvent::from),
+        }
+    }
+}
+
+/// Why and when a run starts again (`psi_client::report::Retry`). Log-safe: the kind of
+/// error and its code, never its text or any contact.
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+pub struct RetryEvent {
+    /// The attempt about to start, counting retries: 1 for the first retry.
+    pub attempt: u32,
+    /// The retries allowed in all (the configuration's `retries`).
+    pub retries: u32,
+    /// What failed the previous attempt, for logs: `network error`, `timeout`,
+    /// `HTTP 503 (internal)`, `key epoch changed`.
+    pub reason: String,
+    /// True when the previous attempt failed for a timeout.
+    pub timeout: bool,
+    /// The HTTP status, when the server answered the previous attempt with an error.
+    pub status: Option<u16>,
+    /// The API error code, when the server answered the previous attempt with an error.
+    pub code: Option<ServerErrorCode>,
+    /// Milliseconds waited before the new attempt (the backoff, or the server's
+    /// `Retry-After`).
+    pub wait_ms: u64,
+}
+
+impl From<psi_client::report::Retry> for RetryEvent {
+    fn from(r: psi_client::report::Retry) -> Self {
+        use psi_client::report::RetryCause as C;
+        let (timeout, status, code) = match r.cause {
+            C::Network { timeout } => (timeout, None, None),
+            C::Http { status, code, .. } => (false, Some(status), Some(code.into())),
+            _ => (false, None, None),
+        };
+        RetryEvent {
+            attempt: r.attempt,
+            retries: r.retries,
+            reason: r.cause.to_string(),
+            timeout,
+            status,
+            code,
+            wait_ms: u64::try_from(r.wait.as_millis()).unwrap_or(u64::MAX),
         }
     }
 }

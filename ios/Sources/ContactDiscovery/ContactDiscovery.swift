@@ -56,7 +56,9 @@ public final class ContactDiscovery: Sendable, CustomStringConvertible {
     ///     ``MatchResult/rejected`` and are never sent.
     ///   - protocol: how this run picks its protocol (`nil`: the configuration's choice).
     ///   - linkHints: what the app knows of the network now (`nil`: the configuration's).
-    ///   - onProgress: hears each phase, on a native thread: return quickly.
+    ///   - onProgress: hears each phase, and each retry (``ProgressEvent/retry`` set: the
+    ///     attempt, its cause and the wait; `phase` is then where the failed attempt was),
+    ///     on a native thread: return quickly.
     /// - Returns: the matches with their labels, the rejected rows, the protocol and stats.
     /// - Throws: ``ContactDiscoveryError``, or `CancellationError` when the task is cancelled.
     public func match(
@@ -102,7 +104,8 @@ public final class ContactDiscovery: Sendable, CustomStringConvertible {
     }
 
     /// The same run as ``match(_:protocol:linkHints:onProgress:identifier:)`` as a stream:
-    /// progress events in phase order, then the result, then the end. Ending the iteration
+    /// progress events in phase order (with a ``MatchEvent/retry(_:)`` before each retry,
+    /// whose phases follow from the start), then the result, then the end. Ending the iteration
     /// early (or cancelling the iterating task) cancels the run.
     public func matchEvents<C: Sendable>(
         _ contacts: [C],
@@ -115,7 +118,13 @@ public final class ContactDiscovery: Sendable, CustomStringConvertible {
             do {
                 let result = try await self.match(
                     contacts, protocol: choice, linkHints: linkHints,
-                    onProgress: { continuation.yield(.progress($0)) }, identifier: identifier)
+                    onProgress: { e in
+                        if let r = e.retry {
+                            continuation.yield(.retry(r))
+                        } else {
+                            continuation.yield(.progress(e))
+                        }
+                    }, identifier: identifier)
                 continuation.yield(.result(result))
                 continuation.finish()
             } catch {

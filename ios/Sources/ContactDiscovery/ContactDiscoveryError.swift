@@ -35,6 +35,18 @@ public enum ContactDiscoveryError: Error, Sendable, Hashable, LocalizedError {
         }
     }
 
+    /// The underlying cause as the native library reported it, for logs (no contact data):
+    /// for ``network(reason:timeout:)`` the transport's own error (e.g. "connection refused
+    /// (URLError -1004)"), for a server error its explanation.
+    public var failureReason: String? {
+        switch self {
+        case .invalidInput(let reason), .network(let reason, _), .unauthorized(let reason),
+             .rateLimited(let reason, _), .server(_, _, let reason, _),
+             .protocolViolation(let reason, _), .internal(let reason):
+            return reason
+        }
+    }
+
     /// What went wrong, for logs and developers (no contact data).
     public var errorDescription: String? {
         switch self {

@@ -60,10 +60,14 @@ extension RejectedContact: Equatable where C: Equatable {}
 extension RejectedContact: Hashable where C: Hashable {}
 
 /// An event of ``ContactDiscovery/matchEvents(_:protocol:linkHints:identifier:)``: progress
-/// in phase order, then the result.
+/// in phase order (a retry starts the phases again, from `createSession`), then the result.
 public enum MatchEvent<C: Sendable>: Sendable {
     /// The run entered a new phase.
     case progress(ProgressEvent)
+    /// An attempt failed with an error that may pass (no response, a 5xx, the key epoch
+    /// changed...): the run starts again from a new session after `waitMs`. The event
+    /// says which attempt, why (log-safe: the kind of error and its code) and the wait.
+    case retry(RetryEvent)
     /// The run finished; the stream ends after this event.
     case result(MatchResult<C>)
 }

@@ -14,8 +14,14 @@ public typealias ChoicePolicy = PsiFFI.Policy
 /// A phase of a run, in the order the run goes through them (docs/protocol-choice.md).
 public typealias Phase = PsiFFI.Phase
 
-/// A run entered `phase` (in round `round` for multi-round protocols).
+/// A run entered `phase` (in round `round` for multi-round protocols), or, with `retry`
+/// set, is about to start again.
 public typealias ProgressEvent = PsiFFI.ProgressEvent
+
+/// Why and when a run starts again: the attempt, the retries allowed, the cause (a log-safe
+/// `reason`, `timeout`, the HTTP `status` and API `code` if the server answered) and the
+/// wait in milliseconds.
+public typealias RetryEvent = PsiFFI.RetryEvent
 
 /// Why a contact could not be matched (empty, too long, not an email or phone number...).
 public typealias RejectReason = PsiFFI.RejectReason
@@ -50,6 +56,10 @@ public typealias UnitCosts = PsiFFI.UnitCosts
 
 /// Where an input of the automatic choice came from.
 public typealias InputSource = PsiFFI.InputSource
+
+/// Where each figure of the link the automatic choice assumed came from: the RTT, the
+/// upstream and the downstream rate (``ChoiceReport/linkSources``).
+public typealias LinkSources = PsiFFI.LinkSources
 
 /// What the app knows of the current network (see ``LinkHintsMonitor`` on Apple platforms).
 public typealias LinkHints = PsiFFI.LinkHints

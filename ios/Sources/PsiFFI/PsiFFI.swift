@@ -1545,10 +1545,15 @@ public struct ChoiceReport: Equatable, Hashable {
      */
     public var link: LinkEstimate
     /**
-     * Where it came from: measured (stored or this run's first request), the hints, or
-     * the default.
+     * Where it came from as a whole: measured (stored or this run's first request) as
+     * soon as one figure was (often only the RTT), the hints, or the default.
      */
     public var linkSource: InputSource
+    /**
+     * Where each figure of the link came from: the RTT, the upstream rate and the
+     * downstream rate separately.
+     */
+    public var linkSources: LinkSources
     /**
      * This device's unit costs (calibrated once, then stored).
      */
@@ -1612,9 +1617,13 @@ public struct ChoiceReport: Equatable, Hashable {
          * The link assumed.
          */link: LinkEstimate, 
         /**
-         * Where it came from: measured (stored or this run's first request), the hints, or
-         * the default.
+         * Where it came from as a whole: measured (stored or this run's first request) as
+         * soon as one figure was (often only the RTT), the hints, or the default.
          */linkSource: InputSource, 
+        /**
+         * Where each figure of the link came from: the RTT, the upstream rate and the
+         * downstream rate separately.
+         */linkSources: LinkSources, 
         /**
          * This device's unit costs (calibrated once, then stored).
          */device: UnitCosts, 
@@ -1649,6 +1658,7 @@ public struct ChoiceReport: Equatable, Hashable {
         self.constrained = constrained
         self.link = link
         self.linkSource = linkSource
+        self.linkSources = linkSources
         self.device = device
         self.deviceSource = deviceSource
         self.server = server
@@ -1684,6 +1694,7 @@ public struct FfiConverterTypeChoiceReport: FfiConverterRustBuffer {
                 constrained: FfiConverterBool.read(from: &buf), 
                 link: FfiConverterTypeLinkEstimate.read(from: &buf), 
                 linkSource: FfiConverterTypeInputSource.read(from: &buf), 
+                linkSources: FfiConverterTypeLinkSources.read(from: &buf), 
                 device: FfiConverterTypeUnitCosts.read(from: &buf), 
                 deviceSource: FfiConverterTypeInputSource.read(from: &buf), 
                 server: FfiConverterTypeUnitCosts.read(from: &buf), 
@@ -1705,6 +1716,7 @@ public struct FfiConverterTypeChoiceReport: FfiConverterRustBuffer {
         FfiConverterBool.write(value.constrained, into: &buf)
         FfiConverterTypeLinkEstimate.write(value.link, into: &buf)
         FfiConverterTypeInputSource.write(value.linkSource, into: &buf)
+        FfiConverterTypeLinkSources.write(value.linkSources, into: &buf)
         FfiConverterTypeUnitCosts.write(value.device, into: &buf)
         FfiConverterTypeInputSource.write(value.deviceSource, into: &buf)
         FfiConverterTypeUnitCosts.write(value.server, into: &buf)
@@ -2736,6 +2748,85 @@ public func FfiConverterTypeLinkHints_lower(_ value: LinkHints) -> RustBuffer {
 
 
 /**
+ * Where each figure of the link came from (`psi_client::measure::LinkSources`).
+ */
+public struct LinkSources: Equatable, Hashable {
+    /**
+     * The round-trip time's.
+     */
+    public var rtt: InputSource
+    /**
+     * The upstream rate's.
+     */
+    public var up: InputSource
+    /**
+     * The downstream rate's.
+     */
+    public var down: InputSource
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * The round-trip time's.
+         */rtt: InputSource, 
+        /**
+         * The upstream rate's.
+         */up: InputSource, 
+        /**
+         * The downstream rate's.
+         */down: InputSource) {
+        self.rtt = rtt
+        self.up = up
+        self.down = down
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension LinkSources: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeLinkSources: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> LinkSources {
+        return
+            try LinkSources(
+                rtt: FfiConverterTypeInputSource.read(from: &buf), 
+                up: FfiConverterTypeInputSource.read(from: &buf), 
+                down: FfiConverterTypeInputSource.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: LinkSources, into buf: inout [UInt8]) {
+        FfiConverterTypeInputSource.write(value.rtt, into: &buf)
+        FfiConverterTypeInputSource.write(value.up, into: &buf)
+        FfiConverterTypeInputSource.write(value.down, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeLinkSources_lift(_ buf: RustBuffer) throws -> LinkSources {
+    return try FfiConverterTypeLinkSources.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeLinkSources_lower(_ value: LinkSources) -> RustBuffer {
+    return FfiConverterTypeLinkSources.lower(value)
+}
+
+
+/**
  * Time spent in one phase.
  */
 public struct PhaseTime: Equatable, Hashable {
@@ -2936,28 +3027,41 @@ public func FfiConverterTypePrediction_lower(_ value: Prediction) -> RustBuffer 
 /**
  * A progress event: the run entered `phase`; `round` counts the protocol's round trips
  * so far.
+ *
+ * A retry event (`retry` is set) enters no phase: the attempt that was in `phase` (at
+ * `round`) failed with a retryable error, and the run starts again from a new session
+ * after `retry.wait_ms` (its phases are heard again). A listener that ignores `retry`
+ * sees that phase once more.
  */
 public struct ProgressEvent: Equatable, Hashable {
     /**
-     * The phase entered.
+     * The phase entered (for a retry event: the phase the failed attempt was in).
      */
     public var phase: Phase
     /**
-     * Protocol round trips started so far.
+     * Protocol round trips started so far (for a retry event: by the failed attempt).
      */
     public var round: UInt32
+    /**
+     * Set when the run is about to start again (the configuration's `retries`).
+     */
+    public var retry: RetryEvent?
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
     public init(
         /**
-         * The phase entered.
+         * The phase entered (for a retry event: the phase the failed attempt was in).
          */phase: Phase, 
         /**
-         * Protocol round trips started so far.
-         */round: UInt32) {
+         * Protocol round trips started so far (for a retry event: by the failed attempt).
+         */round: UInt32, 
+        /**
+         * Set when the run is about to start again (the configuration's `retries`).
+         */retry: RetryEvent? = nil) {
         self.phase = phase
         self.round = round
+        self.retry = retry
     }
 
     
@@ -2977,13 +3081,15 @@ public struct FfiConverterTypeProgressEvent: FfiConverterRustBuffer {
         return
             try ProgressEvent(
                 phase: FfiConverterTypePhase.read(from: &buf), 
-                round: FfiConverterUInt32.read(from: &buf)
+                round: FfiConverterUInt32.read(from: &buf), 
+                retry: FfiConverterOptionTypeRetryEvent.read(from: &buf)
         )
     }
 
     public static func write(_ value: ProgressEvent, into buf: inout [UInt8]) {
         FfiConverterTypePhase.write(value.phase, into: &buf)
         FfiConverterUInt32.write(value.round, into: &buf)
+        FfiConverterOptionTypeRetryEvent.write(value.retry, into: &buf)
     }
 }
 
@@ -3069,6 +3175,130 @@ public func FfiConverterTypeRejectedContact_lift(_ buf: RustBuffer) throws -> Re
 #endif
 public func FfiConverterTypeRejectedContact_lower(_ value: RejectedContact) -> RustBuffer {
     return FfiConverterTypeRejectedContact.lower(value)
+}
+
+
+/**
+ * Why and when a run starts again (`psi_client::report::Retry`). Log-safe: the kind of
+ * error and its code, never its text or any contact.
+ */
+public struct RetryEvent: Equatable, Hashable {
+    /**
+     * The attempt about to start, counting retries: 1 for the first retry.
+     */
+    public var attempt: UInt32
+    /**
+     * The retries allowed in all (the configuration's `retries`).
+     */
+    public var retries: UInt32
+    /**
+     * What failed the previous attempt, for logs: `network error`, `timeout`,
+     * `HTTP 503 (internal)`, `key epoch changed`.
+     */
+    public var reason: String
+    /**
+     * True when the previous attempt failed for a timeout.
+     */
+    public var timeout: Bool
+    /**
+     * The HTTP status, when the server answered the previous attempt with an error.
+     */
+    public var status: UInt16?
+    /**
+     * The API error code, when the server answered the previous attempt with an error.
+     */
+    public var code: ServerErrorCode?
+    /**
+     * Milliseconds waited before the new attempt (the backoff, or the server's
+     * `Retry-After`).
+     */
+    public var waitMs: UInt64
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * The attempt about to start, counting retries: 1 for the first retry.
+         */attempt: UInt32, 
+        /**
+         * The retries allowed in all (the configuration's `retries`).
+         */retries: UInt32, 
+        /**
+         * What failed the previous attempt, for logs: `network error`, `timeout`,
+         * `HTTP 503 (internal)`, `key epoch changed`.
+         */reason: String, 
+        /**
+         * True when the previous attempt failed for a timeout.
+         */timeout: Bool, 
+        /**
+         * The HTTP status, when the server answered the previous attempt with an error.
+         */status: UInt16?, 
+        /**
+         * The API error code, when the server answered the previous attempt with an error.
+         */code: ServerErrorCode?, 
+        /**
+         * Milliseconds waited before the new attempt (the backoff, or the server's
+         * `Retry-After`).
+         */waitMs: UInt64) {
+        self.attempt = attempt
+        self.retries = retries
+        self.reason = reason
+        self.timeout = timeout
+        self.status = status
+        self.code = code
+        self.waitMs = waitMs
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension RetryEvent: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeRetryEvent: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> RetryEvent {
+        return
+            try RetryEvent(
+                attempt: FfiConverterUInt32.read(from: &buf), 
+                retries: FfiConverterUInt32.read(from: &buf), 
+                reason: FfiConverterString.read(from: &buf), 
+                timeout: FfiConverterBool.read(from: &buf), 
+                status: FfiConverterOptionUInt16.read(from: &buf), 
+                code: FfiConverterOptionTypeServerErrorCode.read(from: &buf), 
+                waitMs: FfiConverterUInt64.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: RetryEvent, into buf: inout [UInt8]) {
+        FfiConverterUInt32.write(value.attempt, into: &buf)
+        FfiConverterUInt32.write(value.retries, into: &buf)
+        FfiConverterString.write(value.reason, into: &buf)
+        FfiConverterBool.write(value.timeout, into: &buf)
+        FfiConverterOptionUInt16.write(value.status, into: &buf)
+        FfiConverterOptionTypeServerErrorCode.write(value.code, into: &buf)
+        FfiConverterUInt64.write(value.waitMs, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeRetryEvent_lift(_ buf: RustBuffer) throws -> RetryEvent {
+    return try FfiConverterTypeRetryEvent.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeRetryEvent_lower(_ value: RetryEvent) -> RustBuffer {
+    return FfiConverterTypeRetryEvent.lower(value)
 }
 
 
@@ -4729,6 +4959,30 @@ public func FfiConverterTypeTransportError_lower(_ value: TransportError) -> Rus
 #if swift(>=5.8)
 @_documentation(visibility: private)
 #endif
+fileprivate struct FfiConverterOptionUInt16: FfiConverterRustBuffer {
+    typealias SwiftType = UInt16?
+
+    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
+        guard let value = value else {
+            writeInt(&buf, Int8(0))
+            return
+        }
+        writeInt(&buf, Int8(1))
+        FfiConverterUInt16.write(value, into: &buf)
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
+        switch try readInt(&buf) as Int8 {
+        case 0: return nil
+        case 1: return try FfiConverterUInt16.read(from: &buf)
+        default: throw UniffiInternalError.unexpectedOptionalTag
+        }
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
 fileprivate struct FfiConverterOptionUInt64: FfiConverterRustBuffer {
     typealias SwiftType = UInt64?
 
@@ -4997,6 +5251,30 @@ fileprivate struct FfiConverterSequenceTypePhaseTime: FfiConverterRustBuffer {
 #if swift(>=5.8)
 @_documentation(visibility: private)
 #endif
+fileprivate struct FfiConverterOptionTypeRetryEvent: FfiConverterRustBuffer {
+    typealias SwiftType = RetryEvent?
+
+    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
+        guard let value = value else {
+            writeInt(&buf, Int8(0))
+            return
+        }
+        writeInt(&buf, Int8(1))
+        FfiConverterTypeRetryEvent.write(value, into: &buf)
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
+        switch try readInt(&buf) as Int8 {
+        case 0: return nil
+        case 1: return try FfiConverterTypeRetryEvent.read(from: &buf)
+        default: throw UniffiInternalError.unexpectedOptionalTag
+        }
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
 fileprivate struct FfiConverterSequenceTypePrediction: FfiConverterRustBuffer {
     typealias SwiftType = [Prediction]
 
@@ -5016,6 +5294,30 @@ fileprivate struct FfiConverterSequenceTypePrediction: FfiConverterRustBuffer {
             seq.append(try FfiConverterTypePrediction.read(from: &buf))
         }
         return seq
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterOptionTypeServerErrorCode: FfiConverterRustBuffer {
+    typealias SwiftType = ServerErrorCode?
+
+    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
+        guard let value = value else {
+            writeInt(&buf, Int8(0))
+            return
+        }
+        writeInt(&buf, Int8(1))
+        FfiConverterTypeServerErrorCode.write(value, into: &buf)
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
+        switch try readInt(&buf) as Int8 {
+        case 0: return nil
+        case 1: return try FfiConverterTypeServerErrorCode.read(from: &buf)
+        default: throw UniffiInternalError.unexpectedOptionalTag
+        }
     }
 }
 

@@ -123,6 +123,13 @@ final class ContactDiscoveryTests: XCTestCase {
         XCTAssertEqual(choice.workload.clientItems, 115)
         let best = try XCTUnwrap(choice.predictions.min { $0.totalMicros < $1.totalMicros })
         XCTAssertEqual(best.protocol, choice.protocol, "auto(fastest) takes the least predicted time")
+        // Each figure of the link names its own source: measured exactly when it has samples
+        // (the health request measures the RTT only; the rates stay a prior unless probed).
+        let link = choice.link, sources = choice.linkSources
+        XCTAssertEqual(sources.rtt, .measured)
+        XCTAssertEqual(sources.up == .measured, link.upSamples > 0)
+        XCTAssertEqual(sources.down == .measured, link.downSamples > 0)
+        XCTAssertEqual(choice.linkSource, .measured)
     }
 
     func testAutoFewestBytesTakesTheSmallestPrediction() async throws {
@@ -333,6 +340,7 @@ final class ContactDiscoveryTests: XCTestCase {
         for try await e in d.matchEvents(TestData.contacts, protocol: .ot) {
             switch e {
             case .progress(let p): ot.append(p)
+            case .retry(let r): XCTFail("no retry expected: \(r)")
             case .result: finished = true
             }
         }

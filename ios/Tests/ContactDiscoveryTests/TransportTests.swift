@@ -53,8 +53,12 @@ final class TransportTests: XCTestCase {
         }
         defer { stub.stop() }
         let e = await expectError(try client(stub))
-        guard case .network(_, let timeout)? = e else { return XCTFail("\(String(describing: e))") }
+        guard case .network(let reason, let timeout)? = e else { return XCTFail("\(String(describing: e))") }
         XCTAssertFalse(timeout)
+        // The underlying cause (the transport's own message) comes with the error.
+        XCTAssertFalse(reason.isEmpty)
+        XCTAssertEqual(e?.failureReason, reason)
+        XCTAssertEqual(e?.errorDescription, "network error: \(reason)")
     }
 
     func testAResponseOverTheCapIsRefusedByItsContentLength() async throws {
@@ -89,6 +93,50 @@ final class TransportTests: XCTestCase {
         } catch let e as ContactDiscoveryError {
             guard case .protocolViolation = e else { return XCTFail("\(e)") }
         }
+    }
+
+    /// The first session is refused with a 503: the run starts again, and the event stream
+    /// says so with the cause and the wait, between the two attempts' phases.
+    func testARetryIsAnEventWithItsCauseAndWait() async throws {
+        let upstream = try Servers.main
+        let port = UInt16(upstream.url.port!)
+        let sessions = Locked(0)
+        let stub = try StubServer { r in
+            let first = r.method == "POST" && r.path == "/v1/sessions"
+                && sessions.withLock { n -> Bool in
+                    n += 1
+                    return n == 1
+                }
+            return first ? .respond(Self.json(503, "internal", headers: ["retry-after: 0"]))
+                : .forward(port: port, holdMs: 0)
+        }
+        defer { stub.stop() }
+        let d = try client(stub) { $0.retries = 2 }
+        var retries: [RetryEvent] = []
+        var phases: [Phase] = []
+        var result: MatchResult<String>?
+        for try await e in d.matchEvents(TestData.contacts, protocol: .dh) {
+            switch e {
+            case .progress(let p):
+                XCTAssertNil(p.retry, "a retry comes as .retry")
+                phases.append(p.phase)
+            case .retry(let r): retries.append(r)
+            case .result(let r): result = r
+            }
+        }
+        XCTAssertEqual(result?.matches.count, TestData.expected.count)
+        XCTAssertEqual(retries.count, 1, "\(retries)")
+        let r = try XCTUnwrap(retries.first)
+        XCTAssertEqual(r.attempt, 1)
+        XCTAssertEqual(r.retries, 2)
+        XCTAssertEqual(r.status, 503)
+        XCTAssertEqual(r.code, .internal)
+        XCTAssertFalse(r.timeout)
+        XCTAssertEqual(r.reason, "HTTP 503 (internal)")
+        XCTAssertLessThanOrEqual(r.waitMs, 250, "Retry-After 0: the first backoff")
+        XCTAssertEqual(phases.first, .createSession)
+        XCTAssertEqual(phases.filter { $0 == .createSession }.count, 2, "\(phases)")
+        XCTAssertEqual(stub.seen.filter { $0 == "POST /v1/sessions" }.count, 2)
     }
 
     func testAnErrorCodedResponseIsATypedServerError() async throws {

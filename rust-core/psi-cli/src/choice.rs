@@ -68,6 +68,12 @@ pub fn to_json(r: &ChoiceReport) -> Value {
                 "up_mbit": r.link.up * 8.0 / 1e6,
                 "down_mbit": r.link.down * 8.0 / 1e6,
                 "samples": r.link.rtt_samples + r.link.up_samples + r.link.down_samples,
+                "rtt_source": r.link_sources.rtt.name(),
+                "up_source": r.link_sources.up.name(),
+                "down_source": r.link_sources.down.name(),
+                "rtt_samples": r.link.rtt_samples,
+                "up_samples": r.link.up_samples,
+                "down_samples": r.link.down_samples,
             },
             "device": units(&r.device),
             "device_source": r.device_source.name(),
@@ -93,13 +99,15 @@ pub fn to_json(r: &ChoiceReport) -> Value {
 pub fn print(r: &ChoiceReport) {
     let l = &r.link;
     println!(
-        "protocol chosen: {} (auto, {}); link {:.1} ms RTT, {:.2} Mbit/s up, {:.2} down ({}), device costs {}, server costs {}",
+        "protocol chosen: {} (auto, {}); link {:.1} ms RTT ({}), {:.2} Mbit/s up ({}), {:.2} down ({}), device costs {}, server costs {}",
         r.choice.protocol,
         r.choice.policy.name(),
         l.rtt * 1e3,
+        r.link_sources.rtt.name(),
         l.up * 8.0 / 1e6,
+        r.link_sources.up.name(),
         l.down * 8.0 / 1e6,
-        r.link_source.name(),
+        r.link_sources.down.name(),
         r.device_source.name(),
         if r.server_source == psi_client::Source::Measured {
             "advertised"

@@ -107,8 +107,10 @@ struct ServerArgs {
 enum Command {
     /// Run a contact discovery on an embedded sample over HTTP on loopback (no setup).
     Demo {
-        /// Protocol: auto (predicted best for this machine, docs/protocol-choice.md),
-        /// dh (DH-PSI), ot (OT-PSI) or cm20 (CM20-PSI; auto does not consider it yet).
+        /// Protocol: auto (predicted best for this machine among the protocols the
+        /// server offers, docs/protocol-choice.md), dh (DH-PSI), ot (OT-PSI) or cm20
+        /// (CM20-PSI). The demo's server offers CM20-PSI only with --protocol cm20 (it is
+        /// opt-in on a server), so here auto picks DH-PSI or OT-PSI.
         #[arg(long, default_value = "auto", value_parser = choice::parse_arg)]
         protocol: choice::ProtocolArg,
         /// With --protocol auto: fastest, or fewest-bytes.

@@ -175,7 +175,8 @@ impl Client {
     /// [`Protocol`], or a [`ProtocolChoice`] such as `ProtocolChoice::default()`: with
     /// `Auto`, the protocol the cost model predicts best, reported in
     /// [`MatchReport::choice`]), fetching the labels of the matches if configured. `progress` hears each phase as
-    /// it starts; `cancel` stops the run at its next check (before every request, between
+    /// it starts, and each retry before its wait ([`Progress::retry`]: the attempt, its
+    /// cause and the wait); `cancel` stops the run at its next check (before every request, between
     /// protocol steps and during a retry's wait), deleting the server session.
     ///
     /// A run that fails with a retryable error ([`ClientError::is_retryable`]: no
@@ -221,18 +222,37 @@ impl Client {
         };
         let mut attempt = 0;
         loop {
-            let result = self
-                .match_once(set.clone(), protocol, progress, cancel)
-                .map(|mut r| {
-                    r.choice = report.take();
-                    r
-                });
+            // The attempt's last event: where it was when it failed.
+            let mut last = (Phase::CreateSession, 0);
+            let result = {
+                let mut hook = |p: Progress| {
+                    last = (p.phase, p.round);
+                    progress(p)
+                };
+                self.match_once(set.clone(), protocol, &mut hook, cancel)
+            }
+            .map(|mut r| {
+                r.choice = report.take();
+                r
+            });
             match result {
                 Err(e) if attempt < self.config.retries => {
                     let Some(wait) = retry_wait(&e, attempt, &mut self.jitter()) else {
                         return Err(e);
                     };
                     attempt += 1;
+                    if let Some(cause) = crate::report::RetryCause::of(&e) {
+                        progress(Progress {
+                            phase: last.0,
+                            round: last.1,
+                            retry: Some(crate::report::Retry {
+                                attempt,
+                                retries: self.config.retries,
+                                cause,
+                                wait,
+                            }),
+                        });
+                    }
                     wait_unless_cancelled(wait, cancel)?;
                 }
                 Err(e) => {
@@ -396,6 +416,7 @@ impl Client {
             workload,
             link,
             link_source,
+            link_sources: link.sources(hints),
             device,
             device_source,
             server,
@@ -622,6 +643,7 @@ impl<'a> Run<'a> {
         (self.progress)(Progress {
             phase,
             round: self.stats.round_trips,
+            retry: None,
         });
         Ok(Instant::now())
     }
@@ -1095,6 +1117,7 @@ impl<'a> Run<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::{Retry, RetryCause};
     use crate::transport::{HttpTransport, TransportError};
     use std::sync::Mutex;
 
@@ -1112,10 +1135,11 @@ mod tests {
     }
 
     fn network() -> ClientError {
-        ClientError::Network {
+        TransportError {
             message: "reset".into(),
             timeout: false,
         }
+        .into()
     }
 
     #[test]
@@ -1307,6 +1331,107 @@ mod tests {
         let e = run(&c, Protocol::Dh).unwrap_err();
         assert!(matches!(e, ClientError::Http { status: 503, .. }), "{e:?}");
         assert_eq!(*t.sessions.lock().unwrap(), 1);
+    }
+
+    #[test]
+    fn each_retry_is_reported_with_its_cause_and_wait_before_the_new_attempt() {
+        let srv = server();
+        // DH: a 503 on the first session, the query's answer cut short on the second.
+        let (c, _) = flaky(&srv, &[(0, Fault::Busy), (2, Fault::CutShort)], 2);
+        let mut events = Vec::new();
+        let r = c
+            .match_items(items(), Protocol::Dh, &mut |p| events.push(p), &CancelToken::new())
+            .unwrap();
+        assert_eq!(r.matches.len(), 1);
+        let retries: Vec<(usize, Retry)> = events
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p.retry.map(|r| (i, r)))
+            .collect();
+        assert_eq!(retries.len(), 2, "{events:?}");
+        let (i, first) = retries[0];
+        assert_eq!((first.attempt, first.retries), (1, 2));
+        assert_eq!(
+            first.cause,
+            RetryCause::Http {
+                status: 503,
+                code: ErrorCode::Unknown, // "server_busy" is not an API code
+                retry_after: Some(0),
+            }
+        );
+        // Where the attempt failed, then the new attempt from its first phase.
+        assert_eq!(events[i].phase, Phase::CreateSession);
+        assert_eq!(events[i + 1].phase, Phase::CreateSession);
+        assert_eq!(events[i + 1].retry, None);
+        // No Retry-After: the backoff with jitter of the first retry, 125..=250 ms.
+        assert!(first.wait <= Duration::from_millis(250), "{first:?}");
+        let (j, second) = retries[1];
+        assert_eq!((second.attempt, second.retries), (2, 2));
+        assert_eq!(second.cause, RetryCause::Network { timeout: false });
+        assert_eq!(events[j].phase, Phase::RoundTrip);
+        assert_eq!(events[j].round, 1);
+        assert!(
+            (Duration::from_millis(250)..=Duration::from_millis(500)).contains(&second.wait),
+            "{second:?}"
+        );
+        // The text names the attempt, the code and the wait; nothing of the items.
+        let text = second.to_string();
+        assert!(text.starts_with("retry 2 of 2 after network error, waiting "), "{text}");
+        assert_eq!(first.cause.to_string(), "HTTP 503 (unknown)");
+        assert_eq!(
+            RetryCause::Network { timeout: true }.to_string(),
+            "timeout"
+        );
+        // Every other event enters a phase.
+        assert!(events.iter().filter(|p| p.retry.is_none()).count() > 2 * 5);
+    }
+
+    #[test]
+    fn the_last_errors_cause_is_chained() {
+        use std::error::Error as _;
+        let srv = server();
+        let (c, _) = flaky(
+            &srv,
+            &[(0, Fault::Stall), (1, Fault::CutShort), (2, Fault::CutShort)],
+            2,
+        );
+        let mut causes = Vec::new();
+        let e = c
+            .match_items(
+                items(),
+                Protocol::Dh,
+                &mut |p| causes.extend(p.retry.map(|r| r.cause)),
+                &CancelToken::new(),
+            )
+            .unwrap_err();
+        assert_eq!(
+            causes,
+            [
+                RetryCause::Network { timeout: true },
+                RetryCause::Network { timeout: false }
+            ]
+        );
+        assert!(matches!(e, ClientError::Network { timeout: false, .. }), "{e:?}");
+        let source = e.source().expect("a network error has its transport error as source");
+        let t = source
+            .downcast_ref::<TransportError>()
+            .expect("the source is the transport's error");
+        assert_eq!(
+            t.message,
+            "connection closed before the response body was complete"
+        );
+        assert!(!t.timeout);
+        assert_eq!(
+            e.to_string(),
+            "network error: connection closed before the response body was complete"
+        );
+        // A protocol error chains psi-core's; a server's answer has no cause below it.
+        let p = ClientError::from(psi_core::Error::EpochMismatch {
+            expected: 1,
+            found: 2,
+        });
+        assert!(p.source().is_some());
+        assert!(http(503, None).source().is_none());
     }
 
     #[test]

@@ -9,13 +9,16 @@ use thiserror::Error;
 #[non_exhaustive]
 pub enum ClientError {
     /// No response: connection refused or reset, timeout, response too large.
-    /// Retrying later may help.
+    /// Retrying later may help. [`std::error::Error::source`] is the transport's error.
     #[error("network error: {message}")]
     Network {
-        /// What went wrong.
+        /// What went wrong (the transport's message).
         message: String,
         /// True when a timeout expired.
         timeout: bool,
+        /// The transport's error, as it reported it: the cause in the error's
+        /// [`std::error::Error::source`] chain.
+        source: crate::transport::TransportError,
     },
     /// The server answered with an error status and its JSON error (docs/api.md).
     #[error("server answered HTTP {status} ({code}): {message}")]
@@ -72,8 +75,9 @@ impl ClientError {
 impl From<crate::transport::TransportError> for ClientError {
     fn from(e: crate::transport::TransportError) -> Self {
         ClientError::Network {
-            message: e.message,
+            message: e.message.clone(),
             timeout: e.timeout,
+            source: e,
         }
     }
 }

@@ -184,6 +184,31 @@ impl LinkEstimate {
         LinkEstimate::prior(Link { rtt, up, down })
     }
 
+    /// Where each figure came from, `hints` being the current network's: a figure with
+    /// samples is `Measured`. One without is a prior: `Given` when the hints give it now
+    /// (the upstream also when only the downstream is given: a quarter of it) or when it
+    /// differs from [`DEFAULT_LINK`] (an estimate stored with earlier hints), else
+    /// `Default`. An RTT measured by a health request leaves both rates at the prior.
+    pub fn sources(&self, hints: &LinkHints) -> LinkSources {
+        let figure = |samples: u32, hinted: bool, value: f64, default: f64| {
+            if samples > 0 {
+                Source::Measured
+            } else if hinted || value != default {
+                Source::Given
+            } else {
+                Source::Default
+            }
+        };
+        let down_hinted = usable_hint(hints.down_mbit).is_some();
+        let up_hinted = usable_hint(hints.up_mbit).is_some() || down_hinted;
+        let rtt_hinted = usable_hint(hints.rtt_ms).is_some();
+        LinkSources {
+            rtt: figure(self.rtt_samples, rtt_hinted, self.rtt, DEFAULT_LINK.rtt),
+            up: figure(self.up_samples, up_hinted, self.up, DEFAULT_LINK.up),
+            down: figure(self.down_samples, down_hinted, self.down, DEFAULT_LINK.down),
+        }
+    }
+
     /// Folds in the timings of one run's requests. RTT: the fastest small request
     /// (less the server's reported time). Throughput: each transfer of at least
     /// [`MIN_RATE_SAMPLE_BYTES`] one way, its time less this run's RTT, the server's time
@@ -452,6 +477,18 @@ impl Source {
     }
 }
 
+/// Where each figure of a [`LinkEstimate`] came from ([`LinkEstimate::sources`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LinkSources {
+    /// The round-trip time's.
+    pub rtt: Source,
+    /// The upstream rate's.
+    pub up: Source,
+    /// The downstream rate's.
+    pub down: Source,
+}
+
 /// The automatic choice of a run: what was chosen, from which inputs, and every
 /// protocol's prediction.
 #[derive(Debug, Clone)]
@@ -463,8 +500,12 @@ pub struct ChoiceReport {
     pub workload: psi_core::cost::Workload,
     /// The link assumed, and where it came from.
     pub link: LinkEstimate,
-    /// Where the link came from.
+    /// Where the link came from as a whole: `Measured` as soon as one figure was (often
+    /// only the RTT, by a health request); see `link_sources` for each figure.
     pub link_source: Source,
+    /// Where each figure of the link came from: the RTT, the upstream and the downstream
+    /// rate (measured by earlier runs or this choice, the hints, or the default).
+    pub link_sources: LinkSources,
     /// The device's unit costs.
     pub device: UnitCosts,
     /// Where they came from.
@@ -568,6 +609,47 @@ pub fn probe_worthwhile(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_figure_of_the_link_names_its_own_source() {
+        use Source::{Default as D, Given as G, Measured as M};
+        let src = |e: &LinkEstimate, h: &LinkHints| {
+            let s = e.sources(h);
+            (s.rtt, s.up, s.down)
+        };
+        let none = LinkHints::default();
+        let mut e = LinkEstimate::from_hints(&none);
+        assert_eq!(src(&e, &none), (D, D, D));
+        // A health request's timing: the RTT only (the loopback case of `psi demo`).
+        e.update(&[Sample {
+            up: 0,
+            down: 300,
+            elapsed: 0.001,
+            server: 0.0,
+        }]);
+        assert_eq!((e.rtt_samples, e.up_samples, e.down_samples), (1, 0, 0));
+        assert_eq!(src(&e, &none), (M, D, D));
+        // Only the downstream hinted: the upstream is derived from it.
+        let down = LinkHints {
+            down_mbit: Some(20.0),
+            ..LinkHints::default()
+        };
+        assert_eq!(src(&LinkEstimate::from_hints(&down), &down), (D, G, G));
+        assert_eq!(src(&e, &down), (M, G, G));
+        let rtt = LinkHints::new("x").with_rtt_ms(30.0);
+        assert_eq!(src(&LinkEstimate::from_hints(&rtt), &rtt), (G, D, D));
+        // A downstream transfer measured (the probe's answer), the upstream not.
+        e.update(&[Sample {
+            up: 16,
+            down: 2 * MIN_RATE_SAMPLE_BYTES,
+            elapsed: 0.05,
+            server: 0.0,
+        }]);
+        assert_eq!(src(&e, &none), (M, D, M));
+        // A stored prior made from earlier hints (not the default's figures) is given.
+        let stored = LinkEstimate::from_hints(&LinkHints::new("x").with_bandwidth(32.0, 8.0));
+        assert_eq!(src(&stored, &none), (D, G, G));
+    }
 
     #[test]
     fn estimates_recover_a_link_from_its_timings() {

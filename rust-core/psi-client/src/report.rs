@@ -115,10 +115,111 @@ pub struct MatchReport {
 
 /// A progress event: the run entered `phase`. `round` counts the protocol's round
 /// trips so far (1 for the first request of a [`Phase::RoundTrip`]).
+///
+/// A retry event (`retry` is set) enters no phase: the attempt that was in `phase` (at
+/// `round`, as its last event said) failed with a retryable error, and the run starts
+/// again from a new session after `retry.wait` (its phases are then heard again, from
+/// [`Phase::CreateSession`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Progress {
-    /// The phase entered.
+    /// The phase entered (for a retry event: the phase the failed attempt was in).
     pub phase: Phase,
-    /// Protocol round trips started so far.
+    /// Protocol round trips started so far (for a retry event: by the failed attempt).
     pub round: usize,
+    /// Set when the run is about to start again ([`crate::ClientConfig::retries`]).
+    pub retry: Option<Retry>,
+}
+
+/// Why and when a run starts again (see [`crate::Client::match_items`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Retry {
+    /// The attempt about to start, counting retries: 1 for the first retry.
+    pub attempt: u32,
+    /// The retries allowed in all ([`crate::ClientConfig::retries`]).
+    pub retries: u32,
+    /// What failed the previous attempt.
+    pub cause: RetryCause,
+    /// The wait before the new attempt: the backoff, or the server's `Retry-After`.
+    pub wait: Duration,
+}
+
+/// What failed an attempt that is retried: the kind of error and its code, never its
+/// text (log-safe by construction). The whole error is returned if the last attempt
+/// fails too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RetryCause {
+    /// No response ([`crate::ClientError::Network`]): connection refused or reset, a body
+    /// cut short; `timeout` when a timeout expired.
+    Network {
+        /// True when a timeout expired.
+        timeout: bool,
+    },
+    /// The server answered with an error that may pass ([`crate::ClientError::Http`]:
+    /// a 5xx, `session_expired`, `rate_limited`...).
+    Http {
+        /// HTTP status.
+        status: u16,
+        /// The API error code.
+        code: psi_http::ErrorCode,
+        /// The server's `Retry-After`, seconds.
+        retry_after: Option<u64>,
+    },
+    /// The registry's key epoch changed during the run.
+    EpochMismatch,
+}
+
+impl RetryCause {
+    /// The cause of retrying after `e`; `None` for an error that is not retried.
+    pub fn of(e: &crate::ClientError) -> Option<RetryCause> {
+        use crate::ClientError as E;
+        if !e.is_retryable() {
+            return None;
+        }
+        match e {
+            E::Network { timeout, .. } => Some(RetryCause::Network { timeout: *timeout }),
+            E::Http {
+                status,
+                code,
+                retry_after,
+                ..
+            } => Some(RetryCause::Http {
+                status: *status,
+                code: *code,
+                retry_after: *retry_after,
+            }),
+            E::Protocol(psi_core::Error::EpochMismatch { .. }) => Some(RetryCause::EpochMismatch),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for RetryCause {
+    /// `network error`, `timeout`, `HTTP 503 (server_busy)`, `key epoch changed`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RetryCause::Network { timeout: false } => f.write_str("network error"),
+            RetryCause::Network { timeout: true } => f.write_str("timeout"),
+            RetryCause::Http { status, code, .. } => {
+                write!(f, "HTTP {status} ({})", code.as_str())
+            }
+            RetryCause::EpochMismatch => f.write_str("key epoch changed"),
+        }
+    }
+}
+
+impl std::fmt::Display for Retry {
+    /// `retry 1 of 2 after HTTP 503 (server_busy), waiting 250 ms`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "retry {} of {} after {}, waiting {} ms",
+            self.attempt,
+            self.retries,
+            self.cause,
+            self.wait.as_millis()
+        )
+    }
 }
