@@ -15,13 +15,32 @@ pub struct ServeArgs {
     /// Largest request body in bytes.
     #[arg(long, default_value_t = 8 << 20)]
     max_body_bytes: usize,
-    /// Most live sessions.
-    #[arg(long, default_value_t = 1024)]
+    /// Most live sessions (a waiting session holds a few hundred bytes). At the cap the
+    /// oldest idle session of the address block with the most sessions makes room.
+    #[arg(long, default_value_t = 16_384)]
     max_sessions: usize,
     /// Most live sessions of one caller (token, or client IP address / IPv6 prefix without
     /// tokens).
     #[arg(long, default_value_t = 16)]
     max_sessions_per_client: usize,
+    /// Most live sessions of one address block (--ipv4-block-prefix, --ipv6-block-prefix;
+    /// a token caller is its own block).
+    #[arg(long, default_value_t = 256)]
+    max_sessions_per_block: usize,
+    /// Prefix length of the IPv4 address blocks for --max-sessions-per-block.
+    #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u8).range(1..=32))]
+    ipv4_block_prefix: u8,
+    /// Prefix length of the IPv6 address blocks for --max-sessions-per-block.
+    #[arg(long, default_value_t = 48, value_parser = clap::value_parser!(u8).range(1..=128))]
+    ipv6_block_prefix: u8,
+    /// Seconds a session may go without a successful step (and no request under way)
+    /// before it is ended, whatever its phase; refused requests do not count.
+    #[arg(long, default_value_t = 30)]
+    session_idle_timeout: u64,
+    /// Seconds an OT-PSI or CM20-PSI session has, from its creation, to get its hello
+    /// answered; then it is ended and its OT slot freed.
+    #[arg(long, default_value_t = 10)]
+    ot_hello_timeout: u64,
     /// Most OT-PSI runs in progress (each holds about 90 bytes per registry entry until
     /// its run ends).
     #[arg(long, default_value_t = 8)]
@@ -84,8 +103,8 @@ pub struct ServeArgs {
     /// the cores, at least 1).
     #[arg(long)]
     ot_workers: Option<usize>,
-    /// Seconds an OT-PSI run may wait for its client's next request before it is ended and
-    /// its OT slot freed.
+    /// Seconds an OT-PSI run may go without a successful round (and no request under way)
+    /// before it is ended and its OT slot freed.
     #[arg(long, default_value_t = 30)]
     ot_idle_timeout: u64,
     /// Serve DH-PSI only.
@@ -194,6 +213,11 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     config.max_body_bytes = args.max_body_bytes;
     config.max_sessions = args.max_sessions;
     config.max_sessions_per_client = args.max_sessions_per_client;
+    config.max_sessions_per_block = args.max_sessions_per_block;
+    config.ipv4_block_prefix = args.ipv4_block_prefix;
+    config.ipv6_block_prefix = args.ipv6_block_prefix;
+    config.session_idle_timeout = Duration::from_secs(args.session_idle_timeout.max(1));
+    config.ot_hello_timeout = Duration::from_secs(args.ot_hello_timeout.max(1));
     config.max_ot_sessions = args.max_ot_sessions;
     config.max_ot_sessions_per_client = args.max_ot_sessions_per_client;
     config.ot_sessions_per_hour = args.ot_sessions_per_hour;

@@ -123,6 +123,13 @@ fn server_timing(resp: &mut Response, server_ms: f64) {
 #[derive(Clone, Debug)]
 pub(crate) struct ClientKey(String);
 
+/// The address block a caller's sessions are counted in beside its own cap
+/// (`Config::max_sessions_per_block`): `ip:` and its network by `Config::ipv4_block_prefix`
+/// or `Config::ipv6_block_prefix` (never narrower than the caller's own prefix); for a
+/// token caller, its [`ClientKey`].
+#[derive(Clone, Debug)]
+pub(crate) struct ClientBlock(String);
+
 fn method_filter(m: psi_http::Method) -> MethodFilter {
     match m {
         psi_http::Method::Get => MethodFilter::GET,
@@ -226,6 +233,7 @@ async fn log_request(req: Request, next: Next) -> Response {
 ///
 /// Authentication is on when static tokens are configured or any token was ever issued.
 async fn auth(S(state): AppS, mut req: Request, next: Next) -> Result<Response, ApiError> {
+    let mut block = None;
     let presented = req.headers().get(header::AUTHORIZATION).map(|value| {
         value
             .to_str()
@@ -304,12 +312,19 @@ async fn auth(S(state): AppS, mut req: Request, next: Next) -> Result<Response, 
                                 ),
                             )
                         })?;
+                        block = Some(crate::caller::rate_key_ip(
+                            ip,
+                            c.ipv4_prefix.min(c.ipv4_block_prefix),
+                            c.ipv6_prefix.min(c.ipv6_block_prefix),
+                        ));
                         crate::caller::rate_key_ip(ip, c.ipv4_prefix, c.ipv6_prefix)
                     }
                 }
             }
         }
     };
+    req.extensions_mut()
+        .insert(ClientBlock(block.unwrap_or_else(|| key.clone())));
     req.extensions_mut().insert(ClientKey(key));
     Ok(next.run(req).await)
 }
@@ -342,6 +357,7 @@ async fn health(S(state): AppS) -> Json<Health> {
 async fn create_session(
     S(state): AppS,
     Extension(ClientKey(client)): Extension<ClientKey>,
+    Extension(ClientBlock(block)): Extension<ClientBlock>,
     body: Result<Json<CreateSession>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(req) = body.map_err(|e| match e {
@@ -408,9 +424,11 @@ async fn create_session(
             Phase::DhAwaitingQuery
         },
         in_flight: 0,
+        created: Instant::now(),
         last_active: Instant::now(),
+        stepped: false,
     };
-    let slot = match state.sessions.insert(id.clone(), session) {
+    let slot = match state.sessions.insert(id.clone(), block, session) {
         Ok(slot) => slot,
         Err(Full::OtBudget(wait)) => {
             let mut e = ApiError::new(
@@ -423,13 +441,19 @@ async fn create_session(
         Err(full) => {
             let mut e = ApiError::new(
                 ErrorCode::TooManySessions,
+                // The OT capacity refusals (503, "OT-PSI capacity: ...") are told apart from
+                // the caps every protocol shares by their message, and from the hourly OT
+                // budget (429 rate_limited) by their code: dh-psi may still be admitted.
                 match full {
                     Full::Total => "the server is at its session limit; retry later",
                     Full::Client => "this caller has too many live sessions; finish or delete one",
+                    Full::Block => "this caller's network has too many live sessions; retry later",
                     Full::OtClient => {
-                        "this caller has too many OT-PSI runs in progress; finish or delete one"
+                        "OT-PSI capacity: this caller has too many OT-PSI runs in progress; finish one or use dh-psi"
                     }
-                    _ => "the server is at its OT-PSI session limit; retry later or use dh-psi",
+                    Full::Ot | Full::OtBudget(_) => {
+                        "OT-PSI capacity: every OT-PSI slot is taken; retry later or use dh-psi"
+                    }
                 },
             );
             e.retry_after = Some(5);
@@ -556,7 +580,8 @@ fn session(state: &AppState, id: &str, client: &str) -> Result<Arc<Mutex<Session
 }
 
 /// A request to a session the server ended: after its final response, a step that failed
-/// for good, or (OT-PSI, CM20-PSI) a run left idle for `ot_idle_timeout`.
+/// for good, no successful step for `session_idle_timeout` (an OT-PSI or CM20-PSI run:
+/// `ot_idle_timeout`; its hello: `ot_hello_timeout`), or evicted at the session cap.
 fn ended() -> ApiError {
     wrong_phase("the session is complete or was ended by the server; create a new one")
 }
@@ -613,18 +638,17 @@ struct Active(Arc<Mutex<Session>>);
 
 impl Active {
     fn start(session: &Arc<Mutex<Session>>) -> Active {
-        let mut g = lock(session);
-        g.in_flight += 1;
-        g.last_active = Instant::now();
+        lock(session).in_flight += 1;
         Active(session.clone())
     }
 }
 
+/// Only a successful step ([`transition`]) restarts a session's idle period: a refused
+/// request does not keep it alive.
 impl Drop for Active {
     fn drop(&mut self) {
         let mut g = lock(&self.0);
         g.in_flight = g.in_flight.saturating_sub(1);
-        g.last_active = Instant::now();
     }
 }
 
@@ -704,6 +728,9 @@ async fn transition_in(
             let mut g = lock(&session);
             let done = matches!(next, Phase::Done).then(|| g.id.clone());
             g.phase = next;
+            if result.is_ok() {
+                g.stepped_now();
+            }
             done
         };
         // Complete (or failed for good): the server ends the session now (the session's
@@ -1146,6 +1173,7 @@ mod tests {
             .sessions
             .insert(
                 id.clone(),
+                "caller".into(),
                 Session {
                     id: id.clone(),
                     protocol: Protocol::Dh,
@@ -1156,7 +1184,9 @@ mod tests {
                     labels: false,
                     phase: Phase::DhAwaitingQuery,
                     in_flight: 0,
+                    created: Instant::now(),
                     last_active: Instant::now(),
+                    stepped: false,
                 },
             )
             .unwrap();

@@ -48,10 +48,32 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// Largest client set per session (default 10,000; also sizes the encoded set's `L`).
     pub max_client_items: usize,
-    /// Most live sessions at once (default 1,024).
+    /// Most live sessions at once (default 16,384: a session waiting for its query holds a
+    /// few hundred bytes, so the default table is a few MB; OT-PSI runs have their own
+    /// cap, `max_ot_sessions`). At the cap the oldest idle session of the address block
+    /// holding the most sessions is ended to make room for the new one
+    /// (docs/adr/0034-session-table-limits.md).
     pub max_sessions: usize,
     /// Most live sessions of one caller, token or IP (default 16).
     pub max_sessions_per_client: usize,
+    /// Most live sessions of one address block, `ipv4_block_prefix` or
+    /// `ipv6_block_prefix` (default 256): many addresses of one network count together.
+    /// A token caller is its own block.
+    pub max_sessions_per_block: usize,
+    /// Prefix length of the IPv4 address block for `max_sessions_per_block` (default 24;
+    /// never narrower than `ipv4_prefix`).
+    pub ipv4_block_prefix: u8,
+    /// Prefix length of the IPv6 address block for `max_sessions_per_block` (default 48;
+    /// never narrower than `ipv6_prefix`).
+    pub ipv6_block_prefix: u8,
+    /// A session with no successful step for this long, and no request under way, is
+    /// ended whatever its phase (default 30 s): refused requests do not count, so a
+    /// session that makes no progress cannot hold its place in the table.
+    pub session_idle_timeout: Duration,
+    /// An OT-PSI or CM20-PSI session whose hello has not been answered this long after
+    /// its creation is ended and its OT slot freed (default 10 s; a request under way
+    /// does not extend it).
+    pub ot_hello_timeout: Duration,
     /// Most OT-PSI runs in progress (default 8): each holds state of about 90 bytes per
     /// registry entry until its run ends (outputs sent or failed), it is deleted or it
     /// expires.
@@ -92,9 +114,9 @@ pub struct Config {
     /// Concurrent OT-PSI rounds, a pool of their own so DH-PSI stays served while OT
     /// sessions are busy (default: half the cores, at least 1).
     pub ot_workers: usize,
-    /// An OT-PSI run with no request of its session in progress for this long is ended and
-    /// its OT slot freed (default 30 s): a caller that opens OT sessions and stalls cannot
-    /// hold the OT slots until the sessions expire.
+    /// An OT-PSI run with no successful round for this long, and no request of its
+    /// session in progress, is ended and its OT slot freed (default 30 s): a caller that
+    /// opens OT sessions and stalls cannot hold the OT slots until the sessions expire.
     pub ot_idle_timeout: Duration,
     /// Threads for building the encoded set at start (default: cores).
     pub build_threads: usize,
@@ -146,8 +168,13 @@ impl Default for Config {
             db_path: PathBuf::from("psi-registry.sqlite"),
             max_body_bytes: 8 << 20,
             max_client_items: 10_000,
-            max_sessions: 1024,
+            max_sessions: 16_384,
             max_sessions_per_client: 16,
+            max_sessions_per_block: 256,
+            ipv4_block_prefix: 24,
+            ipv6_block_prefix: 48,
+            session_idle_timeout: Duration::from_secs(30),
+            ot_hello_timeout: Duration::from_secs(10),
             max_ot_sessions: 8,
             max_ot_sessions_per_client: 2,
             ot_sessions_per_hour: 30,
@@ -246,6 +273,9 @@ impl AppState {
                 sessions::SessionLimits {
                     total: config.max_sessions,
                     per_client: config.max_sessions_per_client,
+                    per_block: config.max_sessions_per_block,
+                    idle: config.session_idle_timeout,
+                    hello: config.ot_hello_timeout,
                     ot: config.max_ot_sessions,
                     ot_per_client: config.max_ot_sessions_per_client,
                     ot_per_hour: config.ot_sessions_per_hour,
@@ -489,18 +519,25 @@ pub async fn serve(
     background.push({
         let state = state.clone();
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(accounts::SAVE_EVERY);
+            // Sessions are swept often enough to keep their idle and hello periods;
+            // budgets are saved every `SAVE_EVERY`.
+            let mut tick = tokio::time::interval(state.sessions.sweep_every(accounts::SAVE_EVERY));
+            let mut saved: Option<Instant> = None;
             loop {
                 tick.tick().await;
                 let removed = state.sessions.sweep();
+                if removed > 0 {
+                    tracing::debug!(removed, "expired sessions removed");
+                }
+                if saved.is_some_and(|t| t.elapsed() < accounts::SAVE_EVERY) {
+                    continue;
+                }
+                saved = Some(Instant::now());
                 let st = state.clone();
                 let _ = tokio::task::spawn_blocking(move || st.accounts.save_budgets(&st.limiter))
                     .await;
                 state.limiter.sweep();
                 state.probe_limiter.sweep();
-                if removed > 0 {
-                    tracing::debug!(removed, "expired sessions removed");
-                }
             }
         })
     });

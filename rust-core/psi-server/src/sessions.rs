@@ -1,6 +1,12 @@
 //! Live sessions: id -> state, with expiry and caps on their number; OT-PSI admission
 //! (slots held only while a run is in progress, per-caller caps, a per-caller hourly
 //! budget of OT-PSI sessions). Design: `docs/adr/0015-ot-psi-admission-and-charging.md`.
+//!
+//! A session lives only while it makes progress: one with no successful step for
+//! `idle` (a round-based one: without a successful hello within `hello` of its creation)
+//! is ended by the sweep; sessions are capped per caller and per address block, and at
+//! the total cap the oldest idle session of the biggest block makes room for a new one
+//! (`docs/adr/0034-session-table-limits.md`).
 
 use crate::limits::RateLimiter;
 use psi_core::Protocol;
@@ -120,11 +126,30 @@ pub(crate) struct Session {
     pub labels: bool,
     pub phase: Phase,
     /// Requests of this session in progress (body upload included): counted by
-    /// `api::SessionCall`, so an OT run is never ended as idle while one is under way.
+    /// `api::SessionCall`, so a session is never ended as idle while one is under way
+    /// (each is bounded by `Config::request_timeout`).
     pub in_flight: u32,
-    /// When the last request of this session started or ended (or the session was
-    /// created).
+    /// When the session was created.
+    pub created: Instant,
+    /// When its last successful step ended (or it was created): refused requests (400,
+    /// 409, 415, ...) do not count, so they cannot keep a session alive.
     pub last_active: Instant,
+    /// Whether a step of the session has succeeded (for a round-based session: its
+    /// hello was answered).
+    pub stepped: bool,
+}
+
+impl Session {
+    /// Records a successful step: the session's idle period starts again.
+    pub(crate) fn stepped_now(&mut self) {
+        self.stepped = true;
+        self.last_active = Instant::now();
+    }
+
+    /// Whether the session may be ended as idle: no step running, no request under way.
+    fn idle(&self) -> bool {
+        self.in_flight == 0 && !matches!(self.phase, Phase::Busy)
+    }
 }
 
 pub(crate) enum Lookup {
@@ -140,6 +165,9 @@ struct Entry {
     expires: Instant,
     /// Copy of the session's caller key, for the per-caller cap.
     client: String,
+    /// The caller's address block (`ip:203.0.113.0/24`; a token caller: its key), for
+    /// the per-block cap and eviction at the total cap.
+    block: String,
     /// `None` once expired or ended (state freed, id kept as a tombstone).
     session: Option<Arc<Mutex<Session>>>,
     /// Ended by the server (complete), not expired.
@@ -159,10 +187,20 @@ pub(crate) struct Sessions {
 /// Caps on live sessions.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SessionLimits {
-    /// All sessions.
+    /// All sessions; at the cap, the oldest idle session of the biggest block is ended
+    /// to make room.
     pub total: usize,
     /// Sessions of one caller (token or IP): one caller cannot take every slot.
     pub per_client: usize,
+    /// Sessions of one address block (IPv4 /24, IPv6 /48 by default): many addresses of
+    /// one network cannot take every slot.
+    pub per_block: usize,
+    /// A session with no successful step for this long (and no request under way) is
+    /// ended by the sweep, whatever its phase.
+    pub idle: Duration,
+    /// A round-based session (OT-PSI, CM20-PSI) whose hello has not succeeded this long
+    /// after its creation is ended by the sweep, and its OT slot freed.
+    pub hello: Duration,
     /// OT-PSI runs in progress, each holding state proportional to the registry.
     pub ot: usize,
     /// OT-PSI runs in progress of one caller.
@@ -170,15 +208,19 @@ pub(crate) struct SessionLimits {
     /// OT-PSI sessions one caller may start per hour (token bucket; 0 = no limit): each
     /// costs the server O(registry size) work whatever its `n`.
     pub ot_per_hour: u64,
-    /// An OT-PSI run idle this long (no request in progress) is ended by the sweep.
+    /// An OT-PSI run idle this long (no successful round, no request in progress) is
+    /// ended by the sweep.
     pub ot_idle: Duration,
 }
 
 /// Why a session was not admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Full {
+    /// The total cap, and no session could be evicted (none idle).
     Total,
     Client,
+    /// The caller's address block holds `per_block` sessions.
+    Block,
     Ot,
     OtClient,
     /// The caller's hourly OT-PSI session budget is spent; seconds until one is back.
@@ -204,19 +246,43 @@ impl Sessions {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Inserts a session unless a cap is reached. An OT-PSI session also takes an OT slot
-    /// and one unit of its caller's hourly OT budget: the slot is returned, for the
-    /// caller to keep in the session's [`OtRun`] (or drop, to free it).
-    pub(crate) fn insert(&self, id: String, session: Session) -> Result<Option<OtSlot>, Full> {
+    /// How often the sweep must run for the idle and hello periods to be kept to within
+    /// a quarter of the shorter one (at most every `longest`, at least every 10 ms).
+    pub(crate) fn sweep_every(&self, longest: Duration) -> Duration {
+        let l = &self.limits;
+        (l.idle.min(l.hello).min(l.ot_idle) / 4).clamp(Duration::from_millis(10), longest)
+    }
+
+    /// Inserts a session of a caller of address block `block` unless a cap is reached;
+    /// at the total cap, first ends the oldest idle session of the block holding the most
+    /// sessions. An OT-PSI session also takes an OT slot and one unit of its caller's
+    /// hourly OT budget: the slot is returned, for the caller to keep in the session's
+    /// [`OtRun`] (or drop, to free it). An OT slot shortage refuses OT-PSI and CM20-PSI
+    /// sessions only.
+    pub(crate) fn insert(
+        &self,
+        id: String,
+        block: String,
+        session: Session,
+    ) -> Result<Option<OtSlot>, Full> {
         let now = Instant::now();
         let mut map = self.lock();
-        let live: Vec<&Entry> = map.values().filter(|e| e.expires > now).collect();
-        if live.len() >= self.limits.total {
-            return Err(Full::Total);
+        let (mut live, mut of_client, mut of_block) = (0, 0, 0);
+        for e in map.values().filter(|e| e.expires > now) {
+            live += 1;
+            of_client += usize::from(e.client == session.client);
+            of_block += usize::from(e.block == block);
         }
-        if live.iter().filter(|e| e.client == session.client).count() >= self.limits.per_client {
+        if of_client >= self.limits.per_client {
             return Err(Full::Client);
         }
+        // A block always has room for one caller's sessions.
+        if of_block >= self.limits.per_block.max(self.limits.per_client) {
+            return Err(Full::Block);
+        }
+        // OT admission (caps and budget) before any eviction: a refused OT session ends
+        // nobody's session. The OT lock is released before evicting (an evicted OT run
+        // frees its slot, which takes that lock).
         let slot = if session.protocol.runs_in_rounds() {
             let mut ot = lock_ot(&self.ot);
             if ot.running >= self.limits.ot {
@@ -238,11 +304,19 @@ impl Sessions {
         } else {
             None
         };
+        if live >= self.limits.total && !evict(&mut map, now, self.limits.idle / 4) {
+            if slot.is_some() {
+                drop(slot);
+                self.ot_budget.refund(&session.client, 1);
+            }
+            return Err(Full::Total);
+        }
         map.insert(
             id,
             Entry {
                 expires: crate::instant_after(self.ttl),
                 client: session.client.clone(),
+                block,
                 session: Some(Arc::new(Mutex::new(session))),
                 ended: false,
             },
@@ -306,8 +380,10 @@ impl Sessions {
     }
 
     /// Frees the state of expired sessions; forgets them after the tombstone period; ends
-    /// OT runs idle for `ot_idle` ([`Sessions::end`]: they stop counting against every
-    /// cap); forgets OT budgets that are full again.
+    /// ([`Sessions::end`]: they stop counting against every cap) sessions without a
+    /// successful step for `idle`, OT runs without one for `ot_idle`, and round-based
+    /// sessions whose hello has not succeeded within `hello`; forgets OT budgets that are
+    /// full again.
     pub(crate) fn sweep(&self) -> usize {
         let now = Instant::now();
         let mut map = self.lock();
@@ -322,16 +398,24 @@ impl Sessions {
         let live: Vec<Arc<Mutex<Session>>> =
             map.values().filter_map(|e| e.session.clone()).collect();
         drop(map);
-        // End OT runs nobody is driving: their state and OT slot go now, not at expiry, and
-        // the session stops counting against the session caps. A session whose lock is
-        // taken is being handled: skip it this time.
+        // End sessions nobody is driving: their state and OT slot go now, not at expiry,
+        // and they stop counting against the session caps. A session whose lock is taken
+        // is being handled: skip it this time.
+        let l = &self.limits;
         let mut idle = Vec::new();
         for s in live {
             let Ok(mut g) = s.try_lock() else { continue };
-            if matches!(g.phase, Phase::OtRunning(_))
-                && g.in_flight == 0
-                && now.saturating_duration_since(g.last_active) >= self.limits.ot_idle
-            {
+            if matches!(g.phase, Phase::Busy | Phase::Done) {
+                continue;
+            }
+            let quiet = now.saturating_duration_since(g.last_active);
+            // The hello deadline holds even while a request is under way: a hello is
+            // small, and a trickled upload must not hold an OT slot.
+            let no_hello = g.protocol.runs_in_rounds()
+                && !g.stepped
+                && now.saturating_duration_since(g.created) >= l.hello;
+            let run_idle = matches!(g.phase, Phase::OtRunning(_)) && quiet >= l.ot_idle;
+            if no_hello || (g.in_flight == 0 && (quiet >= l.idle || run_idle)) {
                 g.phase = Phase::Done;
                 idle.push(g.id.clone());
             }
@@ -342,6 +426,59 @@ impl Sessions {
         self.ot_budget.sweep();
         removed
     }
+}
+
+/// At the total cap: ends the idle session with the oldest last step in the block that
+/// holds the most live sessions (the next biggest block if none of its sessions is idle).
+/// Idle here: no request under way and no successful step (or creation) for `grace`, so
+/// a session in the middle of its run is not pushed out by a newcomer. False if no live
+/// session is idle. `map` is the locked table.
+fn evict(map: &mut HashMap<String, Entry>, now: Instant, grace: Duration) -> bool {
+    /// A block's live sessions, and its oldest idle one (last step, id).
+    type Block<'a> = (usize, Option<(Instant, &'a String)>);
+    // One pass over the table.
+    let mut blocks: HashMap<&str, Block> = HashMap::new();
+    for (id, e) in map.iter() {
+        let Some(s) = &e.session else { continue };
+        if e.expires <= now {
+            continue;
+        }
+        let (count, oldest) = blocks.entry(e.block.as_str()).or_default();
+        *count += 1;
+        let Ok(g) = s.try_lock() else { continue };
+        if g.idle()
+            && now.saturating_duration_since(g.last_active) >= grace
+            && oldest.is_none_or(|(t, _)| g.last_active < t)
+        {
+            *oldest = Some((g.last_active, id));
+        }
+    }
+    let Some(id) = blocks
+        .into_iter()
+        .filter_map(|(block, (count, oldest))| oldest.map(|(_, id)| (count, block, id)))
+        .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(a.1)))
+        .map(|(.., id)| id.clone())
+    else {
+        return false;
+    };
+    let Some(e) = map.get_mut(&id) else {
+        return false;
+    };
+    let Some(s) = e.session.take() else {
+        return false;
+    };
+    // The session's state (and OT slot) goes now; a request that already holds the
+    // session finds it done. Taken meanwhile: left as it is, and nobody is evicted.
+    let Ok(mut g) = s.try_lock() else {
+        e.session = Some(s.clone());
+        return false;
+    };
+    g.phase = Phase::Done;
+    drop(g);
+    e.ended = true;
+    e.expires = now;
+    tracing::info!(session = %id, "session evicted at the session cap");
+    true
 }
 
 pub(crate) fn lock(s: &Mutex<Session>) -> std::sync::MutexGuard<'_, Session> {
@@ -361,6 +498,9 @@ mod tests {
             SessionLimits {
                 total: 100,
                 per_client: 100,
+                per_block: 100,
+                idle: Duration::from_secs(30),
+                hello: Duration::from_secs(10),
                 ot: 100,
                 ot_per_client: 100,
                 ot_per_hour: 3_600_000_000,
@@ -373,6 +513,7 @@ mod tests {
             let slot = sessions
                 .insert(
                     id.clone(),
+                    format!("caller{i}"),
                     Session {
                         id: id.clone(),
                         protocol: Protocol::Ot,
@@ -383,7 +524,9 @@ mod tests {
                         labels: true,
                         phase: Phase::Busy,
                         in_flight: 0,
+                        created: Instant::now(),
                         last_active: Instant::now(),
+                        stepped: false,
                     },
                 )
                 .unwrap();

@@ -255,6 +255,9 @@ fn rate_limit_auth_and_session_cap() {
     let mut config = config("limits");
     config.items_per_hour = 500;
     config.max_sessions = 3;
+    // Long: no session is idle long enough to be evicted at the cap while the client
+    // below retries (ADR 0034), so the cap's typed error reaches it.
+    config.session_idle_timeout = std::time::Duration::from_secs(600);
     config.tokens = vec!["s3cret".into(), "other".into()];
     fill(&config, 100, |_| true);
     let server = start(config);
@@ -482,7 +485,13 @@ fn label_query_and_fetch_are_capped_at_the_sessions_label_slots() {
     assert_eq!(r.body.len(), 17 + 32 * slots);
     let lf = format!("/v1/sessions/{id}/labels/fetch");
     let ids = |k: u32| -> Vec<u8> { (0..k).flat_map(|b| b.to_be_bytes()).collect() };
-    too_many(send(&t, Method::Post, &lf, &[BIN], &ids(buckets as u32 + 1)));
+    too_many(send(
+        &t,
+        Method::Post,
+        &lf,
+        &[BIN],
+        &ids(buckets as u32 + 1),
+    ));
     // Repeats count once: 64 distinct ids in 65 is within the cap.
     let mut repeat = ids(buckets as u32);
     repeat.extend_from_slice(&0u32.to_be_bytes());
