@@ -49,8 +49,8 @@ pub use config::{DiscoveryConfig, default_discovery_config};
 pub use error::{PsiError, ServerErrorCode};
 pub use protocol::Protocol;
 pub use report::{
-    ContactMatch, ContactReport, Phase, PhaseTime, ProgressEvent, RejectReason, RejectedContact,
-    RunStats, ServerHealth,
+    ContactMatch, ContactReport, LabelStatus, Phase, PhaseTime, ProgressEvent, RejectReason,
+    RejectedContact, RunStats, ServerHealth,
 };
 pub use transport::{
     HttpHeader, HttpMethod, HttpRequest, HttpResponse, HttpTransport, TransportError,

@@ -223,6 +223,32 @@ pub struct RunStats {
     pub total_micros: u64,
 }
 
+/// What became of the labels of a run's matches (docs/protocol/labels.md §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, uniffi::Enum)]
+pub enum LabelStatus {
+    /// Labels were not asked for: no match has one.
+    Off,
+    /// The label step had a slot for every match: a match without a label has none in
+    /// the registry.
+    Complete,
+    /// Some matches (`labels_skipped`) did not fit the label step's fixed size.
+    Capped,
+    /// The label step failed after the matching (`label_error` says why): no labels.
+    Failed,
+}
+
+impl From<psi_client::LabelStatus> for LabelStatus {
+    fn from(s: psi_client::LabelStatus) -> Self {
+        match s {
+            psi_client::LabelStatus::Off => LabelStatus::Off,
+            psi_client::LabelStatus::Complete => LabelStatus::Complete,
+            psi_client::LabelStatus::Capped => LabelStatus::Capped,
+            // Failed, and any status added later: the labels are not all there.
+            _ => LabelStatus::Failed,
+        }
+    }
+}
+
 /// The result of [`crate::DiscoveryClient::match_contacts`].
 #[derive(Debug, Clone, PartialEq, uniffi::Record)]
 pub struct ContactReport {
@@ -245,6 +271,11 @@ pub struct ContactReport {
     /// too small for them (docs/protocol/labels.md); 0 when labels are off or the step
     /// failed (then `label_error` says why).
     pub labels_skipped: u64,
+    /// Matches without a label, whatever the reason (`label_status` says which applies).
+    pub labels_missing: u64,
+    /// What became of the labels: off, complete (a match without a label has none in the
+    /// registry), capped (`labels_skipped` did not fit) or failed (`label_error`).
+    pub label_status: LabelStatus,
     /// The registry's version that answered the run: the ETag of the session's encoded set
     /// (it changes with every import and key rotation; compare it with an earlier run's to
     /// know whether the registry changed). Empty if the server named none.
@@ -314,6 +345,8 @@ impl ContactReport {
             },
             label_error: run.label_error,
             labels_skipped: run.labels_skipped as u64,
+            labels_missing: run.labels_missing as u64,
+            label_status: run.label_status.into(),
             registry_etag: run.registry_etag,
         })
     }

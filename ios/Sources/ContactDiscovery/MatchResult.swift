@@ -19,7 +19,14 @@ public struct MatchResult<C: Sendable>: Sendable {
     public let labelError: String?
     /// Matches that came back without their label because the label step's fixed size is too
     /// small for them (docs/protocol/labels.md); 0 when labels are off or the step failed.
+    /// The label step has a slot for every contact, so this is 0 with today's servers.
     public let labelsSkipped: Int
+    /// Matches without a label, whatever the reason: ``labelStatus`` says which applies.
+    public let labelsMissing: Int
+    /// What became of the labels: `.off` (not asked for), `.complete` (a match without a
+    /// label has none in the registry), `.capped` (``labelsSkipped`` did not fit) or
+    /// `.failed` (``labelError`` says why; the matches are still right).
+    public let labelStatus: LabelStatus
     /// The registry's version that answered: the ETag of its encoded set. It changes with
     /// every import and key rotation: compare it with an earlier run's to tell whether the
     /// registry changed. Empty if the server named none.
@@ -95,6 +102,8 @@ extension MatchResult {
         stats = report.stats
         labelError = report.labelError
         labelsSkipped = Int(clamping: report.labelsSkipped)
+        labelsMissing = Int(clamping: report.labelsMissing)
+        labelStatus = report.labelStatus
         registryETag = report.registryEtag
     }
 }

@@ -23,6 +23,10 @@ public typealias ProgressEvent = PsiFFI.ProgressEvent
 /// wait in milliseconds.
 public typealias RetryEvent = PsiFFI.RetryEvent
 
+/// What became of a run's labels: `.off`, `.complete` (a match without a label has none in
+/// the registry), `.capped` (some matches did not fit the label step) or `.failed`.
+public typealias LabelStatus = PsiFFI.LabelStatus
+
 /// Why a contact could not be matched (empty, too long, not an email or phone number...).
 public typealias RejectReason = PsiFFI.RejectReason
 

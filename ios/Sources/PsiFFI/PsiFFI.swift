@@ -1952,6 +1952,15 @@ public struct ContactReport: Equatable, Hashable {
      */
     public var labelsSkipped: UInt64
     /**
+     * Matches without a label, whatever the reason (`label_status` says which applies).
+     */
+    public var labelsMissing: UInt64
+    /**
+     * What became of the labels: off, complete (a match without a label has none in the
+     * registry), capped (`labels_skipped` did not fit) or failed (`label_error`).
+     */
+    public var labelStatus: LabelStatus
+    /**
      * The registry's version that answered the run: the ETag of the session's encoded set
      * (it changes with every import and key rotation; compare it with an earlier run's to
      * know whether the registry changed). Empty if the server named none.
@@ -1989,6 +1998,13 @@ public struct ContactReport: Equatable, Hashable {
          * failed (then `label_error` says why).
          */labelsSkipped: UInt64, 
         /**
+         * Matches without a label, whatever the reason (`label_status` says which applies).
+         */labelsMissing: UInt64, 
+        /**
+         * What became of the labels: off, complete (a match without a label has none in the
+         * registry), capped (`labels_skipped` did not fit) or failed (`label_error`).
+         */labelStatus: LabelStatus, 
+        /**
          * The registry's version that answered the run: the ETag of the session's encoded set
          * (it changes with every import and key rotation; compare it with an earlier run's to
          * know whether the registry changed). Empty if the server named none.
@@ -2001,6 +2017,8 @@ public struct ContactReport: Equatable, Hashable {
         self.stats = stats
         self.labelError = labelError
         self.labelsSkipped = labelsSkipped
+        self.labelsMissing = labelsMissing
+        self.labelStatus = labelStatus
         self.registryEtag = registryEtag
     }
 
@@ -2028,6 +2046,8 @@ public struct FfiConverterTypeContactReport: FfiConverterRustBuffer {
                 stats: FfiConverterTypeRunStats.read(from: &buf), 
                 labelError: FfiConverterOptionString.read(from: &buf), 
                 labelsSkipped: FfiConverterUInt64.read(from: &buf), 
+                labelsMissing: FfiConverterUInt64.read(from: &buf), 
+                labelStatus: FfiConverterTypeLabelStatus.read(from: &buf), 
                 registryEtag: FfiConverterString.read(from: &buf)
         )
     }
@@ -2041,6 +2061,8 @@ public struct FfiConverterTypeContactReport: FfiConverterRustBuffer {
         FfiConverterTypeRunStats.write(value.stats, into: &buf)
         FfiConverterOptionString.write(value.labelError, into: &buf)
         FfiConverterUInt64.write(value.labelsSkipped, into: &buf)
+        FfiConverterUInt64.write(value.labelsMissing, into: &buf)
+        FfiConverterTypeLabelStatus.write(value.labelStatus, into: &buf)
         FfiConverterString.write(value.registryEtag, into: &buf)
     }
 }
@@ -3896,6 +3918,102 @@ public func FfiConverterTypeInputSource_lower(_ value: InputSource) -> RustBuffe
 
 
 /**
+ * What became of the labels of a run's matches (docs/protocol/labels.md §6).
+ */
+
+public enum LabelStatus: Equatable, Hashable {
+    
+    /**
+     * Labels were not asked for: no match has one.
+     */
+    case off
+    /**
+     * The label step had a slot for every match: a match without a label has none in
+     * the registry.
+     */
+    case complete
+    /**
+     * Some matches (`labels_skipped`) did not fit the label step's fixed size.
+     */
+    case capped
+    /**
+     * The label step failed after the matching (`label_error` says why): no labels.
+     */
+    case failed
+
+
+
+
+
+}
+
+#if compiler(>=6)
+extension LabelStatus: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeLabelStatus: FfiConverterRustBuffer {
+    typealias SwiftType = LabelStatus
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> LabelStatus {
+        let variant: Int32 = try readInt(&buf)
+        switch variant {
+        
+        case 1: return .off
+        
+        case 2: return .complete
+        
+        case 3: return .capped
+        
+        case 4: return .failed
+        
+        default: throw UniffiInternalError.unexpectedEnumCase
+        }
+    }
+
+    public static func write(_ value: LabelStatus, into buf: inout [UInt8]) {
+        switch value {
+        
+        
+        case .off:
+            writeInt(&buf, Int32(1))
+        
+        
+        case .complete:
+            writeInt(&buf, Int32(2))
+        
+        
+        case .capped:
+            writeInt(&buf, Int32(3))
+        
+        
+        case .failed:
+            writeInt(&buf, Int32(4))
+        
+        }
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeLabelStatus_lift(_ buf: RustBuffer) throws -> LabelStatus {
+    return try FfiConverterTypeLabelStatus.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeLabelStatus_lower(_ value: LabelStatus) -> RustBuffer {
+    return FfiConverterTypeLabelStatus.lower(value)
+}
+
+
+
+/**
  * A phase of a run (psi-core's `Phase`), for progress and timings.
  */
 
@@ -5127,6 +5245,30 @@ fileprivate struct FfiConverterOptionTypeLinkHints: FfiConverterRustBuffer {
 #if swift(>=5.8)
 @_documentation(visibility: private)
 #endif
+fileprivate struct FfiConverterOptionTypeRetryEvent: FfiConverterRustBuffer {
+    typealias SwiftType = RetryEvent?
+
+    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
+        guard let value = value else {
+            writeInt(&buf, Int8(0))
+            return
+        }
+        writeInt(&buf, Int8(1))
+        FfiConverterTypeRetryEvent.write(value, into: &buf)
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
+        switch try readInt(&buf) as Int8 {
+        case 0: return nil
+        case 1: return try FfiConverterTypeRetryEvent.read(from: &buf)
+        default: throw UniffiInternalError.unexpectedOptionalTag
+        }
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
 fileprivate struct FfiConverterOptionTypeProtocolChoice: FfiConverterRustBuffer {
     typealias SwiftType = ProtocolChoice?
 
@@ -5143,6 +5285,30 @@ fileprivate struct FfiConverterOptionTypeProtocolChoice: FfiConverterRustBuffer 
         switch try readInt(&buf) as Int8 {
         case 0: return nil
         case 1: return try FfiConverterTypeProtocolChoice.read(from: &buf)
+        default: throw UniffiInternalError.unexpectedOptionalTag
+        }
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterOptionTypeServerErrorCode: FfiConverterRustBuffer {
+    typealias SwiftType = ServerErrorCode?
+
+    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
+        guard let value = value else {
+            writeInt(&buf, Int8(0))
+            return
+        }
+        writeInt(&buf, Int8(1))
+        FfiConverterTypeServerErrorCode.write(value, into: &buf)
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
+        switch try readInt(&buf) as Int8 {
+        case 0: return nil
+        case 1: return try FfiConverterTypeServerErrorCode.read(from: &buf)
         default: throw UniffiInternalError.unexpectedOptionalTag
         }
     }
@@ -5251,30 +5417,6 @@ fileprivate struct FfiConverterSequenceTypePhaseTime: FfiConverterRustBuffer {
 #if swift(>=5.8)
 @_documentation(visibility: private)
 #endif
-fileprivate struct FfiConverterOptionTypeRetryEvent: FfiConverterRustBuffer {
-    typealias SwiftType = RetryEvent?
-
-    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
-        guard let value = value else {
-            writeInt(&buf, Int8(0))
-            return
-        }
-        writeInt(&buf, Int8(1))
-        FfiConverterTypeRetryEvent.write(value, into: &buf)
-    }
-
-    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
-        switch try readInt(&buf) as Int8 {
-        case 0: return nil
-        case 1: return try FfiConverterTypeRetryEvent.read(from: &buf)
-        default: throw UniffiInternalError.unexpectedOptionalTag
-        }
-    }
-}
-
-#if swift(>=5.8)
-@_documentation(visibility: private)
-#endif
 fileprivate struct FfiConverterSequenceTypePrediction: FfiConverterRustBuffer {
     typealias SwiftType = [Prediction]
 
@@ -5294,30 +5436,6 @@ fileprivate struct FfiConverterSequenceTypePrediction: FfiConverterRustBuffer {
             seq.append(try FfiConverterTypePrediction.read(from: &buf))
         }
         return seq
-    }
-}
-
-#if swift(>=5.8)
-@_documentation(visibility: private)
-#endif
-fileprivate struct FfiConverterOptionTypeServerErrorCode: FfiConverterRustBuffer {
-    typealias SwiftType = ServerErrorCode?
-
-    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
-        guard let value = value else {
-            writeInt(&buf, Int8(0))
-            return
-        }
-        writeInt(&buf, Int8(1))
-        FfiConverterTypeServerErrorCode.write(value, into: &buf)
-    }
-
-    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
-        switch try readInt(&buf) as Int8 {
-        case 0: return nil
-        case 1: return try FfiConverterTypeServerErrorCode.read(from: &buf)
-        default: throw UniffiInternalError.unexpectedOptionalTag
-        }
     }
 }
 

@@ -62,6 +62,9 @@ final class ContactDiscoveryTests: XCTestCase {
         for m in result.matches { XCTAssertEqual(m.contact, TestData.contacts[m.index], file: file, line: line) }
         XCTAssertEqual(Set(result.rejected.map(\.index)), TestData.invalid, file: file, line: line)
         XCTAssertNil(result.labelError, file: file, line: line)
+        XCTAssertEqual(result.labelStatus, .complete, file: file, line: line)
+        XCTAssertEqual(result.labelsMissing, 0, file: file, line: line)
+        XCTAssertEqual(result.labelsSkipped, 0, file: file, line: line)
         XCTAssertEqual(result.stats.clientItems, 115, file: file, line: line)
         XCTAssertEqual(result.stats.serverItems, UInt64(TestData.registry.count), file: file, line: line)
         XCTAssertGreaterThan(result.stats.bytesSent, 0, file: file, line: line)
@@ -191,6 +194,27 @@ final class ContactDiscoveryTests: XCTestCase {
         XCTAssertEqual(second.stats.setBytesDownloaded, 0)
         XCTAssertLessThan(second.stats.bytesReceived, first.stats.bytesReceived)
         assertExpected(second, .dh)
+    }
+
+    /// An address book that is mostly registered: every match gets its label, with either
+    /// protocol (the label step used to fetch at most a quarter of the contacts' labels).
+    func testEveryMatchGetsItsLabelWhenMostContactsAreRegistered() async throws {
+        let contacts = (1...300).map { "user\($0)@example.com" } + (1...20).map { "nobody\($0)@example.org" }
+        for p in [ProtocolChoice.dh, .ot] {
+            let result = try await client().match(contacts, protocol: p)
+            XCTAssertEqual(result.matches.count, 300, "\(p)")
+            XCTAssertEqual(result.labelStatus, .complete, "\(p)")
+            XCTAssertEqual(result.labelsMissing, 0, "\(p)")
+            XCTAssertEqual(result.labelsSkipped, 0, "\(p)")
+            for m in result.matches {
+                XCTAssertEqual(m.label, "User \(m.index + 1)", "\(p)")
+            }
+        }
+        var off = config
+        off.fetchLabels = false
+        let plain = try await client(off).match(contacts, protocol: .dh)
+        XCTAssertEqual(plain.labelStatus, .off)
+        XCTAssertEqual(plain.labelsMissing, 300)
     }
 
     func testTwoRunsGoOnInParallelOnOneClient() async throws {

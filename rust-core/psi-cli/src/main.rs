@@ -10,6 +10,7 @@
 //! - `psi bench`: the benchmark table recorded in docs/benchmarks.md.
 
 mod bench;
+mod bench_labels;
 mod choice;
 mod demo;
 mod import;
@@ -160,6 +161,11 @@ enum Command {
         /// OTs alone, in one process), this many rounds, with medians.
         #[arg(long, value_name = "ROUNDS", conflicts_with_all = ["quick", "protocol"])]
         ot_fixed_cost: Option<usize>,
+        /// Only the label step: its bytes and what a fetched bucket hides, for sessions of
+        /// 1 to 10,000 contacts against 10^5 and 10^6 labelled entries (with `--quick`:
+        /// one small registry).
+        #[arg(long, conflicts_with_all = ["ot_fixed_cost", "protocol"])]
+        labels: bool,
         /// With `--ot-fixed-cost`: pin the client's thread to the first CPU this process may
         /// use and the server's to the second (Linux), so the two sides never share a core,
         /// as on two machines.
@@ -203,6 +209,11 @@ fn main() -> ExitCode {
             pin,
             ..
         } => bench::run_ot_fixed_cost(rounds, pin),
+        Command::Bench {
+            labels: true,
+            quick,
+            ..
+        } => bench_labels::run(quick),
         Command::Bench {
             quick,
             threads,

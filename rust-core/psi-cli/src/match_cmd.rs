@@ -28,9 +28,9 @@ pub struct MatchArgs {
     /// Default region for phone numbers without a country code.
     #[arg(long, default_value = "US")]
     region: String,
-    /// Protocol: auto (the one predicted best for this device, network and server:
-    /// docs/protocol-choice.md), dh (DH-PSI), ot (OT-PSI) or cm20 (CM20-PSI, on servers
-    /// started with --enable-cm20; auto does not consider it yet).
+    /// Protocol: auto (the one predicted best for this device, network and server among
+    /// the protocols the server offers: docs/protocol-choice.md), dh (DH-PSI), ot (OT-PSI)
+    /// or cm20 (CM20-PSI, on servers started with --enable-cm20).
     #[arg(long, default_value = "auto", value_parser = crate::choice::parse_arg)]
     protocol: crate::choice::ProtocolArg,
     /// With --protocol auto: fastest, or fewest-bytes (metered or constrained networks).
@@ -157,6 +157,10 @@ pub fn run(args: MatchArgs) -> Result<(), String> {
             "requests": s.requests,
             "encoded_set_from_cache": s.set_from_cache,
             "label_error": run.label_error,
+            "label_status": run.label_status.name(),
+            "labels_missing": run.labels_missing,
+            "labels_skipped": run.labels_skipped,
+            "registry_etag": run.registry_etag,
             "phases_ms": s.phases.iter().map(|(p, d)| (p.name().to_string(), serde_json::Value::from(d.as_secs_f64() * 1e3))).collect::<serde_json::Map<_, _>>(),
             "choice": run.choice.as_ref().map(crate::choice::to_json),
         });
@@ -195,6 +199,12 @@ pub fn run(args: MatchArgs) -> Result<(), String> {
     }
     if let Some(e) = &run.label_error {
         println!("  labels unavailable: {e}");
+    }
+    if run.labels_skipped > 0 {
+        println!(
+            "  {} matches got no label: the label step's fixed size left them out",
+            run.labels_skipped
+        );
     }
     if let Some(c) = &run.choice {
         crate::choice::print(c);

@@ -489,8 +489,15 @@ impl Client {
                 h.max_body_bytes = session.max_body_bytes;
             }
         });
+        let label_status = crate::report::LabelStatus::of(
+            self.config.fetch_labels,
+            label_error.as_deref(),
+            labels_skipped,
+        );
         Ok(MatchReport {
             choice: None,
+            labels_missing: matches.iter().filter(|m| m.label.is_none()).count(),
+            label_status,
             label_error,
             labels_skipped,
             matches,

@@ -756,10 +756,12 @@ mod tests {
 
     const BOTH: [psi_core::Protocol; 2] = [psi_core::Protocol::Dh, psi_core::Protocol::Ot];
 
-    /// Probe decisions on the reference machine (both sides) and the default prior.
+    /// Probe decisions on the reference machine (both sides) and the default prior, runs
+    /// without labels (with labels, OT-PSI's label query over every item makes DH-PSI the
+    /// clear choice for balanced sets: docs/adr/0033-a-label-for-every-match.md).
     fn worthwhile(n_c: u64, n_s: u64, link: Link, policy: Policy, factor: f64) -> bool {
         probe_worthwhile(
-            &Workload::new(n_c, n_s),
+            &Workload::new(n_c, n_s).with_labels(false),
             &reference(link),
             policy,
             &BOTH,
@@ -769,11 +771,19 @@ mod tests {
 
     #[test]
     fn close_choices_are_probed_and_clear_ones_are_not() {
-        // 4,096 against 4,096: DH-PSI and OT-PSI within 2% on the default link; a link 4x
-        // faster or slower flips the choice by far more than the probe's three requests.
-        assert!(worthwhile(4096, 4096, DEFAULT_LINK, Policy::Fastest, 4.0));
+        // 2,048 against 8,192: DH-PSI and OT-PSI within 4% on the default link; a link 4x
+        // faster or slower flips the choice by more than the probe's three requests.
+        assert!(worthwhile(2048, 8192, DEFAULT_LINK, Policy::Fastest, 4.0));
         // The same workload with hints (a factor of 2): no link that close changes enough.
-        assert!(!worthwhile(4096, 4096, DEFAULT_LINK, Policy::Fastest, 2.0));
+        assert!(!worthwhile(2048, 8192, DEFAULT_LINK, Policy::Fastest, 2.0));
+        // With labels, DH-PSI wins clearly: no probe.
+        assert!(!probe_worthwhile(
+            &Workload::new(4096, 4096),
+            &reference(DEFAULT_LINK),
+            Policy::Fastest,
+            &BOTH,
+            4.0
+        ));
         // 1,000 against 10^5: DH-PSI by about 2x under any link within 4x.
         assert!(!worthwhile(
             1000,

@@ -106,11 +106,58 @@ pub struct MatchReport {
     /// Matches whose label was not fetched because the label step's fixed size is too
     /// small for them (more matches than the session's label slots, or their buckets
     /// more than its fetch names: docs/protocol/labels.md §6); their `label` is `None`.
-    /// 0 when labels are off or the step failed.
+    /// 0 when labels are off or the step failed. The reference label step has a slot for
+    /// every item, so this is 0 unless a future layout caps it.
     pub labels_skipped: usize,
+    /// Matches whose `label` is `None`, whatever the reason ([`MatchReport::label_status`]
+    /// says which applies).
+    pub labels_missing: usize,
+    /// What became of the labels: off, complete, capped or failed.
+    pub label_status: LabelStatus,
     /// The automatic choice that picked `protocol` (its inputs and every protocol's
     /// prediction); `None` when the protocol was fixed.
     pub choice: Option<crate::measure::ChoiceReport>,
+}
+
+/// What became of the labels of a run's matches: why a match may have `label: None`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LabelStatus {
+    /// Labels were not asked for ([`crate::ClientConfig::with_labels`] `false`): no match
+    /// has one.
+    Off,
+    /// The label step ran with a slot for every match: a match without a label has none
+    /// in the registry.
+    Complete,
+    /// The label step ran, but [`MatchReport::labels_skipped`] matches did not fit its
+    /// fixed size and got no label (the server does not learn it).
+    Capped,
+    /// The label step failed after the matching ([`MatchReport::label_error`] says why):
+    /// the matches are right, none has a label.
+    Failed,
+}
+
+impl LabelStatus {
+    /// The status of a run that asked for labels (`wanted`), whose label step failed with
+    /// `error` or left `skipped` matches out.
+    pub(crate) fn of(wanted: bool, error: Option<&str>, skipped: usize) -> LabelStatus {
+        match (wanted, error, skipped) {
+            (false, _, _) => LabelStatus::Off,
+            (true, Some(_), _) => LabelStatus::Failed,
+            (true, None, 0) => LabelStatus::Complete,
+            (true, None, _) => LabelStatus::Capped,
+        }
+    }
+
+    /// A stable lower-case name (`off`, `complete`, `capped`, `failed`) for logs and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            LabelStatus::Off => "off",
+            LabelStatus::Complete => "complete",
+            LabelStatus::Capped => "capped",
+            LabelStatus::Failed => "failed",
+        }
+    }
 }
 
 /// A progress event: the run entered `phase`. `round` counts the protocol's round

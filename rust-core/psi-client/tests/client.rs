@@ -531,11 +531,12 @@ fn label_traffic(seen: &[Request]) -> Vec<(String, usize)> {
 /// The label step sends the same requests with the same sizes whether nothing or
 /// everything matched (same `n`, same server layout): the server cannot count matches
 /// from it (docs/protocol/labels.md §6-§7). Both protocols, real server on loopback,
-/// with labels right for the run that matched.
+/// with every label right for the run where every item matched (a label slot per item:
+/// the step used to cover at most 64 or a quarter of the items).
 #[test]
 fn label_traffic_does_not_depend_on_the_matches() {
-    // 4,096 labeled entries at the default 32 per bucket: 2^7 buckets, more than the 20
-    // label slots of a 20-item run, so the fetch does not simply name every bucket.
+    // 4,096 labeled entries at the default 8 per bucket: 2^9 buckets, more than the 100
+    // buckets a 100-item run fetches, so the fetch does not simply name every bucket.
     let ids: Vec<String> = (0..4096).map(|i| format!("+1202{i:07}")).collect();
     let names: Vec<String> = (0..4096).map(|i| format!("user-{i}")).collect();
     let entries: Vec<(&str, Option<&str>)> = ids
@@ -544,7 +545,8 @@ fn label_traffic_does_not_depend_on_the_matches() {
         .map(|(i, l)| (i.as_str(), Some(l.as_str())))
         .collect();
     let srv = server(&entries, |_| {});
-    let n = 20;
+    let n = 100;
+    assert_eq!(psi_core::labels::fetch_buckets(n, 9), n);
     let hits: Vec<Vec<u8>> = ids[..n].iter().map(|s| s.clone().into_bytes()).collect();
     let misses: Vec<Vec<u8>> = (0..n)
         .map(|i| format!("+1303{i:07}").into_bytes())
@@ -559,6 +561,8 @@ fn label_traffic_does_not_depend_on_the_matches() {
                 .unwrap();
             assert_eq!(r.label_error, None);
             assert_eq!(r.labels_skipped, 0);
+            assert_eq!(r.label_status, psi_client::LabelStatus::Complete);
+            assert_eq!(r.labels_missing, 0);
             if std::ptr::eq(items, &hits) {
                 assert_eq!(r.matches.len(), n);
                 for m in &r.matches {
@@ -589,7 +593,7 @@ fn label_traffic_does_not_depend_on_the_matches() {
     srv.shutdown().unwrap();
 }
 
-/// A session whose layout puts fewer than 16 registry entries in a bucket on average
+/// A session whose layout puts fewer than 4 registry entries in a bucket on average
 /// (here 1: `label_bucket_size` 1) is refused before anything is matched when labels are
 /// on, with a typed error; the session is deleted. With labels off the run works.
 #[test]
@@ -609,7 +613,7 @@ fn a_too_fine_label_layout_is_refused() {
             ClientError::Protocol(psi_core::Error::LabelLayoutTooFine {
                 registry_items: 512,
                 buckets: 512,
-                minimum: 16,
+                minimum: 4,
             })
         ),
         "{e}"

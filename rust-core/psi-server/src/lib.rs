@@ -127,8 +127,11 @@ pub struct Config {
     /// against the registry offline; docs/adr/0021-cm20-psi.md). Needs `enable_ot` too
     /// (CM20 runs share the OT slots, budget and workers).
     pub enable_cm20: bool,
-    /// Average label records per bucket a client fetches (default 32): more hides
-    /// better which entries matched, at more bytes.
+    /// Target average label records per bucket (default 8: buckets hold 8 to 16 on
+    /// average, so a client of 1,000 contacts fetches under 1 MB of labels from 10^6
+    /// labelled entries; docs/adr/0033-a-label-for-every-match.md). More hides each
+    /// fetched bucket among more entries, at proportionally more bytes per run; below 4
+    /// clients refuse the layout (`psi_core::labels::MIN_BUCKET_OCCUPANCY`).
     pub label_bucket_size: usize,
     /// Longest a request head may take from its first byte to its end, and a TLS
     /// handshake from accept to its end (default 20 s, Apache's `RequestReadTimeout`
@@ -193,7 +196,7 @@ impl Default for Config {
             build_threads: cores,
             enable_ot: true,
             enable_cm20: false,
-            label_bucket_size: 32,
+            label_bucket_size: 8,
             header_read_timeout: Duration::from_secs(20),
             idle_timeout: Duration::from_secs(30),
             max_connections: 512,
