@@ -294,7 +294,11 @@ mod tests {
             message: "reset".into(),
             timeout: false,
         });
-        assert_eq!(with_causes(&n), "network error: reset", "the cause is already in it");
+        assert_eq!(
+            with_causes(&n),
+            "network error: reset",
+            "the cause is already in it"
+        );
     }
 
     #[test]

@@ -21,8 +21,16 @@ fn label(i: usize) -> String {
 }
 
 pub fn run(quick: bool) -> Result<(), String> {
-    let registries: &[usize] = if quick { &[20_000] } else { &[100_000, 1_000_000] };
-    let sessions: &[usize] = if quick { &[1, 100, 1_000] } else { &[1, 100, 1_000, 10_000] };
+    let registries: &[usize] = if quick {
+        &[20_000]
+    } else {
+        &[100_000, 1_000_000]
+    };
+    let sessions: &[usize] = if quick {
+        &[1, 100, 1_000]
+    } else {
+        &[1, 100, 1_000, 10_000]
+    };
     let bucket_size = psi_server::Config::default().label_bucket_size;
     let mut rng = ChaCha20Rng::seed_from_u64(0x1abe1);
     println!(
@@ -77,7 +85,8 @@ pub fn run(quick: bool) -> Result<(), String> {
                 }
                 let dh = (request.len() + response.len()) as u64;
                 let slots = labels::label_slots(n) as u64;
-                let ot = dh + psi_core::dh::sizes::query(slots) + psi_core::dh::sizes::evaluation(slots);
+                let ot =
+                    dh + psi_core::dh::sizes::query(slots) + psi_core::dh::sizes::evaluation(slots);
                 let per_bucket = r as f64 / (1u64 << bits) as f64;
                 println!(
                     "| {r} | {n} | {matched} | {} | {k} | {per_bucket:.1} | {:.0} | {got} | {dh} | {ot} | {ms:.1} |",

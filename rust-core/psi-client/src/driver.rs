@@ -512,6 +512,22 @@ impl Client {
     }
 }
 
+/// The server's time from a `Server-Timing` header value (`psi;dur=12.5`, milliseconds),
+/// `None` if it has none or it is not a finite number; clamped to `[0, 10^6 s]`. A server's
+/// header is input like any other: `NaN` or `inf` must not reach `Duration`, which panics.
+fn server_timing(value: &str) -> Option<Duration> {
+    let ms = value
+        .split("dur=")
+        .nth(1)?
+        .split([',', ';'])
+        .next()?
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|ms| ms.is_finite())?;
+    Some(Duration::from_secs_f64(ms.clamp(0.0, 1e9) / 1e3))
+}
+
 /// First wait before a retry; it doubles with each attempt.
 const RETRY_BASE: Duration = Duration::from_millis(250);
 /// Longest wait of the backoff.
@@ -709,12 +725,7 @@ impl<'a> Run<'a> {
         self.stats.requests += 1;
         self.stats.bytes_sent += sent;
         self.stats.bytes_received += resp.body.len() as u64;
-        let server = resp
-            .header("server-timing")
-            .and_then(|v| v.split("dur=").nth(1))
-            .and_then(|v| v.split([',', ';']).next())
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .map(|ms| Duration::from_secs_f64(ms.clamp(0.0, 1e9) / 1e3));
+        let server = resp.header("server-timing").and_then(server_timing);
         if let Some(d) = server {
             self.stats.server_time += d;
         }
@@ -1150,6 +1161,32 @@ mod tests {
     }
 
     #[test]
+    fn server_timing_takes_finite_numbers_only() {
+        assert_eq!(
+            server_timing("psi;dur=12.5"),
+            Some(Duration::from_micros(12_500))
+        );
+        assert_eq!(server_timing("psi;dur=0, db;dur=3"), Some(Duration::ZERO));
+        assert_eq!(server_timing("psi;dur=-1"), Some(Duration::ZERO));
+        assert_eq!(
+            server_timing("psi;dur=1e300"),
+            Some(Duration::from_secs(1_000_000))
+        );
+        for bad in [
+            "psi;dur=NaN",
+            "psi;dur=nan",
+            "psi;dur=inf",
+            "psi;dur=-inf",
+            "psi;dur=",
+            "psi;dur=x",
+            "psi",
+            "",
+        ] {
+            assert_eq!(server_timing(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
     fn retry_waits_back_off_exponentially_with_jitter_and_a_cap() {
         let mid = |e: &ClientError, a| retry_wait(e, a, &mut || 0.5);
         let ms = |m| Some(Duration::from_millis(m));
@@ -1347,7 +1384,12 @@ mod tests {
         let (c, _) = flaky(&srv, &[(0, Fault::Busy), (2, Fault::CutShort)], 2);
         let mut events = Vec::new();
         let r = c
-            .match_items(items(), Protocol::Dh, &mut |p| events.push(p), &CancelToken::new())
+            .match_items(
+                items(),
+                Protocol::Dh,
+                &mut |p| events.push(p),
+                &CancelToken::new(),
+            )
             .unwrap();
         assert_eq!(r.matches.len(), 1);
         let retries: Vec<(usize, Retry)> = events
@@ -1383,12 +1425,12 @@ mod tests {
         );
         // The text names the attempt, the code and the wait; nothing of the items.
         let text = second.to_string();
-        assert!(text.starts_with("retry 2 of 2 after network error, waiting "), "{text}");
-        assert_eq!(first.cause.to_string(), "HTTP 503 (unknown)");
-        assert_eq!(
-            RetryCause::Network { timeout: true }.to_string(),
-            "timeout"
+        assert!(
+            text.starts_with("retry 2 of 2 after network error, waiting "),
+            "{text}"
         );
+        assert_eq!(first.cause.to_string(), "HTTP 503 (unknown)");
+        assert_eq!(RetryCause::Network { timeout: true }.to_string(), "timeout");
         // Every other event enters a phase.
         assert!(events.iter().filter(|p| p.retry.is_none()).count() > 2 * 5);
     }
@@ -1399,7 +1441,11 @@ mod tests {
         let srv = server();
         let (c, _) = flaky(
             &srv,
-            &[(0, Fault::Stall), (1, Fault::CutShort), (2, Fault::CutShort)],
+            &[
+                (0, Fault::Stall),
+                (1, Fault::CutShort),
+                (2, Fault::CutShort),
+            ],
             2,
         );
         let mut causes = Vec::new();
@@ -1418,8 +1464,13 @@ mod tests {
                 RetryCause::Network { timeout: false }
             ]
         );
-        assert!(matches!(e, ClientError::Network { timeout: false, .. }), "{e:?}");
-        let source = e.source().expect("a network error has its transport error as source");
+        assert!(
+            matches!(e, ClientError::Network { timeout: false, .. }),
+            "{e:?}"
+        );
+        let source = e
+            .source()
+            .expect("a network error has its transport error as source");
         let t = source
             .downcast_ref::<TransportError>()
             .expect("the source is the transport's error");

@@ -16,7 +16,10 @@ use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
 use serde_json::{Value, json};
 
-const VECTOR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/vectors/labels.json");
+const VECTOR: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../tests/vectors/labels.json"
+);
 const TRANSCRIPT: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../../tests/vectors/dh-psi-transcript.json"
@@ -105,7 +108,10 @@ fn build() -> Value {
         .iter()
         .map(|m| {
             let (item, output) = &clients[m.as_u64().unwrap() as usize];
-            let label = ENTRIES.iter().find(|(i, _)| i == item).and_then(|(_, l)| *l);
+            let label = ENTRIES
+                .iter()
+                .find(|(i, _)| i == item)
+                .and_then(|(_, l)| *l);
             json!({"item": item, "output": output, "label": label})
         })
         .collect();
@@ -132,7 +138,10 @@ fn labels_vector_matches_the_checked_in_file() {
         &std::fs::read_to_string(VECTOR).expect("labels.json missing: see the module docs"),
     )
     .unwrap();
-    assert_eq!(now, stored, "label vector changed: the label format or the OPRF drifted");
+    assert_eq!(
+        now, stored,
+        "label vector changed: the label format or the OPRF drifted"
+    );
 }
 
 /// The client outputs in the vector are the DH transcript's (the server's outputs of the
@@ -146,8 +155,14 @@ fn the_label_client_opens_the_vectors_response() {
     let mut want = Vec::new();
     for m in v["matches"].as_array().unwrap() {
         let entry = entries.iter().find(|e| e["item"] == m["item"]).unwrap();
-        assert_eq!(entry["output"], m["output"], "server and client outputs agree");
-        let o: [u8; 64] = hex::decode(m["output"].as_str().unwrap()).unwrap().try_into().unwrap();
+        assert_eq!(
+            entry["output"], m["output"],
+            "server and client outputs agree"
+        );
+        let o: [u8; 64] = hex::decode(m["output"].as_str().unwrap())
+            .unwrap()
+            .try_into()
+            .unwrap();
         outputs.push(o);
         want.push(m["label"].as_str().map(String::from));
     }
@@ -172,7 +187,10 @@ fn the_label_client_opens_the_vectors_response() {
             assert!(e["label"].is_null());
             continue;
         };
-        let o: [u8; 64] = hex::decode(e["output"].as_str().unwrap()).unwrap().try_into().unwrap();
+        let o: [u8; 64] = hex::decode(e["output"].as_str().unwrap())
+            .unwrap()
+            .try_into()
+            .unwrap();
         let bytes = hex::decode(record).unwrap();
         let recs = labels::parse_records(&bytes).unwrap();
         assert_eq!(recs.len(), 1);

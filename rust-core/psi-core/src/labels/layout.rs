@@ -34,7 +34,9 @@ pub fn fetch_buckets(client_items: usize, bucket_bits: u8) -> usize {
         return 0;
     }
     let buckets = 1usize << bucket_bits.min(super::MAX_BUCKET_BITS);
-    label_slots(client_items).max(MIN_FETCH_BUCKETS).min(buckets)
+    label_slots(client_items)
+        .max(MIN_FETCH_BUCKETS)
+        .min(buckets)
 }
 
 /// Checks the session's layout before a client asks for labels: `bucket_bits` at most
