@@ -302,6 +302,10 @@ pub struct ChoiceReport {
     /// Where each figure of the link came from: the RTT, the upstream rate and the
     /// downstream rate separately.
     pub link_sources: LinkSources,
+    /// The protocol the choice picked (`protocol`), when the server refused it for lack
+    /// of OT capacity and the run went on with DH-PSI (the report's `protocol`); `None`
+    /// otherwise.
+    pub fell_back_from: Option<Protocol>,
     /// This device's unit costs (calibrated once, then stored).
     pub device: UnitCosts,
     /// Where they came from.
@@ -349,6 +353,7 @@ impl ChoiceReport {
             link: r.link.into(),
             link_source: r.link_source.into(),
             link_sources: r.link_sources.into(),
+            fell_back_from: r.fell_back_from.and_then(Protocol::from_core),
             device: (&r.device).into(),
             device_source: r.device_source.into(),
             server: (&r.server).into(),

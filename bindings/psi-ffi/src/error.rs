@@ -145,7 +145,10 @@ impl From<ErrorCode> for ServerErrorCode {
             ErrorCode::UnsupportedMediaType => ServerErrorCode::UnsupportedMediaType,
             ErrorCode::RateLimited => ServerErrorCode::RateLimited,
             ErrorCode::Internal => ServerErrorCode::Internal,
-            ErrorCode::TooManySessions => ServerErrorCode::TooManySessions,
+            // OT capacity is a session limit to these bindings' callers (a new variant
+            // would break exhaustive matches in the Kotlin SDK); an automatic run has
+            // already fallen back to DH-PSI before it reaches them.
+            ErrorCode::TooManySessions | ErrorCode::OtCapacity => ServerErrorCode::TooManySessions,
             _ => ServerErrorCode::Unknown,
         }
     }
@@ -172,10 +175,12 @@ impl From<ClientError> for PsiError {
                 ErrorCode::MissingToken | ErrorCode::InvalidToken => {
                     PsiError::Unauthorized { reason: message }
                 }
-                ErrorCode::RateLimited | ErrorCode::TooManySessions => PsiError::RateLimited {
-                    reason: message,
-                    retry_after_secs: retry_after,
-                },
+                ErrorCode::RateLimited | ErrorCode::TooManySessions | ErrorCode::OtCapacity => {
+                    PsiError::RateLimited {
+                        reason: message,
+                        retry_after_secs: retry_after,
+                    }
+                }
                 ErrorCode::TooManyItems => PsiError::InvalidInput { reason: message },
                 code => PsiError::Server {
                     status,
@@ -230,6 +235,17 @@ mod tests {
             http(ErrorCode::TooManySessions, None),
             PsiError::RateLimited { .. }
         ));
+        assert!(matches!(
+            http(ErrorCode::OtCapacity, Some(5)),
+            PsiError::RateLimited {
+                retry_after_secs: Some(5),
+                ..
+            }
+        ));
+        assert_eq!(
+            ServerErrorCode::from(ErrorCode::OtCapacity),
+            ServerErrorCode::TooManySessions
+        );
         assert!(matches!(
             http(ErrorCode::TooManyItems, None),
             PsiError::InvalidInput { .. }

@@ -1555,6 +1555,12 @@ public struct ChoiceReport: Equatable, Hashable {
      */
     public var linkSources: LinkSources
     /**
+     * The protocol the choice picked (`protocol`), when the server refused it for lack
+     * of OT capacity and the run went on with DH-PSI (the report's `protocol`); `None`
+     * otherwise.
+     */
+    public var fellBackFrom: Protocol?
+    /**
      * This device's unit costs (calibrated once, then stored).
      */
     public var device: UnitCosts
@@ -1625,6 +1631,11 @@ public struct ChoiceReport: Equatable, Hashable {
          * downstream rate separately.
          */linkSources: LinkSources, 
         /**
+         * The protocol the choice picked (`protocol`), when the server refused it for lack
+         * of OT capacity and the run went on with DH-PSI (the report's `protocol`); `None`
+         * otherwise.
+         */fellBackFrom: Protocol?, 
+        /**
          * This device's unit costs (calibrated once, then stored).
          */device: UnitCosts, 
         /**
@@ -1659,6 +1670,7 @@ public struct ChoiceReport: Equatable, Hashable {
         self.link = link
         self.linkSource = linkSource
         self.linkSources = linkSources
+        self.fellBackFrom = fellBackFrom
         self.device = device
         self.deviceSource = deviceSource
         self.server = server
@@ -1695,6 +1707,7 @@ public struct FfiConverterTypeChoiceReport: FfiConverterRustBuffer {
                 link: FfiConverterTypeLinkEstimate.read(from: &buf), 
                 linkSource: FfiConverterTypeInputSource.read(from: &buf), 
                 linkSources: FfiConverterTypeLinkSources.read(from: &buf), 
+                fellBackFrom: FfiConverterOptionTypeProtocol.read(from: &buf), 
                 device: FfiConverterTypeUnitCosts.read(from: &buf), 
                 deviceSource: FfiConverterTypeInputSource.read(from: &buf), 
                 server: FfiConverterTypeUnitCosts.read(from: &buf), 
@@ -1717,6 +1730,7 @@ public struct FfiConverterTypeChoiceReport: FfiConverterRustBuffer {
         FfiConverterTypeLinkEstimate.write(value.link, into: &buf)
         FfiConverterTypeInputSource.write(value.linkSource, into: &buf)
         FfiConverterTypeLinkSources.write(value.linkSources, into: &buf)
+        FfiConverterOptionTypeProtocol.write(value.fellBackFrom, into: &buf)
         FfiConverterTypeUnitCosts.write(value.device, into: &buf)
         FfiConverterTypeInputSource.write(value.deviceSource, into: &buf)
         FfiConverterTypeUnitCosts.write(value.server, into: &buf)
@@ -5261,6 +5275,30 @@ fileprivate struct FfiConverterOptionTypeRetryEvent: FfiConverterRustBuffer {
         switch try readInt(&buf) as Int8 {
         case 0: return nil
         case 1: return try FfiConverterTypeRetryEvent.read(from: &buf)
+        default: throw UniffiInternalError.unexpectedOptionalTag
+        }
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterOptionTypeProtocol: FfiConverterRustBuffer {
+    typealias SwiftType = Protocol?
+
+    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
+        guard let value = value else {
+            writeInt(&buf, Int8(0))
+            return
+        }
+        writeInt(&buf, Int8(1))
+        FfiConverterTypeProtocol.write(value, into: &buf)
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
+        switch try readInt(&buf) as Int8 {
+        case 0: return nil
+        case 1: return try FfiConverterTypeProtocol.read(from: &buf)
         default: throw UniffiInternalError.unexpectedOptionalTag
         }
     }

@@ -57,6 +57,7 @@ pub fn to_json(r: &ChoiceReport) -> Value {
         "probe_requests": r.probe_requests,
         "probe_bytes": r.probe_bytes,
         "protocol": r.choice.protocol.api_name(),
+        "fell_back_from": r.fell_back_from.map(|p| p.api_name()),
         "inputs": {
             "client_items": w.client_items,
             "server_items": w.server_items,
@@ -135,5 +136,8 @@ pub fn print(r: &ChoiceReport) {
             p.server * 1e3,
             p.total() * 1e3
         );
+    }
+    if let Some(p) = r.fell_back_from {
+        println!("  the server had no capacity for {p}: the run fell back to DH-PSI");
     }
 }

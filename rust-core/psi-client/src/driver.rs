@@ -213,7 +213,7 @@ impl Client {
                 "an item is longer than 65,535 bytes".into(),
             ));
         }
-        let (protocol, mut report) = match choice {
+        let (mut protocol, mut report) = match choice {
             ProtocolChoice::Fixed(p) => (p, None),
             ProtocolChoice::Auto(policy) => {
                 let r = self.choose(set.len(), policy, cancel)?;
@@ -236,6 +236,21 @@ impl Client {
                 r
             });
             match result {
+                // The server has no OT capacity left for the protocol the automatic choice
+                // picked; DH-PSI is never refused for it (docs/api.md, "Errors"): run that
+                // at once, once, and say so in the choice report.
+                Err(ClientError::Http {
+                    code: ErrorCode::OtCapacity,
+                    ..
+                }) if matches!(choice, ProtocolChoice::Auto(_))
+                    && protocol != Protocol::Dh
+                    && report.as_ref().is_some_and(|r| r.fell_back_from.is_none()) =>
+                {
+                    if let Some(r) = report.as_mut() {
+                        r.fell_back_from = Some(protocol);
+                    }
+                    protocol = Protocol::Dh;
+                }
                 Err(e) if attempt < self.config.retries => {
                     let Some(wait) = retry_wait(&e, attempt, &mut self.jitter()) else {
                         return Err(e);
@@ -413,6 +428,7 @@ impl Client {
             .ok_or_else(|| ClientError::BadResponse("the server runs no known protocol".into()))?;
         Ok(ChoiceReport {
             choice,
+            fell_back_from: None,
             workload,
             link,
             link_source,

@@ -496,6 +496,11 @@ pub struct LinkSources {
 pub struct ChoiceReport {
     /// The choice and the predictions.
     pub choice: psi_core::cost::Choice,
+    /// The protocol the choice picked, when the server refused it for lack of OT capacity
+    /// (`503 ot_capacity`) and the run went on with DH-PSI instead; `None` otherwise.
+    /// `choice.protocol` stays the model's pick, [`crate::MatchReport::protocol`] is the
+    /// protocol that ran.
+    pub fell_back_from: Option<psi_core::Protocol>,
     /// The workload predicted.
     pub workload: psi_core::cost::Workload,
     /// The link assumed, and where it came from.

@@ -155,7 +155,9 @@ fn reference_client_with(
 }
 
 /// What `Client::choose` will decide about probing `n_c` items against `n_s` on the
-/// default prior (factor 4): the test's precondition, from the model itself.
+/// default prior (factor 4), for a run without labels: the test's precondition, from the
+/// model itself. (With labels, OT-PSI's label query over every item makes DH-PSI the
+/// clear choice: docs/adr/0033-a-label-for-every-match.md; the close cases run without.)
 fn close_on_the_default_prior(n_c: u64, n_s: u64) -> bool {
     let inputs = Inputs {
         link: psi_client::measure::DEFAULT_LINK,
@@ -163,7 +165,7 @@ fn close_on_the_default_prior(n_c: u64, n_s: u64) -> bool {
         server: UnitCosts::REFERENCE,
     };
     probe_worthwhile(
-        &Workload::new(n_c, n_s),
+        &Workload::new(n_c, n_s).with_labels(false),
         &inputs,
         Policy::Fastest,
         &[Protocol::Dh, Protocol::Ot],
@@ -173,16 +175,16 @@ fn close_on_the_default_prior(n_c: u64, n_s: u64) -> bool {
 
 #[test]
 fn an_unmeasured_network_is_probed_when_the_choice_is_close_and_not_again() {
-    let srv = server(4096, |_| {});
-    assert!(close_on_the_default_prior(4096, 4096));
+    let srv = server(8192, |_| {});
+    assert!(close_on_the_default_prior(2048, 8192));
     let t = Recording::new(false);
     // Hints that are not numbers are no hints: the default prior, the widest factor.
     let hints = LinkHints::new("new-net")
         .with_bandwidth(f64::NAN, -1.0)
         .with_rtt_ms(0.0);
-    let (client, store) = reference_client(&srv, t.clone(), hints);
+    let (client, store) = reference_client_with(&srv, t.clone(), hints, false);
     let mut set = items("s", 512);
-    set.extend(items("c", 4096 - 512));
+    set.extend(items("c", 2048 - 512));
     let r = client
         .match_items(
             set,
@@ -234,7 +236,7 @@ fn an_unmeasured_network_is_probed_when_the_choice_is_close_and_not_again() {
     // The next choice on this network has a measured rate: no probe.
     let before = t.probes().len();
     let again = client
-        .choose(4096, Policy::Fastest, &CancelToken::new())
+        .choose(2048, Policy::Fastest, &CancelToken::new())
         .unwrap();
     assert_eq!((again.probe_requests, again.probe_bytes), (0, 0));
     assert_eq!(again.link_source, Source::Measured);
@@ -294,9 +296,9 @@ fn session_requests(t: &Recording) -> (Vec<serde_json::Value>, bool) {
 #[test]
 fn an_older_server_gets_no_probe_and_no_labels_field_and_its_sessions_are_deleted() {
     let mut set = items("s", 100);
-    set.extend(items("c", 3996));
-    assert!(close_on_the_default_prior(4096, 4096));
-    let srv = server(4096, |_| {});
+    set.extend(items("c", 1948));
+    assert!(close_on_the_default_prior(2048, 8192));
+    let srv = server(8192, |_| {});
     // Automatic choice, labels off, on a close workload and an unmeasured network: a
     // newer server would be probed and told `"labels": false`. This one lists no
     // features: no probe request at all, the field left out, the session deleted.
@@ -373,14 +375,15 @@ fn an_older_server_gets_no_probe_and_no_labels_field_and_its_sessions_are_delete
 fn a_server_over_its_probe_budget_leaves_the_prior_and_is_not_probed_again_for_a_while() {
     // A server whose probe budget allows the RTT request (charged the per-request floor)
     // but not the 64 KiB download: 429 on the second request, the prior stays.
-    let srv = server(4096, |c| {
+    let srv = server(8192, |c| {
         c.probe_bytes_per_hour = 2 * psi_server::PROBE_REQUEST_FLOOR
     });
+    assert!(close_on_the_default_prior(2048, 8192));
     let t = Recording::new(false);
-    let (client, store) = reference_client(&srv, t.clone(), LinkHints::new("limited"));
+    let (client, store) = reference_client_with(&srv, t.clone(), LinkHints::new("limited"), false);
     let before = psi_client::measure::PROBE_PAUSE_BOUNDS_SECS.0;
     let c = client
-        .choose(4096, Policy::Fastest, &CancelToken::new())
+        .choose(2048, Policy::Fastest, &CancelToken::new())
         .unwrap();
     assert_eq!(c.probe_requests, 2);
     assert_eq!(c.link_source, Source::Default);
@@ -397,7 +400,7 @@ fn a_server_over_its_probe_budget_leaves_the_prior_and_is_not_probed_again_for_a
     // The next choices do not probe, however close.
     for _ in 0..3 {
         let c = client
-            .choose(4096, Policy::Fastest, &CancelToken::new())
+            .choose(2048, Policy::Fastest, &CancelToken::new())
             .unwrap();
         assert_eq!((c.probe_requests, c.probe_bytes), (0, 0));
     }
@@ -405,7 +408,7 @@ fn a_server_over_its_probe_budget_leaves_the_prior_and_is_not_probed_again_for_a
     // Once the pause is over, the server is probed again.
     store.update(|m| m.probe_paused_until.insert(srv.url(), now - 1));
     let c = client
-        .choose(4096, Policy::Fastest, &CancelToken::new())
+        .choose(2048, Policy::Fastest, &CancelToken::new())
         .unwrap();
     assert!(c.probe_requests >= 1);
     assert!(t.probes().len() > 2);
@@ -413,6 +416,69 @@ fn a_server_over_its_probe_budget_leaves_the_prior_and_is_not_probed_again_for_a
     // A cancelled choice is cancelled, not a fallback.
     let cancel = CancelToken::new();
     cancel.cancel();
-    let e = client.choose(4096, Policy::Fastest, &cancel).unwrap_err();
+    let e = client.choose(2048, Policy::Fastest, &cancel).unwrap_err();
     assert!(matches!(e, psi_client::ClientError::Cancelled), "{e:?}");
+}
+
+/// An automatic choice of OT-PSI that the server refuses for lack of OT capacity
+/// (`503 ot_capacity`: its only OT slot is held) runs DH-PSI at once, with no wait and no
+/// retry, and the choice report says so; a fixed OT-PSI gets the typed error instead.
+#[test]
+fn no_ot_capacity_falls_back_to_dh_psi_and_the_choice_report_says_so() {
+    let srv = server(4096, |c| c.max_ot_sessions = 1);
+    // Hold the only OT slot: a session that sends nothing (its hello is due in 10 s).
+    let held = HttpTransport::new()
+        .send(Request {
+            method: Method::Post,
+            url: format!("{}/v1/sessions", srv.url()),
+            headers: vec![("content-type".into(), "application/json".into())],
+            body: br#"{"protocol":"ot-psi","client_items":1}"#.to_vec(),
+            timeout: std::time::Duration::from_secs(10),
+            max_response_bytes: 1 << 16,
+            abandon_on_cancel: false,
+        })
+        .unwrap();
+    assert_eq!(held.status, 201);
+    let t = Recording::new(false);
+    let (client, _) = reference_client_with(&srv, t.clone(), LinkHints::new("n"), false);
+    // 4,096 against 4,096 without labels: OT-PSI by a clear margin, no probe.
+    assert!(!close_on_the_default_prior(4096, 4096));
+    let mut set = items("s", 100);
+    set.extend(items("c", 3996));
+    let r = client
+        .match_items(
+            set.clone(),
+            ProtocolChoice::default(),
+            &mut |_| {},
+            &CancelToken::new(),
+        )
+        .unwrap();
+    assert_eq!(r.protocol, Protocol::Dh);
+    assert_eq!(r.matches.len(), 100);
+    let c = r.choice.unwrap();
+    assert_eq!(c.choice.protocol, Protocol::Ot);
+    assert_eq!(c.fell_back_from, Some(Protocol::Ot));
+    let (bodies, _) = session_requests(&t);
+    let asked: Vec<&str> = bodies
+        .iter()
+        .map(|b| b["protocol"].as_str().unwrap())
+        .collect();
+    assert_eq!(asked, ["ot-psi", "dh-psi"]);
+    // A fixed protocol is the caller's: no fallback, the typed (retryable) error.
+    let fixed = reference_client_with(&srv, Recording::new(false), LinkHints::new("n"), false)
+        .0
+        .match_items(set, Protocol::Ot, &mut |_| {}, &CancelToken::new())
+        .map(|_| ())
+        .unwrap_err();
+    assert!(
+        matches!(
+            fixed,
+            psi_client::ClientError::Http {
+                status: 503,
+                code: psi_client::ErrorCode::OtCapacity,
+                ..
+            }
+        ),
+        "{fixed}"
+    );
 }

@@ -401,9 +401,11 @@ fn predictions_track_simulated_runs_and_auto_picks_the_faster_protocol() {
         "{decided} of {} cells decided",
         cells.len()
     );
-    // Both protocols win somewhere: the choice matters on these networks.
+    // These runs fetch labels, and OT-PSI's label query is an OPRF query over every item
+    // (docs/adr/0033-a-label-for-every-match.md): DH-PSI wins the cells. The choice
+    // between the two without labels, where each wins somewhere, is checked by
+    // `the_link_estimate_follows_the_simulated_link_and_drives_the_choice`.
     assert!(cells.iter().any(|c| c.chosen == Protocol::Dh));
-    assert!(cells.iter().any(|c| c.chosen == Protocol::Ot));
 }
 
 /// CM20-PSI cells: on a server that offers it, a forced CM20 run's requests and protocol
@@ -498,8 +500,10 @@ fn a_cm20_cell_matches_its_prediction_and_auto_weighs_three() {
         if let Some(h) = reference.servers.get_mut(&srv.url()) {
             h.costs = None;
         }
+        // The choice among the three without labels (with labels, the OT-PSI family's
+        // label query over every item makes DH-PSI win: ADR 0033).
         let auto = client_with(
-            config.clone().with_link_hints(
+            config.clone().with_labels(false).with_link_hints(
                 LinkHints::new(net.0)
                     .with_bandwidth(net.3, net.2)
                     .with_rtt_ms(net.1),
@@ -554,9 +558,19 @@ fn the_link_estimate_follows_the_simulated_link_and_drives_the_choice() {
     )
     .with_measurements(store.clone())
     .with_clock(sim.clone());
+    // The automatic choices run without labels: with them DH-PSI wins on every link
+    // (docs/adr/0033-a-label-for-every-match.md). The forced runs that teach the
+    // estimator keep them (the label query is the largest upload of an OT-PSI run).
+    let chooser = Client::with_transport(
+        &srv.url(),
+        sim.clone(),
+        client.config().clone().with_labels(false),
+    )
+    .with_measurements(store.clone())
+    .with_clock(sim.clone());
     // First automatic run: no estimate for "cell", so the health request and the
     // default prior; the device is calibrated once.
-    let (first, _) = timed(&client, &sim, 4096, ProtocolChoice::default());
+    let (first, _) = timed(&chooser, &sim, 4096, ProtocolChoice::default());
     let c = first.choice.as_ref().unwrap();
     assert!(c.health_requested);
     // A few forced runs teach the estimator (every run feeds it).
@@ -573,7 +587,7 @@ fn the_link_estimate_follows_the_simulated_link_and_drives_the_choice() {
     assert!(close(e.up, truth.up, 0.2), "{e:?}");
     assert!(close(e.down, truth.down, 0.2), "{e:?}");
     // With the measured link, the next choice needs no request and uses it.
-    let (next, _) = timed(&client, &sim, 4096, ProtocolChoice::default());
+    let (next, _) = timed(&chooser, &sim, 4096, ProtocolChoice::default());
     let c = next.choice.as_ref().unwrap();
     assert!(!c.health_requested);
     assert_eq!(c.link_source, psi_client::Source::Measured);
@@ -588,11 +602,11 @@ fn the_link_estimate_follows_the_simulated_link_and_drives_the_choice() {
     for _ in 0..4 {
         timed(&client, &sim, 4096, Protocol::Ot.into());
     }
-    let (lan, _) = timed(&client, &sim, 4096, ProtocolChoice::default());
+    let (lan, _) = timed(&chooser, &sim, 4096, ProtocolChoice::default());
     assert_eq!(lan.choice.as_ref().unwrap().choice.protocol, Protocol::Ot);
     // Fewest bytes picks DH-PSI whatever the link.
     let (lean, _) = timed(
-        &client,
+        &chooser,
         &sim,
         4096,
         ProtocolChoice::Auto(Policy::FewestBytes),
@@ -622,7 +636,8 @@ fn a_stale_stored_health_is_dropped_after_an_unsupported_protocol() {
     let client = Client::with_transport(
         &srv.url(),
         sim.clone(),
-        ClientConfig::default().with_retries(0),
+        // Without labels, so that OT-PSI is the prediction (ADR 0033).
+        ClientConfig::default().with_retries(0).with_labels(false),
     )
     .with_measurements(measurements.clone())
     .with_clock(sim.clone());

@@ -7,6 +7,10 @@
 //! ChaCha20 generator (whose convention `ot_psi_spec.rs` checks against libsodium),
 //! SHA-256/512, AES-128 and ristretto255.
 
+// The replay follows the document's index notation (`for i in 0..n { r[i] ... }`) so that
+// it reads against the text line by line; tuples of message parts stay spelled out.
+#![allow(clippy::needless_range_loop, clippy::type_complexity)]
+
 use aes::Aes128;
 use aes::cipher::{Array, BlockCipherEncrypt, KeyInit};
 use curve25519_dalek::ristretto::{CompressedRistretto, RistrettoPoint};

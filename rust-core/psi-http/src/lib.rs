@@ -366,6 +366,9 @@ error_codes! {
     Internal = ("internal", 500),
     /// Session limits reached (`Retry-After`).
     TooManySessions = ("too_many_sessions", 503),
+    /// No OT-PSI or CM20-PSI capacity left (every OT slot taken, or this caller's share):
+    /// a `dh-psi` session may still be admitted (`Retry-After`).
+    OtCapacity = ("ot_capacity", 503),
 }
 
 impl ErrorCode {
@@ -376,6 +379,7 @@ impl ErrorCode {
             self,
             ErrorCode::RateLimited
                 | ErrorCode::TooManySessions
+                | ErrorCode::OtCapacity
                 | ErrorCode::EpochMismatch
                 | ErrorCode::SessionExpired
                 | ErrorCode::RequestTimeout

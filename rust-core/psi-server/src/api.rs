@@ -439,11 +439,15 @@ async fn create_session(
             return Err(e);
         }
         Err(full) => {
+            // The OT capacity refusals have a code of their own (503 ot_capacity): a
+            // client may run dh-psi instead, which no OT slot shortage refuses. The caps
+            // every protocol shares are 503 too_many_sessions, the hourly OT budget 429.
+            let code = match full {
+                Full::OtClient | Full::Ot | Full::OtBudget(_) => ErrorCode::OtCapacity,
+                Full::Total | Full::Client | Full::Block => ErrorCode::TooManySessions,
+            };
             let mut e = ApiError::new(
-                ErrorCode::TooManySessions,
-                // The OT capacity refusals (503, "OT-PSI capacity: ...") are told apart from
-                // the caps every protocol shares by their message, and from the hourly OT
-                // budget (429 rate_limited) by their code: dh-psi may still be admitted.
+                code,
                 match full {
                     Full::Total => "the server is at its session limit; retry later",
                     Full::Client => "this caller has too many live sessions; finish or delete one",

@@ -370,7 +370,7 @@ fn per_caller_and_ot_session_caps_and_no_echo() {
     // ...while another caller still gets one.
     session_id(&session(&t, "ot-psi", 1, &b));
     // OT sessions hold registry-sized state: their own, smaller cap.
-    expect(session(&t, "ot-psi", 1, &b), 503, "too_many_sessions");
+    expect(session(&t, "ot-psi", 1, &b), 503, "ot_capacity");
     // Error bodies never quote the request's values.
     let r = send(
         &t,

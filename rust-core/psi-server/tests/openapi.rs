@@ -265,6 +265,7 @@ fn can_return(route: Route) -> HashSet<ErrorCode> {
             E::TooManyItems,
             E::RateLimited,
             E::TooManySessions,
+            E::OtCapacity,
         ]),
         // Charged to the hourly budget.
         Route::LabelQuery => codes.extend([E::RateLimited]),

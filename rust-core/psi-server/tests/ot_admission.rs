@@ -120,7 +120,7 @@ fn a_finished_ot_run_frees_its_slot_at_once() {
     let first = session_id(&session(&t, "ot-psi", 3, &[]));
     assert_eq!(server.state.ot_runs_in_progress(), 1);
     // While the first run is in progress the only slot is taken.
-    expect(&session(&t, "ot-psi", 3, &[]), 503, "too_many_sessions");
+    expect(&session(&t, "ot-psi", 3, &[]), 503, "ot_capacity");
     assert_eq!(run_to_outputs(&t, &first, 3, &[]), 3);
     // The run is over (the session lives on for its label step, well within its TTL, and
     // is not deleted) and its slot is free: a new OT session is admitted.
@@ -160,7 +160,7 @@ fn one_caller_cannot_hold_every_ot_slot() {
     let a1 = session_id(&session(&t, "ot-psi", 2, &a));
     let a2 = session_id(&session(&t, "ot-psi", 2, &a));
     // Caller a has 2 runs in progress: its cap.
-    expect(&session(&t, "ot-psi", 2, &a), 503, "too_many_sessions");
+    expect(&session(&t, "ot-psi", 2, &a), 503, "ot_capacity");
     // DH-PSI is not affected, nor is caller b.
     session_id(&session(&t, "dh-psi", 2, &a));
     session_id(&session(&t, "ot-psi", 2, &b));
@@ -202,7 +202,7 @@ fn a_stalled_ot_run_frees_its_slot_after_the_idle_timeout() {
     // A session that never sends its hello: its slot goes at the next sweep after 1 s,
     // not when the session expires (300 s).
     let silent = session_id(&session(&t, "ot-psi", 3, &[]));
-    expect(&session(&t, "ot-psi", 3, &[]), 503, "too_many_sessions");
+    expect(&session(&t, "ot-psi", 3, &[]), 503, "ot_capacity");
     wait_for_no_ot_runs(&server);
     // The sweep ended the session, not only its run: it no longer counts against the
     // session caps, a late request is told it is over, and a DELETE of it succeeds.
@@ -217,7 +217,7 @@ fn a_stalled_ot_run_frees_its_slot_after_the_idle_timeout() {
     let stalled = session_id(&session(&t, "ot-psi", 3, &[]));
     let (_, hello) = client(3, 4);
     assert_eq!(round(&t, &stalled, &hello, &[]).status, 200);
-    expect(&session(&t, "ot-psi", 3, &[]), 503, "too_many_sessions");
+    expect(&session(&t, "ot-psi", 3, &[]), 503, "ot_capacity");
     wait_for_no_ot_runs(&server);
     // The slot is free again: a full run goes through.
     let next = session_id(&session(&t, "ot-psi", 3, &[]));

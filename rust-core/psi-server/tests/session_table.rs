@@ -271,10 +271,7 @@ fn an_ot_session_without_a_hello_within_the_deadline_ends_and_frees_its_slot() {
     let sid = session_id(&session(&t, "ot-psi", 1, &from(ip)));
     // The only slot is taken; the OT refusal says it is OT capacity (DH may be tried).
     let r = session(&t, "ot-psi", 1, &from("198.51.100.2"));
-    assert_eq!(
-        (r.status, error_code(&r).as_str()),
-        (503, "too_many_sessions")
-    );
+    assert_eq!((r.status, error_code(&r).as_str()), (503, "ot_capacity"));
     assert!(String::from_utf8_lossy(&r.body).contains("OT-PSI capacity"));
     // Forged hellos (400), refused all the same, and other refused requests: no hello is
     // answered, so the session ends at the deadline and its slot is free.
@@ -307,12 +304,9 @@ fn dh_sessions_are_created_while_every_ot_slot_is_taken() {
     assert_eq!(create(&t, "ot-psi", "198.51.100.2").0, 201);
     assert_eq!(server.state.ot_runs_in_progress(), 2);
     for ip in ["198.51.100.1", "198.51.100.2", "198.51.100.3"] {
-        // OT capacity: 503 too_many_sessions, "OT-PSI capacity: ...".
+        // OT capacity: 503 ot_capacity, "OT-PSI capacity: ...".
         let r = session(&t, "ot-psi", 1, &from(ip));
-        assert_eq!(
-            (r.status, error_code(&r).as_str()),
-            (503, "too_many_sessions")
-        );
+        assert_eq!((r.status, error_code(&r).as_str()), (503, "ot_capacity"));
         assert!(String::from_utf8_lossy(&r.body).contains("OT-PSI capacity"));
         // DH-PSI is admitted all the same, by the callers holding the slots too.
         for _ in 0..2 {
