@@ -134,8 +134,8 @@ fn server_with(n: usize, cm20: bool) -> RunningServer {
     .unwrap()
 }
 
-/// The client's items: an eighth of them in the registry (within the label step's
-/// slots, a quarter of `n_c`, so every match gets its label).
+/// The client's items: an eighth of them in the registry (every match gets its label:
+/// the label step has a slot per item).
 fn client_items(n_c: usize) -> Vec<Vec<u8>> {
     let mut v = items("s", n_c / 8);
     v.extend(items("c", n_c - n_c / 8));
