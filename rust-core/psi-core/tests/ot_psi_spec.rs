@@ -146,7 +146,7 @@ fn spec_threshold() -> f64 {
 
 fn spec_table_size(n: usize) -> usize {
     if n >= LARGE_N {
-        return (127 * n + 99) / 100;
+        return (127 * n).div_ceil(100);
     }
     let mut lo = n.max(3);
     let mut hi = 16 * n + 64;
