@@ -7,10 +7,12 @@
 //! Regenerate (only when the rule changes on purpose):
 //! `PSI_REGENERATE_VECTORS=1 cargo test -p psi-core --test golomb_vectors`
 
+mod common;
+
 use psi_core::golomb::{self, Decoder};
 use serde_json::{Value, json};
 
-const PATH: &str = "../../tests/vectors/golomb-rice.json";
+const VECTOR: &str = "golomb-rice.json";
 
 /// The inputs: name, what the case exercises, `L`, values (sorted here).
 fn inputs() -> Vec<(&'static str, &'static str, u8, Vec<u128>)> {
@@ -131,20 +133,13 @@ fn generate() -> Value {
 }
 
 fn stored() -> Value {
-    let path = format!("{}/{PATH}", env!("CARGO_MANIFEST_DIR"));
-    serde_json::from_str(
-        &std::fs::read_to_string(&path).expect("vector file missing: see the module docs"),
-    )
-    .unwrap()
+    common::stored_vector(VECTOR)
 }
 
 #[test]
 fn golomb_vectors_match_the_encoder() {
     let now = generate();
-    if std::env::var_os("PSI_REGENERATE_VECTORS").is_some() {
-        let path = format!("{}/{PATH}", env!("CARGO_MANIFEST_DIR"));
-        std::fs::write(&path, serde_json::to_string_pretty(&now).unwrap() + "\n").unwrap();
-    }
+    common::regenerate_vector_if_asked(VECTOR, &now);
     assert_eq!(
         now,
         stored(),

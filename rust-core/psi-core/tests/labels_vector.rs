@@ -9,6 +9,8 @@
 //! file's response. Regenerate (only when the label format changes on purpose):
 //! `PSI_REGENERATE_VECTORS=1 cargo test -p psi-core --test labels_vector`
 
+mod common;
+
 use psi_core::labels::{self, LabelClient, LabelStep, messages};
 use psi_core::oprf::{self, OprfKey};
 use psi_core::output::MatchedOutputs;
@@ -16,14 +18,7 @@ use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
 use serde_json::{Value, json};
 
-const VECTOR: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../tests/vectors/labels.json"
-);
-const TRANSCRIPT: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../tests/vectors/dh-psi-transcript.json"
-);
+const VECTOR: &str = "labels.json";
 
 /// Bucket bits of the example: 4 buckets, fewer than `fetch_buckets(5, 2)` would name, so
 /// the fetch names every bucket and the request is fixed.
@@ -49,8 +44,7 @@ fn key() -> OprfKey {
 }
 
 fn transcript() -> Value {
-    serde_json::from_str(&std::fs::read_to_string(TRANSCRIPT).expect("dh-psi-transcript.json"))
-        .unwrap()
+    common::stored_vector("dh-psi-transcript.json")
 }
 
 /// The distinct client items of the DH transcript, in first-seen order, with their outputs
@@ -131,13 +125,8 @@ fn build() -> Value {
 #[test]
 fn labels_vector_matches_the_checked_in_file() {
     let now = build();
-    if std::env::var_os("PSI_REGENERATE_VECTORS").is_some() {
-        std::fs::write(VECTOR, serde_json::to_string_pretty(&now).unwrap() + "\n").unwrap();
-    }
-    let stored: Value = serde_json::from_str(
-        &std::fs::read_to_string(VECTOR).expect("labels.json missing: see the module docs"),
-    )
-    .unwrap();
+    common::regenerate_vector_if_asked(VECTOR, &now);
+    let stored = common::stored_vector(VECTOR);
     assert_eq!(
         now, stored,
         "label vector changed: the label format or the OPRF drifted"
@@ -149,7 +138,7 @@ fn labels_vector_matches_the_checked_in_file() {
 /// the file's response, asks for the file's request and opens the file's labels.
 #[test]
 fn the_label_client_opens_the_vectors_response() {
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(VECTOR).unwrap()).unwrap();
+    let v = common::stored_vector(VECTOR);
     let entries = v["entries"].as_array().unwrap();
     let mut outputs = Vec::new();
     let mut want = Vec::new();

@@ -14,13 +14,15 @@
 //! changes the wire: old clients would then be refused):
 //! `PSI_REGENERATE_VECTORS=1 cargo test -p psi-core --test ot_psi_spec`
 
+mod common;
+
 use libsodium_sys as ls;
 use psi_core::ot::{self, messages};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{Rng, SeedableRng};
 use serde_json::{Value, json};
 
-const PATH: &str = "../../tests/vectors/ot-psi-table-sizes.json";
+const VECTOR: &str = "ot-psi-table-sizes.json";
 
 /// Below this many items the size comes from the union bound; from it on, `⌈1.27 n⌉`.
 const LARGE_N: usize = 4096;
@@ -53,20 +55,13 @@ fn generate() -> Value {
 }
 
 fn stored() -> Value {
-    let path = format!("{}/{PATH}", env!("CARGO_MANIFEST_DIR"));
-    serde_json::from_str(
-        &std::fs::read_to_string(&path).expect("vector file missing: see the module docs"),
-    )
-    .unwrap()
+    common::stored_vector(VECTOR)
 }
 
 #[test]
 fn table_sizes_match_the_function() {
     let now = generate();
-    if std::env::var_os("PSI_REGENERATE_VECTORS").is_some() {
-        let path = format!("{}/{PATH}", env!("CARGO_MANIFEST_DIR"));
-        std::fs::write(&path, serde_json::to_string_pretty(&now).unwrap() + "\n").unwrap();
-    }
+    common::regenerate_vector_if_asked(VECTOR, &now);
     assert_eq!(
         now,
         stored(),

@@ -131,6 +131,25 @@ pub fn vector_path(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// The JSON vector `tests/vectors/<name>` as checked in.
+pub fn stored_vector(name: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(vector_path(name))
+        .unwrap_or_else(|e| panic!("tests/vectors/{name}: {e} (see the test's module docs)"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("tests/vectors/{name}: {e}"))
+}
+
+/// Writes `now` as `tests/vectors/<name>` when `PSI_REGENERATE_VECTORS` is set (only when
+/// a format changes on purpose; the other tests of the same run may read the old file).
+pub fn regenerate_vector_if_asked(name: &str, now: &serde_json::Value) {
+    if std::env::var_os("PSI_REGENERATE_VECTORS").is_some() {
+        std::fs::write(
+            vector_path(name),
+            serde_json::to_string_pretty(now).unwrap() + "\n",
+        )
+        .unwrap();
+    }
+}
+
 /// The items of both transcript vectors: 300 + a duplicate + the empty string on the
 /// client, 150 of them plus 50 others and the empty string on the server.
 pub fn vector_sets() -> (Vec<String>, Vec<String>) {
