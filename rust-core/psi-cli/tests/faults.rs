@@ -678,7 +678,6 @@ const OTHER_SIZE_WARNING: &str = "encoded set was built for another --max-client
 
 #[test]
 fn an_import_with_another_max_client_items_is_served_without_sighup_and_logged_once() {
-    use std::io::BufRead;
     let dir = Scratch::new("other-size");
     let db = registry(&dir, 2000); // encoded for the default 10,000
     std::fs::write(
@@ -690,19 +689,11 @@ fn an_import_with_another_max_client_items_is_served_without_sighup_and_logged_o
     .unwrap();
     // `psi serve --max-client-items 5000` with its log in a file.
     let log = dir.path("serve.log");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_psi"))
-        .arg("serve")
-        .args(["--db", &db, "--listen", "127.0.0.1:0"])
-        .args(SERVE_DEFAULTS)
-        .args(["--max-client-items", "5000", "--watch-store", "1s"])
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let mut args = vec!["--db", db.as_str(), "--listen", "127.0.0.1:0"];
+    args.extend_from_slice(SERVE_DEFAULTS);
+    args.extend(["--max-client-items", "5000", "--watch-store", "1s"]);
+    let (child, line) =
+        common::spawn_serve_logging(&args, &[], std::fs::File::create(&log).unwrap());
     let served = Served {
         pid: child.id(),
         child: Arc::new(Mutex::new(Some(child))),

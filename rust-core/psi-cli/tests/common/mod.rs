@@ -6,13 +6,22 @@ use std::process::{Child, Command, Stdio};
 /// Starts `psi serve ARGS...` (with `env` added) and waits for its first stdout line, the
 /// "listening on URL" line: returns the process and that line.
 pub fn spawn_serve(args: &[&str], env: &[(&str, &str)]) -> (Child, String) {
+    spawn_serve_logging(args, env, Stdio::null())
+}
+
+/// [`spawn_serve`] with the server's log (stderr) sent to `log`, a file for instance.
+pub fn spawn_serve_logging(
+    args: &[&str],
+    env: &[(&str, &str)],
+    log: impl Into<Stdio>,
+) -> (Child, String) {
     use std::io::BufRead;
     let mut child = Command::new(env!("CARGO_BIN_EXE_psi"))
         .envs(env.iter().copied())
         .arg("serve")
         .args(args)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(log)
         .spawn()
         .unwrap();
     let mut line = String::new();
