@@ -26,7 +26,7 @@ pub(crate) const HASHES: usize = 3;
 /// Marks an empty bin in the client's table.
 pub(crate) const EMPTY: u32 = u32::MAX;
 /// From this many items on, the table has ⌈1.27 n⌉ bins (PSTY19); below, the rigorous
-/// bound of [`rigorous_table_size`] is used.
+/// bound's sizes, precomputed in [`SMALL_TABLE_SIZES`].
 pub(crate) const LARGE_N: usize = 1 << 12;
 
 /// What both sides keep of an item: the OPRF input with the hash-index bits cleared, and
@@ -93,26 +93,35 @@ pub(crate) fn digest_all(items: &[Vec<u8>], sid: &[u8; 32], m: u32) -> Vec<ItemD
         .collect()
 }
 
+/// [`table_size`] below [`LARGE_N`], precomputed: `rigorous_table_size(n)` for every
+/// `n < 4096` (checked by the test `small_table_sizes_are_the_rigorous_ones`). A lookup, so
+/// a server prices an OT-PSI session request (`max_bins_for`) in constant time, not with
+/// the bound's O(n log n) search (about 9 times a trivial request's cost at n = 4095).
+const SMALL_TABLE_SIZES: [u16; LARGE_N] = include!("cuckoo_sizes.in");
+
 /// Number of bins for `n` client items: ⌈1.27 n⌉ for `n >= 4096` (Pinkas-Schneider-
 /// Tkachenko-Yanai, Eurocrypt 2019: three hash functions, no stash, failure ≤ 2^-40), and
-/// the smallest `m` for which the union bound of [`failure_bound_log2`] is ≤ 2^-40 below.
-/// Never less than 3.
+/// the smallest `m` for which the union bound of [`failure_bound_log2`] is ≤ 2^-40 below
+/// (precomputed). Never less than 3.
 pub fn table_size(n: usize) -> usize {
-    if n >= LARGE_N {
-        (n * 127).div_ceil(100)
-    } else {
-        rigorous_table_size(n)
+    match SMALL_TABLE_SIZES.get(n) {
+        Some(&m) => usize::from(m),
+        None => (n * 127).div_ceil(100),
     }
 }
 
-/// Smallest `m >= max(3, n)` with [`failure_bound_log2`]`(n, m) <= -40`.
-pub(crate) fn rigorous_table_size(n: usize) -> usize {
+/// Smallest `m >= max(3, n)` with [`failure_bound_log2`]`(n, m) <= -40`: the computation
+/// behind [`SMALL_TABLE_SIZES`], kept for the test that checks the table against it. `lf`
+/// is `ln_factorials(up_to)` for any `up_to >= 16 n + 64` (its entries do not depend on
+/// `up_to`, so one table serves every `n`).
+#[cfg(test)]
+fn rigorous_table_size(n: usize, lf: &[f64]) -> usize {
     let mut lo = n.max(3);
     let mut hi = 16 * n + 64;
-    let lf = ln_factorials(hi);
+    assert!(lf.len() > hi, "ln_factorials too short for n = {n}");
     while lo < hi {
         let mid = (lo + hi) / 2;
-        if bound_ln(n, mid, &lf) <= -40.0 * core::f64::consts::LN_2 {
+        if bound_ln(n, mid, lf) <= -40.0 * core::f64::consts::LN_2 {
             hi = mid;
         } else {
             lo = mid + 1;
@@ -403,6 +412,23 @@ mod tests {
                 "n={n} m={m} is minimal"
             );
         }
+    }
+
+    /// The precomputed sizes are the rigorous computation's, for every `n < 4096` (in
+    /// parallel: a few seconds in a debug build), and the rule changes at `LARGE_N`.
+    #[test]
+    fn small_table_sizes_are_the_rigorous_ones() {
+        let lf = ln_factorials(16 * LARGE_N + 64);
+        let wrong: Vec<(usize, usize, usize)> = (0..LARGE_N)
+            .into_par_iter()
+            .filter_map(|n| {
+                let rigorous = rigorous_table_size(n, &lf);
+                (table_size(n) != rigorous).then_some((n, table_size(n), rigorous))
+            })
+            .collect();
+        assert!(wrong.is_empty(), "(n, table, rigorous): {wrong:?}");
+        assert_eq!(table_size(LARGE_N - 1), 6422);
+        assert_eq!(table_size(LARGE_N), 5202, "ceil(1.27 n) from 4096 on");
     }
 
     #[test]
