@@ -26,7 +26,7 @@
 //! every protocol limit (`MAX_ITEMS` is each protocol's own, documented in its spec).
 
 use crate::error::{DecodeError, Error, Result};
-use crate::ot::base_ot::{BASE_OTS, RECEIVER_MSG_LEN};
+use crate::ote::base_ot::{BASE_OTS, RECEIVER_MSG_LEN};
 use crate::output::MatchOutput;
 use crate::phase::Phase;
 use crate::wire::Reader;

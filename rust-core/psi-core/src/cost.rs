@@ -17,9 +17,17 @@
 //! The run is sequential (the driver waits for each response before computing the next
 //! request), so the terms add. [`choose`] ranks the protocols by a [`Policy`].
 //!
-//! A new protocol is one more arm in [`cost`] (its requests and operations).
+//! Each protocol states its own terms beside its sizes (`dh/cost.rs`, `ot/cost.rs`,
+//! `cm20/cost.rs`, reached through `Protocol`); this file is the frame that adds the
+//! session request and the label step and sums them. A new protocol is its own `cost.rs`
+//! and one arm in `plug.rs`.
 
 use crate::Protocol;
+use crate::cost_terms::Terms;
+pub use crate::cost_terms::{
+    DEFAULT_BUCKET_ENTRIES, DEFAULT_LABEL_RECORD_BYTES, Exchange, MAX_MODEL_BYTES, MAX_MODEL_ITEMS,
+    Ops, Workload,
+};
 use crate::labels::{fetch_buckets, label_slots};
 
 /// HTTP request line and headers the model adds to every request body (method, path,
@@ -31,93 +39,9 @@ pub const RESPONSE_OVERHEAD: u64 = 160;
 pub const SESSION_REQUEST_BYTES: u64 = 44;
 /// `POST /v1/sessions` response body (`SessionCreated` JSON, about 300 bytes).
 pub const SESSION_RESPONSE_BYTES: u64 = 300;
-/// Average label record on the wire when the server does not say (30-byte record
-/// header, a 16-byte AEAD tag and a short label): docs/protocol/labels.md §4.
-pub const DEFAULT_LABEL_RECORD_BYTES: u64 = 64;
-/// Entries per label bucket when the layout is not known (the server's default
-/// `label_bucket_size`).
-pub const DEFAULT_BUCKET_ENTRIES: u64 = 8;
-/// Base OTs of an OT-PSI or CM20-PSI run (Masny-Rindal, docs/protocol/ot-psi.md,
-/// docs/protocol/cm20-psi.md).
-const BASE_OTS: f64 = 128.0;
 /// ns per CM20-PSI column lookup on the reference machine (docs/benchmarks.md), the
 /// prior for a device or server that has not measured it.
 pub const CM20_LOOKUP_REFERENCE: f64 = 1.0;
-
-/// Largest item count the model takes (2^32): larger counts, e.g. from a server's
-/// health, are read as this.
-pub const MAX_MODEL_ITEMS: u64 = 1 << 32;
-/// Largest byte count the model takes from its inputs (2^40).
-pub const MAX_MODEL_BYTES: u64 = 1 << 40;
-
-/// What a run will do.
-#[derive(Debug, Clone, Copy, PartialEq)]
-#[non_exhaustive]
-pub struct Workload {
-    /// Distinct items the client queries (`n_c`).
-    pub client_items: u64,
-    /// Entries in the registry (`n_s`).
-    pub server_items: u64,
-    /// Whether the labels of the matches are fetched.
-    pub labels: bool,
-    /// Whether the client holds the current DH-PSI encoded registry (its ETag is the
-    /// server's): then the set costs no request at all.
-    pub cached_set: bool,
-    /// The server's largest client set (fixes the DH-PSI truncation, `L`).
-    pub max_client_items: u64,
-    /// The server's largest request body (fixes the OT-PSI chunk size).
-    pub max_body_bytes: u64,
-    /// Bits of the label bucket id (`None`: about [`DEFAULT_BUCKET_ENTRIES`] per bucket).
-    pub label_bucket_bits: Option<u8>,
-    /// Bytes of all the server's label records (`None`: [`DEFAULT_LABEL_RECORD_BYTES`]
-    /// per entry).
-    pub label_record_bytes: Option<u64>,
-}
-
-impl Workload {
-    /// `n_c` items against `n_s`, labels on, no cached set, the server's default
-    /// limits (10,000 items, 8 MiB bodies).
-    /// Counts above [`MAX_MODEL_ITEMS`] are read as that bound (the counts may come from a
-    /// server's health; no protocol here takes more, and it keeps the byte sums far from
-    /// overflow).
-    pub fn new(client_items: u64, server_items: u64) -> Self {
-        let client_items = client_items.min(MAX_MODEL_ITEMS);
-        let server_items = server_items.min(MAX_MODEL_ITEMS);
-        Workload {
-            client_items,
-            server_items,
-            labels: true,
-            cached_set: false,
-            max_client_items: 10_000.max(client_items),
-            max_body_bytes: 8 << 20,
-            label_bucket_bits: None,
-            label_record_bytes: None,
-        }
-    }
-    /// Sets whether labels are fetched.
-    pub fn with_labels(mut self, labels: bool) -> Self {
-        self.labels = labels;
-        self
-    }
-    /// Sets whether the current encoded registry is cached.
-    pub fn with_cached_set(mut self, cached: bool) -> Self {
-        self.cached_set = cached;
-        self
-    }
-    /// Sets the server's limits.
-    pub fn with_limits(mut self, max_client_items: u64, max_body_bytes: u64) -> Self {
-        self.max_client_items = max_client_items.clamp(1, MAX_MODEL_ITEMS);
-        self.max_body_bytes = max_body_bytes.min(MAX_MODEL_BYTES);
-        self
-    }
-    /// Sets the label layout: bucket bits and the bytes of all records, as the server
-    /// advertises them.
-    pub fn with_label_layout(mut self, bits: Option<u8>, record_bytes: Option<u64>) -> Self {
-        self.label_bucket_bits = bits.map(|b| b.min(32));
-        self.label_record_bytes = record_bytes.map(|r| r.min(MAX_MODEL_BYTES));
-        self
-    }
-}
 
 /// The network between client and server.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -149,27 +73,6 @@ impl Link {
     }
 }
 
-/// Counts of the operations a side performs. Fractions are fine (expected values).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Ops {
-    /// ristretto255 scalar multiplications (variable or fixed base).
-    pub scalar_mults: f64,
-    /// RFC 9380 hash-to-group (expand_message_xmd and two Elligator maps).
-    pub hash_to_group: f64,
-    /// Decodings of received group elements (an inverse square root each).
-    pub element_decodes: f64,
-    /// AES-128 block encryptions (PRG, pseudorandom code).
-    pub aes_blocks: f64,
-    /// SHA-256/SHA-512 compression-function blocks (64 bytes of SHA-256 each).
-    pub hash_blocks: f64,
-    /// Per-entry memory work over large sets: decoding a Golomb-Rice value, an insert
-    /// or probe of a hash table, a bit-matrix transpose row, a shuffle step.
-    pub entries: f64,
-    /// CM20-PSI column lookups: one item's bit in one `m`-bit matrix column (read at a
-    /// pseudorandom index, gathered into the item's row), `w` per item on each side.
-    pub cm20_lookups: f64,
-}
-
 impl Ops {
     /// Seconds on one thread at `units`.
     pub fn seconds(&self, units: &UnitCosts) -> f64 {
@@ -181,18 +84,6 @@ impl Ops {
             + self.entries * units.entry
             + self.cm20_lookups * units.cm20_lookup)
             / 1e9
-    }
-
-    fn add(self, o: Ops) -> Ops {
-        Ops {
-            scalar_mults: self.scalar_mults + o.scalar_mults,
-            hash_to_group: self.hash_to_group + o.hash_to_group,
-            element_decodes: self.element_decodes + o.element_decodes,
-            aes_blocks: self.aes_blocks + o.aes_blocks,
-            hash_blocks: self.hash_blocks + o.hash_blocks,
-            entries: self.entries + o.entries,
-            cm20_lookups: self.cm20_lookups + o.cm20_lookups,
-        }
     }
 }
 
@@ -326,15 +217,6 @@ impl Policy {
     }
 }
 
-/// One HTTP request of a run: body bytes each way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Exchange {
-    /// Request body bytes.
-    pub up: u64,
-    /// Response body bytes.
-    pub down: u64,
-}
-
 /// A protocol's cost for a workload, before unit costs and link.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Cost {
@@ -412,212 +294,25 @@ impl Choice {
 }
 
 /// `protocol`'s requests and operations for `w`, or `None` for a protocol the model
-/// does not know or a workload it cannot run (no items).
+/// does not know or a workload it cannot run (no items). The frame: the session request,
+/// the protocol's own terms (its `cost.rs`), and the label step when labels are fetched.
 pub fn cost(protocol: Protocol, w: &Workload) -> Option<Cost> {
     if w.client_items == 0 {
         return None;
     }
-    let n_c = w.client_items;
-    let n_s = w.server_items;
-    let (c, s) = (n_c as f64, n_s as f64);
     let session = Exchange {
         up: SESSION_REQUEST_BYTES,
         down: SESSION_RESPONSE_BYTES,
     };
+    let run = protocol.cost_terms(w)?;
     let mut requests = vec![session];
-    let (mut client, mut server);
-    match protocol {
-        Protocol::Dh => {
-            let q = crate::dh::sizes::query(n_c);
-            requests.push(Exchange {
-                up: q,
-                down: crate::dh::sizes::evaluation(n_c),
-            });
-            if !w.cached_set {
-                let l = crate::dh::truncation_bits(w.max_client_items.max(n_c), n_s);
-                requests.push(Exchange {
-                    up: 0,
-                    down: crate::dh::sizes::encoded_set(n_s, l),
-                });
-            }
-            // Blind: hash-to-group and a multiplication per item; finalize: decode,
-            // multiply by the inverse blind, SHA-512 of the output (2 blocks); match:
-            // decode every coded set value and probe the client's table.
-            client = Ops {
-                scalar_mults: 2.0 * c,
-                hash_to_group: c,
-                element_decodes: c,
-                hash_blocks: 2.0 * c,
-                entries: s + c,
-                ..Ops::default()
-            };
-            // Evaluate: decode and multiply per element.
-            server = Ops {
-                scalar_mults: c,
-                element_decodes: c,
-                ..Ops::default()
-            };
-        }
-        Protocol::Ot => {
-            let bins = crate::ot::table_size(n_c as usize) as u64;
-            let rows = crate::ot::OtConfig::new(crate::Threads::ONE)
-                .with_max_request_bytes(w.max_body_bytes)
-                .chunk_rows as u64;
-            let chunks = bins.div_ceil(rows);
-            let out_len = crate::ot::output_len(n_c as usize, n_s as usize) as u64;
-            let chunk_header = crate::ot::sizes::matrix(1, 1) - 64;
-            requests.push(Exchange {
-                up: crate::ot::sizes::hello(),
-                down: crate::ot::sizes::setup(),
-            });
-            for i in 0..chunks {
-                let r = rows.min(bins - i * rows);
-                let last = i + 1 == chunks;
-                requests.push(Exchange {
-                    up: chunk_header + 64 * r,
-                    down: if last {
-                        crate::ot::sizes::outputs(n_s, out_len)
-                    } else {
-                        crate::ot::sizes::acks(2, 1)
-                    },
-                });
-            }
-            let m = bins as f64;
-            // Base OTs (MR19 receiver): a fixed-base and a variable-base multiplication
-            // and a hash-to-group each, decoding the sender's point. Per bin: the two
-            // PRG matrices (2 x 512 columns = 8 AES blocks per row), the code of the
-            // item (4 blocks), the row hash (2 blocks), the transpose. Per item: the
-            // Cuckoo digest (1 block) and placement. Matching: the 3 n_s received
-            // values probe a table of the client's values.
-            client = Ops {
-                scalar_mults: 2.0 * BASE_OTS,
-                hash_to_group: BASE_OTS,
-                element_decodes: 1.0,
-                aes_blocks: 12.0 * m,
-                hash_blocks: 2.0 * m + c,
-                entries: 2.0 * m + 3.0 * s + 2.0 * c,
-                ..Ops::default()
-            };
-            // Base OTs (MR19 sender): two hash-to-group, decodings and multiplications
-            // each. Per bin: one PRG matrix (4 blocks per row), the transpose. Per
-            // server entry: its digest (1 block) and, for each of 3 hash functions, the
-            // code (4 blocks) and the output hash (2 blocks), then the shuffle.
-            server = Ops {
-                scalar_mults: 2.0 * BASE_OTS + 2.0,
-                hash_to_group: 2.0 * BASE_OTS,
-                element_decodes: 2.0 * BASE_OTS,
-                aes_blocks: 4.0 * m + 12.0 * s,
-                hash_blocks: 7.0 * s,
-                entries: m + 6.0 * s,
-                ..Ops::default()
-            };
-        }
-        Protocol::Cm20 => {
-            use crate::cm20::{self, params, sizes};
-            // The driver's configuration for the server's body limit.
-            let config = cm20::Cm20Config::for_body_limit(crate::Threads::ONE, w.max_body_bytes);
-            let n_c = n_c.min(u64::from(cm20::messages::MAX_ITEMS));
-            let n_s = n_s.min(u64::from(cm20::messages::MAX_ITEMS));
-            let height = params::height(n_c);
-            // A workload no width qualifies for cannot run (the server refuses it).
-            let width = params::width(n_c, n_s, height)?;
-            let t = sizes::traffic_with(n_c, n_s, &config);
-            let chunks = t.round_trips.saturating_sub(1).max(1);
-            // Hello and setup; then the chunks. The totals are the spec's (sizes); the
-            // matrix is split evenly over the chunks (the time is linear in the bytes, so
-            // the split, spec §4.3's with its small final chunk, does not change a
-            // prediction), every chunk but the last answered
-            // by an ack, the last by the outputs.
-            let setup = sizes::setup(u64::from(width));
-            requests.push(Exchange {
-                up: sizes::hello(),
-                down: setup,
-            });
-            let matrix = t.client_to_server - sizes::hello();
-            let ack = sizes::acks(2);
-            let outputs = t.server_to_client - setup - sizes::acks(chunks);
-            for i in 0..chunks {
-                let last = i + 1 == chunks;
-                requests.push(Exchange {
-                    up: matrix / chunks + if last { matrix % chunks } else { 0 },
-                    down: if last { outputs } else { ack },
-                });
-            }
-            let (m, wf) = (f64::from(height), f64::from(width));
-            // F: z = AES_{k_0}(h0) ⊕ h1 and t = ceil(w log2 m / 128) blocks per item.
-            let prf = 1.0 + (wf * f64::from(params::index_bits(height)) / 128.0).ceil();
-            // H2 over the prefix block and the w looked-up bits (ceil(w / 8) bytes + the
-            // SHA-256 padding).
-            let h2 = 1.0 + ((wf / 8.0).ceil() + 9.0) / 64.0;
-            // Column PRG: m bits of AES-CTR per column, two seeds per column on the
-            // client (A and the correction), one on the server.
-            let prg = m * wf / 128.0;
-            // Client: base OTs as the MR19 receiver (as OT-PSI's client); H1 (one
-            // block) and F per item; the PRG; w lookups per item; H2 per item; its
-            // outputs sorted and merged with the server's n_s decoded values.
-            client = Ops {
-                scalar_mults: 2.0 * BASE_OTS,
-                hash_to_group: BASE_OTS,
-                element_decodes: 1.0,
-                aes_blocks: c * prf + 2.0 * prg,
-                hash_blocks: c * (1.0 + h2),
-                entries: s + 2.0 * c,
-                cm20_lookups: c * wf,
-            };
-            // Server: base OTs as the MR19 sender; per registry entry F, w lookups and
-            // H2 (its H1 digests are prepared once per registry, `cm20::Cm20Set`, as the
-            // reference server does); the PRG of its choice columns; sort and Golomb-Rice
-            // coding.
-            server = Ops {
-                scalar_mults: 2.0 * BASE_OTS + 2.0,
-                hash_to_group: 2.0 * BASE_OTS,
-                element_decodes: 2.0 * BASE_OTS,
-                aes_blocks: s * prf + prg,
-                hash_blocks: s * h2,
-                entries: 2.0 * s,
-                cm20_lookups: s * wf,
-            };
-        }
-        // A protocol without an arm here gets no prediction (and is never chosen).
-        #[allow(unreachable_patterns)]
-        _ => return None,
-    }
+    requests.extend(run.requests);
+    let (mut client, mut server) = (run.client, run.server);
     if w.labels {
-        if protocol != Protocol::Dh {
-            // The OT-PSI label step starts with an OPRF query over label_slots(n) items.
-            let k = label_slots(n_c as usize) as u64;
-            requests.push(Exchange {
-                up: crate::dh::sizes::query(k),
-                down: crate::dh::sizes::evaluation(k),
-            });
-            let kf = k as f64;
-            client = client.add(Ops {
-                scalar_mults: 2.0 * kf,
-                hash_to_group: kf,
-                element_decodes: kf,
-                hash_blocks: 2.0 * kf,
-                ..Ops::default()
-            });
-            server = server.add(Ops {
-                scalar_mults: kf,
-                element_decodes: kf,
-                ..Ops::default()
-            });
-        }
-        let bits = w.label_bucket_bits.unwrap_or_else(|| {
-            crate::labels::bucket_bits(n_s as usize, DEFAULT_BUCKET_ENTRIES as usize)
-        });
-        let bits = bits.min(crate::labels::MAX_BUCKET_BITS);
-        let buckets = fetch_buckets(n_c as usize, bits) as u64;
-        let all = w
-            .label_record_bytes
-            .unwrap_or(n_s * DEFAULT_LABEL_RECORD_BYTES);
-        // Each section: an 8-byte header and on average 1 / 2^bits of the records.
-        let records = (all as f64 * buckets as f64 / (1u64 << bits) as f64).round() as u64;
-        requests.push(Exchange {
-            up: 4 * buckets,
-            down: buckets * 8 + records,
-        });
+        let labels = label_terms(protocol, w);
+        requests.extend(labels.requests);
+        client = client.add(labels.client);
+        server = server.add(labels.server);
     }
     // No DELETE: the server ends the session with its final response (docs/adr/
     // 0025-sessions-end-themselves.md); the driver deletes only after an error.
@@ -627,6 +322,41 @@ pub fn cost(protocol: Protocol, w: &Workload) -> Option<Cost> {
         client,
         server,
     })
+}
+
+/// The label step (docs/protocol/labels.md): for a protocol whose labels need a query
+/// round ([`Protocol::labels_need_query`]) an OPRF query over `label_slots(n_c)` items
+/// first, then one fetch of the buckets.
+fn label_terms(protocol: Protocol, w: &Workload) -> Terms {
+    let (n_c, n_s) = (w.client_items, w.server_items);
+    let mut requests = Vec::new();
+    let (mut client, mut server) = (Ops::default(), Ops::default());
+    if protocol.labels_need_query() {
+        let k = label_slots(n_c as usize) as u64;
+        let (exchange, c, s) = crate::dh::cost::query(k);
+        requests.push(exchange);
+        client = c;
+        server = s;
+    }
+    let bits = w.label_bucket_bits.unwrap_or_else(|| {
+        crate::labels::bucket_bits(n_s as usize, DEFAULT_BUCKET_ENTRIES as usize)
+    });
+    let bits = bits.min(crate::labels::MAX_BUCKET_BITS);
+    let buckets = fetch_buckets(n_c as usize, bits) as u64;
+    let all = w
+        .label_record_bytes
+        .unwrap_or(n_s * DEFAULT_LABEL_RECORD_BYTES);
+    // Each section: an 8-byte header and on average 1 / 2^bits of the records.
+    let records = (all as f64 * buckets as f64 / (1u64 << bits) as f64).round() as u64;
+    requests.push(Exchange {
+        up: 4 * buckets,
+        down: buckets * 8 + records,
+    });
+    Terms {
+        requests,
+        client,
+        server,
+    }
 }
 
 /// The prediction of `protocol` for `w` with `inputs`.

@@ -12,6 +12,8 @@
 //! - [`ot`]: OT-extension PSI (KKRT16 batched OPRF with Cuckoo hashing; least computation).
 //! - [`cm20`]: CM20 PSI (Chase-Miao multi-point OPRF from OT extension; fewer bytes than
 //!   OT-PSI at similar computation; semi-honest clients).
+//! - `ote` (crate-private): the OT extension OT-PSI and CM20-PSI stand on (base OTs,
+//!   IKNP, the pseudorandom code, the bit transpose).
 //! - [`chunked`]: the session skeleton OT-PSI and CM20-PSI share (message types, phases,
 //!   the client's [`chunked::ClientStep`]).
 //! - [`labels`]: labels revealed only to holders of the item, client and server sides.
@@ -24,7 +26,7 @@
 //! generator the drivers use.
 
 // `deny`, not `forbid`: the one exception is the SSE2 bit-transpose kernel call in
-// `ot::transpose` (`#[allow(unsafe_code)]`, see its SAFETY comment).
+// `ote::transpose` (`#[allow(unsafe_code)]`, see its SAFETY comment).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -33,6 +35,7 @@ pub mod calibrate;
 pub mod chunked;
 pub mod cm20;
 pub mod cost;
+mod cost_terms;
 pub mod dh;
 pub mod error;
 pub mod golomb;
@@ -40,9 +43,11 @@ pub mod items;
 pub mod labels;
 pub mod oprf;
 pub mod ot;
+mod ote;
 pub mod output;
 pub mod parallel;
 pub mod phase;
+mod plug;
 pub mod protocol;
 #[cfg(feature = "os-rng")]
 pub mod rng;

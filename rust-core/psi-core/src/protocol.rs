@@ -1,7 +1,8 @@
 //! The protocols this crate implements: one enum for the wire id (header byte 3), the
 //! name used by the HTTP API and the command line, and the name shown to people.
-//! Adding a protocol adds a variant here; drivers match on it only where protocols
-//! really differ.
+//! Adding a protocol adds a variant here; what differs per protocol (its cost terms,
+//! what a session is charged) is reached through the methods in `plug.rs`, each
+//! answered by the protocol's own module.
 
 use std::fmt;
 use std::str::FromStr;
@@ -62,7 +63,21 @@ impl Protocol {
     /// True for the protocols that run as client-driven rounds of OT extension (OT-PSI,
     /// CM20-PSI): a server admits them with OT slots and runs their rounds on its OT workers.
     pub fn runs_in_rounds(self) -> bool {
-        matches!(self, Protocol::Ot | Protocol::Cm20)
+        match self {
+            Protocol::Dh => false,
+            Protocol::Ot | Protocol::Cm20 => true,
+        }
+    }
+
+    /// True for the protocols whose labels need a query round of their own
+    /// (docs/protocol/labels.md): the label keys derive from DH-PSI's OPRF outputs, which a
+    /// DH-PSI run already holds; after an OT-PSI or CM20-PSI run the client first sends an
+    /// OPRF query for its label slots.
+    pub fn labels_need_query(self) -> bool {
+        match self {
+            Protocol::Dh => false,
+            Protocol::Ot | Protocol::Cm20 => true,
+        }
     }
 
     /// A one-line description for people.

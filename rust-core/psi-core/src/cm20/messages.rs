@@ -8,7 +8,7 @@ use super::rot;
 use crate::chunked::{self, put_base_ot, read_base_ot, read_suite};
 use crate::error::DecodeError;
 use crate::golomb::{self, MAX_RICE_BITS};
-use crate::ot::base_ot::RECEIVER_MSG_LEN;
+use crate::ote::base_ot::RECEIVER_MSG_LEN;
 use crate::protocol::Protocol;
 use crate::wire::{self, Reader, check_limit as limit};
 

@@ -29,6 +29,7 @@
 //! ```
 
 mod client;
+pub(crate) mod cost;
 pub mod messages;
 pub mod params;
 mod prf;
@@ -169,7 +170,7 @@ fn chunk_count(width: usize, per_chunk: usize) -> usize {
 /// `sid = SHA-256(ds::SESSION, client_nonce, server_nonce, BE32 n_c, BE32 n_s, BE32 m,
 /// BE16 w, l2)`.
 fn session_id(client_nonce: &[u8; 32], server_nonce: &[u8; 32], p: &Params) -> [u8; 32] {
-    crate::ot::prc::hash(
+    crate::ote::prc::hash(
         prf::ds::SESSION,
         &[
             client_nonce,

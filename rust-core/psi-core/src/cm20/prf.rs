@@ -18,8 +18,8 @@
 //! it is looked up. `F`'s output is computed per group of [`GROUP`] columns and batch of
 //! items, a few AES blocks at a time from `z` straight into 64-bit word planes.
 
-use crate::ot::prc::{Block, Midstate, Prg, session_midstate};
-use crate::ot::transpose::transpose_cols;
+use crate::ote::prc::{Block, Midstate, Prg, session_midstate};
+use crate::ote::transpose::transpose_cols;
 use aes::Aes128;
 use aes::cipher::{Array, BlockCipherEncrypt, KeyInit};
 use rayon::prelude::*;
@@ -444,7 +444,7 @@ pub(crate) fn hash_parts(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ot::prc::hash;
+    use crate::ote::prc::hash;
 
     /// `F`'s index `v_c` of every item for every column, from the definitions (one item at
     /// a time, bit by bit).

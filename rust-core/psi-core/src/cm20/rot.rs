@@ -1,7 +1,7 @@
 //! The `w` random OTs of CM20 (the paper's Fig. 4): the server (PSI sender `P1`) is the OT
 //! receiver with choice bits `s`, the client (PSI receiver `P2`) the OT sender with two
 //! seeds per OT. Obtained as in the paper's implementation (section 4.2): 128 Masny-Rindal
-//! base OTs ([`crate::ot::base_ot`]) extended with IKNP ([`crate::ot::iknp`]).
+//! base OTs ([`crate::ote::base_ot`]) extended with IKNP ([`crate::ote::iknp`]).
 //!
 //! `iknp` extends to exactly 512 OTs per call. For `w` OTs we run `ceil(w / 512)`
 //! independent instances `r = 0, 1, ...`, each on base keys and a session id derived for
@@ -11,8 +11,8 @@
 //! the ones at and above `w` are unused.
 
 use super::prf::ds;
-use crate::ot::iknp;
-use crate::ot::prc::{Block, CODE_BITS, CODE_BYTES, Row, hash};
+use crate::ote::iknp;
+use crate::ote::prc::{Block, CODE_BITS, CODE_BYTES, Row, hash};
 use zeroize::Zeroizing;
 
 /// IKNP instances for `width` OTs.

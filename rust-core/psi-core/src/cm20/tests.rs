@@ -211,9 +211,9 @@ fn server_columns_satisfy_the_relation() {
         let seeds_c = client.test_seeds(c);
         assert_eq!(seeds[c], seeds_c[sc as usize]);
         let mut a = vec![0u8; cb];
-        crate::ot::prc::Prg::new(&seeds_c[0]).fill(0, &mut a);
+        crate::ote::prc::Prg::new(&seeds_c[0]).fill(0, &mut a);
         let mut b = vec![0u8; cb];
-        crate::ot::prc::Prg::new(&seeds_c[1]).fill(0, &mut b);
+        crate::ote::prc::Prg::new(&seeds_c[1]).fill(0, &mut b);
         // D_c = Δ_c ⊕ A_c ⊕ PRG(seed1): 50 items clear at most 50 of 128 bits.
         let zeros: u32 = (0..cb)
             .map(|i| (!(cols[c * cb + i] ^ a[i] ^ b[i])).count_ones())

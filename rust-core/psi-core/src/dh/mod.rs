@@ -22,6 +22,7 @@
 //! Both sides are sans-IO: [`DhServer`] turns query bytes into evaluation bytes;
 //! [`DhClient`] produces the query and consumes the evaluation and the encoded set.
 
+pub(crate) mod cost;
 mod messages;
 #[cfg(test)]
 mod transcript_tests;

@@ -16,8 +16,8 @@
 //! then breadth-first augmenting-path search) always finds one when it exists, so the
 //! failure probability is the probability that none exists (see [`table_size`]).
 
-use super::prc::{Block, ds, session_prefix};
 use crate::error::{Error, Result};
+use crate::ote::prc::{Block, ds, session_prefix};
 use rayon::prelude::*;
 use sha2::Digest as _;
 

@@ -3,11 +3,11 @@
 //! All integers are big-endian. Every decoder checks exact lengths and hard limits and
 //! returns a [`DecodeError`]; none panics on any input.
 
-use super::base_ot::{BASE_OTS, RECEIVER_MSG_LEN};
-use super::iknp::U_LEN;
-use super::prc::CODE_BYTES;
 use crate::chunked::{self, put_base_ot, read_base_ot, read_suite};
 use crate::error::DecodeError;
+use crate::ote::base_ot::{BASE_OTS, RECEIVER_MSG_LEN};
+use crate::ote::iknp::U_LEN;
+use crate::ote::prc::CODE_BYTES;
 use crate::protocol::Protocol;
 use crate::wire::{self, Reader, check_limit};
 

@@ -22,16 +22,15 @@
 //! With one chunk the whole run is two round trips, the minimum for KKRT16 with OT
 //! extension (the matrix needs the server's base-OT reply).
 
-// `pub(crate)`: CM20 (`crate::cm20`) reuses the base OTs, IKNP, the AES/hash helpers and
-// the bit transpose.
-pub(crate) mod base_ot;
+// The OT extension this protocol stands on (base OTs, IKNP, the PRC, the transpose) is
+// `crate::ote`, shared with CM20-PSI.
 mod client;
+pub(crate) mod cost;
 mod cuckoo;
-pub(crate) mod iknp;
 pub mod messages;
-pub(crate) mod prc;
 mod server;
-pub(crate) mod transpose;
+
+use crate::ote::{base_ot, prc, transpose};
 
 pub use crate::chunked::ClientStep;
 pub use client::OtClient;

@@ -2,16 +2,17 @@
 //! its items under each of the three hash functions, and sends the values at the end,
 //! three lists each in a fresh random order.
 
-use super::base_ot::{self, RECEIVER_MSG_LEN};
 use super::cuckoo::{self, HASHES, SimpleTable};
 use super::messages::{self, Ack, Chunk, Hello, MAX_ITEMS, Message, Outputs, SUITE, Setup};
-use super::prc::{
-    Block, CODE_BYTES, PRC_BATCH, Prc, Prg, Row, copy_short, out_hash, out_prefix, permutation,
-};
-use super::{BLOCK_ROWS, OtConfig, iknp, matrix_rows, output_len, session_id};
+use super::{BLOCK_ROWS, OtConfig, matrix_rows, output_len, session_id};
 use crate::chunked::{self, ServerPhase, admit_client_items, wrong_phase};
 use crate::error::{DecodeError, Result};
 use crate::items::ItemSet;
+use crate::ote::base_ot::{self, RECEIVER_MSG_LEN};
+use crate::ote::iknp;
+use crate::ote::prc::{
+    Block, CODE_BYTES, PRC_BATCH, Prc, Prg, Row, copy_short, out_hash, out_prefix, permutation,
+};
 use crate::wire;
 use rand_core::CryptoRng;
 use rayon::prelude::*;
