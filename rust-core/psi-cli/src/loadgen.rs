@@ -53,7 +53,7 @@ pub struct LoadgenArgs {
 }
 
 /// Open file descriptors of a process (Linux /proc).
-fn open_fds(pid: u32) -> Option<u64> {
+pub(crate) fn open_fds(pid: u32) -> Option<u64> {
     Some(std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64)
 }
 
@@ -64,7 +64,8 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-fn rss_kib(pid: u32, field: &str) -> Option<u64> {
+/// A `/proc/PID/status` memory field (`VmRSS:`, `VmHWM:`) in KiB.
+pub(crate) fn rss_kib(pid: u32, field: &str) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     s.lines()
         .find(|l| l.starts_with(field))?
@@ -72,6 +73,48 @@ fn rss_kib(pid: u32, field: &str) -> Option<u64> {
         .nth(1)?
         .parse()
         .ok()
+}
+
+/// The contacts of run `run`: `contacts` numbers, one in `match_every` a registry entry
+/// of `psi import --synthetic REGISTRY_SIZE` (distinct entries per run), the others not
+/// registered; and the (index, entry) of each expected match.
+pub(crate) fn synthetic_run(
+    run: u64,
+    contacts: usize,
+    match_every: usize,
+    registry_size: u64,
+) -> (Vec<Vec<u8>>, Vec<(usize, u64)>) {
+    let mut expected = Vec::new();
+    let items = (0..contacts)
+        .map(|j| {
+            if j % match_every == 0 {
+                // Distinct registry entries per run.
+                let k = (mix(run) + j as u64) % registry_size;
+                expected.push((j, k));
+                format!("+1202{k:07}").into_bytes()
+            } else {
+                format!(
+                    "+1303{:07}",
+                    (run * contacts as u64 + j as u64) % 10_000_000
+                )
+                .into_bytes()
+            }
+        })
+        .collect();
+    (items, expected)
+}
+
+/// Whether `r` found exactly the `expected` matches of [`synthetic_run`] (with `labels`:
+/// each with its synthetic label `user-N`).
+pub(crate) fn matches_expected(
+    r: &psi_client::MatchReport,
+    expected: &[(usize, u64)],
+    labels: bool,
+) -> bool {
+    r.matches.len() == expected.len()
+        && r.matches.iter().zip(expected).all(|(m, (j, k))| {
+            m.index == *j && (!labels || m.label.as_deref() == Some(format!("user-{k}").as_str()))
+        })
 }
 
 pub fn run(args: LoadgenArgs) -> Result<(), String> {
@@ -161,23 +204,8 @@ pub fn run(args: LoadgenArgs) -> Result<(), String> {
                     if run >= args.runs || Instant::now() > deadline {
                         break;
                     }
-                    let mut expected = Vec::new();
-                    let items: Vec<Vec<u8>> = (0..args.contacts)
-                        .map(|j| {
-                            if j % args.match_every == 0 {
-                                // Distinct registry entries per run.
-                                let k = (mix(run) + j as u64) % args.registry_size;
-                                expected.push((j, k));
-                                format!("+1202{k:07}").into_bytes()
-                            } else {
-                                format!(
-                                    "+1303{:07}",
-                                    (run * args.contacts as u64 + j as u64) % 10_000_000
-                                )
-                                .into_bytes()
-                            }
-                        })
-                        .collect();
+                    let (items, expected) =
+                        synthetic_run(run, args.contacts, args.match_every, args.registry_size);
                     let t = Instant::now();
                     match client.match_items(items, protocol, &mut |_| {}, &CancelToken::new()) {
                         Ok(r) => {
@@ -185,14 +213,7 @@ pub fn run(args: LoadgenArgs) -> Result<(), String> {
                                 .lock()
                                 .unwrap_or_else(|e| e.into_inner())
                                 .push((protocol, t.elapsed()));
-                            let good = r.matches.len() == expected.len()
-                                && r.matches.iter().zip(&expected).all(|(m, (j, k))| {
-                                    m.index == *j
-                                        && (args.no_labels
-                                            || m.label.as_deref()
-                                                == Some(format!("user-{k}").as_str()))
-                                });
-                            if good {
+                            if matches_expected(&r, &expected, !args.no_labels) {
                                 ok.fetch_add(1, Ordering::Relaxed);
                             } else {
                                 wrong.fetch_add(1, Ordering::Relaxed);

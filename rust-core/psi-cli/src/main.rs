@@ -7,8 +7,11 @@
 //! - `psi token add|revoke|list`: bearer tokens issued through the registry database.
 //! - `psi match`: match a contact file against a server.
 //! - `psi loadgen`: concurrent clients against a server (docs/benchmarks.md).
+//! - `psi attack`: each denial-of-service attack of issue 23 beside honest clients, on
+//!   loopback (docs/reliability.md).
 //! - `psi bench`: the benchmark table recorded in docs/benchmarks.md.
 
+mod attack;
 mod bench;
 mod bench_labels;
 mod choice;
@@ -104,6 +107,9 @@ struct ServerArgs {
     max_client_items: usize,
 }
 
+// Parsed once per process: the size of its largest variant (`psi serve`'s many options)
+// costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run a contact discovery on an embedded sample over HTTP on loopback (no setup).
@@ -149,6 +155,12 @@ enum Command {
     Match(match_cmd::MatchArgs),
     /// Load generator: concurrent clients matching against a server.
     Loadgen(loadgen::LoadgenArgs),
+    /// Each denial-of-service attack (session table filling, OT slots held, slow readers,
+    /// connection hogging, failed steps, refused OT requests, encoded-set downloads)
+    /// beside honest clients, each against a fresh `psi serve` on loopback: prints the
+    /// honest runs completed and their p50/p99 without and with the attack
+    /// (docs/reliability.md).
+    Attack(attack::AttackArgs),
     /// Print the benchmark table (docs/benchmarks.md).
     Bench {
         /// Small sizes only, for a smoke test (seconds instead of minutes).
@@ -204,6 +216,7 @@ fn main() -> ExitCode {
         Command::Token { command } => token_cmd::run(command),
         Command::Match(args) => match_cmd::run(args),
         Command::Loadgen(args) => loadgen::run(args),
+        Command::Attack(args) => attack::run(args),
         Command::Bench {
             ot_fixed_cost: Some(rounds),
             pin,
