@@ -3,6 +3,14 @@
 use psi_core::Threads;
 use std::time::Duration;
 
+/// The response cap of the platform SDKs (psi-ffi's `default_discovery_config`, read by
+/// the Swift and Kotlin SDKs): 32 MiB, far below the desktop default of 256 MiB, so a
+/// server cannot push a phone towards memory exhaustion. It fits the largest response of
+/// every protocol up to about 1.1 M registry entries (OT-PSI's outputs, about 24 MB at
+/// 10^6; DH-PSI's encoded set, about 6.5 MB); beyond that an app raises it. Each route has
+/// its own smaller cap below it ([`crate::server_input`]).
+pub const MOBILE_MAX_RESPONSE_BYTES: u64 = 32 << 20;
+
 /// Client settings. [`ClientConfig::default`] gives the documented defaults.
 #[derive(Clone)]
 #[non_exhaustive]
@@ -14,7 +22,11 @@ pub struct ClientConfig {
     /// Per-request timeout: every request the driver makes carries it to the transport.
     pub timeout: Duration,
     /// Largest response body accepted (default 256 MiB: a 10^6-entry encoded set is
-    /// about 6.5 MB; OT-PSI outputs are `3 n_s L` bytes).
+    /// about 6.5 MB; OT-PSI outputs are `3 n_s L` bytes; the platform SDKs use
+    /// [`MOBILE_MAX_RESPONSE_BYTES`]). The ceiling of every request's own cap: health
+    /// and session answers are capped at a few KB, protocol steps at what the protocol
+    /// needs for the session, error bodies at
+    /// [`crate::transport::MAX_ERROR_BODY_BYTES`] ([`crate::server_input`]).
     pub max_response_bytes: u64,
     /// Fetch the labels of matches (default true).
     pub fetch_labels: bool,

@@ -11,7 +11,8 @@ use crate::measure::{
     Source, SystemClock,
 };
 use crate::report::{MatchReport, Matched, Progress, RunStats};
-use crate::transport::{Request, Response, Transport};
+use crate::server_input::{self, server_timing};
+use crate::transport::{MAX_ERROR_BODY_BYTES, Request, Response, Transport, TransportError};
 use psi_core::chunked::ChunkedClient;
 use psi_core::dh::{DhClient, EncodedSet};
 use psi_core::labels::{LabelClient, LabelStep};
@@ -528,22 +529,6 @@ impl Client {
     }
 }
 
-/// The server's time from a `Server-Timing` header value (`psi;dur=12.5`, milliseconds),
-/// `None` if it has none or it is not a finite number; clamped to `[0, 10^6 s]`. A server's
-/// header is input like any other: `NaN` or `inf` must not reach `Duration`, which panics.
-fn server_timing(value: &str) -> Option<Duration> {
-    let ms = value
-        .split("dur=")
-        .nth(1)?
-        .split([',', ';'])
-        .next()?
-        .trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|ms| ms.is_finite())?;
-    Some(Duration::from_secs_f64(ms.clamp(0.0, 1e9) / 1e3))
-}
-
 /// First wait before a retry; it doubles with each attempt.
 const RETRY_BASE: Duration = Duration::from_millis(250);
 /// Longest wait of the backoff.
@@ -641,6 +626,9 @@ struct Run<'a> {
     /// A cap on response bodies below the configured one (the probe's: it knows what
     /// it asked for).
     max_response: Option<u64>,
+    /// The cap on the protocol steps' responses, sized for the session
+    /// ([`server_input::step_response_cap`]) once it is created.
+    step_cap: Option<u64>,
 }
 
 impl<'a> Run<'a> {
@@ -658,6 +646,7 @@ impl<'a> Run<'a> {
             samples: Vec::new(),
             session_complete: false,
             max_response: None,
+            step_cap: None,
         }
     }
 
@@ -725,19 +714,36 @@ impl<'a> Run<'a> {
             headers.push(("content-type".into(), c.to_string()));
         }
         let sent = body.len() as u64;
+        let cap = server_input::route_cap(
+            route,
+            self.step_cap,
+            self.max_response,
+            config.max_response_bytes,
+        );
         let t0 = self.client.clock.now();
-        let resp = self.client.transport.send(Request {
+        let mut resp = self.client.transport.send(Request {
             method: route.method(),
             url: format!("{}{}", self.client.base, path),
             headers,
             body,
             timeout: config.timeout,
-            max_response_bytes: self.max_response.map_or(config.max_response_bytes, |c| {
-                c.min(config.max_response_bytes)
-            }),
+            max_response_bytes: cap,
             abandon_on_cancel: !matches!(route, Route::CreateSession | Route::DeleteSession),
         })?;
         let elapsed = self.client.clock.now().saturating_sub(t0);
+        // Checked again whatever the transport did: a platform transport that does not
+        // honour a cap must not get an oversized health into the measurements. An error
+        // body over its cap is dropped (its status still counts).
+        if resp.status >= 400 && resp.body.len() as u64 > MAX_ERROR_BODY_BYTES.min(cap) {
+            resp.body = Vec::new();
+        }
+        if resp.body.len() as u64 > cap {
+            return Err(TransportError {
+                message: format!("response body over its cap of {cap} bytes"),
+                timeout: false,
+            }
+            .into());
+        }
         self.stats.requests += 1;
         self.stats.bytes_sent += sent;
         self.stats.bytes_received += resp.body.len() as u64;
@@ -753,10 +759,17 @@ impl<'a> Run<'a> {
                 server: server.unwrap_or_default().as_secs_f64(),
             });
         }
+        if (300..400).contains(&resp.status) && resp.status != 304 {
+            // Transports follow no redirect (crate::transport): the API has none.
+            return Err(ClientError::BadResponse(format!(
+                "HTTP {} redirect, not followed",
+                resp.status
+            )));
+        }
         if resp.status >= 400 {
             let retry_after = resp
                 .header("retry-after")
-                .and_then(|v| v.trim().parse().ok());
+                .and_then(server_input::retry_after);
             let (code, message) = match serde_json::from_slice::<ErrorBody>(&resp.body) {
                 Ok(e) => (e.error, e.message),
                 Err(_) => (ErrorCode::Unknown, "non-JSON error response".to_string()),
@@ -851,7 +864,18 @@ impl<'a> Run<'a> {
         })
         .map_err(|_| ClientError::BadInput("session request".into()))?;
         let r = self.send(Route::CreateSession, "", body, Some(psi_http::JSON), vec![])?;
-        serde_json::from_slice(&r.body).map_err(|_| ClientError::BadResponse("session body".into()))
+        let s: SessionCreated = serde_json::from_slice(&r.body)
+            .map_err(|_| ClientError::BadResponse("session body".into()))?;
+        if let Err(e) = server_input::check_session(&s, protocol) {
+            // A session refused for its fields is still freed on the server, when its id
+            // can be named.
+            if server_input::plain_session_id(&s.session_id) {
+                let _ = self.delete_session(&s.session_id);
+            }
+            return Err(e);
+        }
+        self.step_cap = server_input::step_response_cap(protocol, n, &s);
+        Ok(s)
     }
 
     fn delete_session(&mut self, id: &str) -> Result<()> {
@@ -1174,32 +1198,6 @@ mod tests {
             timeout: false,
         }
         .into()
-    }
-
-    #[test]
-    fn server_timing_takes_finite_numbers_only() {
-        assert_eq!(
-            server_timing("psi;dur=12.5"),
-            Some(Duration::from_micros(12_500))
-        );
-        assert_eq!(server_timing("psi;dur=0, db;dur=3"), Some(Duration::ZERO));
-        assert_eq!(server_timing("psi;dur=-1"), Some(Duration::ZERO));
-        assert_eq!(
-            server_timing("psi;dur=1e300"),
-            Some(Duration::from_secs(1_000_000))
-        );
-        for bad in [
-            "psi;dur=NaN",
-            "psi;dur=nan",
-            "psi;dur=inf",
-            "psi;dur=-inf",
-            "psi;dur=",
-            "psi;dur=x",
-            "psi",
-            "",
-        ] {
-            assert_eq!(server_timing(bad), None, "{bad}");
-        }
     }
 
     #[test]

@@ -46,6 +46,7 @@ mod error;
 pub mod measure;
 pub mod measurements_file;
 pub mod report;
+pub mod server_input;
 pub mod transport;
 
 pub use cache::{CachedSet, FileCache, MemoryCache, SetCache};

@@ -4,8 +4,23 @@
 //! its absolute URL, headers, body and the limits ([`Request::timeout`],
 //! [`Request::max_response_bytes`]) it must honour, so a platform transport needs no
 //! copy of the client's configuration.
+//!
+//! Two rules hold for every transport, whatever its platform (docs/security.md §4,
+//! docs/adr/0035-client-response-caps-and-redirects.md):
+//! - **No redirects.** The API never redirects: a 3xx answer is returned as it is (the
+//!   driver refuses it), never followed. Following one would let a server send the
+//!   client's next requests (the token stays behind, the blinded messages do not) to
+//!   another host, or from `https://` down to `http://`.
+//! - **Small error bodies.** A response with an error status (400 and above) is read at
+//!   most to [`MAX_ERROR_BODY_BYTES`] (or the request's cap, if lower): a longer error body
+//!   is dropped and the status returned with an empty body.
 
 use std::time::Duration;
+
+/// Largest error body (status 400 and above) a transport reads: the API's JSON errors are
+/// under 1 KB. A longer one is dropped, not failed: the status still tells the driver
+/// what happened (a 503 stays retryable).
+pub const MAX_ERROR_BODY_BYTES: u64 = 16 << 10;
 
 pub use psi_http::Method;
 
@@ -23,7 +38,10 @@ pub struct Request {
     /// The whole exchange (connect, send, receive) must finish within this time, or
     /// fail with [`TransportError::timeout`] set.
     pub timeout: Duration,
-    /// A response body longer than this must fail (not be truncated).
+    /// A response body longer than this must fail (not be truncated). The driver sets it
+    /// per route: small for health and sessions, sized by the protocol for its steps,
+    /// never above [`crate::ClientConfig::max_response_bytes`]. Error bodies have their
+    /// own, smaller cap ([`MAX_ERROR_BODY_BYTES`]).
     pub max_response_bytes: u64,
     /// Whether a transport that can abandon requests may abandon this one when the run is
     /// cancelled. False for creating and deleting the session: the driver needs their
@@ -91,7 +109,9 @@ pub struct TransportError {
 /// Moves one request to the server and its response back.
 pub trait Transport: Send + Sync {
     /// Sends `request`; any HTTP status is a `Response`, only failures to get one are
-    /// errors. Must honour `request.timeout` and `request.max_response_bytes`.
+    /// errors. Must honour `request.timeout` and `request.max_response_bytes`, follow no
+    /// redirect (a 3xx is returned as a response) and read no more than
+    /// [`MAX_ERROR_BODY_BYTES`] of an error body (see the module documentation).
     fn send(&self, request: Request) -> Result<Response, TransportError>;
 }
 
@@ -152,6 +172,8 @@ impl HttpTransport {
     fn with_tls(tls: ureq::tls::TlsConfig) -> Self {
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
+            // No redirect is followed (module documentation): a 3xx comes back as is.
+            .max_redirects(0)
             .tls_config(tls)
             .build();
         HttpTransport {
@@ -200,12 +222,18 @@ impl Transport for HttpTransport {
             .iter()
             .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
             .collect();
-        let body = resp
-            .body_mut()
-            .with_config()
-            .limit(request.max_response_bytes)
-            .read_to_vec()
-            .map_err(transport_error)?;
+        let error = status >= 400;
+        let limit = if error {
+            request.max_response_bytes.min(MAX_ERROR_BODY_BYTES)
+        } else {
+            request.max_response_bytes
+        };
+        let body = match resp.body_mut().with_config().limit(limit).read_to_vec() {
+            Ok(body) => body,
+            // An oversized error body is dropped; its status still counts.
+            Err(ureq::Error::BodyExceedsLimit(_)) if error => Vec::new(),
+            Err(e) => return Err(transport_error(e)),
+        };
         Ok(Response {
             status,
             headers,

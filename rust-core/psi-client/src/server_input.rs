@@ -1,0 +1,267 @@
+//! What the client takes from a server: how large each response may be, and the checks on
+//! every number it reads (headers and JSON fields). A server is a peer like any other: a
+//! malicious or broken one must get a typed error or have its value ignored, never a panic,
+//! an unbounded allocation or a value that steers the client outside a plausible range
+//! (docs/security.md §4, docs/adr/0035-client-response-caps-and-redirects.md).
+
+use crate::error::ClientError;
+use psi_core::Protocol;
+use psi_http::{Route, SessionCreated};
+use std::time::Duration;
+
+/// Largest `GET /v1/health` body accepted: a health is under 2 KB (a few hundred bytes of
+/// numbers, the protocol and feature names).
+pub const HEALTH_RESPONSE_BYTES: u64 = 64 << 10;
+/// Largest body accepted in answer to creating or deleting a session (the created
+/// session's JSON is about 300 bytes; a deletion's is empty).
+pub const SESSION_RESPONSE_BYTES: u64 = 16 << 10;
+/// Added to twice the cost model's largest response of a protocol step
+/// ([`step_response_cap`]): room for a registry that grew since the session was created
+/// and for framing.
+pub const STEP_RESPONSE_SLACK: u64 = 1 << 20;
+/// Longest `Retry-After` taken from a server: a day. A longer one is read as a day (the
+/// run is not retried in either case: the driver waits at most 30 s).
+pub const MAX_RETRY_AFTER_SECS: u64 = 86_400;
+/// Longest session id accepted (the reference server's are 32 hex digits): the id goes
+/// into every later URL, so it must be a plain token.
+pub const MAX_SESSION_ID_LEN: usize = 128;
+
+/// The response cap of one request to `route`: the route's own (health and sessions: a few
+/// KB; protocol steps: `step`, sized by the protocol for the session; label steps and the
+/// probe: the configured cap, or `probe` for the probe), never above `configured`
+/// ([`crate::ClientConfig::max_response_bytes`]).
+pub(crate) fn route_cap(
+    route: Route,
+    step: Option<u64>,
+    probe: Option<u64>,
+    configured: u64,
+) -> u64 {
+    let own = match route {
+        Route::Health => HEALTH_RESPONSE_BYTES,
+        Route::CreateSession | Route::DeleteSession => SESSION_RESPONSE_BYTES,
+        Route::DhQuery | Route::DhEncodedSet | Route::OtRound | Route::Cm20Round => {
+            step.unwrap_or(u64::MAX)
+        }
+        Route::ProbeDown | Route::ProbeUp => probe.unwrap_or(u64::MAX),
+        // Label steps: the records' sizes are the server's data, not the protocol's
+        // (docs/protocol/labels.md); the configured cap bounds them.
+        _ => u64::MAX,
+    };
+    own.min(configured)
+}
+
+/// The largest response a protocol step of `session` (`protocol`, `n` items) may need:
+/// twice the cost model's largest response of the run (the DH-PSI evaluation or encoded
+/// set, the OT-PSI or CM20-PSI outputs) plus [`STEP_RESPONSE_SLACK`]. The model takes the
+/// session's own figures (registry size, limits), bounded by the model's maxima, so a
+/// server that overstates them raises the cap at most to the configured one. `None` when
+/// the model cannot size the run (the configured cap then applies).
+pub(crate) fn step_response_cap(
+    protocol: Protocol,
+    n: usize,
+    session: &SessionCreated,
+) -> Option<u64> {
+    let w = psi_core::cost::Workload::new(n as u64, session.registry_items)
+        .with_labels(false)
+        .with_limits(u64::from(session.max_client_items), session.max_body_bytes);
+    let cost = psi_core::cost::cost(protocol, &w)?;
+    // The first exchange is the session's.
+    let largest = cost.requests.iter().skip(1).map(|e| e.down).max()?;
+    Some(
+        largest
+            .saturating_mul(2)
+            .saturating_add(STEP_RESPONSE_SLACK),
+    )
+}
+
+/// Checks a created session's fields before any of them is used: the id is a plain token
+/// (it goes into URLs), the protocol is the one asked for, the label layout is one psi-core
+/// accepts. The counts need no check here: every use bounds them (the cost model, psi-core's
+/// decoders, `check_layout`).
+pub(crate) fn check_session(s: &SessionCreated, protocol: Protocol) -> Result<(), ClientError> {
+    let bad = |what: &str| Err(ClientError::BadResponse(format!("session body: {what}")));
+    if !plain_session_id(&s.session_id) {
+        return bad("the session id is not a plain token");
+    }
+    if s.protocol != protocol.api_name() {
+        return bad("the session's protocol is not the one asked for");
+    }
+    if s.label_bucket_bits > psi_core::labels::MAX_BUCKET_BITS {
+        return bad("label bucket bits out of range");
+    }
+    Ok(())
+}
+
+/// Whether `id` can go into a URL path as it is: 1 to [`MAX_SESSION_ID_LEN`] ASCII letters,
+/// digits, `-` or `_`.
+pub(crate) fn plain_session_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_SESSION_ID_LEN
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// Seconds from a `Retry-After` header (delta-seconds only): `None` for anything but a
+/// non-negative integer (`-1`, `NaN`, `inf`, `1e300`, an HTTP date, a number beyond
+/// `u64`); at most [`MAX_RETRY_AFTER_SECS`].
+pub(crate) fn retry_after(value: &str) -> Option<u64> {
+    let v = value.trim();
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // All digits: only an overflow fails to parse, and it is more than a day.
+    Some(
+        v.parse::<u64>()
+            .map_or(MAX_RETRY_AFTER_SECS, |s| s.min(MAX_RETRY_AFTER_SECS)),
+    )
+}
+
+/// The server's time from a `Server-Timing` header value (`psi;dur=12.5`, milliseconds),
+/// `None` if it has none or it is not a finite number; clamped to `[0, 10^6 s]`. `NaN` or
+/// `inf` must not reach `Duration`, which panics.
+pub(crate) fn server_timing(value: &str) -> Option<Duration> {
+    let ms = value
+        .split("dur=")
+        .nth(1)?
+        .split([',', ';'])
+        .next()?
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|ms| ms.is_finite())?;
+    Some(Duration::from_secs_f64(ms.clamp(0.0, 1e9) / 1e3))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_timing_takes_finite_numbers_only() {
+        assert_eq!(
+            server_timing("psi;dur=12.5"),
+            Some(Duration::from_micros(12_500))
+        );
+        assert_eq!(server_timing("psi;dur=0, db;dur=3"), Some(Duration::ZERO));
+        assert_eq!(server_timing("psi;dur=-1"), Some(Duration::ZERO));
+        assert_eq!(
+            server_timing("psi;dur=1e300"),
+            Some(Duration::from_secs(1_000_000))
+        );
+        for bad in [
+            "psi;dur=NaN",
+            "psi;dur=nan",
+            "psi;dur=inf",
+            "psi;dur=-inf",
+            "psi;dur=",
+            "psi;dur=x",
+            "psi",
+            "",
+        ] {
+            assert_eq!(server_timing(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn retry_after_takes_whole_seconds_up_to_a_day() {
+        assert_eq!(retry_after("7"), Some(7));
+        assert_eq!(retry_after(" 0 "), Some(0));
+        assert_eq!(retry_after("86401"), Some(MAX_RETRY_AFTER_SECS));
+        assert_eq!(
+            retry_after("18446744073709551615"),
+            Some(MAX_RETRY_AFTER_SECS)
+        );
+        assert_eq!(
+            retry_after("99999999999999999999999"),
+            Some(MAX_RETRY_AFTER_SECS)
+        );
+        for bad in [
+            "NaN",
+            "inf",
+            "-1",
+            "1e300",
+            "1.5",
+            "+3",
+            "",
+            "Wed, 21 Oct 2015 07:28:00 GMT",
+        ] {
+            assert_eq!(retry_after(bad), None, "{bad}");
+        }
+    }
+
+    fn session(registry_items: u64) -> SessionCreated {
+        SessionCreated {
+            session_id: "0123456789abcdef0123456789abcdef".into(),
+            protocol: "ot-psi".into(),
+            epoch: 1,
+            registry_items,
+            max_client_items: 10_000,
+            max_body_bytes: 8 << 20,
+            encoded_set_etag: "\"x\"".into(),
+            label_bucket_bits: 4,
+            expires_in_secs: 300,
+            ends_on_completion: true,
+        }
+    }
+
+    #[test]
+    fn caps_are_small_for_health_and_sessions_and_sized_for_protocol_steps() {
+        let configured = 256 << 20;
+        assert_eq!(route_cap(Route::Health, None, None, configured), 64 << 10);
+        assert_eq!(
+            route_cap(Route::CreateSession, None, None, configured),
+            16 << 10
+        );
+        assert_eq!(
+            route_cap(Route::DeleteSession, None, None, configured),
+            16 << 10
+        );
+        assert_eq!(route_cap(Route::Health, None, None, 100), 100);
+        assert_eq!(
+            route_cap(Route::LabelFetch, Some(5), None, configured),
+            configured
+        );
+        assert_eq!(route_cap(Route::ProbeDown, None, Some(9), configured), 9);
+        // OT-PSI against 10^6 entries: outputs of about 24 MB, so a cap of about 49 MB;
+        // against 10 entries, about 1 MiB.
+        let big = step_response_cap(Protocol::Ot, 1000, &session(1_000_000)).unwrap();
+        assert!((40 << 20..60 << 20).contains(&big), "{big}");
+        let small = step_response_cap(Protocol::Ot, 3, &session(10)).unwrap();
+        assert!(small < 2 << 20, "{small}");
+        assert_eq!(
+            route_cap(Route::OtRound, Some(small), None, configured),
+            small
+        );
+        assert_eq!(
+            route_cap(Route::OtRound, Some(big), None, 32 << 20),
+            32 << 20
+        );
+        // DH-PSI: the encoded set of 10^6 entries is about 6.5 MB.
+        let dh = step_response_cap(Protocol::Dh, 1000, &session(1_000_000)).unwrap();
+        assert!((12 << 20..20 << 20).contains(&dh), "{dh}");
+        // Whatever the server claims, no overflow and no panic.
+        for p in Protocol::ALL {
+            let mut s = session(u64::MAX);
+            s.max_client_items = u32::MAX;
+            s.max_body_bytes = u64::MAX;
+            let _ = step_response_cap(*p, 10_000, &s);
+            s.max_body_bytes = 0;
+            let _ = step_response_cap(*p, 10_000, &s);
+        }
+    }
+
+    #[test]
+    fn a_session_with_a_strange_id_protocol_or_layout_is_refused() {
+        assert!(check_session(&session(10), Protocol::Ot).is_ok());
+        assert!(check_session(&session(10), Protocol::Dh).is_err());
+        for id in ["", "../x", "a b", "a?b=1", "a/b", &"a".repeat(129)] {
+            let mut s = session(10);
+            s.session_id = id.to_string();
+            assert!(check_session(&s, Protocol::Ot).is_err(), "{id}");
+        }
+        let mut s = session(10);
+        s.label_bucket_bits = 25;
+        assert!(check_session(&s, Protocol::Ot).is_err());
+    }
+}
