@@ -116,6 +116,18 @@ impl Route {
     pub fn path(self, session: &str) -> String {
         self.template().replace("{id}", session)
     }
+
+    /// The route that carries a run of the protocol with API name `api_name`
+    /// (`psi_core::Protocol::api_name`): DH-PSI's query, OT-PSI's and CM20-PSI's rounds.
+    /// `None` for a name no route serves. A new protocol adds one line here.
+    pub fn for_protocol(api_name: &str) -> Option<Route> {
+        match api_name {
+            "dh-psi" => Some(Route::DhQuery),
+            "ot-psi" => Some(Route::OtRound),
+            "cm20-psi" => Some(Route::Cm20Round),
+            _ => None,
+        }
+    }
 }
 
 /// Header carrying the registry's key epoch on the encoded-set download.

@@ -9,9 +9,10 @@
 //! (`docs/adr/0034-session-table-limits.md`).
 
 use crate::limits::RateLimiter;
-use psi_core::Protocol;
-use psi_core::cm20::Cm20Server;
-use psi_core::ot::OtServer;
+use psi_core::cm20::{Cm20Config, Cm20Server, Cm20Set};
+use psi_core::ot::{OtConfig, OtServer};
+use psi_core::{ItemSet, Protocol, Threads};
+use rand_core::CryptoRng;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,9 +26,9 @@ const TOMBSTONE: Duration = Duration::from_secs(120);
 pub(crate) enum Phase {
     /// DH-PSI: waiting for the query.
     DhAwaitingQuery,
-    /// OT-PSI: waiting for the next round; the session's server state machine and its OT
-    /// slot (both freed as soon as the phase moves on).
-    OtRunning(Box<OtRun>),
+    /// OT-PSI or CM20-PSI (the chunked family): waiting for the next round; the session's
+    /// server state machine and its OT slot (both freed as soon as the phase moves on).
+    ChunkedRunning(Box<ChunkedRun>),
     /// A request of this session is being handled (or its OT state is being built).
     Busy,
     /// The protocol run is over; labels may follow (`label_queried`: an OT session's
@@ -40,9 +41,9 @@ pub(crate) enum Phase {
 /// An OT-PSI or CM20-PSI run in progress: the server state (OT-PSI: about 90 bytes per
 /// registry entry; CM20-PSI: about `16 + w / 8`, some 95 bytes) and the slot that counts it
 /// against the OT caps. Dropping it frees both.
-pub(crate) struct OtRun {
+pub(crate) struct ChunkedRun {
     pub server: RoundServer,
-    pub _slot: OtSlot,
+    pub _slot: ChunkedSlot,
 }
 
 /// The server state machine of a round-based protocol ([`Protocol::runs_in_rounds`]).
@@ -81,14 +82,65 @@ impl RoundServer {
     }
 }
 
-/// One admitted OT-PSI run, counted against the global and the caller's OT caps until
+/// Why [`RoundServer::build`] built no state machine.
+#[derive(Debug)]
+pub(crate) enum BuildError {
+    /// DH-PSI runs in no rounds: its session holds no state machine (the registry's key
+    /// answers its one query).
+    NoRounds,
+    /// A protocol this server has no session constructor for: refused, never run as
+    /// another protocol.
+    Unsupported,
+    /// The protocol's state machine refused to start (log-safe).
+    Core(psi_core::Error),
+}
+
+impl RoundServer {
+    /// The server state machine of a new session of `protocol` for exactly `client_items`
+    /// items, on the registry's `items` (and its prepared CM20-PSI set, when it has one):
+    /// one arm per protocol, and an error for a protocol it cannot build.
+    pub(crate) fn build<R: CryptoRng + ?Sized>(
+        protocol: Protocol,
+        items: &Arc<ItemSet>,
+        cm20: Option<&Arc<Cm20Set>>,
+        client_items: u32,
+        rng: &mut R,
+    ) -> Result<RoundServer, BuildError> {
+        let n = client_items as usize;
+        match protocol {
+            Protocol::Dh => Err(BuildError::NoRounds),
+            Protocol::Ot => {
+                let config = OtConfig::new(Threads::ONE).with_expected_client_items(n);
+                OtServer::new(items.clone(), config, rng)
+                    .map(RoundServer::Ot)
+                    .map_err(BuildError::Core)
+            }
+            Protocol::Cm20 => {
+                let config = Cm20Config::new(Threads::ONE).with_expected_client_items(n);
+                // The registry's prepared set when it has one (it does whenever the server
+                // runs CM20-PSI).
+                match cm20 {
+                    Some(set) => Cm20Server::with_set(set.clone(), config, rng),
+                    None => Cm20Server::new(items.clone(), config, rng),
+                }
+                .map(RoundServer::Cm20)
+                .map_err(BuildError::Core)
+            }
+            // `Protocol` is non-exhaustive: a protocol added to psi-core reaches this arm
+            // until it has its own (the test `every_protocol_is_plugged_in` fails).
+            _ => Err(BuildError::Unsupported),
+        }
+    }
+}
+
+/// One admitted OT-PSI or CM20-PSI run, counted against the global and the caller's OT caps until
 /// dropped (when the run ends, fails, is deleted or expires).
-pub(crate) struct OtSlot {
+pub(crate) struct ChunkedSlot {
     ot: Arc<Mutex<OtState>>,
     client: String,
 }
 
-impl Drop for OtSlot {
+impl Drop for ChunkedSlot {
     fn drop(&mut self) {
         let mut ot = lock_ot(&self.ot);
         ot.running = ot.running.saturating_sub(1);
@@ -177,7 +229,7 @@ struct Entry {
 pub(crate) struct Sessions {
     limits: SessionLimits,
     ttl: Duration,
-    /// Lock order: `map` before `ot` (an [`OtSlot`] can be dropped while `map` is held).
+    /// Lock order: `map` before `ot` (an [`ChunkedSlot`] can be dropped while `map` is held).
     map: Mutex<HashMap<String, Entry>>,
     ot: Arc<Mutex<OtState>>,
     /// Each caller's hourly budget of OT-PSI sessions (`ot_per_hour`).
@@ -257,14 +309,14 @@ impl Sessions {
     /// at the total cap, first ends the oldest idle session of the block holding the most
     /// sessions. An OT-PSI session also takes an OT slot and one unit of its caller's
     /// hourly OT budget: the slot is returned, for the caller to keep in the session's
-    /// [`OtRun`] (or drop, to free it). An OT slot shortage refuses OT-PSI and CM20-PSI
+    /// [`ChunkedRun`] (or drop, to free it). An OT slot shortage refuses OT-PSI and CM20-PSI
     /// sessions only.
     pub(crate) fn insert(
         &self,
         id: String,
         block: String,
         session: Session,
-    ) -> Result<Option<OtSlot>, Full> {
+    ) -> Result<Option<ChunkedSlot>, Full> {
         let now = Instant::now();
         let mut map = self.lock();
         let (mut live, mut of_client, mut of_block) = (0, 0, 0);
@@ -297,7 +349,7 @@ impl Sessions {
                 .map_err(Full::OtBudget)?;
             ot.running += 1;
             *ot.per_client.entry(session.client.clone()).or_default() += 1;
-            Some(OtSlot {
+            Some(ChunkedSlot {
                 ot: self.ot.clone(),
                 client: session.client.clone(),
             })
@@ -414,7 +466,7 @@ impl Sessions {
             let no_hello = g.protocol.runs_in_rounds()
                 && !g.stepped
                 && now.saturating_duration_since(g.created) >= l.hello;
-            let run_idle = matches!(g.phase, Phase::OtRunning(_)) && quiet >= l.ot_idle;
+            let run_idle = matches!(g.phase, Phase::ChunkedRunning(_)) && quiet >= l.ot_idle;
             if no_hello || (g.in_flight == 0 && (quiet >= l.idle || run_idle)) {
                 g.phase = Phase::Done;
                 idle.push(g.id.clone());
@@ -488,6 +540,39 @@ pub(crate) fn lock(s: &Mutex<Session>) -> std::sync::MutexGuard<'_, Session> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every protocol in `Protocol::ALL` is plugged in everywhere it must be: a server
+    /// session constructor (or, for DH-PSI, none needed), a cost model, a charge, a route
+    /// that carries its run, and a command-line name.
+    #[test]
+    fn every_protocol_is_plugged_in() {
+        use rand_chacha::ChaCha20Rng;
+        use rand_core::SeedableRng;
+        let items = Arc::new(ItemSet::new((0..16u32).map(|i| format!("r{i}"))));
+        let mut rng = ChaCha20Rng::seed_from_u64(25);
+        for &p in Protocol::ALL {
+            match RoundServer::build(p, &items, None, 4, &mut rng) {
+                Ok(server) => {
+                    assert!(p.runs_in_rounds(), "{p}");
+                    assert_eq!(server.protocol(), p);
+                }
+                Err(BuildError::NoRounds) => assert!(!p.runs_in_rounds(), "{p}"),
+                Err(e) => panic!("{p}: no server session constructor ({e:?})"),
+            }
+            let w = psi_core::cost::Workload::new(100, 1000);
+            assert!(psi_core::cost::cost(p, &w).is_some(), "{p}: no cost model");
+            assert!(p.charge(100) >= 100, "{p}: charge below its items");
+            let route = psi_http::Route::for_protocol(p.api_name());
+            assert!(route.is_some(), "{p}: no route");
+            assert_eq!(
+                p.short_name().parse::<Protocol>(),
+                Ok(p),
+                "{p}: no CLI name"
+            );
+        }
+        // A name no protocol has gets no route.
+        assert_eq!(psi_http::Route::for_protocol("gbf-psi"), None);
+    }
 
     /// The OT-session budget is never saved: once a caller's bucket is full again the
     /// sweep forgets it (before, a charged bucket stayed marked unsaved, so for ever).
