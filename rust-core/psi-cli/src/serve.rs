@@ -27,10 +27,12 @@ pub struct ServeArgs {
     /// a token caller is its own block).
     #[arg(long, default_value_t = 256)]
     max_sessions_per_block: usize,
-    /// Prefix length of the IPv4 address blocks for --max-sessions-per-block.
+    /// Prefix length of the IPv4 address blocks for --max-sessions-per-block and
+    /// --ipv4-block-budgets.
     #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u8).range(1..=32))]
     ipv4_block_prefix: u8,
-    /// Prefix length of the IPv6 address blocks for --max-sessions-per-block.
+    /// Prefix length of the IPv6 address blocks for --max-sessions-per-block and
+    /// --ipv6-block-budgets.
     #[arg(long, default_value_t = 48, value_parser = clap::value_parser!(u8).range(1..=128))]
     ipv6_block_prefix: u8,
     /// Seconds a session may go without a successful step (and no request under way)
@@ -69,6 +71,32 @@ pub struct ServeArgs {
     /// size, about 127 of a client's). Kept in memory: a restart resets it.
     #[arg(long, default_value_t = 16 << 20)]
     probe_bytes_per_hour: u64,
+    /// Bytes of full encoded-set downloads (200 answers; 304s are free) one client may
+    /// take per hour; 0 = unlimited. Default 64 MiB (about 10 downloads of a set of 10^6
+    /// entries). With a CDN serving the set, see docs/api.md "Encoded set".
+    #[arg(long, default_value_t = 64 << 20)]
+    encoded_set_bytes_per_hour: u64,
+    /// Without tokens, the budgets (of --items-per-hour and --encoded-set-bytes-per-hour)
+    /// all clients of one IPv4 --ipv4-block-prefix network share beside their own; 0 = no
+    /// such level (docs/adr/0038-budgets-per-address-block.md).
+    #[arg(long, default_value_t = 4)]
+    ipv4_block_budgets: u64,
+    /// Without tokens, the budgets all clients of one IPv6 --ipv6-block-prefix network (a
+    /// /48 site) share; 0 = no such level.
+    #[arg(long, default_value_t = 4)]
+    ipv6_block_budgets: u64,
+    /// Prefix length of the wider IPv6 network for --ipv6-allocation-budgets.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u8).range(1..=128))]
+    ipv6_allocation_prefix: u8,
+    /// Without tokens, the budgets all clients of one IPv6 --ipv6-allocation-prefix
+    /// network (an operator's /32) share; 0 = no such level.
+    #[arg(long, default_value_t = 16)]
+    ipv6_allocation_budgets: u64,
+    /// Without tokens, the budgets all clients together may spend per hour, server-wide;
+    /// 0 = no ceiling. An internet-facing server should run with tokens instead: clients
+    /// with a token are never limited by it.
+    #[arg(long, default_value_t = 50)]
+    address_ceiling_budgets: u64,
     /// Static bearer token, one shared budget (repeat for several; visible in the process
     /// list: prefer --token-file, or per-user tokens from `psi token add`). Also read from
     /// PSI_TOKENS (comma separated). Authentication is on when a static token is given or
@@ -225,6 +253,12 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     config.request_timeout = Duration::from_secs(args.request_timeout.max(1));
     config.items_per_hour = args.items_per_hour;
     config.probe_bytes_per_hour = args.probe_bytes_per_hour;
+    config.encoded_set_bytes_per_hour = args.encoded_set_bytes_per_hour;
+    config.ipv4_block_budgets = args.ipv4_block_budgets;
+    config.ipv6_block_budgets = args.ipv6_block_budgets;
+    config.ipv6_allocation_prefix = args.ipv6_allocation_prefix;
+    config.ipv6_allocation_budgets = args.ipv6_allocation_budgets;
+    config.address_ceiling_budgets = args.address_ceiling_budgets;
     config.tokens = args.tokens.clone();
     if let Some(path) = &args.token_file {
         config.tokens.extend(crate::read_token_file(path)?);
@@ -297,6 +331,11 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         trusted_proxies = config.trusted_proxies.len(),
         "callers"
     );
+    if config.tokens.is_empty() && issued.is_empty() && !args.listen.ip().is_loopback() {
+        tracing::warn!(
+            "no tokens: callers are told apart by address only, and share budgets per network and a server-wide ceiling; an internet-facing server should run with tokens (psi token add)"
+        );
+    }
     let state = AppState::with_registry(config, registry);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

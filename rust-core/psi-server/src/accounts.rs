@@ -99,12 +99,11 @@ impl Accounts {
     }
 
     /// Blocking: saves the budgets charged since the last save and forgets saved rows that
-    /// are full again (older than an hour).
+    /// are full again.
     pub(crate) fn save_budgets(&self, limiter: &RateLimiter) {
         let rows = limiter.take_dirty();
-        let forget_before = unix_ms(SystemTime::now()).saturating_sub(3_600_000);
-        let saved =
-            Self::open_conn(&self.saver).and_then(|mut db| db.save_budgets(&rows, forget_before));
+        let now = unix_ms(SystemTime::now());
+        let saved = Self::open_conn(&self.saver).and_then(|mut db| db.save_budgets(&rows, now));
         if let Err(e) = saved {
             tracing::error!(error = %e, budgets = rows.len(), "saving rate-limit budgets failed; retrying");
             limiter.mark_dirty(rows.into_iter().map(|r| r.client));

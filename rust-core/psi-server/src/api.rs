@@ -2,7 +2,8 @@
 //! code; nothing here panics on input, and nothing logs contact data.
 
 use crate::AppState;
-use crate::sessions::{BuildError, ChunkedRun, Full, Lookup, Phase, RoundServer, Session, lock};
+use crate::limits::{LevelKind, Payer, Refused};
+use crate::sessions::{Full, Lookup, OtRun, Phase, RoundServer, Session, lock};
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection};
 use axum::extract::{
@@ -14,8 +15,10 @@ use axum::middleware::{Next, from_fn, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter, on};
 use axum::{Extension, Json, Router};
-use psi_core::Protocol;
+use psi_core::cm20::{Cm20Config, Cm20Server};
 use psi_core::dh::{Elements, message_type};
+use psi_core::ot::{OtConfig, OtServer};
+use psi_core::{Protocol, Threads};
 use psi_http::{CreateSession, ErrorBody, ErrorCode, Health, Route, SessionCreated};
 use rand_core::Rng;
 use std::net::SocketAddr;
@@ -232,6 +235,7 @@ async fn log_request(req: Request, next: Next) -> Response {
 /// Authentication is on when static tokens are configured or any token was ever issued.
 async fn auth(S(state): AppS, mut req: Request, next: Next) -> Result<Response, ApiError> {
     let mut block = None;
+    let mut payer = None;
     let presented = req.headers().get(header::AUTHORIZATION).map(|value| {
         value
             .to_str()
@@ -315,6 +319,7 @@ async fn auth(S(state): AppS, mut req: Request, next: Next) -> Result<Response, 
                             c.ipv4_prefix.min(c.ipv4_block_prefix),
                             c.ipv6_prefix.min(c.ipv6_block_prefix),
                         ));
+                        payer = Some(crate::caller::address_payer(ip, c));
                         crate::caller::rate_key_ip(ip, c.ipv4_prefix, c.ipv6_prefix)
                     }
                 }
@@ -323,6 +328,8 @@ async fn auth(S(state): AppS, mut req: Request, next: Next) -> Result<Response, 
     };
     req.extensions_mut()
         .insert(ClientBlock(block.unwrap_or_else(|| key.clone())));
+    req.extensions_mut()
+        .insert(payer.unwrap_or_else(|| Payer::token(&key)));
     req.extensions_mut().insert(ClientKey(key));
     Ok(next.run(req).await)
 }
@@ -356,6 +363,7 @@ async fn create_session(
     S(state): AppS,
     Extension(ClientKey(client)): Extension<ClientKey>,
     Extension(ClientBlock(block)): Extension<ClientBlock>,
+    Extension(payer): Extension<Payer>,
     body: Result<Json<CreateSession>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(req) = body.map_err(|e| match e {
@@ -462,34 +470,48 @@ async fn create_session(
             return Err(e);
         }
     };
-    // Charged what the protocol can give (`Protocol::charge`: DH-PSI and CM20-PSI `n`,
-    // OT-PSI one OPRF evaluation per Cuckoo bin, at most `max_bins_for(n)`; a malicious
-    // CM20-PSI client can get more, which is why CM20 is opt-in, docs/adr/0021-cm20-psi.md).
-    let charge = protocol.charge(n);
-    if let Err(wait) = state.limiter.charge(&client, charge) {
+    // Charged what the protocol can give: DH-PSI evaluates exactly `n` elements (the query
+    // must have `n`); an OT-PSI client gets one OPRF evaluation per Cuckoo bin, at most
+    // `max_bins_for(n)` (the hello must declare `n` items; psi-core enforces both). A
+    // CM20-PSI client that follows the protocol gets one evaluation per item, `n` (the hello
+    // must declare `n`); a malicious one can get more, which is why CM20 is opt-in
+    // (docs/adr/0021-cm20-psi.md).
+    let charge = match protocol {
+        Protocol::Ot => u64::from(psi_core::ot::messages::max_bins_for(n)),
+        _ => u64::from(n),
+    };
+    if let Err(refused) = state.limiter.charge_all(&payer, charge) {
         state.sessions.undo_insert(&id, protocol, &client);
-        return Err(rate_limited(wait));
+        return Err(rate_limited(refused));
     }
     if let (true, Some(slot)) = (protocol.runs_in_rounds(), slot) {
         // Built here, without an await between admission and storing the state: a request
         // dropped at an await would leave the charged session busy until it expires.
-        // `RoundServer::build` only draws the session's randomness (one scalar
-        // multiplication); the per-registry work happens at the hello, on a worker. A
-        // protocol it cannot build is refused, never run as another protocol.
+        // `OtServer::new` only draws the session's randomness (one scalar multiplication);
+        // the per-registry work happens at the hello, on a worker.
         let built = crate::store::os_rng()
             .map_err(|_| internal())
             .and_then(|mut rng| {
-                RoundServer::build(
-                    protocol,
-                    &registry.items,
-                    registry.cm20.as_ref(),
-                    n,
-                    &mut rng,
-                )
-                .map_err(|e| match e {
-                    BuildError::Core(e) => ApiError::from(e),
-                    BuildError::NoRounds | BuildError::Unsupported => internal(),
-                })
+                let items = registry.items.clone();
+                match protocol {
+                    Protocol::Cm20 => {
+                        let config =
+                            Cm20Config::new(Threads::ONE).with_expected_client_items(n as usize);
+                        // The registry's prepared set when it has one (it does whenever the
+                        // server runs CM20-PSI).
+                        match &registry.cm20 {
+                            Some(set) => Cm20Server::with_set(set.clone(), config, &mut rng),
+                            None => Cm20Server::new(items, config, &mut rng),
+                        }
+                        .map(RoundServer::Cm20)
+                    }
+                    _ => {
+                        let config =
+                            OtConfig::new(Threads::ONE).with_expected_client_items(n as usize);
+                        OtServer::new(items, config, &mut rng).map(RoundServer::Ot)
+                    }
+                }
+                .map_err(ApiError::from)
             });
         let server = match built {
             Ok(server) => server,
@@ -499,7 +521,7 @@ async fn create_session(
             }
         };
         if let Lookup::Live(s) = state.sessions.get(&id) {
-            lock(&s).phase = Phase::ChunkedRunning(Box::new(ChunkedRun {
+            lock(&s).phase = Phase::OtRunning(Box::new(OtRun {
                 server,
                 _slot: slot,
             }));
@@ -521,10 +543,25 @@ async fn create_session(
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
-fn rate_limited(wait: u64) -> ApiError {
+/// `429 rate_limited` with `Retry-After` for an items charge refused at `refused.kind`.
+fn rate_limited(refused: Refused) -> ApiError {
+    budget_refused("items-per-hour limit", refused)
+}
+
+/// `429 rate_limited` with `Retry-After`: `what` and which of the caller's budgets is
+/// spent (its own, its network's, or the server-wide ceiling of callers without a token;
+/// ADR 0038), never an address.
+fn budget_refused(what: &str, Refused { wait, kind }: Refused) -> ApiError {
+    let whose = match kind {
+        LevelKind::Token | LevelKind::Address => "",
+        LevelKind::Network => " of this caller's network (shared by its addresses)",
+        LevelKind::Ceiling => {
+            " of all callers without a token (server-wide; callers with a token are not limited by it)"
+        }
+    };
     let mut e = ApiError::new(
         ErrorCode::RateLimited,
-        format!("items-per-hour limit reached; retry in {wait} s"),
+        format!("{what}{whose} reached; retry in {wait} s"),
     );
     e.retry_after = Some(wait);
     e
@@ -837,12 +874,12 @@ async fn round(
                 "use the round route of the session's protocol (or /dh/query)",
             )?;
             match g.phase {
-                Phase::ChunkedRunning(_) | Phase::Busy => Ok(()),
+                Phase::OtRunning(_) | Phase::Busy => Ok(()),
                 _ => Err(wrong_phase("the session's protocol run is over")),
             }
         },
         move |phase| {
-            let Phase::ChunkedRunning(mut run) = phase else {
+            let Phase::OtRunning(mut run) = phase else {
                 return (phase, Err(internal()));
             };
             debug_assert_eq!(run.server.protocol(), protocol);
@@ -855,7 +892,7 @@ async fn round(
             } else if run.server.is_finished() {
                 Phase::Done
             } else {
-                Phase::ChunkedRunning(run)
+                Phase::OtRunning(run)
             };
             (next, result)
         },
@@ -865,6 +902,7 @@ async fn round(
 
 async fn label_query(
     S(state): AppS,
+    Extension(payer): Extension<Payer>,
     SessionCall {
         session: s,
         body,
@@ -906,7 +944,12 @@ async fn label_query(
                 }
                 _ => return Err(wrong_phase("labels come after the protocol run")),
             }
-            limiter.charge(&g.client, count).map_err(rate_limited)
+            // The request's payer is the session's: the caller key it was looked up by
+            // decides it.
+            limiter
+                .charge_all(&payer, count)
+                .map(drop)
+                .map_err(rate_limited)
         },
         move |phase| match registry.dh.evaluate(&query) {
             Ok(out) => (
@@ -944,9 +987,7 @@ async fn label_fetch(
             // DH-PSI clients hold their matches' full OPRF outputs; OT-PSI clients get
             // them from the label query first.
             let ready = match g.phase {
-                Phase::Matched { label_queried } => {
-                    label_queried || !g.protocol.labels_need_query()
-                }
+                Phase::Matched { label_queried } => label_queried || g.protocol == Protocol::Dh,
                 _ => false,
             };
             if !ready {
@@ -1079,14 +1120,36 @@ async fn probe_up(
     Ok(resp)
 }
 
+/// Charges a full encoded-set download of `bytes` to the caller's hourly download budget
+/// (`Config::encoded_set_bytes_per_hour`, with the network and ceiling levels of a caller
+/// without a token, ADR 0038). A set larger than the per-caller budget is charged the
+/// budget: one full download an hour, not none.
+fn charge_download(state: &AppState, payer: &Payer, bytes: usize) -> Result<(), ApiError> {
+    let limiter = &state.download_limiter;
+    let charge = (bytes as u64).min(limiter.per_hour());
+    limiter.charge_all(payer, charge).map(drop).map_err(|refused| {
+        let mut e = budget_refused("encoded-set download bytes-per-hour limit", refused);
+        e.message.push_str(
+            " (a request whose If-None-Match names the current set is answered 304 and not charged)",
+        );
+        e
+    })
+}
+
 /// RFC 9110 weak comparison: opaque tags equal once any `W/` prefix is dropped.
 fn weak_eq(a: &str, b: &str) -> bool {
     a.trim().trim_start_matches("W/") == b.trim().trim_start_matches("W/")
 }
 
 /// The encoded set of the current epoch, or with `X-PSI-Epoch: <e>` of epoch `e` while it
-/// is served (a session of the previous epoch finishing during the overlap).
-async fn encoded_set(S(state): AppS, headers: HeaderMap) -> Result<Response, ApiError> {
+/// is served (a session of the previous epoch finishing during the overlap). A full
+/// download (200) is charged to the caller's download budget ([`charge_download`]); a 304
+/// is free.
+async fn encoded_set(
+    S(state): AppS,
+    Extension(payer): Extension<Payer>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     let t = Instant::now();
     let r = match headers.get(psi_http::EPOCH_HEADER) {
         None => state.registry(),
@@ -1111,6 +1174,7 @@ async fn encoded_set(S(state): AppS, headers: HeaderMap) -> Result<Response, Api
     let mut resp = if matches {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
+        charge_download(&state, &payer, r.encoded.len())?;
         (
             [(header::CONTENT_TYPE, psi_http::BINARY)],
             r.encoded.clone(),

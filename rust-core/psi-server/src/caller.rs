@@ -8,6 +8,7 @@
 //! client. Entries left of it were written by the client or by proxies we do not trust,
 //! and are never read. Headers from any other peer are ignored. ADR 0016.
 
+use crate::limits::{Level, LevelKind, Payer};
 use axum::http::HeaderMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -259,6 +260,55 @@ pub(crate) fn rate_key_ip(ip: IpAddr, ipv4_prefix: u8, ipv6_prefix: u8) -> Strin
     }
 }
 
+/// The budgets a caller without a token is charged against, narrowest first
+/// (docs/adr/0038-budgets-per-address-block.md): its own (`ip:` key of
+/// [`rate_key_ip`]); the networks it belongs to, each shared by every caller in it (IPv4:
+/// `Config::ipv4_block_prefix`, `Config::ipv4_block_budgets` budgets; IPv6:
+/// `Config::ipv6_block_prefix` and `Config::ipv6_allocation_prefix`, with
+/// `Config::ipv6_block_budgets` and `Config::ipv6_allocation_budgets`), each only if wider
+/// than the level before it and not off (0); and the server-wide ceiling of all such
+/// callers (`Config::address_ceiling_budgets`, key `ceiling:address`).
+pub(crate) fn address_payer(ip: IpAddr, c: &crate::Config) -> Payer {
+    let ip = canonical(ip);
+    let own = if ip.is_ipv4() {
+        c.ipv4_prefix
+    } else {
+        c.ipv6_prefix
+    };
+    let mut levels = vec![Level::new(
+        rate_key_ip(ip, c.ipv4_prefix, c.ipv6_prefix),
+        1,
+        LevelKind::Address,
+    )];
+    let networks: &[(u8, u64)] = if ip.is_ipv4() {
+        &[(c.ipv4_block_prefix, c.ipv4_block_budgets)]
+    } else {
+        &[
+            (c.ipv6_block_prefix, c.ipv6_block_budgets),
+            (c.ipv6_allocation_prefix, c.ipv6_allocation_budgets),
+        ]
+    };
+    let mut narrowest = own.min(max_prefix(ip));
+    for &(prefix, budgets) in networks {
+        if prefix < narrowest && budgets > 0 {
+            narrowest = prefix;
+            levels.push(Level::new(
+                format!("net:{}", IpNet::new(ip, prefix)),
+                budgets,
+                LevelKind::Network,
+            ));
+        }
+    }
+    if c.address_ceiling_budgets > 0 {
+        levels.push(Level::new(
+            "ceiling:address".to_string(),
+            c.address_ceiling_budgets,
+            LevelKind::Ceiling,
+        ));
+    }
+    Payer::new(levels)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,6 +374,44 @@ mod tests {
             "ip:2001:db8:0:1::/64"
         );
         assert_eq!(rate_key_ip(ip("2001:db8::1"), 32, 128), "ip:2001:db8::1");
+    }
+
+    fn level_keys(p: &Payer) -> Vec<&str> {
+        p.keys()
+    }
+
+    #[test]
+    fn address_payers_have_their_networks_and_the_ceiling() {
+        let c = crate::Config::default();
+        assert_eq!(
+            level_keys(&address_payer(ip("2001:db8:1:2345::1"), &c)),
+            [
+                "ip:2001:db8:1:2300::/56",
+                "net:2001:db8:1::/48",
+                "net:2001:db8::/32",
+                "ceiling:address"
+            ]
+        );
+        assert_eq!(
+            level_keys(&address_payer(ip("::ffff:203.0.113.7"), &c)),
+            ["ip:203.0.113.7", "net:203.0.113.0/24", "ceiling:address"]
+        );
+        // A level no wider than the one before it, or off, is left out.
+        let c = crate::Config {
+            ipv4_prefix: 24,
+            ipv6_prefix: 48,
+            ipv6_allocation_budgets: 0,
+            address_ceiling_budgets: 0,
+            ..crate::Config::default()
+        };
+        assert_eq!(
+            level_keys(&address_payer(ip("203.0.113.7"), &c)),
+            ["ip:203.0.113.0/24"]
+        );
+        assert_eq!(
+            level_keys(&address_payer(ip("2001:db8:1:2345::1"), &c)),
+            ["ip:2001:db8:1::/48"]
+        );
     }
 
     #[test]

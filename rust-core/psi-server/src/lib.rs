@@ -92,6 +92,33 @@ pub struct Config {
     /// Items one client (token or IP) may query per hour (default 20,000; 0 = no limit).
     /// Tokens issued with their own budget (`psi token add --items-per-hour`) use theirs.
     pub items_per_hour: u64,
+    /// Per-caller budgets an IPv4 address block (`ipv4_block_prefix`, a /24) shares per
+    /// hour beside each caller's own (default 4; 0 = no block budget): many addresses of
+    /// one network get a few budgets, not one each (docs/adr/0038-budgets-per-address-block.md).
+    /// Applies to the items and the encoded-set download budgets of callers without a
+    /// token.
+    pub ipv4_block_budgets: u64,
+    /// Per-caller budgets an IPv6 site (`ipv6_block_prefix`, a /48) shares per hour beside
+    /// each caller's own /56 (default 4; 0 = none).
+    pub ipv6_block_budgets: u64,
+    /// Prefix length of the IPv6 allocation whose callers share
+    /// `ipv6_allocation_budgets` (default 32, an operator's usual allocation).
+    pub ipv6_allocation_prefix: u8,
+    /// Per-caller budgets an IPv6 allocation (`ipv6_allocation_prefix`, a /32) shares per
+    /// hour (default 16; 0 = none).
+    pub ipv6_allocation_budgets: u64,
+    /// Per-caller budgets all callers without a token share per hour, server-wide
+    /// (default 50: 10^6 items an hour at the default `items_per_hour`; 0 = no ceiling).
+    /// Token callers are never charged to it. An internet-facing server should run with
+    /// tokens: without them, whoever holds enough networks can spend this ceiling and
+    /// leave other callers without a budget until it refills.
+    pub address_ceiling_budgets: u64,
+    /// Bytes of full encoded-set downloads (`GET /v1/dh/encoded-set` answered 200) one
+    /// caller may take per hour (default 64 MiB, about 10 downloads of a set of 10^6
+    /// entries; 0 = no limit); 304 answers are free. A set larger than this is charged
+    /// this (one download an hour). Callers without a token share it also per network and
+    /// under the ceiling, as the items budget. In memory only.
+    pub encoded_set_bytes_per_hour: u64,
     /// Probe bytes (`/v1/probe`, both ways) one client may move per hour (default 16 MiB,
     /// 64 probes of the largest size; 0 = no limit).
     pub probe_bytes_per_hour: u64,
@@ -185,6 +212,12 @@ impl Default for Config {
             request_timeout: Duration::from_secs(120),
             items_per_hour: 20_000,
             probe_bytes_per_hour: 16 << 20,
+            ipv4_block_budgets: 4,
+            ipv6_block_budgets: 4,
+            ipv6_allocation_prefix: 32,
+            ipv6_allocation_budgets: 16,
+            address_ceiling_budgets: 50,
+            encoded_set_bytes_per_hour: 64 << 20,
             tokens: Vec::new(),
             trusted_proxies: Vec::new(),
             client_ip_header: ClientIpHeader::XForwardedFor,
@@ -247,6 +280,9 @@ pub struct AppState {
     /// Each caller's hourly budget of probe bytes (`Config::probe_bytes_per_hour`; in
     /// memory only, swept with the other budgets).
     pub(crate) probe_limiter: limits::RateLimiter,
+    /// Each caller's hourly budget of full encoded-set download bytes
+    /// (`Config::encoded_set_bytes_per_hour`; in memory only).
+    pub(crate) download_limiter: limits::RateLimiter,
     /// Issued tokens and saved budgets (its own database connection).
     pub(crate) accounts: accounts::Accounts,
     pub(crate) workers: Arc<tokio::sync::Semaphore>,
@@ -288,6 +324,7 @@ impl AppState {
             ),
             limiter,
             probe_limiter: limits::RateLimiter::in_memory(config.probe_bytes_per_hour),
+            download_limiter: limits::RateLimiter::in_memory(config.encoded_set_bytes_per_hour),
             accounts,
             workers: Arc::new(tokio::sync::Semaphore::new(config.workers.max(1))),
             ot_workers: Arc::new(tokio::sync::Semaphore::new(config.ot_workers.max(1))),
@@ -541,6 +578,7 @@ pub async fn serve(
                     .await;
                 state.limiter.sweep();
                 state.probe_limiter.sweep();
+                state.download_limiter.sweep();
             }
         })
     });

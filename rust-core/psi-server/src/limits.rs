@@ -13,11 +13,109 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+/// What one of a payer's budgets stands for: it decides the message of a refusal and
+/// whether the budget may go untracked when a limiter holds [`RateLimiter`]'s most buckets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LevelKind {
+    /// A token's own budget (static or issued). Always tracked: tokens are few.
+    Token,
+    /// An address caller's own budget (its address, or its IPv6 prefix).
+    Address,
+    /// An address block many callers share (an IPv4 /24, an IPv6 /48 or /32).
+    Network,
+    /// Every caller without a token together: the server-wide ceiling. One bucket,
+    /// always tracked.
+    Ceiling,
+}
+
+impl LevelKind {
+    /// Address and network budgets are as many as callers: above the bucket cap a new one
+    /// is not tracked (the ceiling still bounds them all).
+    fn optional(self) -> bool {
+        matches!(self, LevelKind::Address | LevelKind::Network)
+    }
+}
+
+/// One budget of a payer: a bucket key and its size in the limiter's per-caller budgets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Level {
+    key: String,
+    /// The bucket holds `scale` per-caller budgets (0: this level is not limited).
+    scale: u64,
+    kind: LevelKind,
+}
+
+impl Level {
+    /// A level of `scale` per-caller budgets under `key`.
+    pub(crate) fn new(key: String, scale: u64, kind: LevelKind) -> Level {
+        Level { key, scale, kind }
+    }
+}
+
+/// The budgets one caller's charges draw from, narrowest first: a token caller has its
+/// own only; a caller without a token has its address's, its networks' and the
+/// server-wide ceiling ([`crate::caller::address_payer`], ADR 0038). A charge takes from
+/// every level or from none ([`RateLimiter::charge_all`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Payer {
+    levels: Vec<Level>,
+}
+
+impl Payer {
+    /// A payer with the given levels, narrowest first (the first is the caller's own).
+    pub(crate) fn new(levels: Vec<Level>) -> Payer {
+        Payer { levels }
+    }
+
+    /// A token caller: its own budget only.
+    pub(crate) fn token(key: &str) -> Payer {
+        Payer::new(vec![Level::new(key.to_string(), 1, LevelKind::Token)])
+    }
+
+    /// The caller's own key (the first level's).
+    #[cfg(test)]
+    pub(crate) fn key(&self) -> &str {
+        self.levels.first().map_or("", |l| l.key.as_str())
+    }
+
+    /// Every level's key, narrowest first.
+    #[cfg(test)]
+    pub(crate) fn keys(&self) -> Vec<&str> {
+        self.levels.iter().map(|l| l.key.as_str()).collect()
+    }
+}
+
+/// A charge that went through: the buckets it took from, for [`RateLimiter::refund_all`].
+#[derive(Debug, Default)]
+#[must_use = "a receipt is what a refund gives back to"]
+pub(crate) struct Receipt {
+    keys: Vec<String>,
+    amount: u64,
+}
+
+/// A charge that did not go through: no level was charged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Refused {
+    /// Seconds until every level could pay (at most an hour; an hour when a level can
+    /// never hold the charge).
+    pub(crate) wait: u64,
+    /// The level that needs the longest wait.
+    pub(crate) kind: LevelKind,
+}
+
+/// Most buckets a limiter tracks before new address and network budgets go untracked
+/// (about 100 bytes each: a few MB). Buckets are forgotten once full again, so reaching it
+/// takes this many callers charged within about their refill time; above it the callers
+/// not yet tracked are held by the levels that are (at worst the server-wide ceiling).
+pub(crate) const MAX_BUCKETS: usize = 65_536;
+
 pub(crate) struct RateLimiter {
     per_hour: u64,
     /// Saved to the database ([`RateLimiter::take_dirty`]): a charged bucket is kept until
     /// saved. `false`: nothing is ever saved, so nothing is ever marked.
     persisted: bool,
+    /// Buckets tracked before optional levels go untracked ([`MAX_BUCKETS`]).
+    max_buckets: usize,
     inner: Mutex<Inner>,
 }
 
@@ -30,9 +128,20 @@ struct Inner {
 
 struct Bucket {
     tokens: f64,
+    /// The bucket's size and hourly refill, as of its last charge.
+    cap: u64,
     last: Instant,
     /// Charged since the last save (always `false` in a limiter that is not persisted).
     dirty: bool,
+}
+
+impl Bucket {
+    /// Tokens at `now` for a bucket of `cap`.
+    fn refilled(&self, cap: u64, now: Instant) -> f64 {
+        let cap = cap as f64;
+        (self.tokens + now.saturating_duration_since(self.last).as_secs_f64() * cap / REFILL_SECS)
+            .min(cap)
+    }
 }
 
 /// Seconds for a budget to refill completely, whatever its size.
@@ -56,6 +165,7 @@ impl RateLimiter {
         RateLimiter {
             per_hour,
             persisted: true,
+            max_buckets: MAX_BUCKETS,
             inner: Mutex::new(Inner::default()),
         }
     }
@@ -67,6 +177,17 @@ impl RateLimiter {
             persisted: false,
             ..Self::new(per_hour)
         }
+    }
+
+    /// The per-caller budget (before a token's own).
+    pub(crate) fn per_hour(&self) -> u64 {
+        self.per_hour
+    }
+
+    #[cfg(test)]
+    fn with_max_buckets(mut self, max: usize) -> Self {
+        self.max_buckets = max;
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -89,42 +210,110 @@ impl RateLimiter {
         }
     }
 
-    /// Takes `items` from `client`'s budget, or returns the seconds until it could.
+    /// Takes `items` from `client`'s budget alone, or returns the seconds until it could.
     pub(crate) fn charge(&self, client: &str, items: u64) -> Result<(), u64> {
+        let payer = Payer::new(vec![Level::new(client.to_string(), 1, LevelKind::Token)]);
+        self.charge_all(&payer, items).map(drop).map_err(|r| r.wait)
+    }
+
+    /// Takes `items` from every level of `payer`, or from none: the one place a charge is
+    /// decided. Under one lock, each level's bucket (its own budget for a token with one,
+    /// else this limiter's per-caller budget times the level's scale; 0 is unlimited and
+    /// skipped) is refilled and checked first, nothing is created or changed, and only
+    /// when all can pay are all charged. Above [`MAX_BUCKETS`] buckets, address and
+    /// network levels not yet tracked are left out (token and ceiling levels never are).
+    pub(crate) fn charge_all(&self, payer: &Payer, items: u64) -> Result<Receipt, Refused> {
         let mut g = self.lock();
-        let per_hour = g.per_hour(self.per_hour, client);
-        if per_hour == 0 {
-            return Ok(());
-        }
         let now = Instant::now();
-        let cap = per_hour as f64;
-        let rate = cap / REFILL_SECS;
-        let b = g.buckets.entry(client.to_string()).or_insert(Bucket {
-            tokens: cap,
-            last: now,
-            dirty: false,
-        });
-        b.tokens = (b.tokens + now.duration_since(b.last).as_secs_f64() * rate).min(cap);
-        b.last = now;
         let need = items as f64;
-        if need <= b.tokens {
-            b.tokens -= need;
-            b.dirty = self.persisted;
-            Ok(())
-        } else if need > cap {
-            Err(REFILL_SECS as u64)
-        } else {
-            Err(((need - b.tokens) / rate).ceil().max(1.0) as u64)
+        // Above the bucket cap, the narrowest untracked optional levels stay untracked.
+        let untracked = |kind_optional: bool| {
+            payer
+                .levels
+                .iter()
+                .filter(|l| l.kind.optional() == kind_optional && !g.buckets.contains_key(&l.key))
+                .count()
+        };
+        let room = self
+            .max_buckets
+            .saturating_sub(g.buckets.len())
+            .saturating_sub(untracked(false));
+        let mut skip = untracked(true).saturating_sub(room);
+        let mut charged: Vec<(&Level, u64)> = Vec::with_capacity(payer.levels.len());
+        let mut refused: Option<Refused> = None;
+        for level in &payer.levels {
+            let base = if level.kind == LevelKind::Token {
+                g.per_hour(self.per_hour, &level.key)
+            } else {
+                self.per_hour
+            };
+            let cap = base.saturating_mul(level.scale);
+            if cap == 0 {
+                continue;
+            }
+            let tokens = match g.buckets.get(&level.key) {
+                Some(b) => b.refilled(cap, now),
+                None if level.kind.optional() && skip > 0 => {
+                    skip -= 1;
+                    continue;
+                }
+                None => cap as f64,
+            };
+            let capf = cap as f64;
+            let wait = if need <= tokens {
+                0
+            } else if need > capf {
+                REFILL_SECS as u64
+            } else {
+                ((need - tokens) * REFILL_SECS / capf).ceil().max(1.0) as u64
+            };
+            if wait > 0 && refused.is_none_or(|r| wait > r.wait) {
+                refused = Some(Refused {
+                    wait,
+                    kind: level.kind,
+                });
+            }
+            charged.push((level, cap));
         }
+        if let Some(r) = refused {
+            return Err(r);
+        }
+        let mut receipt = Receipt {
+            keys: Vec::with_capacity(charged.len()),
+            amount: items,
+        };
+        for (level, cap) in charged {
+            let b = g.buckets.entry(level.key.clone()).or_insert(Bucket {
+                tokens: cap as f64,
+                cap,
+                last: now,
+                dirty: false,
+            });
+            b.tokens = b.refilled(cap, now) - need;
+            b.cap = cap;
+            b.last = now;
+            b.dirty = self.persisted;
+            receipt.keys.push(level.key.clone());
+        }
+        Ok(receipt)
     }
 
     /// Gives `items` back to `client`'s budget (a charge for something then refused).
     pub(crate) fn refund(&self, client: &str, items: u64) {
+        self.refund_all(&Receipt {
+            keys: vec![client.to_string()],
+            amount: items,
+        });
+    }
+
+    /// Gives a charge back to every bucket it was taken from, none above its size.
+    pub(crate) fn refund_all(&self, receipt: &Receipt) {
         let mut g = self.lock();
-        let cap = g.per_hour(self.per_hour, client) as f64;
-        if let Some(b) = g.buckets.get_mut(client) {
-            b.tokens = (b.tokens + items as f64).min(cap);
-            b.dirty = self.persisted;
+        for key in &receipt.keys {
+            if let Some(b) = g.buckets.get_mut(key) {
+                b.tokens = (b.tokens + receipt.amount as f64).min(b.cap as f64);
+                b.dirty = self.persisted;
+            }
         }
     }
 
@@ -136,14 +325,8 @@ impl RateLimiter {
 
     fn sweep_at(&self, now: Instant) {
         let mut g = self.lock();
-        let Inner { buckets, limits } = &mut *g;
-        buckets.retain(|client, b| {
-            let cap = limits.get(client).copied().unwrap_or(self.per_hour) as f64;
-            b.dirty
-                || b.tokens
-                    + now.saturating_duration_since(b.last).as_secs_f64() * cap / REFILL_SECS
-                    < cap
-        });
+        g.buckets
+            .retain(|_, b| b.dirty || b.refilled(b.cap, now) < b.cap as f64);
     }
 
     /// Clients with a bucket in memory.
@@ -158,8 +341,7 @@ impl RateLimiter {
         let now = Instant::now();
         let wall = unix_ms(SystemTime::now());
         let mut g = self.lock();
-        let Inner { buckets, limits } = &mut *g;
-        buckets
+        g.buckets
             .iter_mut()
             .filter(|(_, b)| b.dirty)
             .map(|(client, b)| {
@@ -168,7 +350,7 @@ impl RateLimiter {
                 SavedBudget {
                     client: client.clone(),
                     remaining: b.tokens,
-                    per_hour: limits.get(client).copied().unwrap_or(self.per_hour),
+                    per_hour: b.cap,
                     updated_ms: wall.saturating_sub(age),
                 }
             })
@@ -200,11 +382,12 @@ impl RateLimiter {
             // A clock that went backwards counts as no time passed.
             let elapsed = (wall.saturating_sub(row.updated_ms)).max(0) as f64 / 1000.0;
             let tokens = (row.remaining.max(0.0) + elapsed * cap / REFILL_SECS).min(cap);
-            if tokens >= cap {
+            if tokens >= cap || g.buckets.len() >= self.max_buckets {
                 continue;
             }
             g.buckets.entry(row.client).or_insert(Bucket {
                 tokens,
+                cap: row.per_hour,
                 last: now,
                 dirty: false,
             });
@@ -269,6 +452,99 @@ mod tests {
         assert_eq!(items.take_dirty().len(), 500);
         items.sweep_at(later);
         assert_eq!(items.tracked(), 0);
+    }
+
+    fn address(own: &str) -> Payer {
+        Payer::new(vec![
+            Level::new(own.into(), 1, LevelKind::Address),
+            Level::new("net:n".into(), 2, LevelKind::Network),
+            Level::new("ceiling".into(), 3, LevelKind::Ceiling),
+        ])
+    }
+
+    fn left(r: &RateLimiter, key: &str) -> Option<f64> {
+        r.lock().buckets.get(key).map(|b| b.tokens.round())
+    }
+
+    /// A charge takes from every level or from none; the longest wait and its level are
+    /// reported; a refund gives back to every level charged.
+    #[test]
+    fn charges_are_all_or_nothing_across_levels() {
+        let r = RateLimiter::new(100);
+        let a = address("a");
+        let b = address("b");
+        let _ = r.charge_all(&a, 100).unwrap();
+        let _ = r.charge_all(&b, 100).unwrap();
+        // The network (200) is spent: a third caller of it is refused, and nothing of
+        // its own or the ceiling's is taken.
+        let c = address("c");
+        let refused = r.charge_all(&c, 10).unwrap_err();
+        assert_eq!(refused.kind, LevelKind::Network);
+        assert!((170..=190).contains(&refused.wait), "{refused:?}");
+        assert_eq!(left(&r, "c"), None, "no bucket for a refused charge");
+        assert_eq!(left(&r, "ceiling"), Some(100.0));
+        // The caller's own level refuses: the network and ceiling keep theirs.
+        let d = Payer::new(vec![
+            Level::new("d".into(), 1, LevelKind::Address),
+            Level::new("net:m".into(), 2, LevelKind::Network),
+            Level::new("ceiling".into(), 3, LevelKind::Ceiling),
+        ]);
+        let _ = r.charge_all(&d, 60).unwrap();
+        assert_eq!(r.charge_all(&d, 60).unwrap_err().kind, LevelKind::Address);
+        assert_eq!(left(&r, "net:m"), Some(140.0));
+        assert_eq!(left(&r, "ceiling"), Some(40.0));
+        // The ceiling refuses: a charge larger than a level can ever hold waits an hour.
+        let e = Payer::new(vec![
+            Level::new("e".into(), 1, LevelKind::Address),
+            Level::new("ceiling".into(), 3, LevelKind::Ceiling),
+        ]);
+        let refused = r.charge_all(&e, 50).unwrap_err();
+        assert_eq!(refused.kind, LevelKind::Ceiling);
+        assert_eq!(left(&r, "e"), None);
+        assert_eq!(r.charge_all(&e, 101).unwrap_err().wait, 3600);
+        // Refunds go to every level charged, none above its size.
+        let receipt = r.charge_all(&e, 40).unwrap();
+        assert_eq!(left(&r, "ceiling"), Some(0.0));
+        r.refund_all(&receipt);
+        assert_eq!(left(&r, "e"), Some(100.0));
+        assert_eq!(left(&r, "ceiling"), Some(40.0));
+        // A level of scale 0, or a limiter of 0, is unlimited.
+        let free = RateLimiter::new(0);
+        assert!(free.charge_all(&a, u64::MAX).is_ok());
+        assert_eq!(free.tracked(), 0);
+    }
+
+    /// Token budgets stay their own: a token's own limit, no other level.
+    #[test]
+    fn token_payers_keep_their_own_budget() {
+        let r = RateLimiter::new(100);
+        r.set_limit("token-id:1", Some(10));
+        let t = Payer::token("token-id:1");
+        assert_eq!(t.key(), "token-id:1");
+        let _ = r.charge_all(&t, 10).unwrap();
+        assert_eq!(r.charge_all(&t, 1).unwrap_err().kind, LevelKind::Token);
+        let _ = r.charge_all(&Payer::token("token:ab"), 100).unwrap();
+        assert_eq!(r.tracked(), 2);
+    }
+
+    /// Above the bucket cap, new address and network levels go untracked (narrowest
+    /// first) while the ceiling still counts every charge.
+    #[test]
+    fn buckets_are_bounded() {
+        let r = RateLimiter::new(100).with_max_buckets(10);
+        for i in 0..50 {
+            let _ = r.charge_all(&address(&format!("a{i}")), 1).unwrap();
+        }
+        assert_eq!(r.tracked(), 10);
+        assert_eq!(left(&r, "ceiling"), Some(250.0));
+        // A token level is always tracked.
+        let _ = r.charge_all(&Payer::token("token:x"), 1).unwrap();
+        assert_eq!(r.tracked(), 11);
+        // Restored rows respect the cap too.
+        let rows = r.take_dirty();
+        let restored = RateLimiter::new(100).with_max_buckets(5);
+        restored.restore(rows);
+        assert_eq!(restored.tracked(), 5);
     }
 
     #[test]

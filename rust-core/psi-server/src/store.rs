@@ -21,8 +21,9 @@
 //!   by `psi token add`: only the SHA-256 digest of each token is stored; a revoked token
 //!   keeps its row (so its id is never reused and authentication stays on).
 //! - `budgets(client, remaining, per_hour, updated_ms)`: the rate limiter's partly spent
-//!   budgets, so a restart does not refill them; rows older than an hour (full again) are
-//!   deleted.
+//!   budgets, so a restart does not refill them; a row is deleted once its budget is full
+//!   again (at the latest an hour after its last charge), so rows are as many as the
+//!   budgets charged within their refill time.
 
 use psi_core::dh::{DhServer, ServerKey};
 use psi_core::oprf::{OUTPUT_LEN, OprfKey};
@@ -854,13 +855,10 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// Saves `rows` (replacing older rows of the same clients) and deletes rows last
-    /// updated before `forget_before_ms` (budgets that are full again), in one transaction.
-    pub fn save_budgets(
-        &mut self,
-        rows: &[SavedBudget],
-        forget_before_ms: i64,
-    ) -> Result<(), StoreError> {
+    /// Saves `rows` (replacing older rows of the same clients) and deletes the rows whose
+    /// budget is full again at `now_ms` (refilled at `per_hour` an hour since
+    /// `updated_ms`; every row older than an hour is), in one transaction.
+    pub fn save_budgets(&mut self, rows: &[SavedBudget], now_ms: i64) -> Result<(), StoreError> {
         let tx = self.conn.transaction()?;
         {
             let mut up = tx.prepare(
@@ -873,8 +871,9 @@ impl Store {
             }
         }
         tx.execute(
-            "DELETE FROM budgets WHERE updated_ms < ?1",
-            params![forget_before_ms],
+            "DELETE FROM budgets WHERE per_hour <= 0 OR updated_ms < ?1 - 3600000
+                 OR remaining + (?1 - updated_ms) / 3600000.0 * per_hour >= per_hour",
+            params![now_ms],
         )?;
         tx.commit()?;
         Ok(())
@@ -1090,14 +1089,20 @@ mod tests {
             per_hour: 10,
             updated_ms: t,
         };
-        s.save_budgets(&[row("a", 1.0, 1000), row("b", 2.0, 5000)], 0)
+        // 10 an hour: one item comes back every 360 s.
+        s.save_budgets(&[row("a", 1.0, 0), row("b", 9.0, 0)], 0)
             .unwrap();
-        s.save_budgets(&[row("a", 0.5, 6000)], 2000).unwrap();
         let mut got = s.budgets().unwrap();
         got.sort_by(|x, y| x.client.cmp(&y.client));
-        assert_eq!(got, vec![row("a", 0.5, 6000), row("b", 2.0, 5000)]);
-        s.save_budgets(&[], 5500).unwrap();
-        assert_eq!(s.budgets().unwrap(), vec![row("a", 0.5, 6000)]);
+        assert_eq!(got, vec![row("a", 1.0, 0), row("b", 9.0, 0)]);
+        // b is full again after 360 s and forgotten; a is replaced and kept.
+        s.save_budgets(&[row("a", 0.5, 1000)], 360_000).unwrap();
+        assert_eq!(s.budgets().unwrap(), vec![row("a", 0.5, 1000)]);
+        s.save_budgets(&[], 3_000_000).unwrap();
+        assert_eq!(s.budgets().unwrap(), vec![row("a", 0.5, 1000)]);
+        // An hour after its charge every budget is full.
+        s.save_budgets(&[], 3_601_000).unwrap();
+        assert!(s.budgets().unwrap().is_empty());
     }
 
     /// True if `needle` occurs in the database file or its write-ahead log.
