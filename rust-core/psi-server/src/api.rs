@@ -3,7 +3,7 @@
 
 use crate::AppState;
 use crate::limits::{LevelKind, Payer, Refused};
-use crate::sessions::{Full, Lookup, OtRun, Phase, RoundServer, Session, lock};
+use crate::sessions::{BuildError, ChunkedRun, Full, Lookup, Phase, RoundServer, Session, lock};
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection};
 use axum::extract::{
@@ -15,10 +15,8 @@ use axum::middleware::{Next, from_fn, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter, on};
 use axum::{Extension, Json, Router};
-use psi_core::cm20::{Cm20Config, Cm20Server};
+use psi_core::Protocol;
 use psi_core::dh::{Elements, message_type};
-use psi_core::ot::{OtConfig, OtServer};
-use psi_core::{Protocol, Threads};
 use psi_http::{CreateSession, ErrorBody, ErrorCode, Health, Route, SessionCreated};
 use rand_core::Rng;
 use std::net::SocketAddr;
@@ -470,16 +468,10 @@ async fn create_session(
             return Err(e);
         }
     };
-    // Charged what the protocol can give: DH-PSI evaluates exactly `n` elements (the query
-    // must have `n`); an OT-PSI client gets one OPRF evaluation per Cuckoo bin, at most
-    // `max_bins_for(n)` (the hello must declare `n` items; psi-core enforces both). A
-    // CM20-PSI client that follows the protocol gets one evaluation per item, `n` (the hello
-    // must declare `n`); a malicious one can get more, which is why CM20 is opt-in
-    // (docs/adr/0021-cm20-psi.md).
-    let charge = match protocol {
-        Protocol::Ot => u64::from(psi_core::ot::messages::max_bins_for(n)),
-        _ => u64::from(n),
-    };
+    // Charged what the protocol can give (`Protocol::charge`: DH-PSI and CM20-PSI `n`,
+    // OT-PSI one OPRF evaluation per Cuckoo bin, at most `max_bins_for(n)`; a malicious
+    // CM20-PSI client can get more, which is why CM20 is opt-in, docs/adr/0021-cm20-psi.md).
+    let charge = protocol.charge(n);
     if let Err(refused) = state.limiter.charge_all(&payer, charge) {
         state.sessions.undo_insert(&id, protocol, &client);
         return Err(rate_limited(refused));
@@ -487,31 +479,23 @@ async fn create_session(
     if let (true, Some(slot)) = (protocol.runs_in_rounds(), slot) {
         // Built here, without an await between admission and storing the state: a request
         // dropped at an await would leave the charged session busy until it expires.
-        // `OtServer::new` only draws the session's randomness (one scalar multiplication);
-        // the per-registry work happens at the hello, on a worker.
+        // `RoundServer::build` only draws the session's randomness (one scalar
+        // multiplication); the per-registry work happens at the hello, on a worker. A
+        // protocol it cannot build is refused, never run as another protocol.
         let built = crate::store::os_rng()
             .map_err(|_| internal())
             .and_then(|mut rng| {
-                let items = registry.items.clone();
-                match protocol {
-                    Protocol::Cm20 => {
-                        let config =
-                            Cm20Config::new(Threads::ONE).with_expected_client_items(n as usize);
-                        // The registry's prepared set when it has one (it does whenever the
-                        // server runs CM20-PSI).
-                        match &registry.cm20 {
-                            Some(set) => Cm20Server::with_set(set.clone(), config, &mut rng),
-                            None => Cm20Server::new(items, config, &mut rng),
-                        }
-                        .map(RoundServer::Cm20)
-                    }
-                    _ => {
-                        let config =
-                            OtConfig::new(Threads::ONE).with_expected_client_items(n as usize);
-                        OtServer::new(items, config, &mut rng).map(RoundServer::Ot)
-                    }
-                }
-                .map_err(ApiError::from)
+                RoundServer::build(
+                    protocol,
+                    &registry.items,
+                    registry.cm20.as_ref(),
+                    n,
+                    &mut rng,
+                )
+                .map_err(|e| match e {
+                    BuildError::Core(e) => ApiError::from(e),
+                    BuildError::NoRounds | BuildError::Unsupported => internal(),
+                })
             });
         let server = match built {
             Ok(server) => server,
@@ -521,7 +505,7 @@ async fn create_session(
             }
         };
         if let Lookup::Live(s) = state.sessions.get(&id) {
-            lock(&s).phase = Phase::OtRunning(Box::new(OtRun {
+            lock(&s).phase = Phase::ChunkedRunning(Box::new(ChunkedRun {
                 server,
                 _slot: slot,
             }));
@@ -874,12 +858,12 @@ async fn round(
                 "use the round route of the session's protocol (or /dh/query)",
             )?;
             match g.phase {
-                Phase::OtRunning(_) | Phase::Busy => Ok(()),
+                Phase::ChunkedRunning(_) | Phase::Busy => Ok(()),
                 _ => Err(wrong_phase("the session's protocol run is over")),
             }
         },
         move |phase| {
-            let Phase::OtRunning(mut run) = phase else {
+            let Phase::ChunkedRunning(mut run) = phase else {
                 return (phase, Err(internal()));
             };
             debug_assert_eq!(run.server.protocol(), protocol);
@@ -892,7 +876,7 @@ async fn round(
             } else if run.server.is_finished() {
                 Phase::Done
             } else {
-                Phase::OtRunning(run)
+                Phase::ChunkedRunning(run)
             };
             (next, result)
         },
@@ -987,7 +971,9 @@ async fn label_fetch(
             // DH-PSI clients hold their matches' full OPRF outputs; OT-PSI clients get
             // them from the label query first.
             let ready = match g.phase {
-                Phase::Matched { label_queried } => label_queried || g.protocol == Protocol::Dh,
+                Phase::Matched { label_queried } => {
+                    label_queried || !g.protocol.labels_need_query()
+                }
                 _ => false,
             };
             if !ready {
