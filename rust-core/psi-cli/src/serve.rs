@@ -157,9 +157,33 @@ pub struct ServeArgs {
     /// keep-alive) before it is closed.
     #[arg(long, default_value_t = 30)]
     idle_timeout: u64,
-    /// Most open connections; further ones wait in the listen backlog until one closes.
+    /// Most open connections. At the cap the longest-idle connection is closed to make
+    /// room; when every connection has a request in progress, further ones wait in the
+    /// listen backlog until one closes.
     #[arg(long, default_value_t = 512)]
     max_connections: usize,
+    /// Most open connections of one address (IPv4 address, IPv6 --ipv6-prefix network;
+    /// trusted proxies exempt).
+    #[arg(long, default_value_t = 32)]
+    max_connections_per_address: usize,
+    /// Bytes per second a client must at least read a response at, after
+    /// --send-grace; a slower reader is cut off (0 = no limit).
+    #[arg(long, default_value_t = 8 << 10)]
+    min_send_rate: u64,
+    /// Seconds every response gets before --min-send-rate counts.
+    #[arg(long, default_value_t = 10)]
+    send_grace: u64,
+    /// Most response bytes not yet written to the sockets, server-wide; at the cap the
+    /// longest-sending connection is closed for a new request.
+    #[arg(long, default_value_t = 512 << 20)]
+    max_response_bytes_in_flight: u64,
+    /// Most response bytes not yet written to the sockets of one address; beyond it its
+    /// requests are refused (429) until its readers catch up.
+    #[arg(long, default_value_t = 64 << 20)]
+    max_response_bytes_per_address: u64,
+    /// GET /v1/health requests one address may make per hour (0 = no limit).
+    #[arg(long, default_value_t = 3_600)]
+    health_per_hour: u64,
     /// Start a new key epoch when the key is this old (e.g. 24h, 90m, 7d; at least 1m;
     /// `off`: only `psi rotate-key`). The new epoch is built in the background; lookups
     /// and removals are bounded by it (docs/adr/0017-scheduled-key-rotation.md).
@@ -287,6 +311,12 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     config.header_read_timeout = Duration::from_secs(args.header_read_timeout.max(1));
     config.idle_timeout = Duration::from_secs(args.idle_timeout.max(1));
     config.max_connections = args.max_connections.max(1);
+    config.max_connections_per_address = args.max_connections_per_address.max(1);
+    config.min_send_rate = args.min_send_rate;
+    config.send_grace = Duration::from_secs(args.send_grace);
+    config.max_response_bytes_in_flight = args.max_response_bytes_in_flight;
+    config.max_response_bytes_per_address = args.max_response_bytes_per_address;
+    config.health_per_hour = args.health_per_hour;
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         // Before the registry build, so a bad file fails fast.
         config.tls = Some(

@@ -332,9 +332,35 @@ async fn auth(S(state): AppS, mut req: Request, next: Next) -> Result<Response, 
     Ok(next.run(req).await)
 }
 
-async fn health(S(state): AppS) -> Json<Health> {
+/// `GET /v1/health`, open to everyone and so limited per address
+/// (`Config::health_per_hour`): beyond it a 429 that also closes the connection, so
+/// health requests cannot keep connections open for free.
+async fn health(
+    S(state): AppS,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    headers: HeaderMap,
+) -> Result<Json<Health>, Response> {
+    if let Some(Extension(ConnectInfo(peer))) = peer {
+        let c = &state.config;
+        // A trusted proxy's malformed forwarding header counts against the proxy.
+        let ip =
+            crate::caller::client_ip(peer.ip(), &headers, &c.trusted_proxies, c.client_ip_header)
+                .unwrap_or(peer.ip());
+        let key = crate::caller::rate_key_ip(ip, c.ipv4_prefix, c.ipv6_prefix);
+        if let Err(wait) = state.health_limiter.charge(&key, 1) {
+            let mut e = ApiError::new(
+                ErrorCode::RateLimited,
+                "too many health requests from this address",
+            );
+            e.retry_after = Some(wait);
+            let mut resp = e.into_response();
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return Err(resp);
+        }
+    }
     let r = state.registry();
-    Json(Health {
+    Ok(Json(Health {
         status: "ok".into(),
         epoch: r.dh.epoch(),
         registry_items: r.stats().entries,
@@ -354,7 +380,7 @@ async fn health(S(state): AppS) -> Json<Health> {
             .iter()
             .map(|f| f.as_str().to_string())
             .collect(),
-    })
+    }))
 }
 
 async fn create_session(

@@ -169,9 +169,38 @@ pub struct Config {
     /// above ureq's 15 s pool age, so the client never reuses a connection being closed.
     pub idle_timeout: Duration,
     /// Most open connections (default 512, below the usual 1,024 open-file limit so
-    /// the SQLite file and the listener always get descriptors). At the cap the server
-    /// stops accepting: further connections queue in the listen backlog until one closes.
+    /// the SQLite file and the listener always get descriptors). At the cap the
+    /// connection with no request in progress that has been quiet longest is closed to
+    /// make room; when every connection has a request in progress, further connections
+    /// queue in the listen backlog until one closes
+    /// (docs/adr/0037-connection-exposure.md).
     pub max_connections: usize,
+    /// Most open connections of one address (default 32; IPv4 addresses and IPv6
+    /// prefixes as `ipv4_prefix` and `ipv6_prefix` make a caller; trusted proxies are
+    /// exempt). A newcomer beyond it closes that address's longest-quiet idle
+    /// connection, or is closed at once when all of them are busy.
+    pub max_connections_per_address: usize,
+    /// Bytes per second a client must at least read a response at (default 8 KiB/s,
+    /// 64 kbit/s; 0: no limit): a response must be written within `send_grace` plus
+    /// its size at this rate, or the connection is closed. A slow reader cannot pin a
+    /// large response.
+    pub min_send_rate: u64,
+    /// Time every response gets before `min_send_rate` counts (default 10 s).
+    pub send_grace: Duration,
+    /// Most response bytes handed over and not yet written to the sockets, in total
+    /// (default 512 MiB). At the cap the connection whose response has been sending
+    /// longest (at least `send_grace`) is closed to admit a new request; only when there
+    /// is none is the request refused (503 `too_many_sessions`).
+    pub max_response_bytes_in_flight: u64,
+    /// Most unwritten response bytes of one address (default 64 MiB; trusted proxies
+    /// exempt): a request from an address at the cap is refused (429 `rate_limited`)
+    /// until its readers catch up. An address with nothing in flight is always admitted,
+    /// so one response of any size is always possible.
+    pub max_response_bytes_per_address: u64,
+    /// `GET /v1/health` requests one address may make per hour (default 3,600, a
+    /// bucket refilled continuously; 0 = no limit). Beyond it: 429 `rate_limited`, and
+    /// the connection is closed.
+    pub health_per_hour: u64,
     /// TLS certificate and key; `None` serves plain HTTP (loopback, or behind a TLS
     /// proxy).
     pub tls: Option<ServerTls>,
@@ -233,6 +262,12 @@ impl Default for Config {
             header_read_timeout: Duration::from_secs(20),
             idle_timeout: Duration::from_secs(30),
             max_connections: 512,
+            max_connections_per_address: 32,
+            min_send_rate: 8 << 10,
+            send_grace: Duration::from_secs(10),
+            max_response_bytes_in_flight: 512 << 20,
+            max_response_bytes_per_address: 64 << 20,
+            health_per_hour: 3_600,
             tls: None,
             rotate_every: Some(Duration::from_secs(24 * 3600)),
             watch_store: Some(Duration::from_secs(2)),
@@ -280,6 +315,9 @@ pub struct AppState {
     /// Each caller's hourly budget of probe bytes (`Config::probe_bytes_per_hour`; in
     /// memory only, swept with the other budgets).
     pub(crate) probe_limiter: limits::RateLimiter,
+    /// Each address's hourly budget of `GET /v1/health` requests
+    /// (`Config::health_per_hour`; in memory only, swept with the other budgets).
+    pub(crate) health_limiter: limits::RateLimiter,
     /// Each caller's hourly budget of full encoded-set download bytes
     /// (`Config::encoded_set_bytes_per_hour`; in memory only).
     pub(crate) download_limiter: limits::RateLimiter,
@@ -324,6 +362,7 @@ impl AppState {
             ),
             limiter,
             probe_limiter: limits::RateLimiter::in_memory(config.probe_bytes_per_hour),
+            health_limiter: limits::RateLimiter::in_memory(config.health_per_hour),
             download_limiter: limits::RateLimiter::in_memory(config.encoded_set_bytes_per_hour),
             accounts,
             workers: Arc::new(tokio::sync::Semaphore::new(config.workers.max(1))),
@@ -545,8 +584,10 @@ impl AppState {
 
 /// Serves `state` on `listener` until `shutdown` resolves, then finishes the requests in
 /// flight (graceful shutdown). HTTPS when [`Config::tls`] is set. Connections are limited
-/// by [`Config::header_read_timeout`], [`Config::idle_timeout`] and
-/// [`Config::max_connections`] (docs/adr/0019-tls-and-connection-limits.md).
+/// by [`Config::header_read_timeout`], [`Config::idle_timeout`],
+/// [`Config::max_connections`], [`Config::max_connections_per_address`], the write
+/// deadline of [`Config::min_send_rate`] and the response bytes in flight
+/// (docs/adr/0019-tls-and-connection-limits.md, docs/adr/0037-connection-exposure.md).
 /// Background tasks run beside the accept loop and stop with it.
 pub async fn serve(
     listener: TcpListener,
@@ -578,6 +619,7 @@ pub async fn serve(
                     .await;
                 state.limiter.sweep();
                 state.probe_limiter.sweep();
+                state.health_limiter.sweep();
                 state.download_limiter.sweep();
             }
         })
@@ -593,6 +635,14 @@ pub async fn serve(
         header_read_timeout: state.config.header_read_timeout,
         idle_timeout: state.config.idle_timeout,
         max_connections: state.config.max_connections,
+        max_connections_per_address: state.config.max_connections_per_address,
+        min_send_rate: state.config.min_send_rate,
+        send_grace: state.config.send_grace,
+        max_response_bytes_in_flight: state.config.max_response_bytes_in_flight,
+        max_response_bytes_per_address: state.config.max_response_bytes_per_address,
+        trusted_proxies: state.config.trusted_proxies.clone(),
+        ipv4_prefix: state.config.ipv4_prefix,
+        ipv6_prefix: state.config.ipv6_prefix,
     };
     let tls = state.config.tls.as_ref().map(ServerTls::acceptor);
     let result = listen::run(listener, router(state.clone()), tls, limits, shutdown).await;

@@ -141,6 +141,17 @@ fn a_request_in_progress_outlives_the_idle_timeout() {
     assert_eq!(read_response(&mut s), 201);
 }
 
+/// A request in progress that does not end by itself: a POST whose body is still
+/// arriving.
+fn busy(s: &mut TcpStream) {
+    s.write_all(
+        b"POST /v1/sessions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{",
+    )
+    .unwrap();
+}
+
+/// At the cap, when no connection is idle (an idle one would be closed to make room,
+/// tests/exposure.rs), newcomers wait until one closes.
 #[test]
 fn connections_beyond_the_cap_wait_until_one_closes() {
     let srv = server(|c| {
@@ -151,9 +162,12 @@ fn connections_beyond_the_cap_wait_until_one_closes() {
     let mut first = connect(&srv);
     first.write_all(HEALTH).unwrap();
     assert_eq!(read_response(&mut first), 200);
+    busy(&mut first);
     let mut second = connect(&srv);
     second.write_all(HEALTH).unwrap();
     assert_eq!(read_response(&mut second), 200);
+    busy(&mut second);
+    std::thread::sleep(Duration::from_millis(200));
     // The third connects (the kernel's backlog) but is not served.
     let mut third = connect(&srv);
     third.write_all(HEALTH).unwrap();

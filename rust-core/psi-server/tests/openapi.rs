@@ -225,8 +225,15 @@ fn error_codes_and_statuses_match_psi_http() {
 /// here until it is added (and to docs/openapi.json).
 fn can_return(route: Route) -> HashSet<ErrorCode> {
     use ErrorCode as E;
-    // Every request: the `deadline` layer; a failed blocking task or lookup.
-    let mut codes = HashSet::from([E::RequestTimeout, E::Internal]);
+    // Every request: the `deadline` layer; a failed blocking task or lookup; the
+    // connection layer's response bytes in flight, of the address (429) or of the server
+    // (503), checked before the router (docs/adr/0037-connection-exposure.md).
+    let mut codes = HashSet::from([
+        E::RequestTimeout,
+        E::Internal,
+        E::RateLimited,
+        E::TooManySessions,
+    ]);
     let authenticated = route != Route::Health;
     let session = route.template().contains("{id}");
     let step = matches!(
