@@ -70,7 +70,7 @@ pub struct OtRun {
     /// Process CPU time of the whole run.
     pub cpu: std::time::Duration,
     pub wall: std::time::Duration,
-    pub stats: psi_core::ot::RunStats,
+    pub stats: psi_core::ot::InMemoryTraffic,
     pub matches: usize,
     pub output: psi_core::MatchOutput,
 }
@@ -120,7 +120,7 @@ pub struct Cm20Run {
     /// Process CPU time of the whole run.
     pub cpu: std::time::Duration,
     pub wall: std::time::Duration,
-    pub stats: psi_core::cm20::RunStats,
+    pub stats: psi_core::cm20::InMemoryTraffic,
     pub matches: usize,
     pub output: psi_core::MatchOutput,
 }

@@ -1,5 +1,7 @@
 //! What a finished PSI run tells the client, for every protocol.
 
+use crate::items::ItemSet;
+
 /// One of the client's items found in the server's set. The item is zeroized on drop
 /// (take it with `std::mem::take(&mut m.item)` to keep it).
 #[derive(Clone, PartialEq, Eq)]
@@ -42,9 +44,9 @@ pub struct MatchOutput {
 
 impl MatchOutput {
     /// The output for the client's deduplicated `items` of which those at `hits` (indices
-    /// into [`ItemSet::items`](crate::ItemSet::items), in the order given) are in the server's set
-    /// of `server_items` items.
-    pub(crate) fn new(items: &crate::ItemSet, hits: &[usize], server_items: u32) -> MatchOutput {
+    /// into [`ItemSet::items`](ItemSet::items), in the order given) are in
+    /// the server's set of `server_items` items.
+    pub(crate) fn new(items: &ItemSet, hits: &[usize], server_items: u32) -> MatchOutput {
         MatchOutput {
             matches: hits
                 .iter()

@@ -267,7 +267,7 @@ pub mod sizes {
 
 /// Traffic of an in-memory run.
 #[derive(Debug, Clone, Default)]
-pub struct RunStats {
+pub struct InMemoryTraffic {
     /// Request/response round trips.
     pub round_trips: usize,
     /// Bytes the client sent (frame headers included).
@@ -286,8 +286,8 @@ pub fn run_in_memory<R: CryptoRng + ?Sized>(
     config: &Cm20Config,
     rng: &mut R,
     mut observe: impl FnMut(Phase),
-) -> Result<(MatchOutput, RunStats)> {
-    let mut stats = RunStats::default();
+) -> Result<(MatchOutput, InMemoryTraffic)> {
+    let mut stats = InMemoryTraffic::default();
     let (mut client, request) = Cm20Client::start(client_items, config.clone(), rng)?;
     observe(Phase::ClientStart);
     let mut server = Cm20Server::new(server_items, config.clone(), rng)?;

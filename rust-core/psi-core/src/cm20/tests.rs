@@ -12,7 +12,7 @@ fn set(range: std::ops::Range<u32>) -> ItemSet {
     ItemSet::new(range.map(|i| format!("+1555{i:07}")))
 }
 
-fn run(c: ItemSet, s: ItemSet, config: &Cm20Config, seed: u64) -> (MatchOutput, RunStats) {
+fn run(c: ItemSet, s: ItemSet, config: &Cm20Config, seed: u64) -> (MatchOutput, InMemoryTraffic) {
     let mut rng = ChaCha20Rng::seed_from_u64(seed);
     run_in_memory(c, s, config, &mut rng, |_| {}).unwrap()
 }

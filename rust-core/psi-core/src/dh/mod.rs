@@ -254,16 +254,16 @@ impl DhServer {
 pub use crate::output::{Match, MatchOutput, MatchedOutputs};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
+enum DhClientPhase {
     AwaitingEvaluation,
     Evaluated,
 }
 
-impl Phase {
+impl DhClientPhase {
     fn name(self) -> &'static str {
         match self {
-            Phase::AwaitingEvaluation => "client awaiting evaluation",
-            Phase::Evaluated => "client evaluated",
+            DhClientPhase::AwaitingEvaluation => "client awaiting evaluation",
+            DhClientPhase::Evaluated => "client evaluated",
         }
     }
 }
@@ -282,7 +282,7 @@ pub struct DhClient {
     blinds: Zeroizing<Vec<Scalar>>,
     epoch: u32,
     threads: Threads,
-    phase: Phase,
+    phase: DhClientPhase,
     outputs: Zeroizing<Vec<[u8; OUTPUT_LEN]>>,
     set: Option<EncodedSet>,
 }
@@ -355,7 +355,7 @@ impl DhClient {
             blinds,
             epoch,
             threads,
-            phase: Phase::AwaitingEvaluation,
+            phase: DhClientPhase::AwaitingEvaluation,
             outputs: Zeroizing::new(Vec::new()),
             set: None,
         };
@@ -378,7 +378,7 @@ impl DhClient {
     }
 
     fn handle_evaluation(&mut self, body: &[u8]) -> Result<()> {
-        if self.phase != Phase::AwaitingEvaluation {
+        if self.phase != DhClientPhase::AwaitingEvaluation {
             return Err(Error::WrongPhase {
                 phase: self.phase.name(),
                 message: message_type::EVALUATION,
@@ -405,7 +405,7 @@ impl DhClient {
             .map_err(|index| DecodeError::InvalidElement { index })?;
         self.outputs = outputs;
         self.blinds = Zeroizing::new(Vec::new());
-        self.phase = Phase::Evaluated;
+        self.phase = DhClientPhase::Evaluated;
         Ok(())
     }
 
@@ -440,7 +440,7 @@ impl DhClient {
     /// label query of protocols that give no outputs, see
     /// [`crate::labels::LabelClient::start_query`]). Needs the evaluation.
     pub fn into_outputs(self) -> Result<MatchedOutputs> {
-        if self.phase != Phase::Evaluated {
+        if self.phase != DhClientPhase::Evaluated {
             return Err(Error::Incomplete("the server's evaluation"));
         }
         Ok(MatchedOutputs(self.outputs.clone()))
@@ -448,7 +448,7 @@ impl DhClient {
 
     /// True once both the evaluation and the encoded set are in.
     pub fn is_ready(&self) -> bool {
-        self.phase == Phase::Evaluated && self.set.is_some()
+        self.phase == DhClientPhase::Evaluated && self.set.is_some()
     }
 
     /// Matches the finalized outputs against the encoded set.
@@ -460,7 +460,7 @@ impl DhClient {
     /// `outputs[i]` for `matches[i]`: the labels of the matches are derived from them
     /// ([`crate::labels::LabelClient::from_outputs`]), with no second OPRF round.
     pub fn finish_with_outputs(self) -> Result<(MatchOutput, MatchedOutputs)> {
-        if self.phase != Phase::Evaluated {
+        if self.phase != DhClientPhase::Evaluated {
             return Err(Error::Incomplete("the server's evaluation"));
         }
         let Some(set) = self.set.as_ref() else {

@@ -21,7 +21,7 @@ pub enum LabelStep {
     Done(Vec<Option<String>>),
 }
 
-enum Phase {
+enum LabelPhase {
     /// Waiting for the evaluation of the label OPRF query (protocols whose run does not
     /// give the client full OPRF outputs, e.g. OT-PSI). The first `real` items of the
     /// query are matches, the rest dummies.
@@ -38,12 +38,12 @@ enum Phase {
     Done,
 }
 
-impl Phase {
+impl LabelPhase {
     fn name(&self) -> &'static str {
         match self {
-            Phase::AwaitEvaluation { .. } => "labels awaiting evaluation",
-            Phase::AwaitBuckets { .. } => "labels awaiting buckets",
-            Phase::Done => "labels done",
+            LabelPhase::AwaitEvaluation { .. } => "labels awaiting evaluation",
+            LabelPhase::AwaitBuckets { .. } => "labels awaiting buckets",
+            LabelPhase::Done => "labels done",
         }
     }
 }
@@ -58,7 +58,7 @@ pub struct LabelClient {
     client_items: usize,
     matches: usize,
     skipped: usize,
-    phase: Phase,
+    phase: LabelPhase,
 }
 
 impl std::fmt::Debug for LabelClient {
@@ -165,10 +165,10 @@ impl LabelClient {
             client_items,
             matches: outputs.len(),
             skipped: 0,
-            phase: Phase::Done,
+            phase: LabelPhase::Done,
         };
         let (requested, request) = client.fetch_request(&outputs, rng);
-        client.phase = Phase::AwaitBuckets { outputs, requested };
+        client.phase = LabelPhase::AwaitBuckets { outputs, requested };
         Ok((client, request))
     }
 
@@ -213,7 +213,7 @@ impl LabelClient {
             client_items,
             matches: matched.len(),
             skipped: 0,
-            phase: Phase::AwaitEvaluation {
+            phase: LabelPhase::AwaitEvaluation {
                 dh: Box::new(dh),
                 real,
             },
@@ -238,7 +238,7 @@ impl LabelClient {
         rng: &mut R,
     ) -> Result<LabelStep> {
         match &mut self.phase {
-            Phase::AwaitEvaluation { dh, .. } => {
+            LabelPhase::AwaitEvaluation { dh, .. } => {
                 // Only an EVALUATION answers the label query (the DH client would also take
                 // an encoded set, which has no place here).
                 let frame = crate::wire::parse_frame(response, crate::Protocol::Dh)?;
@@ -249,8 +249,8 @@ impl LabelClient {
                     });
                 }
                 dh.handle(response)?;
-                let Phase::AwaitEvaluation { dh, real } =
-                    std::mem::replace(&mut self.phase, Phase::Done)
+                let LabelPhase::AwaitEvaluation { dh, real } =
+                    std::mem::replace(&mut self.phase, LabelPhase::Done)
                 else {
                     unreachable!("matched above")
                 };
@@ -259,16 +259,16 @@ impl LabelClient {
                 let outputs =
                     MatchedOutputs(zeroize::Zeroizing::new(all.as_slice()[..real].to_vec()));
                 let (requested, request) = self.fetch_request(&outputs, rng);
-                self.phase = Phase::AwaitBuckets { outputs, requested };
+                self.phase = LabelPhase::AwaitBuckets { outputs, requested };
                 Ok(LabelStep::Send(request))
             }
-            Phase::AwaitBuckets { outputs, requested } => {
+            LabelPhase::AwaitBuckets { outputs, requested } => {
                 let mut labels = open_all(outputs, requested, response)?;
                 labels.resize(self.matches, None);
-                self.phase = Phase::Done;
+                self.phase = LabelPhase::Done;
                 Ok(LabelStep::Done(labels))
             }
-            Phase::Done => Err(Error::WrongPhase {
+            LabelPhase::Done => Err(Error::WrongPhase {
                 phase: "labels done",
                 message: 0,
             }),

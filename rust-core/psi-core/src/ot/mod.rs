@@ -232,7 +232,7 @@ pub mod sizes {
 
 /// Traffic of an in-memory run.
 #[derive(Debug, Clone, Default)]
-pub struct RunStats {
+pub struct InMemoryTraffic {
     /// Request/response round trips.
     pub round_trips: usize,
     /// Bytes the client sent (all requests, frame headers included).
@@ -252,8 +252,8 @@ pub fn run_in_memory<R: CryptoRng + ?Sized>(
     config: &OtConfig,
     rng: &mut R,
     mut observe: impl FnMut(Phase),
-) -> Result<(OtOutput, RunStats)> {
-    let mut stats = RunStats::default();
+) -> Result<(OtOutput, InMemoryTraffic)> {
+    let mut stats = InMemoryTraffic::default();
     let (mut client, request) = OtClient::start(client_items, config.clone(), rng)?;
     observe(Phase::ClientStart);
     stats.bins = client.bins();
