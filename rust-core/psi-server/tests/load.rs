@@ -15,6 +15,7 @@ fn fifty_concurrent_clients_against_100k_entries() {
     config.items_per_hour = 0;
     // All 50 clients come from 127.0.0.1, i.e. one caller.
     config.max_sessions_per_client = 64;
+    config.max_connections_per_address = 64;
     const N: u64 = 100_000;
     fill(&config, N, |i| i % 2 == 0);
     let t = Instant::now();
