@@ -763,3 +763,37 @@ fn serve_bounds_the_probe_budget_and_zero_is_unlimited() {
         assert_eq!(get(&open.url, 256 * 1024).status, 200);
     }
 }
+
+/// `psi serve --encoded-set-bytes-per-hour N` bounds each caller's full downloads of the
+/// encoded set (a set larger than N is charged N: one download, then 429 with
+/// Retry-After), while a 304 stays free.
+#[test]
+fn serve_bounds_encoded_set_downloads_and_304s_are_free() {
+    use psi_client::{HttpTransport, Method, Request, Transport};
+    let dir = two_entry_registry("download-budget");
+    let db = dir.join("r.sqlite").to_str().unwrap().to_string();
+    let get = |url: &str, etag: Option<&str>| {
+        HttpTransport::new()
+            .send(Request {
+                method: Method::Get,
+                url: format!("{url}/v1/dh/encoded-set"),
+                headers: etag
+                    .map(|e| ("if-none-match".to_string(), e.to_string()))
+                    .into_iter()
+                    .collect(),
+                body: vec![],
+                timeout: std::time::Duration::from_secs(10),
+                max_response_bytes: 1 << 20,
+                abandon_on_cancel: true,
+            })
+            .unwrap()
+    };
+    let served = Served::start(&db, &["--encoded-set-bytes-per-hour", "1"]);
+    let first = get(&served.url, None);
+    assert_eq!(first.status, 200);
+    let etag = first.header("etag").unwrap().to_string();
+    let r = get(&served.url, None);
+    assert_eq!(r.status, 429, "{}", String::from_utf8_lossy(&r.body));
+    assert!(r.header("retry-after").is_some());
+    assert_eq!(get(&served.url, Some(&etag)).status, 304);
+}

@@ -8,8 +8,10 @@
 //!   epoch (and after changes, from stored per-entry outputs) and served with an ETag.
 //! - Limits: body size, client set size, concurrent sessions, items per client per hour
 //!   (per bearer token, else per client IP address or IPv6 prefix, behind trusted proxies
-//!   taken from their forwarding header), budgets saved in the database; optional
-//!   bearer-token authentication (static tokens, and tokens issued into the database).
+//!   taken from their forwarding header, and then also per IPv4 /24, IPv6 /48 and /32 and
+//!   under a server-wide ceiling), budgets saved in the database, encoded-set download
+//!   bytes per client per hour; optional bearer-token authentication (static tokens, and
+//!   tokens issued into the database).
 //! - Logs carry counts, sizes, session ids and status codes only: never contact data,
 //!   labels or keys.
 
