@@ -138,7 +138,10 @@ impl From<ErrorCode> for ServerErrorCode {
             ErrorCode::UnknownSession => ServerErrorCode::UnknownSession,
             ErrorCode::MethodNotAllowed => ServerErrorCode::MethodNotAllowed,
             ErrorCode::RequestTimeout => ServerErrorCode::RequestTimeout,
-            ErrorCode::WrongPhase => ServerErrorCode::WrongPhase,
+            // A session ended after its third refused step is, to these bindings' callers,
+            // a session that takes no more steps (a new variant would break exhaustive
+            // matches in the Kotlin and Swift SDKs); the reference client never gets it.
+            ErrorCode::WrongPhase | ErrorCode::SessionFailed => ServerErrorCode::WrongPhase,
             ErrorCode::EpochMismatch => ServerErrorCode::EpochMismatch,
             ErrorCode::SessionExpired => ServerErrorCode::SessionExpired,
             ErrorCode::BodyTooLarge => ServerErrorCode::BodyTooLarge,

@@ -3,7 +3,9 @@
 
 use crate::AppState;
 use crate::limits::{LevelKind, Payer, Refused};
-use crate::sessions::{BuildError, ChunkedRun, Full, Lookup, Phase, RoundServer, Session, lock};
+use crate::sessions::{
+    BuildError, ChunkedRun, Full, Lookup, MAX_FAILED_STEPS, Phase, RoundServer, Session, lock,
+};
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection};
 use axum::extract::{
@@ -86,23 +88,6 @@ fn body_error(e: BytesRejection) -> ApiError {
     } else {
         ApiError::new(ErrorCode::BadRequest, "could not read the request body")
     }
-}
-
-fn binary_body(
-    headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Bytes, ApiError> {
-    let ct = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if !ct.trim().eq_ignore_ascii_case(psi_http::BINARY) {
-        return Err(ApiError::new(
-            ErrorCode::UnsupportedMediaType,
-            "protocol messages must be sent as application/octet-stream",
-        ));
-    }
-    body.map_err(body_error)
 }
 
 fn binary(bytes: Vec<u8>, server_ms: f64) -> Response {
@@ -457,8 +442,24 @@ async fn create_session(
         created: Instant::now(),
         last_active: Instant::now(),
         stepped: false,
+        failures: 0,
     };
-    let slot = match state.sessions.insert(id.clone(), block, session) {
+    // The item budget is charged before the session table is touched: a request refused
+    // for its budget evicts no idle session at the total cap and takes no OT-session
+    // budget unit (ADR 0036). `Protocol::charge` is a lookup (OT-PSI below 4096 items: the
+    // precomputed table sizes), so the refusal is as cheap as a trivial request. Charged
+    // what the protocol can give: DH-PSI and CM20-PSI `n`, OT-PSI one OPRF evaluation per
+    // Cuckoo bin, at most `max_bins_for(n)` (a malicious CM20-PSI client can get more,
+    // which is why CM20 is opt-in, docs/adr/0021-cm20-psi.md).
+    let receipt = state
+        .limiter
+        .charge_all(&payer, protocol.charge(n))
+        .map_err(rate_limited)?;
+    let inserted = state.sessions.insert(id.clone(), block, session);
+    if inserted.is_err() {
+        state.limiter.refund_all(&receipt);
+    }
+    let slot = match inserted {
         Ok(slot) => slot,
         Err(Full::OtBudget(wait)) => {
             let mut e = ApiError::new(
@@ -494,14 +495,6 @@ async fn create_session(
             return Err(e);
         }
     };
-    // Charged what the protocol can give (`Protocol::charge`: DH-PSI and CM20-PSI `n`,
-    // OT-PSI one OPRF evaluation per Cuckoo bin, at most `max_bins_for(n)`; a malicious
-    // CM20-PSI client can get more, which is why CM20 is opt-in, docs/adr/0021-cm20-psi.md).
-    let charge = protocol.charge(n);
-    if let Err(refused) = state.limiter.charge_all(&payer, charge) {
-        state.sessions.undo_insert(&id, protocol, &client);
-        return Err(rate_limited(refused));
-    }
     if let (true, Some(slot)) = (protocol.runs_in_rounds(), slot) {
         // Built here, without an await between admission and storing the state: a request
         // dropped at an await would leave the charged session busy until it expires.
@@ -700,15 +693,192 @@ impl FromRequest<Arc<AppState>> for SessionCall {
         };
         let session = session(state, &id, &client)?;
         let active = Active::start(&session);
-        let headers = parts.headers.clone();
-        let body = Bytes::from_request(Request::from_parts(parts, body), state).await;
-        let body = binary_body(&headers, body)?;
+        let route = parts
+            .extensions
+            .get::<MatchedPath>()
+            .and_then(|p| Route::ALL.iter().find(|r| r.template() == p.as_str()))
+            .copied();
+        let limit = step_limit(route, &lock(&session), state.config.max_body_bytes);
+        let body = read_step_body(&parts.headers, body, limit)
+            .await
+            .map_err(|e| refused(state, &session, e))?;
         Ok(SessionCall {
             session,
             body,
             _active: active,
         })
     }
+}
+
+/// The most bytes a step's request may carry, known from its route and session before the
+/// body is read, and the refusal of a longer one (a body above `max_body_bytes` is
+/// `body_too_large` whatever the step).
+struct StepLimit {
+    bytes: usize,
+    refuse: ApiError,
+    max_body_bytes: usize,
+}
+
+/// [`StepLimit`] of a request on `route` for session `g`: a DH query is exactly
+/// `dh::sizes::query(n)` bytes (a longer one declares more elements than the session's
+/// `n`: `count_mismatch`), a label query at most `label_slots(n)` elements and a label
+/// fetch at most `fetch_buckets(n, b)` ids (`too_many_items`), an OT-PSI or CM20-PSI hello
+/// its fixed size (`invalid_message`); anything else at most `max_body_bytes`.
+fn step_limit(route: Option<Route>, g: &Session, max_body_bytes: usize) -> StepLimit {
+    let n = g.client_items as usize;
+    let (bytes, refuse) = match route {
+        Some(Route::DhQuery) => {
+            let bytes = psi_core::dh::sizes::query(n as u64) as usize;
+            let e = ApiError::new(
+                ErrorCode::CountMismatch,
+                format!(
+                    "a query of this session is {bytes} bytes (its {n} elements); this one is longer"
+                ),
+            );
+            (bytes, e)
+        }
+        Some(Route::LabelQuery) => {
+            let slots = psi_core::labels::label_slots(n);
+            let bytes = psi_core::dh::sizes::query(slots as u64) as usize;
+            let e = ApiError::new(
+                ErrorCode::TooManyItems,
+                format!("label query has more than the session's {slots} label slots"),
+            );
+            (bytes, e)
+        }
+        Some(Route::LabelFetch) => {
+            let k = psi_core::labels::fetch_buckets(n, g.label_bits);
+            let bytes = psi_core::labels::messages::request_len(k);
+            let e = ApiError::new(
+                ErrorCode::TooManyItems,
+                format!("label fetch names more than the session's {k} bucket ids"),
+            );
+            (bytes, e)
+        }
+        Some(Route::OtRound | Route::Cm20Round) if !g.stepped => {
+            let bytes = match g.protocol {
+                Protocol::Cm20 => psi_core::cm20::sizes::hello(),
+                _ => psi_core::ot::sizes::hello(),
+            } as usize;
+            let e = ApiError::new(
+                ErrorCode::InvalidMessage,
+                format!("a hello is {bytes} bytes; this one is longer"),
+            );
+            (bytes, e)
+        }
+        _ => (max_body_bytes, too_large()),
+    };
+    StepLimit {
+        bytes: bytes.min(max_body_bytes),
+        refuse,
+        max_body_bytes,
+    }
+}
+
+impl StepLimit {
+    /// The refusal of a body of at least `len` bytes, above the limit.
+    fn refusal(self, len: u64) -> ApiError {
+        if len > self.max_body_bytes as u64 {
+            too_large()
+        } else {
+            self.refuse
+        }
+    }
+}
+
+fn too_large() -> ApiError {
+    ApiError::new(
+        ErrorCode::BodyTooLarge,
+        "request body exceeds the server's limit (see max_body_bytes)",
+    )
+}
+
+/// Reads a step's binary body: the content type and a declared `Content-Length` are
+/// checked before any byte of it is read (a body above `max_body_bytes` is
+/// `body_too_large`, one above the step's limit the step's refusal), and reading stops
+/// at the limit (a body sent without a length).
+async fn read_step_body(
+    headers: &HeaderMap,
+    mut body: axum::body::Body,
+    limit: StepLimit,
+) -> Result<Bytes, ApiError> {
+    use http_body::Body as _;
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if !ct.trim().eq_ignore_ascii_case(psi_http::BINARY) {
+        return Err(ApiError::new(
+            ErrorCode::UnsupportedMediaType,
+            "protocol messages must be sent as application/octet-stream",
+        ));
+    }
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if let Some(len) = declared
+        && len > limit.bytes as u64
+    {
+        return Err(limit.refusal(len));
+    }
+    let mut out = Vec::with_capacity(declared.unwrap_or(0) as usize);
+    while let Some(frame) =
+        std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await
+    {
+        let frame = frame
+            .map_err(|_| ApiError::new(ErrorCode::BadRequest, "could not read the request body"))?;
+        if let Ok(data) = frame.into_data() {
+            if data.len() > limit.bytes - out.len() {
+                return Err(limit.refusal((out.len() + data.len()) as u64));
+            }
+            out.extend_from_slice(&data);
+        }
+    }
+    Ok(Bytes::from(out))
+}
+
+/// Whether a refusal counts as a failed step of its session: a 400, a body the server read
+/// and refused (`bad_request`, `invalid_message`, `count_mismatch`, `too_many_items`),
+/// the refusals that cost it work. The others cost no more than a request to an unknown
+/// session (a content type, a length, a phase, checked before any decoding) or are not the
+/// request's fault (a spent budget, a rotated key); they do not count.
+fn counts_as_failure(e: &ApiError) -> bool {
+    e.code.status() == 400
+}
+
+/// The refusal of a session's [`MAX_FAILED_STEPS`]th failed step: the session was ended.
+fn session_failed(e: ApiError) -> ApiError {
+    ApiError::new(
+        ErrorCode::SessionFailed,
+        format!(
+            "{} ({}); after {MAX_FAILED_STEPS} refused steps the session was ended by the server: create a new one",
+            e.message, e.code
+        ),
+    )
+}
+
+/// A request of session `s` was refused with `e` before its step ran: counts a failed step
+/// and, at the [`MAX_FAILED_STEPS`]th, ends the session (a step in progress ends it when it
+/// finishes) and answers `session_failed`.
+fn refused(state: &AppState, s: &Arc<Mutex<Session>>, e: ApiError) -> ApiError {
+    if !counts_as_failure(&e) {
+        return e;
+    }
+    let id = {
+        let mut g = lock(s);
+        if !g.failed_step() {
+            return e;
+        }
+        if matches!(g.phase, Phase::Busy) {
+            return session_failed(e);
+        }
+        g.phase = Phase::Done;
+        g.id.clone()
+    };
+    state.sessions.end(&id);
+    tracing::info!(session = %id, "session ended after {MAX_FAILED_STEPS} failed steps");
+    session_failed(e)
 }
 
 /// What a step does with the phase it took: the phase to store and the answer.
@@ -743,7 +913,11 @@ async fn transition_in(
     let permit = pool.clone().acquire_owned().await.map_err(|_| internal())?;
     let taken = {
         let mut g = lock(s);
-        accept(&g)?;
+        if let Err(e) = accept(&g) {
+            drop(g);
+            return Err(refused(state, s, e));
+        }
+        // Not counted as a failed step: the session is busy, not the request wrong.
         if matches!(g.phase, Phase::Busy) {
             return Err(wrong_phase(
                 "another request of this session is in progress",
@@ -757,15 +931,27 @@ async fn transition_in(
     let result = tokio::task::spawn_blocking(move || {
         // A panic in a step (a bug) ends the session rather than leaving it busy until its
         // lifetime runs out; the server keeps serving.
-        let (next, result) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(taken)))
-            .unwrap_or_else(|_| (Phase::Done, Err(internal())));
+        let (mut next, mut result) =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(taken)))
+                .unwrap_or_else(|_| (Phase::Done, Err(internal())));
         let done = {
             let mut g = lock(&session);
+            match result {
+                Ok(_) => g.stepped_now(),
+                // A refused step (the phase restored by `work`) counts here, with the
+                // work, so a request dropped meanwhile counts too; at the limit the
+                // session ends.
+                Err(e) if counts_as_failure(&e) && g.failed_step() => {
+                    result = Err(session_failed(e));
+                }
+                Err(_) => {}
+            }
+            // Also when other requests of this session were refused while this step ran.
+            if g.failures >= MAX_FAILED_STEPS {
+                next = Phase::Done;
+            }
             let done = matches!(next, Phase::Done).then(|| g.id.clone());
             g.phase = next;
-            if result.is_ok() {
-                g.stepped_now();
-            }
             done
         };
         // Complete (or failed for good): the server ends the session now (the session's
@@ -936,7 +1122,8 @@ async fn label_query(
             ));
         }
         Ok(())
-    })?;
+    })
+    .map_err(|e| refused(&state, &s, e))?;
     let limiter = &state.limiter;
     let count = query.len() as u64;
     transition(
@@ -1253,6 +1440,7 @@ mod tests {
                     created: Instant::now(),
                     last_active: Instant::now(),
                     stepped: false,
+                    failures: 0,
                 },
             )
             .unwrap();

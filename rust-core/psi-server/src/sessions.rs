@@ -21,6 +21,13 @@ use std::time::{Duration, Instant};
 /// (and answered with `unknown_session`).
 const TOMBSTONE: Duration = Duration::from_secs(120);
 
+/// Refused steps after which the server ends a session (the last one is answered
+/// `409 session_failed`): a refused step costs the server work (a DH query whose last
+/// element is invalid: `n - 1` decodings; a bad OT hello: the base-OT keys), so it cannot
+/// be repeated for the session's lifetime. Three leaves a client that corrects a request
+/// room to do so twice (`docs/adr/0036-failed-steps-end-sessions.md`).
+pub(crate) const MAX_FAILED_STEPS: u8 = 3;
+
 /// Where a session is in its run. Every handler moves a session from one phase to the
 /// next through `api::transition`, the only place that takes, checks and restores it.
 pub(crate) enum Phase {
@@ -189,6 +196,9 @@ pub(crate) struct Session {
     /// Whether a step of the session has succeeded (for a round-based session: its
     /// hello was answered).
     pub stepped: bool,
+    /// Requests of this session refused for what they carried (`api::refused`); at
+    /// [`MAX_FAILED_STEPS`] the session is ended.
+    pub failures: u8,
 }
 
 impl Session {
@@ -196,6 +206,13 @@ impl Session {
     pub(crate) fn stepped_now(&mut self) {
         self.stepped = true;
         self.last_active = Instant::now();
+    }
+
+    /// Counts a refused step; true when it is the [`MAX_FAILED_STEPS`]th, after which the
+    /// session must end.
+    pub(crate) fn failed_step(&mut self) -> bool {
+        self.failures = self.failures.saturating_add(1);
+        self.failures >= MAX_FAILED_STEPS
     }
 
     /// Whether the session may be ended as idle: no step running, no request under way.
@@ -374,15 +391,6 @@ impl Sessions {
             },
         );
         Ok(slot)
-    }
-
-    /// Removes a session that was just inserted and gives back the OT budget unit its
-    /// insertion took (for a session refused after admission, e.g. by the item budget).
-    pub(crate) fn undo_insert(&self, id: &str, protocol: Protocol, client: &str) {
-        self.remove(id);
-        if protocol.runs_in_rounds() {
-            self.ot_budget.refund(client, 1);
-        }
     }
 
     /// OT-PSI runs in progress (for tests and metrics).
@@ -612,6 +620,7 @@ mod tests {
                         created: Instant::now(),
                         last_active: Instant::now(),
                         stepped: false,
+                        failures: 0,
                     },
                 )
                 .unwrap();

@@ -61,8 +61,10 @@ fn bad_requests_get_documented_errors_and_the_server_keeps_serving() {
         "method_not_allowed",
     );
 
-    // Protocol rounds.
-    let id = session_id(&session(&t, "dh-psi", 3, &[]));
+    // Protocol rounds. A session ends at its third step refused with a 400 (ADR 0036;
+    // tests/failed_steps.rs), so the 400s below are spread over sessions, two at most each.
+    let dh = || session_id(&session(&t, "dh-psi", 3, &[]));
+    let id = dh();
     let q = format!("/v1/sessions/{id}/dh/query");
     expect(
         send(&t, Method::Post, &q, &[BIN], b"garbage"),
@@ -90,6 +92,23 @@ fn bad_requests_get_documented_errors_and_the_server_keeps_serving() {
         409,
         "epoch_mismatch",
     );
+    // A third 400 (a query longer than the session's) ends the session.
+    expect(
+        send(&t, Method::Post, &q, &[BIN], &query(1, 4)),
+        409,
+        "session_failed",
+    );
+    expect(
+        send(&t, Method::Post, &q, &[BIN], &query(1, 3)),
+        409,
+        "wrong_phase",
+    );
+    let q = format!("/v1/sessions/{}/dh/query", dh());
+    expect(
+        send(&t, Method::Post, &q, &[BIN], &vec![0u8; 65 * 1024]),
+        413,
+        "body_too_large",
+    );
     let mut bad_point = query(1, 3);
     bad_point[17..49].fill(0xFF);
     expect(
@@ -98,10 +117,12 @@ fn bad_requests_get_documented_errors_and_the_server_keeps_serving() {
         "invalid_message",
     );
     expect(
-        send(&t, Method::Post, &q, &[BIN], &vec![0u8; 65 * 1024]),
-        413,
-        "body_too_large",
+        send(&t, Method::Post, &q, &[BIN], &query(1, 4)),
+        400,
+        "count_mismatch",
     );
+    let id = dh();
+    let q = format!("/v1/sessions/{id}/dh/query");
     expect(
         send(
             &t,
@@ -135,7 +156,7 @@ fn bad_requests_get_documented_errors_and_the_server_keeps_serving() {
         409,
         "wrong_phase",
     );
-    // After the errors the query still works, once.
+    // After the errors (none a 400) the query still works, once.
     let r = send(&t, Method::Post, &q, &[BIN], &query(1, 3));
     assert_eq!(r.status, 200);
     assert_eq!(r.header("content-type"), Some("application/octet-stream"));
@@ -162,16 +183,25 @@ fn bad_requests_get_documented_errors_and_the_server_keeps_serving() {
         400,
         "invalid_message",
     );
-    expect(
-        send(&t, Method::Post, &lf, &[BIN], &[0xFF; 4]),
-        400,
-        "invalid_message",
-    );
     assert_eq!(send(&t, Method::Post, &lf, &[BIN], &[0; 4]).status, 200);
     expect(
         send(&t, Method::Post, &lf, &[BIN], &[0; 4]),
         409,
         "wrong_phase",
+    );
+    let id = dh();
+    let q = format!("/v1/sessions/{id}/dh/query");
+    assert_eq!(send(&t, Method::Post, &q, &[BIN], &query(1, 3)).status, 200);
+    expect(
+        send(
+            &t,
+            Method::Post,
+            &format!("/v1/sessions/{id}/labels/fetch"),
+            &[BIN],
+            &[0xFF; 4],
+        ),
+        400,
+        "invalid_message",
     );
 
     // OT session fed garbage and a DH message.
@@ -492,10 +522,25 @@ fn label_query_and_fetch_are_capped_at_the_sessions_label_slots() {
         &[BIN],
         &ids(buckets as u32 + 1),
     ));
-    // Repeats count once: 64 distinct ids in 65 is within the cap.
+    // Repeats count: 64 distinct ids in 65 is over the cap (the length is checked before
+    // the ids are read; docs/adr/0036-failed-steps-end-sessions.md). Another session: this
+    // one has had two refused steps, and a third would end it.
+    let id = session_id(&session(&t, "dh-psi", n as u32, &[]));
+    ok(send(
+        &t,
+        Method::Post,
+        &format!("/v1/sessions/{id}/dh/query"),
+        &[BIN],
+        &query(1, n),
+    ));
+    let lf = format!("/v1/sessions/{id}/labels/fetch");
     let mut repeat = ids(buckets as u32);
+    repeat.extend_from_slice(&0u32.to_be_bytes());
+    too_many(send(&t, Method::Post, &lf, &[BIN], &repeat));
+    // Within the cap a repeat is answered once.
+    let mut repeat = ids(buckets as u32 - 1);
     repeat.extend_from_slice(&0u32.to_be_bytes());
     let r = ok(send(&t, Method::Post, &lf, &[BIN], &repeat));
     let sections = psi_core::labels::messages::split_response(&r.body).unwrap();
-    assert_eq!(sections.len(), buckets);
+    assert_eq!(sections.len(), buckets - 1);
 }

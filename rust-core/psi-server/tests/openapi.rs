@@ -250,8 +250,10 @@ fn can_return(route: Route) -> HashSet<ErrorCode> {
     }
     if step {
         // `SessionCall`: binary body (content type, size, read error); `transition`: the
-        // phase; psi-core's errors (`From<psi_core::Error>`); `session_registry`: the epoch.
+        // phase; psi-core's errors (`From<psi_core::Error>`); `session_registry`: the epoch;
+        // `refused`: the session's third 400 ends it.
         codes.extend([
+            E::SessionFailed,
             E::UnsupportedMediaType,
             E::BodyTooLarge,
             E::BadRequest,

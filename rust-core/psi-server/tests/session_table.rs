@@ -90,15 +90,23 @@ fn refused(r: &Response, status: u16) {
 }
 
 /// Requests the server refuses without touching the session: 415 (no binary content
-/// type), 409 (labels before the protocol run), 400 (a label query that does not
-/// decode).
+/// type), 409 (labels before the protocol run). (A 400 is a failed step, and the third
+/// ends the session: tests/failed_steps.rs. [`two_bad_requests`] sends the two a session
+/// may have.)
 fn refused_requests(t: &Raw, ip: &str, sid: &str) {
     let round = format!("/v1/sessions/{sid}/ot/round");
     refused(&post(t, ip, &round, "text/plain", b"x"), 415);
     let fetch = format!("/v1/sessions/{sid}/labels/fetch");
     refused(&post(t, ip, &fetch, BIN.1, &[0; 4]), 409);
+}
+
+/// Two label queries that do not decode (400): refused, and as many failed steps as a
+/// session may have without being ended for them.
+fn two_bad_requests(t: &Raw, ip: &str, sid: &str) {
     let lq = format!("/v1/sessions/{sid}/labels/query");
-    refused(&post(t, ip, &lq, BIN.1, b"garbage"), 400);
+    for _ in 0..2 {
+        refused(&post(t, ip, &lq, BIN.1, b"garbage"), 400);
+    }
 }
 
 /// Polls `done` every 50 ms for at most `within`.
@@ -168,6 +176,7 @@ fn a_session_without_a_successful_step_ends_after_the_idle_period() {
     // A DH session that never sends its query, but keeps sending refused requests: they
     // do not count as activity.
     let silent = session_id(&session(&t, "dh-psi", 1, &from(ip)));
+    two_bad_requests(&t, ip, &silent);
     let ended = eventually(Duration::from_secs(5), || {
         refused_requests(&t, ip, &silent);
         server.state.live_sessions() == 0
@@ -247,8 +256,9 @@ fn refused_requests_do_not_keep_an_ot_session_alive() {
     let sid = session_id(&session(&t, "ot-psi", 1, &from(ip)));
     assert_eq!(ot_round(&t, ip, &sid, &hello(1)).status, 200);
     assert_eq!(server.state.ot_runs_in_progress(), 1);
-    // 415, 409 and 400 every few ms, well within the idle period each time: the run
-    // still ends, because none of them is a step.
+    // Two 400s, then 415 and 409 every few ms, well within the idle period each time: the
+    // run still ends, because none of them is a step.
+    two_bad_requests(&t, ip, &sid);
     let ended = eventually(Duration::from_secs(5), || {
         refused_requests(&t, ip, &sid);
         let dh = format!("/v1/sessions/{sid}/dh/query");
@@ -273,12 +283,15 @@ fn an_ot_session_without_a_hello_within_the_deadline_ends_and_frees_its_slot() {
     let r = session(&t, "ot-psi", 1, &from("198.51.100.2"));
     assert_eq!((r.status, error_code(&r).as_str()), (503, "ot_capacity"));
     assert!(String::from_utf8_lossy(&r.body).contains("OT-PSI capacity"));
-    // Forged hellos (400), refused all the same, and other refused requests: no hello is
-    // answered, so the session ends at the deadline and its slot is free.
+    // Forged hellos (400, two: a third would end the session as failed), refused all the
+    // same, and other refused requests: no hello is answered, so the session ends at the
+    // deadline and its slot is free.
     let mut forged = hello(1);
     forged[46..50].copy_from_slice(&80u32.to_be_bytes());
-    let ended = eventually(Duration::from_secs(5), || {
+    for _ in 0..2 {
         refused(&ot_round(&t, ip, &sid, &forged), 400);
+    }
+    let ended = eventually(Duration::from_secs(5), || {
         refused_requests(&t, ip, &sid);
         server.state.ot_runs_in_progress() == 0
     });

@@ -13,6 +13,12 @@ pub fn encode_request(buckets: &[u32]) -> Vec<u8> {
     buckets.iter().flat_map(|b| b.to_be_bytes()).collect()
 }
 
+/// Bytes of a fetch request naming `buckets` ids: a server refuses a longer request by its
+/// length, before reading or decoding it.
+pub fn request_len(buckets: usize) -> usize {
+    buckets.saturating_mul(BUCKET_ID_LEN)
+}
+
 /// Decodes a fetch request (its length must be a multiple of 4).
 pub fn decode_request(body: &[u8]) -> Result<Vec<u32>, DecodeError> {
     if !body.len().is_multiple_of(BUCKET_ID_LEN) {

@@ -88,20 +88,22 @@ impl LabelStore {
         self.records == 0
     }
 
-    /// Answers a fetch request of at most `max_buckets` distinct buckets: one section per
+    /// Answers a fetch request of at most `max_buckets` bucket ids: one section per
     /// distinct requested bucket, in ascending order (an empty section for an empty
-    /// bucket). Repeated ids are answered once.
+    /// bucket). Repeated ids are answered once, but count against `max_buckets`: the
+    /// request's length is checked before it is decoded or sorted.
     pub fn answer_fetch(&self, request: &[u8], max_buckets: usize) -> Result<Vec<u8>> {
-        let mut ids = messages::decode_request(request)?;
-        ids.sort_unstable();
-        ids.dedup();
-        if ids.len() > max_buckets {
+        let named = request.len() / messages::BUCKET_ID_LEN;
+        if request.len().is_multiple_of(messages::BUCKET_ID_LEN) && named > max_buckets {
             return Err(Error::InputTooLarge {
                 what: "label buckets requested",
-                value: ids.len() as u64,
+                value: named as u64,
                 limit: max_buckets as u64,
             });
         }
+        let mut ids = messages::decode_request(request)?;
+        ids.sort_unstable();
+        ids.dedup();
         if ids
             .iter()
             .any(|&b| u64::from(b) >= 1u64 << self.bucket_bits)
