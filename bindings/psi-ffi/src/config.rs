@@ -100,7 +100,8 @@ impl DiscoveryConfig {
 
 /// The default of every setting, from psi-client's own defaults: the platform SDKs start
 /// from this record instead of restating the numbers (per-request timeout 60 s, responses
-/// up to 256 MiB, 2 retries, a 64 MiB registry cache, labels fetched, region `US`, the
+/// up to 32 MiB (`psi_client::config::MOBILE_MAX_RESPONSE_BYTES`: a phone's, not the
+/// desktop client's 256 MiB; each route has a smaller cap of its own), 2 retries, a 64 MiB registry cache, labels fetched, region `US`, the
 /// automatic choice for the fastest run, one worker thread per core).
 #[uniffi::export]
 pub fn default_discovery_config() -> DiscoveryConfig {
@@ -110,7 +111,7 @@ pub fn default_discovery_config() -> DiscoveryConfig {
         default_region: core.default_region,
         threads: 0,
         timeout_ms: u64::try_from(core.timeout.as_millis()).unwrap_or(u64::MAX),
-        max_response_bytes: core.max_response_bytes,
+        max_response_bytes: psi_client::config::MOBILE_MAX_RESPONSE_BYTES,
         fetch_labels: core.fetch_labels,
         cache_dir: None,
         cache_max_bytes: FileCache::DEFAULT_MAX_BYTES,
@@ -131,7 +132,9 @@ mod tests {
         let d = default_discovery_config();
         let core = ClientConfig::default();
         assert_eq!(d.timeout_ms, 60_000);
-        assert_eq!(d.max_response_bytes, core.max_response_bytes);
+        // The mobile cap, far below the desktop client's.
+        assert_eq!(d.max_response_bytes, 32 << 20);
+        assert!(d.max_response_bytes < core.max_response_bytes / 4);
         assert_eq!(d.retries, core.retries);
         assert_eq!(d.default_region, core.default_region);
         assert_eq!(d.cache_max_bytes, FileCache::DEFAULT_MAX_BYTES);

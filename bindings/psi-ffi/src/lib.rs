@@ -54,4 +54,5 @@ pub use report::{
 };
 pub use transport::{
     HttpHeader, HttpMethod, HttpRequest, HttpResponse, HttpTransport, TransportError,
+    max_error_body_bytes,
 };

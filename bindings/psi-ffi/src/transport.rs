@@ -42,7 +42,14 @@ pub struct HttpRequest {
     /// [`TransportError::Timeout`].
     pub timeout_ms: u64,
     /// A response body longer than this must fail with [`TransportError::TooLarge`],
-    /// without reading the rest.
+    /// without reading the rest. Set per route by the driver (a few KB for health and
+    /// sessions). Two more rules hold for every transport (psi_client::transport): follow
+    /// no redirect (return the 3xx as it is: the driver refuses it; OkHttp:
+    /// `followRedirects(false)` and `followSslRedirects(false)`; URLSession: a delegate
+    /// that declines the redirection), and read no more than 16 KiB
+    /// (`psi_client::transport::MAX_ERROR_BODY_BYTES`) of an error body (status 400 and
+    /// above): return the status with an empty body instead. The driver checks both
+    /// again, but only the transport can stop the bytes from arriving.
     pub max_response_bytes: u64,
 }
 
@@ -96,6 +103,14 @@ impl From<uniffi::UnexpectedUniFFICallbackError> for TransportError {
 pub trait HttpTransport: Send + Sync {
     /// Sends `request` and returns the response, whatever its status.
     async fn send(&self, request: HttpRequest) -> Result<HttpResponse, TransportError>;
+}
+
+/// The most a platform transport reads of an error body (status 400 and above), in bytes
+/// (`psi_client::transport::MAX_ERROR_BODY_BYTES`, 16 KiB): a longer one is dropped and the
+/// status returned with an empty body ([`HttpRequest::max_response_bytes`]).
+#[uniffi::export]
+pub fn max_error_body_bytes() -> u64 {
+    psi_client::transport::MAX_ERROR_BODY_BYTES
 }
 
 /// Extra time the foreign transport gets beyond the request's own timeout before the run
@@ -229,6 +244,15 @@ mod tests {
             cancel: CancelToken::new(),
         };
         (t, dropped)
+    }
+
+    #[test]
+    fn the_error_body_limit_platforms_read_is_psi_clients() {
+        assert_eq!(max_error_body_bytes(), 16 << 10);
+        assert_eq!(
+            max_error_body_bytes(),
+            psi_client::transport::MAX_ERROR_BODY_BYTES
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@ import PsiFFI
 
 /// Settings of a ``ContactDiscovery`` client. Every property starts at the native library's
 /// default (`defaultDiscoveryConfig()`, owned by the Rust client: a 60 s timeout per request,
-/// responses up to 256 MiB, 2 retries, a 64 MiB registry cache, labels fetched, the automatic
+/// responses up to 32 MiB (a phone's cap; each request has a smaller one of its own), 2 retries, a 64 MiB registry cache, labels fetched, the automatic
 /// choice for the fastest run), except ``defaultRegion``, which starts at the device's region.
 public struct DiscoveryConfiguration: Sendable, Hashable, CustomStringConvertible {
     /// Bearer token, if the server requires one. Surrounding whitespace (a token file's
@@ -19,7 +19,10 @@ public struct DiscoveryConfiguration: Sendable, Hashable, CustomStringConvertibl
     public var threads: Int
     /// Limit on each HTTP request (connect, send, receive), in milliseconds.
     public var timeoutMilliseconds: Int
-    /// Largest response body accepted, in bytes.
+    /// Largest response body accepted, in bytes (default 32 MiB: every protocol's largest
+    /// response up to about 1.1 M registry entries). The ceiling of each request's own cap:
+    /// health and session answers are capped at a few KB, protocol steps at what the
+    /// protocol needs, error bodies at 16 KiB.
     public var maxResponseBytes: Int
     /// Whether to fetch the labels of matched contacts.
     public var fetchLabels: Bool

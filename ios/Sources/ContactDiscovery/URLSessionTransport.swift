@@ -13,6 +13,13 @@ import PsiFFI
 ///   so the deadline is a timer of ours; `timeoutInterval` is set a second longer);
 /// - a response body longer than the request's cap fails as soon as the cap is passed
 ///   (a `Content-Length` over it fails before the body is read);
+/// - an error body (status 400 and above) is read at most to `maxErrorBodyBytes()` (16 KiB,
+///   the Rust transport contract's): a longer one is dropped, and the status comes back
+///   with an empty body;
+/// - no redirect is followed: the 3xx comes back as the response, and the Rust driver
+///   refuses it (a redirect could move the run to another host, or from https to http).
+///   On the SDK's own session and, on Apple platforms, on an app's session (through the
+///   task delegate); on Linux an app's session follows its own delegate's policy;
 /// - no URL cache, and no cookies or credentials stored by the SDK's own session;
 /// - a cancelled Swift task (the Rust run abandoned the request) cancels the
 ///   `URLSessionTask`. The cancel is sent asynchronously: on Swift 6.3 for Linux, cancelling
@@ -105,6 +112,9 @@ final class URLSessionTransport: HttpTransport, Sendable {
 /// resumption of the caller's continuation (whichever comes first: the response, an error,
 /// the cap, the deadline or a cancel).
 final class Exchange: NSObject, URLSessionDataDelegate, @unchecked Sendable {
+    /// The most of an error body that is read (the Rust transport contract's).
+    static let errorBodyLimit: UInt64 = maxErrorBodyBytes()
+
     private let lock = NSLock()
     private let limit: UInt64
     private var continuation: CheckedContinuation<HttpResponse, any Error>?
@@ -139,16 +149,18 @@ final class Exchange: NSObject, URLSessionDataDelegate, @unchecked Sendable {
 
     private var outcome: Result<HttpResponse, TransportError>?
 
-    /// Records the outcome once, cancels the task (asynchronously) if it is still running,
-    /// and resumes the caller.
-    func finish(_ result: Result<HttpResponse, TransportError>) {
+    /// Records the outcome once, cancels the task (asynchronously) if it is still running
+    /// and the outcome is a failure (or `cancelTask` says so), and resumes the caller.
+    func finish(_ result: Result<HttpResponse, TransportError>, cancelTask: Bool = false) {
         let task: URLSessionDataTask? = lock.withLock {
             if finished { return nil }
             finished = true
             outcome = result
             return self.task
         }
-        if case .failure = result, let task {
+        var failed = false
+        if case .failure = result { failed = true }
+        if failed || cancelTask, let task {
             DispatchQueue.global().async { task.cancel() }
         }
         resumeIfNeeded()
@@ -164,30 +176,57 @@ final class Exchange: NSObject, URLSessionDataDelegate, @unchecked Sendable {
         continuation.resume(with: outcome.mapError { $0 as any Error })
     }
 
+    /// The cap of a response with `status`: an error body's is smaller.
+    private func cap(status: Int) -> UInt64 {
+        status >= 400 ? min(limit, Self.errorBodyLimit) : limit
+    }
+
+    /// An oversized error body is dropped: the status and headers, with no body.
+    private func withoutBody(_ http: HTTPURLResponse) -> HttpResponse {
+        HttpResponse(status: UInt16(clamping: http.statusCode), headers: Self.headers(http), body: Data())
+    }
+
     /// The response head arrived: refuse a body announced over the cap.
     func received(response: URLResponse) -> URLSession.ResponseDisposition {
         guard let http = response as? HTTPURLResponse else {
             finish(.failure(.Failed(reason: "not an HTTP response")))
             return .cancel
         }
-        if http.expectedContentLength > 0 && UInt64(http.expectedContentLength) > limit {
-            finish(.failure(.TooLarge(limit: limit)))
+        if http.expectedContentLength > 0 && UInt64(http.expectedContentLength) > cap(status: http.statusCode) {
+            if http.statusCode >= 400 {
+                finish(.success(withoutBody(http)), cancelTask: true)
+            } else {
+                finish(.failure(.TooLarge(limit: limit)))
+            }
             return .cancel
         }
         lock.withLock { self.response = http }
         return .allow
     }
 
-    /// Body bytes arrived: fail as soon as the cap is passed.
+    /// Body bytes arrived: fail as soon as the cap is passed (an error body: drop it).
     func received(data: Data) {
-        let tooLarge: Bool = lock.withLock {
-            if finished { return false }
+        let (tooLarge, http): (Bool, HTTPURLResponse?) = lock.withLock {
+            if finished { return (false, nil) }
             body.append(data)
-            return UInt64(body.count) > limit
+            let status = response?.statusCode ?? 0
+            return (UInt64(body.count) > cap(status: status), response)
         }
-        if tooLarge {
+        guard tooLarge else { return }
+        if let http, http.statusCode >= 400 {
+            lock.withLock { body = Data() }
+            finish(.success(withoutBody(http)), cancelTask: true)
+        } else {
             finish(.failure(.TooLarge(limit: limit)))
         }
+    }
+
+    static func headers(_ response: HTTPURLResponse) -> [HttpHeader] {
+        var headers: [HttpHeader] = []
+        for (name, value) in response.allHeaderFields {
+            headers.append(HttpHeader(name: String(describing: name).lowercased(), value: String(describing: value)))
+        }
+        return headers
     }
 
     /// The exchange ended, with `error` or the whole response.
@@ -201,11 +240,7 @@ final class Exchange: NSObject, URLSessionDataDelegate, @unchecked Sendable {
             finish(.failure(.Failed(reason: "no HTTP response")))
             return
         }
-        var headers: [HttpHeader] = []
-        for (name, value) in response.allHeaderFields {
-            headers.append(HttpHeader(name: String(describing: name).lowercased(), value: String(describing: value)))
-        }
-        finish(.success(HttpResponse(status: UInt16(clamping: response.statusCode), headers: headers, body: body)))
+        finish(.success(HttpResponse(status: UInt16(clamping: response.statusCode), headers: Self.headers(response), body: body)))
     }
 
     /// The completion-handler path (an app's session on Linux): everything at once.
@@ -231,6 +266,14 @@ final class Exchange: NSObject, URLSessionDataDelegate, @unchecked Sendable {
 
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
         completed(error: error)
+    }
+
+    /// No redirect is followed: the 3xx is the response (the Rust driver refuses it).
+    func urlSession(
+        _ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
+        newRequest request: URLRequest, completionHandler: @escaping @Sendable (URLRequest?) -> Void
+    ) {
+        completionHandler(nil)
     }
 
     /// `URLError` (and anything else URLSession reports) as the FFI's transport error; the
@@ -291,5 +334,13 @@ final class SessionRouter: NSObject, URLSessionDataDelegate, @unchecked Sendable
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
         let exchange = lock.withLock { exchanges.removeValue(forKey: task.taskIdentifier) }
         exchange?.completed(error: error)
+    }
+
+    /// No redirect is followed: the 3xx is the response (the Rust driver refuses it).
+    func urlSession(
+        _ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
+        newRequest request: URLRequest, completionHandler: @escaping @Sendable (URLRequest?) -> Void
+    ) {
+        completionHandler(nil)
     }
 }

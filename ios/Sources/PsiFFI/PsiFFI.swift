@@ -2389,7 +2389,14 @@ public struct HttpRequest: Equatable, Hashable {
     public var timeoutMs: UInt64
     /**
      * A response body longer than this must fail with [`TransportError::TooLarge`],
-     * without reading the rest.
+     * without reading the rest. Set per route by the driver (a few KB for health and
+     * sessions). Two more rules hold for every transport (psi_client::transport): follow
+     * no redirect (return the 3xx as it is: the driver refuses it; OkHttp:
+     * `followRedirects(false)` and `followSslRedirects(false)`; URLSession: a delegate
+     * that declines the redirection), and read no more than 16 KiB
+     * (`psi_client::transport::MAX_ERROR_BODY_BYTES`) of an error body (status 400 and
+     * above): return the status with an empty body instead. The driver checks both
+     * again, but only the transport can stop the bytes from arriving.
      */
     public var maxResponseBytes: UInt64
 
@@ -2414,7 +2421,14 @@ public struct HttpRequest: Equatable, Hashable {
          */timeoutMs: UInt64, 
         /**
          * A response body longer than this must fail with [`TransportError::TooLarge`],
-         * without reading the rest.
+         * without reading the rest. Set per route by the driver (a few KB for health and
+         * sessions). Two more rules hold for every transport (psi_client::transport): follow
+         * no redirect (return the 3xx as it is: the driver refuses it; OkHttp:
+         * `followRedirects(false)` and `followSslRedirects(false)`; URLSession: a delegate
+         * that declines the redirection), and read no more than 16 KiB
+         * (`psi_client::transport::MAX_ERROR_BODY_BYTES`) of an error body (status 400 and
+         * above): return the status with an empty body instead. The driver checks both
+         * again, but only the transport can stop the bytes from arriving.
          */maxResponseBytes: UInt64) {
         self.method = method
         self.url = url
@@ -5678,13 +5692,26 @@ public func liveClients() -> UInt64  {
 /**
  * The default of every setting, from psi-client's own defaults: the platform SDKs start
  * from this record instead of restating the numbers (per-request timeout 60 s, responses
- * up to 256 MiB, 2 retries, a 64 MiB registry cache, labels fetched, region `US`, the
+ * up to 32 MiB (`psi_client::config::MOBILE_MAX_RESPONSE_BYTES`: a phone's, not the
+ * desktop client's 256 MiB; each route has a smaller cap of its own), 2 retries, a 64 MiB registry cache, labels fetched, region `US`, the
  * automatic choice for the fastest run, one worker thread per core).
  */
 public func defaultDiscoveryConfig() -> DiscoveryConfig  {
     return try!  FfiConverterTypeDiscoveryConfig_lift(try! rustCall() {
         uniffiCallStatus in
     uniffi_psi_ffi_fn_func_default_discovery_config(uniffiCallStatus
+    )
+})
+}
+/**
+ * The most a platform transport reads of an error body (status 400 and above), in bytes
+ * (`psi_client::transport::MAX_ERROR_BODY_BYTES`, 16 KiB): a longer one is dropped and the
+ * status returned with an empty body ([`HttpRequest::max_response_bytes`]).
+ */
+public func maxErrorBodyBytes() -> UInt64  {
+    return try!  FfiConverterUInt64.lift(try! rustCall() {
+        uniffiCallStatus in
+    uniffi_psi_ffi_fn_func_max_error_body_bytes(uniffiCallStatus
     )
 })
 }
@@ -5707,7 +5734,10 @@ private let initializationResult: InitializationResult = {
     if (uniffi_psi_ffi_checksum_func_live_clients() != 59720) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_psi_ffi_checksum_func_default_discovery_config() != 35081) {
+    if (uniffi_psi_ffi_checksum_func_default_discovery_config() != 4558) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_psi_ffi_checksum_func_max_error_body_bytes() != 57964) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_psi_ffi_checksum_method_cancelhandle_cancel() != 5469) {

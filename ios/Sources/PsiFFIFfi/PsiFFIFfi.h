@@ -392,6 +392,12 @@ RustBuffer uniffi_psi_ffi_fn_func_default_discovery_config(RustCallStatus *_Nonn
     
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_FUNC_MAX_ERROR_BODY_BYTES
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_FUNC_MAX_ERROR_BODY_BYTES
+uint64_t uniffi_psi_ffi_fn_func_max_error_body_bytes(RustCallStatus *_Nonnull out_status
+    
+);
+#endif
 #ifndef UNIFFI_FFIDEF_FFI_PSI_FFI_RUSTBUFFER_ALLOC
 #define UNIFFI_FFIDEF_FFI_PSI_FFI_RUSTBUFFER_ALLOC
 RustBuffer ffi_psi_ffi_rustbuffer_alloc(uint64_t size, RustCallStatus *_Nonnull out_status
@@ -661,6 +667,12 @@ uint16_t uniffi_psi_ffi_checksum_func_live_clients(void
 #ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_FUNC_DEFAULT_DISCOVERY_CONFIG
 #define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_FUNC_DEFAULT_DISCOVERY_CONFIG
 uint16_t uniffi_psi_ffi_checksum_func_default_discovery_config(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_FUNC_MAX_ERROR_BODY_BYTES
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_FUNC_MAX_ERROR_BODY_BYTES
+uint16_t uniffi_psi_ffi_checksum_func_max_error_body_bytes(void
     
 );
 #endif

@@ -396,7 +396,7 @@ final class ContactDiscoveryTests: XCTestCase {
     func testTheDefaultsComeFromTheNativeLibrary() {
         let c = DiscoveryConfiguration()
         XCTAssertEqual(c.timeoutMilliseconds, 60_000)
-        XCTAssertEqual(c.maxResponseBytes, 256 << 20)
+        XCTAssertEqual(c.maxResponseBytes, 32 << 20) // a phone's cap, not the desktop client's 256 MiB
         XCTAssertEqual(c.cacheMaxBytes, 64 << 20)
         XCTAssertEqual(c.retries, 2)
         XCTAssertEqual(c.protocolChoice, .auto(.fastest))

@@ -171,6 +171,33 @@ final class TransportTests: XCTestCase {
         guard case .unauthorized? = e else { return XCTFail("\(String(describing: e))") }
     }
 
+    /// No redirect is followed (an https server could otherwise send the run to plain
+    /// http, or elsewhere): the 3xx reaches the driver, which refuses it.
+    func testARedirectIsNotFollowed() async throws {
+        let target = try StubServer { _ in .respond(Self.json(500, "from_the_target")) }
+        defer { target.stop() }
+        let location = "\(target.url.absoluteString)/v1/sessions"
+        let origin = try StubServer { _ in
+            .respond(StubServer.response(status: 307, reason: "Temporary Redirect", headers: ["location: \(location)"], body: Data()))
+        }
+        defer { origin.stop() }
+        let e = await expectError(try client(origin))
+        guard case .protocolViolation(let reason, _)? = e else { return XCTFail("\(String(describing: e))") }
+        XCTAssertTrue(reason.contains("redirect"), reason)
+        XCTAssertEqual(target.seen, [])
+    }
+
+    /// An error body over 16 KiB is dropped: the status still counts.
+    func testAnOversizedErrorBodyKeepsItsStatus() async throws {
+        let stub = try StubServer { _ in
+            .respond(StubServer.response(status: 503, headers: ["retry-after: 31"], body: Data(repeating: 120, count: 1 << 20)))
+        }
+        defer { stub.stop() }
+        let e = await expectError(try client(stub))
+        guard case .server(503, .unknown, _, let retryable)? = e else { return XCTFail("\(String(describing: e))") }
+        XCTAssertTrue(retryable)
+    }
+
     func testAServerThatNeverAnswersTimesOut() async throws {
         let stub = try StubServer { _ in .hang }
         defer { stub.stop() }
