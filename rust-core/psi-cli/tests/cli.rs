@@ -416,6 +416,18 @@ fn serve_and_match_over_tls() {
             "5",
             "--max-connections",
             "8",
+            "--max-connections-per-address",
+            "4",
+            "--min-send-rate",
+            "4096",
+            "--send-grace",
+            "5",
+            "--max-response-bytes-in-flight",
+            "67108864",
+            "--max-response-bytes-per-address",
+            "16777216",
+            "--health-per-hour",
+            "100",
         ],
     );
     let url = server.url.clone();
