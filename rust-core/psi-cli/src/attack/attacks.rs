@@ -1,5 +1,6 @@
 //! The attacks of `psi attack`, one per item of issue 23 that a caller can run against a
-//! server, each from loopback addresses other than the honest clients' 127.0.0.1.
+//! server, each from loopback addresses 127.N.0.M with N below 200 (the honest clients
+//! send from 127.200.0.1 and up).
 
 use super::raw::{Conn, RawTransport, server_addr};
 use psi_client::{CancelToken, Client, ClientConfig, Method};
@@ -136,8 +137,8 @@ impl Ctx {
 /// Bound on every attacker read and write.
 const IO: Duration = Duration::from_secs(10);
 
-/// Address `host` (1..=254) of block `block` (127.`block`.0.0/24; never 127.0.0.0/24, the
-/// honest clients').
+/// Address `host` (1..=254) of block `block` (127.`block`.0.0/24; the attacks use blocks
+/// 100 to 199, the honest clients 200 and up).
 fn addr(block: u8, host: u8) -> Ipv4Addr {
     Ipv4Addr::new(127, block.max(1), 0, host.max(1))
 }
@@ -393,11 +394,12 @@ fn slow_reader(ctx: &Ctx, stop: &AtomicBool, ready: &AtomicBool, tally: &Tally) 
                         &CancelToken::new(),
                     ) {
                         Ok(_) => tally.add("OT run read to the end"),
+                        Err(_) if stop.load(Ordering::Relaxed) => {
+                            tally.add("OT run still held when the attack ended")
+                        }
                         Err(e) => {
-                            if !stop.load(Ordering::Relaxed) {
-                                tally.add(format!("OT run failed: {}", error_kind(&e)));
-                                pause(stop, Duration::from_secs(1));
-                            }
+                            tally.add(format!("OT run failed: {}", error_kind(&e)));
+                            pause(stop, Duration::from_secs(1));
                         }
                     }
                 }

@@ -4,10 +4,13 @@
 //! For each attack the command starts a fresh `psi serve` (this binary) on a copy of a
 //! synthetic registry (`psi import --synthetic`), runs the honest load once alone (the
 //! baseline), then again while the attack runs, and stops the server. The honest load is
-//! `psi loadgen`'s client path (psi-client over its default transport, from 127.0.0.1):
-//! half the clients run DH-PSI, half the automatic choice. Attackers send from other
-//! loopback addresses (127.N.0.M: every address of 127.0.0.0/8 reaches the server), so
-//! each is a caller, and an address block, of its own without a trusted proxy.
+//! `psi loadgen`'s client path (psi-client's driver, the synthetic contacts and the check
+//! of every result): half the clients run DH-PSI, half the automatic choice. Every
+//! address of 127.0.0.0/8 reaches the server over loopback, so without a trusted proxy
+//! each source address is a caller, and its /24 an address block, of its own: honest
+//! client `c` sends from 127.(200 + c).P.1 (P = 0 alone, 1 under attack), like separate
+//! users with budgets of their own, one connection per request; attackers send from
+//! 127.N.0.M with N below 200.
 //! The table: honest runs completed/failed and their p50/p99 without and with the
 //! attack, the server's peak memory, and what the server answered the attacker.
 
@@ -20,6 +23,7 @@ use psi_client::{CancelToken, Client, ClientConfig, Policy, ProtocolChoice};
 use psi_core::Protocol;
 use std::collections::BTreeMap;
 use std::io::BufRead;
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -41,8 +45,8 @@ pub struct AttackArgs {
     /// default --max-client-items): each attack's server runs on a copy of it.
     #[arg(long)]
     db: Option<PathBuf>,
-    /// Honest clients (threads, all from 127.0.0.1): the first half DH-PSI, the rest the
-    /// automatic choice.
+    /// Honest clients (threads, at most 50, each from an address of its own): the first
+    /// half DH-PSI, the rest the automatic choice.
     #[arg(long, default_value_t = 4)]
     honest_clients: usize,
     /// Contacts per honest run.
@@ -51,6 +55,14 @@ pub struct AttackArgs {
     /// Honest runs per phase (without, then with the attack), across the clients.
     #[arg(long, default_value_t = 40)]
     runs: u64,
+    /// Keep starting honest runs, past --runs, until the phase has lasted this many
+    /// seconds (so the attack runs long enough for the server's timers to act).
+    #[arg(long, default_value_t = 0)]
+    min_secs: u64,
+    /// Each honest client waits this many milliseconds between its runs (think time: with
+    /// --min-secs, keeps each client within its hourly item budget).
+    #[arg(long, default_value_t = 0)]
+    pause_ms: u64,
     /// Stop starting honest runs after this many seconds of a phase.
     #[arg(long, default_value_t = 120)]
     max_secs: u64,
@@ -109,13 +121,22 @@ impl Honest {
     }
 }
 
-/// The runs of one phase: `args.runs` across `args.honest_clients` threads, fresh
+/// The runs of one phase: `args.runs` (or more, for `args.min_secs`) across
+/// `args.honest_clients` threads, fresh
 /// clients (empty caches), each run checked against the synthetic registry.
-fn honest_phase(url: &str, args: &AttackArgs, server_pid: u32, first_run: u64) -> Honest {
+fn honest_phase(
+    url: &str,
+    args: &AttackArgs,
+    server_pid: u32,
+    first_run: u64,
+    phase: u8,
+) -> Honest {
     let started = AtomicU64::new(0);
     let out = Mutex::new(Honest::default());
     let stop = AtomicBool::new(false);
-    let deadline = Instant::now() + Duration::from_secs(args.max_secs);
+    let t0 = Instant::now();
+    let deadline = t0 + Duration::from_secs(args.max_secs);
+    let min_end = t0 + Duration::from_secs(args.min_secs);
     let dh_clients = args.honest_clients.div_ceil(2);
     std::thread::scope(|s| {
         let (out, stop) = (&out, &stop);
@@ -135,16 +156,23 @@ fn honest_phase(url: &str, args: &AttackArgs, server_pid: u32, first_run: u64) -
                     let config = ClientConfig::default()
                         .with_threads(psi_core::Threads::ONE)
                         .with_timeout(Duration::from_secs(20));
-                    let client = Client::new(url, config);
+                    let from = Ipv4Addr::new(127, 200 + c as u8, phase, 1);
+                    let never = Arc::new(AtomicBool::new(false));
+                    let transport = Arc::new(raw::RawTransport::new(from, None, never));
+                    let client = Client::with_transport(url, transport, config);
                     let _ = client.health();
                     let choice = if c < dh_clients {
                         ProtocolChoice::Fixed(Protocol::Dh)
                     } else {
                         ProtocolChoice::Auto(Policy::Fastest)
                     };
-                    loop {
+                    for k in 0.. {
+                        if k > 0 {
+                            std::thread::sleep(Duration::from_millis(args.pause_ms));
+                        }
                         let run = started.fetch_add(1, Ordering::Relaxed);
-                        if run >= args.runs || Instant::now() > deadline {
+                        let now = Instant::now();
+                        if (run >= args.runs && now >= min_end) || now > deadline {
                             break;
                         }
                         let (items, expected) =
@@ -275,6 +303,9 @@ pub fn run(args: AttackArgs) -> Result<(), String> {
     if args.registry_size == 0 || args.contacts == 0 || args.honest_clients == 0 {
         return Err("--registry-size, --contacts and --honest-clients must be positive".into());
     }
+    if args.honest_clients > 50 {
+        return Err("--honest-clients: at most 50".into());
+    }
     let attacks = attacks::parse_list(&args.attack)?;
     let dir = TempDir(std::env::temp_dir().join(format!("psi-attack-{}", std::process::id())));
     std::fs::create_dir_all(&dir.0).map_err(|e| format!("{}: {e}", dir.0.display()))?;
@@ -309,7 +340,7 @@ pub fn run(args: AttackArgs) -> Result<(), String> {
         let server = start_server(&db, &extra, &log)?;
         let pid = server.child.id();
         eprintln!("{}: baseline...", attack.name());
-        let baseline = honest_phase(&server.url, &args, pid, 2 * i as u64 * args.runs);
+        let baseline = honest_phase(&server.url, &args, pid, 2 * i as u64 * args.runs, 0);
         eprintln!("{}: attack...", attack.name());
         let ctx = Ctx::new(&server.url, args.quick)?;
         let tally = Tally::default();
@@ -333,7 +364,7 @@ pub fn run(args: AttackArgs) -> Result<(), String> {
                 attack.name(),
                 setup.as_secs_f64()
             );
-            let h = honest_phase(&server.url, &args, pid, (2 * i as u64 + 1) * args.runs);
+            let h = honest_phase(&server.url, &args, pid, (2 * i as u64 + 1) * args.runs, 1);
             stop.store(true, Ordering::Relaxed);
             let _ = attacker.join();
             (h, (in_place, setup))
