@@ -366,9 +366,9 @@ error_codes! {
     WrongPhase = ("wrong_phase", 409),
     /// The key epoch or the registry changed during the session.
     EpochMismatch = ("epoch_mismatch", 409),
-    /// The session's third refused step (a malformed or out-of-order request): the server
-    /// ended the session; the message also says why this step was refused. Create a new
-    /// session (a well-behaved client never gets this).
+    /// The session's third step refused with a 400 (a body that does not decode or does not
+    /// fit the session): the server ended the session; the message also says why this step
+    /// was refused. Create a new session (a well-behaved client never gets this).
     SessionFailed = ("session_failed", 409),
     /// The session's lifetime passed.
     SessionExpired = ("session_expired", 410),

@@ -21,11 +21,11 @@ use std::time::{Duration, Instant};
 /// (and answered with `unknown_session`).
 const TOMBSTONE: Duration = Duration::from_secs(120);
 
-/// Refused steps after which the server ends a session (the last one is answered
-/// `409 session_failed`): a refused step costs the server work (a DH query whose last
-/// element is invalid: `n - 1` decodings; a bad OT hello: the base-OT keys), so it cannot
-/// be repeated for the session's lifetime. Three leaves a client that corrects a request
-/// room to do so twice (`docs/adr/0036-failed-steps-end-sessions.md`).
+/// Steps refused with a 400 after which the server ends a session (the last one is
+/// answered `409 session_failed`; `api::refused`): such a step costs the server work (a
+/// DH query whose last element is invalid: `n - 1` decodings; a bad OT hello: the base-OT
+/// keys), so it cannot be repeated for the session's lifetime. Three leaves a client that
+/// corrects a request room to do so twice (`docs/adr/0036-failed-steps-end-sessions.md`).
 pub(crate) const MAX_FAILED_STEPS: u8 = 3;
 
 /// Where a session is in its run. Every handler moves a session from one phase to the
@@ -196,7 +196,7 @@ pub(crate) struct Session {
     /// Whether a step of the session has succeeded (for a round-based session: its
     /// hello was answered).
     pub stepped: bool,
-    /// Requests of this session refused for what they carried (`api::refused`); at
+    /// Requests of this session refused with a 400 (`api::refused`); at
     /// [`MAX_FAILED_STEPS`] the session is ended.
     pub failures: u8,
 }
