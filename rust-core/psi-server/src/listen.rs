@@ -510,14 +510,19 @@ impl Table {
     fn admit(&self, clock: &Clock) -> Result<(), Refusal> {
         let l = &self.limits;
         let mut g = self.lock();
-        if let Some(a) = clock.address.as_deref()
-            && g.bytes.get(a).copied().unwrap_or(0) >= l.max_response_bytes_per_address
-        {
+        // An address (or the server) with nothing in flight is always admitted, whatever
+        // the cap.
+        let held = clock
+            .address
+            .as_deref()
+            .and_then(|a| g.bytes.get(a).copied())
+            .unwrap_or(0);
+        if held > 0 && held >= l.max_response_bytes_per_address {
             return Err(Refusal::Address {
                 retry_after: l.send_grace.as_secs().max(1),
             });
         }
-        if g.total < l.max_response_bytes_in_flight {
+        if g.total == 0 || g.total < l.max_response_bytes_in_flight {
             return Ok(());
         }
         let now = Instant::now();
@@ -829,5 +834,100 @@ impl AsyncWrite for Watched {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(per_address: u64, total: u64, grace: Duration) -> Arc<Limits> {
+        Arc::new(Limits {
+            header_read_timeout: Duration::from_secs(20),
+            idle_timeout: Duration::from_secs(30),
+            max_connections: 512,
+            max_connections_per_address: 2,
+            min_send_rate: 1000,
+            send_grace: grace,
+            max_response_bytes_in_flight: total,
+            max_response_bytes_per_address: per_address,
+            trusted_proxies: vec!["10.0.0.0/8".parse().unwrap()],
+            ipv4_prefix: 32,
+            ipv6_prefix: 56,
+        })
+    }
+
+    #[test]
+    fn addresses_are_callers_and_trusted_proxies_are_exempt() {
+        let l = limits(1, 1, Duration::ZERO);
+        let a = |s: &str| l.address(SocketAddr::new(s.parse().unwrap(), 1));
+        // One IPv6 /56 is one address; the next /56 another.
+        assert_eq!(a("2001:db8:0:1::1"), a("2001:db8:0:ff::2"));
+        assert_ne!(a("2001:db8:0:100::1"), a("2001:db8:0:1::1"));
+        assert_ne!(a("192.0.2.1"), a("192.0.2.2"));
+        assert_eq!(a("::ffff:192.0.2.1"), a("192.0.2.1"));
+        assert_eq!(a("10.1.2.3"), None);
+        assert_eq!(l.send_time(10_000), Duration::from_secs(10));
+        assert_eq!(
+            l.send_time(u64::MAX),
+            Duration::from_millis(u64::MAX / 1000)
+        );
+    }
+
+    #[test]
+    fn nothing_in_flight_is_always_admitted_and_a_holder_waits_for_its_readers() {
+        let t = Arc::new(Table::new(limits(0, 0, Duration::from_secs(3600))));
+        let c = t.register(Some("ip:a".into()));
+        assert!(
+            c.admit().is_ok(),
+            "caps of 0 still admit an address holding nothing"
+        );
+        c.sending(100);
+        assert!(matches!(c.admit(), Err(Refusal::Address { .. })));
+        c.wrote(60);
+        assert!(matches!(c.admit(), Err(Refusal::Address { .. })));
+        c.wrote(1000);
+        assert!(c.admit().is_ok());
+        assert_eq!(t.lock().total, 0);
+        assert!(t.lock().bytes.is_empty());
+    }
+
+    #[test]
+    fn at_the_total_cap_the_longest_sender_past_the_grace_makes_room() {
+        let young = Arc::new(Table::new(limits(u64::MAX, 1, Duration::from_secs(3600))));
+        let a = young.register(Some("ip:a".into()));
+        let b = young.register(Some("ip:b".into()));
+        a.sending(100);
+        assert!(
+            matches!(b.admit(), Err(Refusal::Busy)),
+            "no sender past the grace"
+        );
+
+        let t = Arc::new(Table::new(limits(u64::MAX, 1, Duration::ZERO)));
+        let a = t.register(Some("ip:a".into()));
+        let b = t.register(Some("ip:b".into()));
+        a.sending(100);
+        assert!(b.admit().is_ok());
+        assert!(a.lock().evicted, "the sender was told to close");
+        assert_eq!(t.lock().total, 0, "its bytes no longer count");
+        t.unregister(&a);
+        assert_eq!(t.lock().conns.len(), 1);
+    }
+
+    #[test]
+    fn the_longest_quiet_idle_connection_of_an_address_makes_room() {
+        let t = Arc::new(Table::new(limits(u64::MAX, u64::MAX, Duration::ZERO)));
+        let first = t.register(Some("ip:a".into()));
+        std::thread::sleep(Duration::from_millis(5));
+        let second = t.register(Some("ip:a".into()));
+        let _other = t.register(Some("ip:b".into()));
+        assert!(t.make_room_for("ip:b"), "b is below its cap of 2");
+        let _busy = second.begin();
+        assert!(t.make_room_for("ip:a"));
+        assert!(first.lock().evicted && !second.lock().evicted);
+        // Now a's only live connection is busy: no room.
+        let third = t.register(Some("ip:a".into()));
+        let _also_busy = third.begin();
+        assert!(!t.make_room_for("ip:a"));
     }
 }
