@@ -374,6 +374,9 @@ impl Client {
             .iter()
             .filter_map(|p| Protocol::from_api_name(p))
             .collect();
+        // Only protocols whose outputs fit this client's response cap are candidates.
+        let served =
+            server_input::fitting_protocols(&served, &workload, self.config.max_response_bytes);
         let mut inputs = psi_core::cost::Inputs {
             link: link.link(),
             client: device,

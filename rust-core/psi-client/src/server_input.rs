@@ -62,16 +62,48 @@ pub(crate) fn step_response_cap(
     session: &SessionCreated,
 ) -> Option<u64> {
     let w = psi_core::cost::Workload::new(n as u64, session.registry_items)
-        .with_labels(false)
         .with_limits(u64::from(session.max_client_items), session.max_body_bytes);
-    let cost = psi_core::cost::cost(protocol, &w)?;
-    // The first exchange is the session's.
-    let largest = cost.requests.iter().skip(1).map(|e| e.down).max()?;
+    let largest = largest_step_response(protocol, &w)?;
     Some(
         largest
             .saturating_mul(2)
             .saturating_add(STEP_RESPONSE_SLACK),
     )
+}
+
+/// The cost model's largest response to one protocol step of `protocol` for `workload`
+/// (the DH-PSI evaluation or encoded set, an OT-PSI or CM20-PSI output chunk; label steps
+/// are left out: their caps are the configured one). `None` when the model cannot size the
+/// run.
+pub(crate) fn largest_step_response(
+    protocol: Protocol,
+    workload: &psi_core::cost::Workload,
+) -> Option<u64> {
+    let cost = psi_core::cost::cost(protocol, &workload.with_labels(false))?;
+    // The first exchange is the session's.
+    cost.requests.iter().skip(1).map(|e| e.down).max()
+}
+
+/// The protocols of `served` whose largest step response ([`largest_step_response`]) fits
+/// in `cap` ([`crate::ClientConfig::max_response_bytes`]): the automatic choice picks among
+/// these, so a capped client (an app's 32 MiB) does not choose a protocol whose output it
+/// would then refuse. A protocol the model cannot size stays. When none fits, all of
+/// `served` stay: the run then fails with the cap's error, which names the limit.
+pub(crate) fn fitting_protocols(
+    served: &[Protocol],
+    workload: &psi_core::cost::Workload,
+    cap: u64,
+) -> Vec<Protocol> {
+    let fits: Vec<Protocol> = served
+        .iter()
+        .copied()
+        .filter(|p| largest_step_response(*p, workload).is_none_or(|b| b <= cap))
+        .collect();
+    if fits.is_empty() {
+        served.to_vec()
+    } else {
+        fits
+    }
 }
 
 /// Checks a created session's fields before any of them is used: the id is a plain token
@@ -203,6 +235,20 @@ mod tests {
             expires_in_secs: 300,
             ends_on_completion: true,
         }
+    }
+
+    #[test]
+    fn the_choice_leaves_out_a_protocol_whose_outputs_exceed_the_cap() {
+        let served = [Protocol::Dh, Protocol::Ot];
+        // 2 * 10^6 entries: OT-PSI's outputs are about 48 MB, the DH-PSI set about 13 MB.
+        let w = psi_core::cost::Workload::new(1000, 2_000_000);
+        let ot = largest_step_response(Protocol::Ot, &w).unwrap();
+        let dh = largest_step_response(Protocol::Dh, &w).unwrap();
+        assert!(ot > 32 << 20 && dh < 32 << 20, "ot {ot} dh {dh}");
+        assert_eq!(fitting_protocols(&served, &w, 32 << 20), vec![Protocol::Dh]);
+        assert_eq!(fitting_protocols(&served, &w, 256 << 20), served.to_vec());
+        // Nothing fits: every protocol stays, and the run reports the cap.
+        assert_eq!(fitting_protocols(&served, &w, 1 << 20), served.to_vec());
     }
 
     #[test]
