@@ -147,9 +147,20 @@ fn round_route_checks_and_the_server_keeps_serving() {
         let r = send(&t, Method::Post, &path, &bin, body);
         assert_eq!(r.status, 400, "{}", String::from_utf8_lossy(&r.body));
     }
+    // A hello for another count, on another session: a third 400 would end this one
+    // (ADR 0036). The OT session's slot is given back for it first.
     let other = psi_core::ItemSet::new((0..11).map(id_of));
     let (_, hello11) = Cm20Client::start(other, Cm20Config::new(Threads::ONE), &mut rng).unwrap();
-    let r = send(&t, Method::Post, &path, &bin, &hello11);
+    let r = send(&t, Method::Delete, &format!("/v1/sessions/{ot}"), &[], &[]);
+    assert_eq!(r.status, 204);
+    let second = session_id(&session(&t, "cm20-psi", 10, &[]));
+    let r = send(
+        &t,
+        Method::Post,
+        &format!("/v1/sessions/{second}/cm20/round"),
+        &bin,
+        &hello11,
+    );
     assert_eq!(r.status, 400);
     // The real run still completes.
     let mut request = hello;

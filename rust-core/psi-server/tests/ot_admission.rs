@@ -79,12 +79,22 @@ fn a_hello_gets_no_more_bins_or_fewer_items_than_the_session_was_charged_for() {
     forged[N_C].copy_from_slice(&0u32.to_be_bytes());
     forged[BINS].copy_from_slice(&3u32.to_be_bytes());
     expect(&round(&t, &sid, &forged, &[]), 400, "count_mismatch");
-    // More items than declared (a client that declared 1 and brings 40, whose table
-    // would be 40× bigger): refused as well.
-    let (_, big) = client(40, 2);
-    expect(&round(&t, &sid, &big, &[]), 400, "count_mismatch");
-    // The honest hello is still accepted on the same session (rejections change nothing).
+    // The honest hello is still accepted on the same session (rejections change nothing;
+    // a third would have ended it, ADR 0036).
     assert_eq!(round(&t, &sid, &hello, &[]).status, 200);
+    // More items than declared (a client that declared 1 and brings 40, whose table
+    // would be 40× bigger): refused as well (another session, deleted after).
+    let other = session_id(&session(&t, "ot-psi", 1, &[]));
+    let (_, big) = client(40, 2);
+    expect(&round(&t, &other, &big, &[]), 400, "count_mismatch");
+    let r = send(
+        &t,
+        Method::Delete,
+        &format!("/v1/sessions/{other}"),
+        &[],
+        &[],
+    );
+    assert_eq!(r.status, 204);
 
     // A 5-item session and a 1-item hello.
     let sid = session_id(&session(&t, "ot-psi", 5, &[]));
