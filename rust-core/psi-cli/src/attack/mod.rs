@@ -5,12 +5,12 @@
 //! synthetic registry (`psi import --synthetic`), runs the honest load once alone (the
 //! baseline), then again while the attack runs, and stops the server. The honest load is
 //! `psi loadgen`'s client path (psi-client's driver, the synthetic contacts and the check
-//! of every result): half the clients run DH-PSI, half the automatic choice. Every
-//! address of 127.0.0.0/8 reaches the server over loopback, so without a trusted proxy
-//! each source address is a caller, and its /24 an address block, of its own: honest
-//! client `c` sends from 127.(200 + c).P.1 (P = 0 alone, 1 under attack), like separate
-//! users with budgets of their own, one connection per request; attackers send from
-//! 127.N.0.M with N below 200.
+//! of every result): half the clients run DH-PSI, half the automatic choice (with
+//! `--ot-clients`, some run OT-PSI first). Every address of 127.0.0.0/8 reaches the
+//! server over loopback, so without a trusted proxy each source address is a caller, and
+//! its /24 an address block, of its own: honest client `c` sends from 127.(200 + c).P.1
+//! (P = 0 alone, 1 under attack), like separate users with budgets of their own, one
+//! connection per request; attackers send from 127.N.0.M with N below 200.
 //! The table: honest runs completed/failed and their p50/p99 without and with the
 //! attack, the server's peak memory, and what the server answered the attacker.
 
@@ -49,6 +49,11 @@ pub struct AttackArgs {
     /// half DH-PSI, the rest the automatic choice.
     #[arg(long, default_value_t = 4)]
     honest_clients: usize,
+    /// Of the honest clients, this many run OT-PSI (fixed; counted before the DH-PSI and
+    /// automatic halves of the rest), at most 9 runs each per phase (with retries, under
+    /// the server's default 30 OT sessions per caller and hour).
+    #[arg(long, default_value_t = 0)]
+    ot_clients: usize,
     /// Contacts per honest run.
     #[arg(long, default_value_t = 100)]
     contacts: usize,
@@ -81,6 +86,10 @@ pub struct AttackArgs {
     #[arg(long)]
     json: bool,
 }
+
+/// Runs per phase of an honest OT-PSI client: with two retries each, at most 27 OT
+/// sessions, under `psi serve`'s default 30 per caller and hour.
+const OT_RUNS: u64 = 9;
 
 /// What the honest clients of one phase saw.
 #[derive(Debug, Default)]
@@ -137,7 +146,8 @@ fn honest_phase(
     let t0 = Instant::now();
     let deadline = t0 + Duration::from_secs(args.max_secs);
     let min_end = t0 + Duration::from_secs(args.min_secs);
-    let dh_clients = args.honest_clients.div_ceil(2);
+    let ot_clients = args.ot_clients.min(args.honest_clients);
+    let dh_clients = ot_clients + (args.honest_clients - ot_clients).div_ceil(2);
     std::thread::scope(|s| {
         let (out, stop) = (&out, &stop);
         s.spawn(move || {
@@ -161,12 +171,15 @@ fn honest_phase(
                     let transport = Arc::new(raw::RawTransport::new(from, None, never));
                     let client = Client::with_transport(url, transport, config);
                     let _ = client.health();
-                    let choice = if c < dh_clients {
+                    let choice = if c < ot_clients {
+                        ProtocolChoice::Fixed(Protocol::Ot)
+                    } else if c < dh_clients {
                         ProtocolChoice::Fixed(Protocol::Dh)
                     } else {
                         ProtocolChoice::Auto(Policy::Fastest)
                     };
-                    for k in 0.. {
+                    let own_runs = if c < ot_clients { OT_RUNS } else { u64::MAX };
+                    for k in 0..own_runs {
                         if k > 0 {
                             std::thread::sleep(Duration::from_millis(args.pause_ms));
                         }
@@ -407,10 +420,16 @@ fn print_rows(rows: &[Row], args: &AttackArgs) {
         );
         return;
     }
+    let ot = args.ot_clients.min(args.honest_clients);
     println!(
-        "# psi attack: {} honest clients ({} DH-PSI, the rest auto), {} runs of {} contacts per phase, registry {}{}",
+        "# psi attack: {} honest clients ({}{} DH-PSI, the rest auto), {} runs of {} contacts per phase, registry {}{}",
         args.honest_clients,
-        args.honest_clients.div_ceil(2),
+        if ot > 0 {
+            format!("{ot} OT-PSI, ")
+        } else {
+            String::new()
+        },
+        (args.honest_clients - ot).div_ceil(2),
         args.runs,
         args.contacts,
         crate::measure::thousands(args.registry_size),
