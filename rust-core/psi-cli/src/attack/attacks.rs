@@ -112,11 +112,13 @@ pub struct Ctx {
     server: SocketAddrV4,
     quick: bool,
     max_client_items: u64,
+    slow_rate: u64,
 }
 
 impl Ctx {
-    /// Reads the server's health (its `max_client_items`).
-    pub fn new(url: &str, quick: bool) -> Result<Ctx, String> {
+    /// Reads the server's health (its `max_client_items`); `slow_rate`: the slow
+    /// readers' bytes per second.
+    pub fn new(url: &str, quick: bool, slow_rate: u64) -> Result<Ctx, String> {
         let server = server_addr(url)?;
         let mut c = Conn::open(Ipv4Addr::new(127, 0, 0, 2), server, IO, None)
             .map_err(|e| format!("health: {e}"))?;
@@ -130,6 +132,7 @@ impl Ctx {
             server,
             quick,
             max_client_items: v["max_client_items"].as_u64().unwrap_or(10_000).max(1),
+            slow_rate,
         })
     }
 }
@@ -366,9 +369,10 @@ fn ot_slot_hold(ctx: &Ctx, stop: &AtomicBool, ready: &AtomicBool, tally: &Tally)
 }
 
 /// Item 3: slow readers (6; 2 with `--quick`), each a caller of its own, running OT-PSI
-/// with psi-client's driver over a transport that reads any body above 64 KiB at about
-/// 13 KB/s through a 4 KiB receive buffer: the outputs message (about 24 bytes per
-/// registry entry). In place once a slow read has begun.
+/// with psi-client's driver over a transport that reads any body above 64 KiB at
+/// `--slow-read-rate` (13 KB/s) through a 4 KiB receive buffer: the outputs message
+/// (about 24 bytes per registry entry). In place after 15 s (3 s with `--quick`), when
+/// every reader has had time to reach its outputs.
 fn slow_reader(ctx: &Ctx, stop: &AtomicBool, ready: &AtomicBool, tally: &Tally) {
     let readers = if ctx.quick { 2 } else { 6 };
     let stop_flag = Arc::new(AtomicBool::new(false));
@@ -376,7 +380,8 @@ fn slow_reader(ctx: &Ctx, stop: &AtomicBool, ready: &AtomicBool, tally: &Tally) 
         for i in 0..readers {
             let stop_flag = stop_flag.clone();
             s.spawn(move || {
-                let transport = RawTransport::new(addr(120, 1 + i as u8), Some(13_000), stop_flag);
+                let transport =
+                    RawTransport::new(addr(120, 1 + i as u8), Some(ctx.slow_rate), stop_flag);
                 let config = ClientConfig::default()
                     .with_threads(psi_core::Threads::ONE)
                     .with_labels(false)

@@ -75,6 +75,10 @@ pub struct AttackArgs {
     /// filled) before the honest clients start.
     #[arg(long, default_value_t = 90)]
     setup_secs: u64,
+    /// slow-reader: bytes per second each slow reader reads a large response at (the
+    /// issue's reader: 13,000).
+    #[arg(long, default_value_t = 13_000)]
+    slow_read_rate: u64,
     /// Small attacks against a server with smaller caps (`--max-sessions 128`,
     /// `--max-connections 32`, two slow readers): for tests, seconds instead of minutes.
     #[arg(long)]
@@ -355,7 +359,7 @@ pub fn run(args: AttackArgs) -> Result<(), String> {
         eprintln!("{}: baseline...", attack.name());
         let baseline = honest_phase(&server.url, &args, pid, 2 * i as u64 * args.runs, 0);
         eprintln!("{}: attack...", attack.name());
-        let ctx = Ctx::new(&server.url, args.quick)?;
+        let ctx = Ctx::new(&server.url, args.quick, args.slow_read_rate.max(1))?;
         let tally = Tally::default();
         let stop = Arc::new(AtomicBool::new(false));
         let ready = AtomicBool::new(false);
