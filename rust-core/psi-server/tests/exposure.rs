@@ -56,28 +56,6 @@ fn connect_from(srv: &psi_server::RunningServer, host: u8, small: bool) -> TcpSt
 
 const HEALTH: &[u8] = b"GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\n";
 
-/// Reads one HTTP response (head and `content-length` body); returns its status and
-/// head (lower-cased).
-fn read_response(s: &mut TcpStream) -> (u16, String) {
-    let mut data = Vec::new();
-    let mut buf = [0u8; 16384];
-    loop {
-        let n = s.read(&mut buf).expect("a response");
-        assert!(n > 0, "closed before a full response");
-        data.extend_from_slice(&buf[..n]);
-        if let Some(end) = data.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&data[..end]).to_ascii_lowercase();
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .map_or(0, |v| v.trim().parse().unwrap());
-            if data.len() >= end + 4 + len {
-                return (head[9..12].parse().unwrap(), head);
-            }
-        }
-    }
-}
-
 fn get(srv: &psi_server::RunningServer, host: u8, request: &[u8]) -> (u16, String) {
     let mut s = connect_from(srv, host, false);
     s.write_all(request).unwrap();

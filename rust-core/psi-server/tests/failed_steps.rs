@@ -22,16 +22,7 @@ use std::time::{Duration, Instant};
 const BIN: (&str, &str) = ("content-type", "application/octet-stream");
 
 fn server(name: &str, tune: impl FnOnce(&mut Config)) -> RunningServer {
-    let mut c = config(name);
-    c.items_per_hour = 0;
-    c.trusted_proxies = vec!["127.0.0.0/8".parse().unwrap()];
-    // Long: nothing ends by the clock during a test.
-    c.session_idle_timeout = Duration::from_secs(60);
-    c.ot_idle_timeout = Duration::from_secs(60);
-    c.ot_hello_timeout = Duration::from_secs(60);
-    tune(&mut c);
-    fill(&c, 50, |i| i % 2 == 0);
-    start(c)
+    proxied_server(name, 50, |i| i % 2 == 0, tune)
 }
 
 fn post(t: &Raw, ip: &str, path: &str, body: &[u8]) -> Response {

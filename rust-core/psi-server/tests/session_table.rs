@@ -21,16 +21,7 @@ use std::time::{Duration, Instant};
 const BIN: (&str, &str) = ("content-type", "application/octet-stream");
 
 fn server(name: &str, tune: impl FnOnce(&mut Config)) -> RunningServer {
-    let mut c = config(name);
-    c.items_per_hour = 0;
-    c.trusted_proxies = vec!["127.0.0.0/8".parse().unwrap()];
-    // Long unless a test shortens them: nothing ends by accident.
-    c.session_idle_timeout = Duration::from_secs(60);
-    c.ot_idle_timeout = Duration::from_secs(60);
-    c.ot_hello_timeout = Duration::from_secs(60);
-    tune(&mut c);
-    fill(&c, 50, |_| false);
-    start(c)
+    proxied_server(name, 50, |_| false, tune)
 }
 
 fn from(ip: &str) -> [(&'static str, &str); 1] {

@@ -3,6 +3,8 @@
 
 use psi_client::{HttpTransport, Method, Request, Response, Transport};
 use psi_server::{AppState, Config, Registry, RunningServer, Store};
+use std::io::Read;
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -49,6 +51,48 @@ pub fn start(config: Config) -> RunningServer {
         ([127, 0, 0, 1], 0).into(),
     )
     .unwrap()
+}
+
+/// A server of `n` unlabeled-or-`labeled` entries whose callers are told apart by
+/// `X-Forwarded-For` from a trusted loopback proxy, with no items budget and session
+/// timers long enough that nothing ends by the clock unless `tune` shortens them.
+pub fn proxied_server(
+    name: &str,
+    n: u64,
+    labeled: impl Fn(u64) -> bool,
+    tune: impl FnOnce(&mut Config),
+) -> RunningServer {
+    let mut c = config(name);
+    c.items_per_hour = 0;
+    c.trusted_proxies = vec!["127.0.0.0/8".parse().unwrap()];
+    c.session_idle_timeout = Duration::from_secs(60);
+    c.ot_idle_timeout = Duration::from_secs(60);
+    c.ot_hello_timeout = Duration::from_secs(60);
+    tune(&mut c);
+    fill(&c, n, labeled);
+    start(c)
+}
+
+/// Reads one HTTP/1.1 response from a raw socket (head and `content-length` body);
+/// returns its status and its head, lower-cased.
+pub fn read_response(s: &mut TcpStream) -> (u16, String) {
+    let mut data = Vec::new();
+    let mut buf = [0u8; 16384];
+    loop {
+        let n = s.read(&mut buf).expect("a response");
+        assert!(n > 0, "closed before a full response");
+        data.extend_from_slice(&buf[..n]);
+        if let Some(end) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&data[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map_or(0, |v| v.trim().parse().unwrap());
+            if data.len() >= end + 4 + len {
+                return (head[9..12].parse().unwrap(), head);
+            }
+        }
+    }
 }
 
 /// Raw HTTP to one server, for requests the client driver would never make.
