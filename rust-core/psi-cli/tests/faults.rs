@@ -913,11 +913,18 @@ fn import_into_a_read_only_database_fails_clearly_and_the_old_registry_is_served
             std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o444)).unwrap();
         }
     }
+    // Root ignores file modes: the import runs as `nobody` then, and `nobody` may not be
+    // able to reach the built binary (a checkout under a 0700 directory, as `mktemp -d`
+    // makes): it runs a link or copy of it in the scratch directory, which it can reach.
+    let exe = dir.path("psi");
+    if std::fs::hard_link(env!("CARGO_BIN_EXE_psi"), &exe).is_err() {
+        std::fs::copy(env!("CARGO_BIN_EXE_psi"), &exe).unwrap();
+    }
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o555)).unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_psi"));
+    let mut cmd = Command::new(&exe);
     cmd.args(["import", "--db", &db, &dir.path("add.csv")]);
-    // SAFETY: getuid/setuid only, between fork and exec. Root ignores file modes: the
-    // import runs as `nobody` then.
+    // SAFETY: getuid/setuid only, between fork and exec.
     unsafe {
         cmd.pre_exec(|| {
             if libc::geteuid() == 0 && libc::setuid(65534) != 0 {
