@@ -146,6 +146,28 @@ fn addr(block: u8, host: u8) -> Ipv4Addr {
     Ipv4Addr::new(127, block.max(1), 0, host.max(1))
 }
 
+/// The attacker's open connection from `from`, or a new one; when it cannot connect, the
+/// error is tallied and the caller waits a second (or until `stop`) before its next try.
+fn reuse_or_open<'a>(
+    conn: &'a mut Option<Conn>,
+    from: Ipv4Addr,
+    ctx: &Ctx,
+    stop: &AtomicBool,
+    tally: &Tally,
+) -> Option<&'a mut Conn> {
+    if conn.is_none() {
+        match Conn::open(from, ctx.server, IO, None) {
+            Ok(c) => *conn = Some(c),
+            Err(e) => {
+                tally.io("connect", &e);
+                pause(stop, Duration::from_secs(1));
+                return None;
+            }
+        }
+    }
+    conn.as_mut()
+}
+
 /// Sleeps up to `d`, returning early (false) once `stop` is set.
 fn pause(stop: &AtomicBool, d: Duration) -> bool {
     let end = Instant::now() + d;
@@ -302,16 +324,8 @@ fn ot_slot_hold(ctx: &Ctx, stop: &AtomicBool, ready: &AtomicBool, tally: &Tally)
                 let mut counted = false;
                 let mut conn: Option<Conn> = None;
                 while !stop.load(Ordering::Relaxed) {
-                    let c = match conn.as_mut() {
-                        Some(c) => c,
-                        None => match Conn::open(from, ctx.server, IO, None) {
-                            Ok(c) => conn.insert(c),
-                            Err(e) => {
-                                tally.io("connect", &e);
-                                pause(stop, Duration::from_secs(1));
-                                continue;
-                            }
-                        },
+                    let Some(c) = reuse_or_open(&mut conn, from, ctx, stop, tally) else {
+                        continue;
                     };
                     let mut broken = false;
                     while held.len() < 2 {
@@ -509,16 +523,9 @@ fn failed_steps(ctx: &Ctx, stop: &AtomicBool, ready: &AtomicBool, tally: &Tally)
                 let mut session: Option<String> = None;
                 let mut query: Option<(u32, Vec<u8>)> = None;
                 while !stop.load(Ordering::Relaxed) {
-                    let c = match conn.as_mut() {
-                        Some(c) => c,
-                        None => match Conn::open(addr(140 + t, host), ctx.server, IO, None) {
-                            Ok(c) => conn.insert(c),
-                            Err(e) => {
-                                tally.io("connect", &e);
-                                pause(stop, Duration::from_secs(1));
-                                continue;
-                            }
-                        },
+                    let Some(c) = reuse_or_open(&mut conn, addr(140 + t, host), ctx, stop, tally)
+                    else {
+                        continue;
                     };
                     let Some(sid) = session.clone() else {
                         let body = session_body(Protocol::Dh, n, false);
@@ -595,16 +602,9 @@ fn ot_refused(ctx: &Ctx, stop: &AtomicBool, ready: &AtomicBool, tally: &Tally) {
             s.spawn(move || {
                 let mut conn: Option<Conn> = None;
                 while !stop.load(Ordering::Relaxed) {
-                    let c = match conn.as_mut() {
-                        Some(c) => c,
-                        None => match Conn::open(addr(150, 1 + t), ctx.server, IO, None) {
-                            Ok(c) => conn.insert(c),
-                            Err(e) => {
-                                tally.io("connect", &e);
-                                pause(stop, Duration::from_secs(1));
-                                continue;
-                            }
-                        },
+                    let Some(c) = reuse_or_open(&mut conn, addr(150, 1 + t), ctx, stop, tally)
+                    else {
+                        continue;
                     };
                     let body = session_body(Protocol::Ot, n, false);
                     match c.request(Method::Post, "/v1/sessions", &[JSON], body.as_bytes()) {
@@ -638,16 +638,9 @@ fn set_download(ctx: &Ctx, stop: &AtomicBool, ready: &AtomicBool, tally: &Tally)
             s.spawn(move || {
                 let mut conn: Option<Conn> = None;
                 while !stop.load(Ordering::Relaxed) {
-                    let c = match conn.as_mut() {
-                        Some(c) => c,
-                        None => match Conn::open(addr(160, 1 + t), ctx.server, IO, None) {
-                            Ok(c) => conn.insert(c),
-                            Err(e) => {
-                                tally.io("connect", &e);
-                                pause(stop, Duration::from_secs(1));
-                                continue;
-                            }
-                        },
+                    let Some(c) = reuse_or_open(&mut conn, addr(160, 1 + t), ctx, stop, tally)
+                    else {
+                        continue;
                     };
                     match c.request(Method::Get, "/v1/dh/encoded-set", &[], &[]) {
                         Ok(r) => {
