@@ -9,13 +9,15 @@
 //! transport, or a small raw HTTP server where the answer must be one no server of ours
 //! gives (a redirect, a 1 MiB health).
 
+mod common;
+
 use psi_client::server_input::{HEALTH_RESPONSE_BYTES, SESSION_RESPONSE_BYTES};
 use psi_client::transport::MAX_ERROR_BODY_BYTES;
 use psi_client::{
     CancelToken, Client, ClientConfig, ClientError, HttpTransport, MeasurementsFile, Protocol,
     ProtocolChoice, Request, Response, Transport, TransportError,
 };
-use psi_server::{AppState, Config, Registry, RunningServer, Store};
+use psi_server::{Config, RunningServer};
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -36,20 +38,14 @@ fn server() -> RunningServer {
     config.ot_sessions_per_hour = 1 << 40;
     config.items_per_hour = 1 << 40;
     config.probe_bytes_per_hour = 1 << 40;
-    let mut store = Store::open(std::path::Path::new(":memory:")).unwrap();
-    store
-        .add_entries([
+    common::serve_entries(
+        config,
+        [
             ("+14155550123", Some("alice")),
             ("bob@example.com", None),
             ("+14155550199", Some("carol")),
-        ])
-        .unwrap();
-    let registry = Registry::from_store(&mut store, &config, &mut |_, _| {}).unwrap();
-    RunningServer::start(
-        AppState::with_registry(config, registry),
-        ([127, 0, 0, 1], 0).into(),
+        ],
     )
-    .unwrap()
 }
 
 fn items() -> Vec<Vec<u8>> {

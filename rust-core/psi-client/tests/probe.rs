@@ -10,13 +10,15 @@
 //! stored health without costs), so the decisions do not depend on this machine's speed;
 //! the server, its answers and the link estimate are real.
 
+mod common;
+
 use psi_client::measure::{PROBE_BYTES, PROBE_RESPONSE_SLACK, probe_worthwhile};
 use psi_client::{
     CancelToken, Client, ClientConfig, DeviceCosts, HttpTransport, LinkHints, MeasurementStore,
     Method, Policy, Protocol, ProtocolChoice, Request, Response, Source, Transport, TransportError,
 };
 use psi_core::cost::{Inputs, UnitCosts, Workload};
-use psi_server::{AppState, Config, Registry, RunningServer, Store};
+use psi_server::{Config, RunningServer};
 use std::sync::{Arc, Mutex};
 
 fn items(prefix: &str, n: usize) -> Vec<Vec<u8>> {
@@ -37,21 +39,13 @@ fn server(n: usize, tune: impl FnOnce(&mut Config)) -> RunningServer {
     config.ot_sessions_per_hour = 0;
     config.max_client_items = 10_000;
     tune(&mut config);
-    let mut store = Store::open(std::path::Path::new(":memory:")).unwrap();
     let entries = items("s", n);
-    store
-        .add_entries(
-            entries
-                .iter()
-                .map(|e| (std::str::from_utf8(e).unwrap(), None)),
-        )
-        .unwrap();
-    let registry = Registry::from_store(&mut store, &config, &mut |_, _| {}).unwrap();
-    RunningServer::start(
-        AppState::with_registry(config, registry),
-        ([127, 0, 0, 1], 0).into(),
+    common::serve_entries(
+        config,
+        entries
+            .iter()
+            .map(|e| (std::str::from_utf8(e).unwrap(), None)),
     )
-    .unwrap()
 }
 
 /// Forwards to the real server and records each request; `old_server` makes it a server

@@ -13,13 +13,15 @@
 //! are printed (real computation on a shared machine: the field tests hold those targets).
 //! Then that the link estimator recovers a simulated link from a run's timings.
 
+mod common;
+
 use psi_client::measure::{Clock, DeviceCosts, LinkEstimate, LinkHints, Measurements};
 use psi_client::{
     CancelToken, Client, ClientConfig, HttpTransport, MatchReport, MeasurementStore, Policy,
     Protocol, ProtocolChoice, Request, Response, Source, Transport, TransportError,
 };
 use psi_core::cost::{self, Link, Workload};
-use psi_server::{AppState, Config, Registry, RunningServer, Store};
+use psi_server::{Config, RunningServer};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -115,23 +117,15 @@ fn server_with(n: usize, cm20: bool) -> RunningServer {
     config.items_per_hour = 0;
     config.ot_sessions_per_hour = 0;
     config.max_client_items = 10_000;
-    let mut store = Store::open(std::path::Path::new(":memory:")).unwrap();
     let entries = items("s", n);
     let labels: Vec<String> = (0..n).map(|i| format!("member-{i}")).collect();
-    store
-        .add_entries(
-            entries
-                .iter()
-                .zip(&labels)
-                .map(|(e, l)| (std::str::from_utf8(e).unwrap(), Some(l.as_str()))),
-        )
-        .unwrap();
-    let registry = Registry::from_store(&mut store, &config, &mut |_, _| {}).unwrap();
-    RunningServer::start(
-        AppState::with_registry(config, registry),
-        ([127, 0, 0, 1], 0).into(),
+    common::serve_entries(
+        config,
+        entries
+            .iter()
+            .zip(&labels)
+            .map(|(e, l)| (std::str::from_utf8(e).unwrap(), Some(l.as_str()))),
     )
-    .unwrap()
 }
 
 /// The client's items: an eighth of them in the registry (every match gets its label:
@@ -623,14 +617,7 @@ fn a_stale_stored_health_is_dropped_after_an_unsupported_protocol() {
     config.db_path = ":memory:".into();
     config.enable_ot = false;
     config.items_per_hour = 0;
-    let mut store = Store::open(std::path::Path::new(":memory:")).unwrap();
-    store.add_entries([("s1@example.com", None)]).unwrap();
-    let registry = Registry::from_store(&mut store, &config, &mut |_, _| {}).unwrap();
-    let srv = RunningServer::start(
-        AppState::with_registry(config, registry),
-        ([127, 0, 0, 1], 0).into(),
-    )
-    .unwrap();
+    let srv = common::serve_entries(config, [("s1@example.com", None)]);
     let sim = SimLink::new(Link::mbit(0.4, 1000.0, 1000.0));
     let measurements = Arc::new(MeasurementStore::default());
     let client = Client::with_transport(
