@@ -51,6 +51,47 @@ psi_setup_cc() {
   fi
 }
 
+# PostgreSQL server binaries (initdb, pg_ctl, postgres, psql): the Rust tests start their own
+# throwaway cluster on loopback (rust-core/test-support), never the package's service, so a
+# cluster that Debian's package may start on 5432 is neither needed nor touched. Exports
+# PSI_PG_BIN, the directory the tests take them from (the newest /usr/lib/postgresql/*/bin).
+psi_pg_bin_find() {
+  if [ -n "${PSI_PG_BIN:-}" ] && [ -x "$PSI_PG_BIN/initdb" ]; then
+    echo "$PSI_PG_BIN"
+    return 0
+  fi
+  local d
+  d="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -t/ -k5,5n | tail -1)"
+  if [ -n "$d" ] && [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ]; then
+    echo "$d"
+    return 0
+  fi
+  need initdb && need pg_ctl && dirname "$(command -v initdb)"
+}
+psi_setup_postgres() {
+  local bin
+  if ! bin="$(psi_pg_bin_find)"; then
+    apt_install "PostgreSQL (initdb, pg_ctl) is needed for the Rust tests of the shared store." postgresql || return 1
+    bin="$(psi_pg_bin_find)" || {
+      echo "ci/setup.sh: PostgreSQL installed, but no initdb found in /usr/lib/postgresql/*/bin." >&2
+      return 1
+    }
+  fi
+  export PSI_PG_BIN="$bin"
+}
+
+# nginx: the load balancer in front of several `psi serve` in the Rust tests, which start
+# their own on loopback (rust-core/test-support). Debian 12 has `nginx`; older releases
+# also `nginx-light`.
+psi_setup_nginx() {
+  if need nginx || [ -x /usr/sbin/nginx ]; then
+    return 0
+  fi
+  apt_install "nginx is needed for the Rust tests of several servers behind a load balancer." nginx ||
+    apt_install "nginx is needed for the Rust tests of several servers behind a load balancer." nginx-light ||
+    return 1
+}
+
 # rustfmt / clippy: whether the component is installed (rustup cannot download here).
 psi_component_available() {
   local c="$1"

@@ -46,7 +46,12 @@ suite() {
   fi
 }
 
-rust_tests() { cd "$root/rust-core" && cargo test --workspace --locked; }
+# The Rust tests start their own PostgreSQL and nginx on loopback (rust-core/test-support).
+rust_tests() {
+  psi_setup_postgres
+  psi_setup_nginx
+  cd "$root/rust-core" && cargo test --workspace --locked
+}
 rustfmt_check() { cd "$root/rust-core" && cargo fmt --all -- --check; }
 clippy_check() { cd "$root/rust-core" && cargo clippy --workspace --all-targets --locked -- -D warnings; }
 rustfmt_available() { psi_component_available rustfmt; }
