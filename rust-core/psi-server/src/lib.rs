@@ -24,6 +24,7 @@ mod caller;
 mod limits;
 mod listen;
 mod registry;
+pub mod sealing;
 mod sessions;
 pub mod store;
 mod tls;
