@@ -89,7 +89,7 @@ pub fn run(
 
     // Server: an in-memory store, outputs and encoded set computed as on a first start.
     let mut config = psi_server::Config::default();
-    config.db_path = ":memory:".into();
+    config.db = psi_server::Database::memory();
     config.build_threads = threads;
     config.workers = threads;
     config.max_client_items = client_items.len().max(1000);

@@ -3,7 +3,7 @@
 use crate::ServerArgs;
 use psi_contacts::{Format, Invalid, Normalizer, read_contacts};
 use psi_core::Threads;
-use psi_server::Store;
+use psi_server::storage::{self, RegistryStore};
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
@@ -28,29 +28,34 @@ pub struct ImportArgs {
     json: bool,
 }
 
-fn open(server: &ServerArgs) -> Result<Store, String> {
-    Store::open(&server.db).map_err(db_error(server))
+fn open(server: &ServerArgs) -> Result<Box<dyn RegistryStore>, String> {
+    let db = server.db.database()?;
+    db.open_registry().map_err(db_error(server))
 }
 
 /// A store error as the command reports it: with the database's path, so "disk I/O
 /// error" or "database is locked" says which file (the same for every step, not only
 /// the opening).
 fn db_error(server: &ServerArgs) -> impl Fn(psi_server::StoreError) -> String + '_ {
-    move |e| format!("{}: {e}", server.db.display())
+    move |e| format!("{}: {e}", server.db.shown())
 }
 
-fn refresh(store: &mut Store, server: &ServerArgs, quiet: bool) -> Result<(u64, bool), String> {
+fn refresh(
+    store: &mut dyn RegistryStore,
+    server: &ServerArgs,
+    quiet: bool,
+) -> Result<(u64, bool), String> {
     let pb = crate::progress_bar(0, "computing OPRF outputs", quiet);
-    let r = store
-        .refresh(
-            server.max_client_items,
-            Threads::available(),
-            &mut |done, total| {
-                pb.set_length(total);
-                pb.set_position(done);
-            },
-        )
-        .map_err(db_error(server))?;
+    let r = storage::refresh(
+        store,
+        server.max_client_items,
+        Threads::available(),
+        &mut |done, total| {
+            pb.set_length(total);
+            pb.set_position(done);
+        },
+    )
+    .map_err(db_error(server))?;
     pb.finish_and_clear();
     Ok((r.outputs_computed, r.set_rebuilt))
 }
@@ -58,7 +63,7 @@ fn refresh(store: &mut Store, server: &ServerArgs, quiet: bool) -> Result<(u64, 
 /// Says (on stderr) when the database holds an encoded set for another
 /// `--max-client-items` than the one this command builds: a server running with that
 /// size finds no set at its size and encodes its own when it picks the change up.
-fn note_other_sizes(store: &Store, server: &ServerArgs) -> Result<(), String> {
+fn note_other_sizes(store: &dyn RegistryStore, server: &ServerArgs) -> Result<(), String> {
     let ours = server
         .max_client_items
         .min(psi_core::dh::limits::MAX_CLIENT_ITEMS);
@@ -96,8 +101,12 @@ pub fn run(args: ImportArgs) -> Result<(), String> {
             let rows: Vec<(String, String)> = (i..end)
                 .map(|k| (format!("+1202{k:07}"), format!("user-{k}")))
                 .collect();
+            let list: Vec<(&str, Option<&str>)> = rows
+                .iter()
+                .map(|(a, b)| (a.as_str(), Some(b.as_str())))
+                .collect();
             let c = store
-                .add_entries(rows.iter().map(|(a, b)| (a.as_str(), Some(b.as_str()))))
+                .add_entry_list(&list)
                 .map_err(db_error(&args.server))?;
             counts.accepted += c.accepted;
             counts.duplicates += c.duplicates;
@@ -129,12 +138,17 @@ pub fn run(args: ImportArgs) -> Result<(), String> {
             .map(|(i, c)| (c.value, rows[i].label.clone()))
             .collect();
         if args.remove {
+            let list: Vec<&str> = good.iter().map(|(id, _)| id.as_str()).collect();
             removed = store
-                .remove_entries(good.iter().map(|(id, _)| id.as_str()))
+                .remove_entry_list(&list)
                 .map_err(db_error(&args.server))?;
         } else {
+            let list: Vec<(&str, Option<&str>)> = good
+                .iter()
+                .map(|(id, l)| (id.as_str(), l.as_deref()))
+                .collect();
             let c = store
-                .add_entries(good.iter().map(|(id, l)| (id.as_str(), l.as_deref())))
+                .add_entry_list(&list)
                 .map_err(db_error(&args.server))?;
             counts.accepted += c.accepted;
             counts.duplicates += c.duplicates;
@@ -143,8 +157,8 @@ pub fn run(args: ImportArgs) -> Result<(), String> {
         return Err("give a contact file (or - for standard input)".into());
     }
     counts.rejected = rejected.len() as u64;
-    note_other_sizes(&store, &args.server)?;
-    let (computed, rebuilt) = refresh(&mut store, &args.server, args.json)?;
+    note_other_sizes(store.as_ref(), &args.server)?;
+    let (computed, rebuilt) = refresh(store.as_mut(), &args.server, args.json)?;
     let total = store.len().map_err(db_error(&args.server))?;
     if args.json {
         let v = serde_json::json!({
@@ -189,9 +203,9 @@ pub fn run(args: ImportArgs) -> Result<(), String> {
 
 pub fn rotate(server: ServerArgs) -> Result<(), String> {
     let mut store = open(&server)?;
-    note_other_sizes(&store, &server)?;
+    note_other_sizes(store.as_ref(), &server)?;
     let key = store.rotate_key().map_err(db_error(&server))?;
-    let (computed, _) = refresh(&mut store, &server, false)?;
+    let (computed, _) = refresh(store.as_mut(), &server, false)?;
     println!(
         "key epoch {} started; {computed} OPRF outputs recomputed, encoded set rebuilt; \
          old key deleted and scrubbed from the database file",

@@ -11,6 +11,7 @@
 //!   loopback (docs/reliability.md).
 //! - `psi bench`: the benchmark table recorded in docs/benchmarks.md.
 
+mod db_args;
 mod attack;
 mod bench;
 mod bench_labels;
@@ -99,9 +100,8 @@ const DEFAULT_DB: &str = "psi-registry.sqlite";
 /// `--max-client-items`).
 #[derive(clap::Args, Clone, Debug)]
 struct ServerArgs {
-    /// Registry database (SQLite; holds the key: keep it secret). Created if missing.
-    #[arg(long, default_value = DEFAULT_DB)]
-    db: PathBuf,
+    #[command(flatten)]
+    db: db_args::DbArgs,
     /// Largest client set per session (also sizes the encoded registry).
     #[arg(long, default_value_t = 10_000)]
     max_client_items: usize,

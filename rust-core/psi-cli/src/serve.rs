@@ -260,7 +260,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     let mut config = Config::default();
-    config.db_path = args.server.db.clone();
+    config.db = args.server.db.database()?;
     config.max_client_items = args.server.max_client_items;
     config.max_body_bytes = args.max_body_bytes;
     config.max_sessions = args.max_sessions;
@@ -351,7 +351,9 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         "registry loaded"
     );
     // Who the rate limit counts against (ADR 0016); issued tokens are re-read per request.
-    let issued = psi_server::Store::open(&config.db_path)
+    let issued = config
+        .db
+        .open_accounts()
         .and_then(|s| s.tokens())
         .map_err(|e| e.to_string())?;
     tracing::info!(

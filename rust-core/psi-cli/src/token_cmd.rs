@@ -2,21 +2,20 @@
 //! A running `psi serve` on the same database sees changes on the next request.
 //! The token itself is printed once, by `add`; the database keeps only its SHA-256.
 
-use psi_server::Store;
-use psi_server::store::{Revoked, TokenInfo};
-use std::path::PathBuf;
+use crate::db_args::DbArgs;
+use psi_server::storage::{AccountStore, Revoked, TokenInfo};
 
 /// The registry database (`--db`), as for `psi serve`.
 #[derive(clap::Args, Debug)]
 pub struct DbArg {
-    /// Registry database (SQLite; the same file `psi serve --db` uses).
-    #[arg(long, default_value = crate::DEFAULT_DB)]
-    db: PathBuf,
+    #[command(flatten)]
+    db: DbArgs,
 }
 
 impl DbArg {
-    fn open(&self) -> Result<Store, String> {
-        Store::open(&self.db).map_err(|e| format!("{}: {e}", self.db.display()))
+    fn open(&self) -> Result<Box<dyn AccountStore>, String> {
+        let db = self.db.database()?;
+        db.open_accounts().map_err(|e| format!("{db}: {e}"))
     }
 }
 

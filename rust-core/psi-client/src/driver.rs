@@ -1303,7 +1303,7 @@ mod tests {
 
     fn server() -> psi_server::RunningServer {
         let mut config = psi_server::Config::default();
-        config.db_path = ":memory:".into();
+        config.db = psi_server::Database::memory();
         config.build_threads = 1;
         config.workers = 1;
         let mut store = psi_server::Store::open(std::path::Path::new(":memory:")).unwrap();

@@ -252,7 +252,7 @@ fn requests_time_out() {
 /// A real server on loopback over an in-memory registry.
 fn server(entries: &[(&str, Option<&str>)], tune: impl FnOnce(&mut Config)) -> RunningServer {
     let mut config = Config::default();
-    config.db_path = ":memory:".into();
+    config.db = psi_server::Database::memory();
     config.build_threads = 2;
     config.workers = 2;
     tune(&mut config);

@@ -26,7 +26,7 @@ use std::time::Duration;
 /// The reference server with a registry of three entries, two labelled.
 fn server() -> RunningServer {
     let mut config = Config::default();
-    config.db_path = ":memory:".into();
+    config.db = psi_server::Database::memory();
     config.build_threads = 1;
     config.workers = 1;
     // Runs that fail before they know their session leave it to the idle timeout: room

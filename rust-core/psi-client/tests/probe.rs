@@ -31,7 +31,7 @@ fn items(prefix: &str, n: usize) -> Vec<Vec<u8>> {
 /// budgets off; `tune` adjusts the rest.
 fn server(n: usize, tune: impl FnOnce(&mut Config)) -> RunningServer {
     let mut config = Config::default();
-    config.db_path = ":memory:".into();
+    config.db = psi_server::Database::memory();
     config.build_threads = 2;
     config.workers = 2;
     config.ot_workers = 1;

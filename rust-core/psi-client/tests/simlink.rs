@@ -110,7 +110,7 @@ fn server(n: usize) -> RunningServer {
 fn server_with(n: usize, cm20: bool) -> RunningServer {
     let mut config = Config::default();
     config.enable_cm20 = cm20;
-    config.db_path = ":memory:".into();
+    config.db = psi_server::Database::memory();
     config.build_threads = 2;
     config.workers = 2;
     config.ot_workers = 1;
@@ -614,7 +614,7 @@ fn the_link_estimate_follows_the_simulated_link_and_drives_the_choice() {
 #[test]
 fn a_stale_stored_health_is_dropped_after_an_unsupported_protocol() {
     let mut config = Config::default();
-    config.db_path = ":memory:".into();
+    config.db = psi_server::Database::memory();
     config.enable_ot = false;
     config.items_per_hour = 0;
     let srv = common::serve_entries(config, [("s1@example.com", None)]);

@@ -26,11 +26,11 @@ fn tls_server(name: &str) -> (RunningServer, String) {
     std::fs::create_dir_all(&dir).unwrap();
     let (ca, cert, key) = pki();
     let mut config = Config::default();
-    config.db_path = dir.join("r.sqlite");
+    config.db = (dir.join("r.sqlite")).into();
     config.workers = 2;
     config.build_threads = 2;
     config.tls = Some(ServerTls::from_pem(cert.as_bytes(), key.as_bytes()).unwrap());
-    let mut store = Store::open(&config.db_path).unwrap();
+    let mut store = Store::open(config.db.sqlite_path().unwrap()).unwrap();
     let ids: Vec<String> = (0..50).map(|i| format!("+1202{i:07}")).collect();
     store
         .add_entries(ids.iter().map(|i| (i.as_str(), Some("lbl"))))

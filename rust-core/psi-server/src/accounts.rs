@@ -3,8 +3,7 @@
 //! `psi token revoke` take effect without a restart) and saved budgets. ADR 0016.
 
 use crate::limits::{RateLimiter, unix_ms};
-use crate::store::{Store, StoreError, TokenInfo};
-use std::path::Path;
+use crate::storage::{AccountStore, Database, StoreError, TokenInfo};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
@@ -17,11 +16,11 @@ pub(crate) struct Accounts {
     /// Token lookups. `None` if the database could not be opened: then every
     /// authenticated route answers `internal` (fail closed: issued tokens cannot be
     /// checked).
-    db: Option<Mutex<Store>>,
+    db: Option<Mutex<Box<dyn AccountStore>>>,
     /// Budget saves, on a connection of their own: a save waiting for SQLite's write lock
     /// (during an import or a rotation) never holds up token lookups (WAL readers do not
     /// wait for writers).
-    saver: Option<Mutex<Store>>,
+    saver: Option<Mutex<Box<dyn AccountStore>>>,
     /// Set once any token was seen in the database. Tokens are never deleted (revoked ones
     /// stay), so it never goes back: later requests without a token skip the database.
     issued: AtomicBool,
@@ -36,13 +35,13 @@ pub(crate) struct TokenCheck {
 }
 
 impl Accounts {
-    /// Opens its own connection to `path` and restores the saved budgets into `limiter`.
-    pub(crate) fn open(path: &Path, limiter: &RateLimiter) -> Accounts {
-        let opened = Store::open(path).and_then(|store| {
+    /// Opens its own connections to `db` and restores the saved budgets into `limiter`.
+    pub(crate) fn open(db: &Database, limiter: &RateLimiter) -> Accounts {
+        let opened = db.open_accounts().and_then(|store| {
             limiter.restore(store.budgets()?);
             Ok(store)
         });
-        let saver = Store::open(path);
+        let saver = db.open_accounts();
         let (db, saver) = match (opened, saver) {
             (Ok(db), Ok(saver)) => (Some(Mutex::new(db)), Some(Mutex::new(saver))),
             (Err(e), _) | (_, Err(e)) => {
@@ -58,20 +57,20 @@ impl Accounts {
     }
 
     fn open_conn(
-        conn: &Option<Mutex<Store>>,
-    ) -> Result<std::sync::MutexGuard<'_, Store>, StoreError> {
+        conn: &Option<Mutex<Box<dyn AccountStore>>>,
+    ) -> Result<std::sync::MutexGuard<'_, Box<dyn AccountStore>>, StoreError> {
         conn.as_ref()
             .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
             .ok_or_else(|| StoreError::Io(std::io::Error::other("the token database is not open")))
     }
 
-    fn db(&self) -> Result<std::sync::MutexGuard<'_, Store>, StoreError> {
+    fn db(&self) -> Result<std::sync::MutexGuard<'_, Box<dyn AccountStore>>, StoreError> {
         Self::open_conn(&self.db)
     }
 
     /// Whether any token was ever issued (the database is asked until one was: the first
     /// `psi token add` turns authentication on at the next request).
-    fn any_issued(&self, db: &Store) -> Result<bool, StoreError> {
+    fn any_issued(&self, db: &dyn AccountStore) -> Result<bool, StoreError> {
         if self.issued.load(Ordering::Relaxed) {
             return Ok(true);
         }
@@ -93,7 +92,7 @@ impl Accounts {
             self.issued.store(true, Ordering::Relaxed);
         }
         Ok(TokenCheck {
-            any_issued: token.is_some() || self.any_issued(&db)?,
+            any_issued: token.is_some() || self.any_issued(db.as_ref())?,
             token,
         })
     }

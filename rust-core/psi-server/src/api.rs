@@ -232,13 +232,15 @@ async fn auth(S(state): AppS, mut req: Request, next: Next) -> Result<Response, 
     let digest = presented
         .as_deref()
         .filter(|t| !t.is_empty())
-        .map(|t| crate::store::token_digest(t));
+        .map(|t| crate::storage::token_digest(t));
     // Static tokens: compared as digests in constant time, so neither their contents nor
     // their lengths leak through timing; an empty or malformed credential never matches.
     let mut static_ok = subtle::Choice::from(0u8);
     if let Some(d) = &digest {
         for t in state.config.tokens.iter().filter(|t| !t.is_empty()) {
-            static_ok |= crate::store::token_digest(t).as_slice().ct_eq(d.as_slice());
+            static_ok |= crate::storage::token_digest(t)
+                .as_slice()
+                .ct_eq(d.as_slice());
         }
     }
     let key = if let (true, Some(d)) = (bool::from(static_ok), &digest) {
@@ -419,7 +421,7 @@ async fn create_session(
     let n = n as u32; // max_client_items is at most 2^20
     let registry = state.registry();
     let mut id = [0u8; 16];
-    crate::store::os_rng()
+    crate::storage::os_rng()
         .map_err(|_| internal())?
         .fill_bytes(&mut id);
     let id = hex::encode(id);
@@ -501,7 +503,7 @@ async fn create_session(
         // `RoundServer::build` only draws the session's randomness (one scalar
         // multiplication); the per-registry work happens at the hello, on a worker. A
         // protocol it cannot build is refused, never run as another protocol.
-        let built = crate::store::os_rng()
+        let built = crate::storage::os_rng()
             .map_err(|_| internal())
             .and_then(|mut rng| {
                 RoundServer::build(
@@ -1410,12 +1412,12 @@ mod tests {
         ));
         std::fs::create_dir_all(&dir).unwrap();
         let config = Config {
-            db_path: dir.join("registry.sqlite"),
+            db: dir.join("registry.sqlite").into(),
             workers: 1,
             build_threads: 1,
             ..Config::default()
         };
-        Store::open(&config.db_path)
+        Store::open(config.db.sqlite_path().unwrap())
             .unwrap()
             .add_entries([("+12025550100", None)])
             .unwrap();

@@ -26,13 +26,13 @@ mod listen;
 mod registry;
 pub mod sealing;
 mod sessions;
-pub mod store;
+pub mod storage;
 mod tls;
 
 pub use api::{PROBE_REQUEST_FLOOR, router};
 pub use caller::{ClientIpHeader, InvalidIpNet, IpNet};
 pub use registry::{Registry, RegistryStats};
-pub use store::{ImportCounts, Readiness, Store, StoreError};
+pub use storage::{Database, ImportCounts, Readiness, Store, StoreError};
 pub use tls::{ServerTls, TlsError};
 
 use std::net::SocketAddr;
@@ -45,8 +45,9 @@ use tokio::net::TcpListener;
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Config {
-    /// SQLite file (secret material: holds the OPRF key). `:memory:` for a throwaway store.
-    pub db_path: PathBuf,
+    /// The store (`psi serve --db`): a SQLite file (secret material: holds the OPRF key;
+    /// `:memory:` for a throwaway store), or the shared store of several instances.
+    pub db: storage::Database,
     /// Largest request body in bytes (default 8 MiB).
     pub max_body_bytes: usize,
     /// Largest client set per session (default 10,000; also sizes the encoded set's `L`).
@@ -227,7 +228,7 @@ impl Default for Config {
     fn default() -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Config {
-            db_path: PathBuf::from("psi-registry.sqlite"),
+            db: storage::Database::Sqlite(PathBuf::from("psi-registry.sqlite")),
             max_body_bytes: 8 << 20,
             max_client_items: 10_000,
             max_sessions: 16_384,
@@ -347,7 +348,7 @@ impl AppState {
     /// database for issued tokens and budgets (blocking) and restores the saved budgets.
     pub fn with_registry(config: Config, registry: Registry) -> Arc<AppState> {
         let limiter = limits::RateLimiter::new(config.items_per_hour);
-        let accounts = accounts::Accounts::open(&config.db_path, &limiter);
+        let accounts = accounts::Accounts::open(&config.db, &limiter);
         Arc::new(AppState {
             sessions: sessions::Sessions::new(
                 sessions::SessionLimits {
@@ -438,12 +439,12 @@ impl AppState {
     pub fn reload(&self) -> Result<RegistryStats, StoreError> {
         let _one = self.rebuilding.lock().unwrap_or_else(|e| e.into_inner());
         let mut store = self.file_store()?;
-        self.build_and_install(&mut store, "registry reloaded")
+        self.build_and_install(store.as_mut(), "registry reloaded")
     }
 
     /// Serves the store's registry if it differs from the one served (another process
     /// imported entries, removed some or rotated the key) and is complete
-    /// ([`store::Store::readiness`]). Reads `store` only: a change still being made is
+    /// ([`storage::RegistryStore::readiness`]). Reads `store` only: a change still being made is
     /// left alone (no output is computed here, so the server never competes with an
     /// import for the write lock) and picked up by a later call. When the change was
     /// made with another `--max-client-items` than this server's, its encoded set is
@@ -452,7 +453,7 @@ impl AppState {
     /// there was nothing new to serve.
     pub fn reload_if_changed(
         &self,
-        store: &mut Store,
+        store: &mut dyn storage::RegistryStore,
     ) -> Result<Option<RegistryStats>, StoreError> {
         let _one = self.rebuilding.lock().unwrap_or_else(|e| e.into_inner());
         let served = self.registry().loaded_version();
@@ -503,7 +504,7 @@ impl AppState {
         let _one = self.rebuilding.lock().unwrap_or_else(|e| e.into_inner());
         let mut store = self.file_store()?;
         store.rotate_key()?;
-        self.build_and_install(&mut store, "new key epoch served")
+        self.build_and_install(store.as_mut(), "new key epoch served")
     }
 
     /// One step of the `rotate_every` schedule. Blocking. Rotates when the current key is
@@ -517,6 +518,9 @@ impl AppState {
         };
         let _one = self.rebuilding.lock().unwrap_or_else(|e| e.into_inner());
         let mut store = self.file_store()?;
+        // Of several instances on one store, one decides and rotates at a time; the others
+        // find the new epoch and build nothing (the lease is held again by the refresh).
+        let _lease = store.lease_builds()?;
         if store.current_key()?.epoch() == self.registry().dh.epoch() {
             let due = store.key_created()?.map_or(Duration::ZERO, |created| {
                 // A period too long to add (a configuration mistake) never comes due.
@@ -530,7 +534,7 @@ impl AppState {
             }
             store.rotate_key()?;
         }
-        self.build_and_install(&mut store, "new key epoch served")?;
+        self.build_and_install(store.as_mut(), "new key epoch served")?;
         Ok(Some(Duration::ZERO))
     }
 
@@ -538,7 +542,7 @@ impl AppState {
     /// `rebuilding`).
     fn build_and_install(
         &self,
-        store: &mut Store,
+        store: &mut dyn storage::RegistryStore,
         what: &'static str,
     ) -> Result<RegistryStats, StoreError> {
         let registry = Registry::from_store(store, &self.config, &mut |_, _| {})?;
@@ -553,12 +557,11 @@ impl AppState {
         Ok(stats)
     }
 
-    fn file_store(&self) -> Result<Store, StoreError> {
-        let store = Store::open(&self.config.db_path)?;
-        if store.is_memory() {
+    fn file_store(&self) -> Result<Box<dyn storage::RegistryStore>, StoreError> {
+        if self.config.db.is_memory() {
             return Err(StoreError::InMemory);
         }
-        Ok(store)
+        self.config.db.open_registry()
     }
 
     /// The protocols this server runs, in wire-id order.
@@ -630,7 +633,7 @@ pub async fn serve(
     // Scheduled key rotation and the end of a previous epoch's overlap.
     background.push(tokio::spawn(maintain_epochs(state.clone())));
     if let Some(every) = state.config.watch_store
-        && state.config.db_path.as_os_str() != ":memory:"
+        && !state.config.db.is_memory()
     {
         background.push(tokio::spawn(watch_store(state.clone(), every)));
     }
@@ -659,10 +662,10 @@ pub async fn serve(
 
 /// Every `every`, picks up a change another process made to the database file
 /// ([`AppState::reload_if_changed`]). Keeps one read-only connection open between looks
-/// ([`Store::open_read_only`]: the watcher never creates or writes anything); after an
+/// ([`storage::Database::open_registry_read_only`]: the watcher never creates or writes anything); after an
 /// error (logged once per failure streak) it opens a new one.
 async fn watch_store(state: Arc<AppState>, every: Duration) {
-    let mut store: Option<Store> = None;
+    let mut store: Option<Box<dyn storage::RegistryStore>> = None;
     let mut failing = false;
     loop {
         tokio::time::sleep(every).await;
@@ -671,9 +674,9 @@ async fn watch_store(state: Arc<AppState>, every: Duration) {
         let looked = tokio::task::spawn_blocking(move || {
             let mut s = match held {
                 Some(s) => s,
-                None => Store::open_read_only(&st.config.db_path)?,
+                None => st.config.db.open_registry_read_only()?,
             };
-            let r = st.reload_if_changed(&mut s);
+            let r = st.reload_if_changed(s.as_mut());
             r.map(|_| s)
         })
         .await;
@@ -703,7 +706,7 @@ const ROTATION_RETRY: Duration = Duration::from_secs(60);
 /// and drops the previous epoch when its overlap ends.
 async fn maintain_epochs(state: Arc<AppState>) {
     let scheduled =
-        state.config.rotate_every.is_some() && state.config.db_path.as_os_str() != ":memory:";
+        state.config.rotate_every.is_some() && !state.config.db.is_memory();
     if state.config.rotate_every.is_some() && !scheduled {
         tracing::debug!("scheduled key rotation is off: the registry store is in memory");
     }
@@ -833,7 +836,7 @@ mod tests {
         ));
         std::fs::create_dir_all(&dir).unwrap();
         let config = Config {
-            db_path: dir.join("registry.sqlite"),
+            db: dir.join("registry.sqlite").into(),
             workers: 1,
             ot_workers: 1,
             build_threads: 1,
@@ -841,7 +844,7 @@ mod tests {
             ..Config::default()
         };
         let entry = "+12025550100";
-        Store::open(&config.db_path)
+        Store::open(config.db.sqlite_path().unwrap())
             .unwrap()
             .add_entries([(entry, None)])
             .unwrap();

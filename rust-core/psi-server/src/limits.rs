@@ -8,7 +8,7 @@
 //! that are never saved ([`RateLimiter::in_memory`]: the probe's bytes, the OT-PSI session
 //! budget) keep no such mark, so their sweep forgets every bucket that is full again.
 
-use crate::store::SavedBudget;
+use crate::storage::SavedBudget;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};

@@ -2,7 +2,7 @@
 //! sessions and the encrypted label records by bucket.
 
 use crate::Config;
-use crate::store::{Readiness, Store, StoreError, encode_set, os_rng};
+use crate::storage::{self, Readiness, RegistryStore, StoreError, encode_set, os_rng};
 use axum::body::Bytes;
 use psi_core::cm20::{self, Cm20Set};
 use psi_core::dh::DhServer;
@@ -58,46 +58,47 @@ pub struct Registry {
     pub(crate) cm20: Option<Arc<Cm20Set>>,
     pub(crate) labels: LabelStore,
     stats: RegistryStats,
-    /// The store's registry version it was read at ([`Store::version`]).
+    /// The store's registry version it was read at ([`RegistryStore::version`]).
     version: i64,
 }
 
 impl Registry {
-    /// Loads from the store at `config.db_path`, computing missing outputs and the
+    /// Loads from the store `config.db` names, computing missing outputs and the
     /// encoded set first if needed. `progress(done, total)` reports output computation.
     pub fn load(
         config: &Config,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Registry, StoreError> {
-        let mut store = Store::open(&config.db_path)?;
-        Self::from_store(&mut store, config, progress)
+        let mut store = config.db.open_registry()?;
+        Self::from_store(store.as_mut(), config, progress)
     }
 
     /// As [`Registry::load`], on an open store (the demo uses an in-memory one).
     pub fn from_store(
-        store: &mut Store,
+        store: &mut dyn RegistryStore,
         config: &Config,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Registry, StoreError> {
         let threads = Threads::new(config.build_threads);
         let t = Instant::now();
-        let refreshed = store.refresh(config.max_client_items, threads, progress)?;
+        let refreshed = storage::refresh(store, config.max_client_items, threads, progress)?;
         let build_time = t.elapsed();
-        store
-            .read_snapshot(|s| Self::read(s, config, refreshed.outputs_computed, build_time, false))
+        storage::read_snapshot(store, |s| {
+            Self::read(s, config, refreshed.outputs_computed, build_time, false)
+        })
     }
 
     /// Loads the store's current registry without writing anything; `None` while the
-    /// store is between the steps of an import or a rotation ([`Store::readiness`]).
+    /// store is between the steps of an import or a rotation ([`RegistryStore::readiness`]).
     /// Computes no OPRF output; when the set stored for the current entries was encoded
     /// for another `max_client_items` only ([`Readiness::OtherSize`]), encodes this
     /// server's from the stored outputs (as a reload would, without storing it).
     /// Everything is read from one committed state. Returns the readiness it loaded at.
     pub(crate) fn read_ready(
-        store: &mut Store,
+        store: &mut dyn RegistryStore,
         config: &Config,
     ) -> Result<Option<(Registry, Readiness)>, StoreError> {
-        store.read_snapshot(|s| {
+        storage::read_snapshot(store, |s| {
             let ready = s.readiness(config.max_client_items)?;
             let encode_here = match ready {
                 Readiness::InProgress => return Ok(None),
@@ -120,7 +121,7 @@ impl Registry {
 
     /// Reads a refreshed store (the caller holds a read snapshot).
     fn read(
-        store: &mut Store,
+        store: &mut dyn RegistryStore,
         config: &Config,
         outputs_computed: u64,
         build_time: Duration,
@@ -219,14 +220,15 @@ mod tests {
 
     #[test]
     fn a_registry_complete_at_another_size_is_read_with_its_own_set_and_a_half_done_one_is_not() {
-        let mut store = Store::open(std::path::Path::new(":memory:")).unwrap();
+        let mut store = crate::Store::open(std::path::Path::new(":memory:")).unwrap();
         let config = Config {
             max_client_items: 200,
             build_threads: 1,
             enable_cm20: false,
             ..Config::default()
         };
-        let refresh = |s: &mut Store, max| s.refresh(max, Threads::ONE, &mut |_, _| {}).unwrap();
+        let refresh =
+            |s: &mut crate::Store, max| s.refresh(max, Threads::ONE, &mut |_, _| {}).unwrap();
         store.add_entries([("+14155550001", Some("a"))]).unwrap();
         assert!(Registry::read_ready(&mut store, &config).unwrap().is_none());
         refresh(&mut store, 200);

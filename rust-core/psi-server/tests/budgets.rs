@@ -140,7 +140,10 @@ fn a_charge_refused_by_one_level_charges_no_level() {
     server.shutdown().unwrap();
     // The saved budgets (written at shutdown) show the same: no bucket for the refused
     // callers, the network and the ceiling spent to the item.
-    let rows = Store::open(&c.db_path).unwrap().budgets().unwrap();
+    let rows = Store::open(c.db.sqlite_path().unwrap())
+        .unwrap()
+        .budgets()
+        .unwrap();
     let remaining = |key: &str| {
         rows.iter()
             .find(|r| r.client == key)

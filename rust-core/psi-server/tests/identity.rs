@@ -164,7 +164,7 @@ fn issued_tokens_have_their_own_budgets_and_take_effect_without_restart() {
         c.items_per_hour = 20;
         c.tokens = vec!["static-shared".into()];
     });
-    let mut store = Store::open(&config.db_path).unwrap();
+    let mut store = Store::open(config.db.sqlite_path().unwrap()).unwrap();
     let alice = store.add_token(Some("alice"), Some(5)).unwrap();
     let bob = store.add_token(Some("bob"), None).unwrap();
     let server = start(config.clone());
@@ -209,7 +209,7 @@ fn the_first_issued_token_turns_authentication_on_and_revoking_keeps_it_on() {
     let server = start(config.clone());
     let t = raw(&server);
     assert_eq!(create(&t, 1, &[]).0, 201, "no tokens: open");
-    let mut store = Store::open(&config.db_path).unwrap();
+    let mut store = Store::open(config.db.sqlite_path().unwrap()).unwrap();
     let only = store.add_token(None, None).unwrap();
     assert_eq!(create(&t, 1, &[]), (401, "missing_token".into()));
     let h = format!("Bearer {}", only.token.as_str());
@@ -230,7 +230,7 @@ fn the_first_issued_token_turns_authentication_on_and_revoking_keeps_it_on() {
 #[test]
 fn budgets_survive_a_restart() {
     let config = small("budget-restart", |c| c.items_per_hour = 100);
-    let token = Store::open(&config.db_path)
+    let token = Store::open(config.db.sqlite_path().unwrap())
         .unwrap()
         .add_token(Some("t"), Some(50))
         .unwrap();

@@ -76,7 +76,7 @@ fn registry_and_encoded_set_survive_a_restart_and_rotation_starts_an_epoch() {
     );
 
     // Incremental change while running, picked up by reload: only the new entry is computed.
-    let mut store = Store::open(&config.db_path).unwrap();
+    let mut store = Store::open(config.db.sqlite_path().unwrap()).unwrap();
     store.add_entries([("+13030000001", Some("new"))]).unwrap();
     drop(store);
     let stats = server.state.reload().unwrap();
@@ -96,7 +96,10 @@ fn registry_and_encoded_set_survive_a_restart_and_rotation_starts_an_epoch() {
     // Rotation: epoch 2, every output recomputed, old-epoch queries refused.
     let t = raw(&server);
     let old = session_id(&session(&t, "dh-psi", 1, &[]));
-    Store::open(&config.db_path).unwrap().rotate_key().unwrap();
+    Store::open(config.db.sqlite_path().unwrap())
+        .unwrap()
+        .rotate_key()
+        .unwrap();
     let stats = server.state.reload().unwrap();
     assert_eq!(stats.epoch, 2);
     assert_eq!(stats.outputs_computed, 1001);

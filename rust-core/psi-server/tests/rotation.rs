@@ -119,7 +119,7 @@ fn a_run_across_a_rotation_finishes_in_its_epoch_and_the_next_run_refetches() {
     let late = session_id(&session(&t, "dh-psi", 1, &[]));
 
     // Entry 3 leaves the registry; the rotation below publishes the change.
-    Store::open(&config.db_path)
+    Store::open(config.db.sqlite_path().unwrap())
         .unwrap()
         .remove_entries([id(3).as_str()])
         .unwrap();
@@ -274,8 +274,8 @@ fn a_change_by_another_process_is_served_once_complete_and_never_half_done() {
     let server = start(config.clone());
     let client = Client::new(&server.url(), ClientConfig::default());
     let state = server.state.clone();
-    let mut watch = Store::open(&config.db_path).unwrap();
-    let mut other = Store::open(&config.db_path).unwrap();
+    let mut watch = Store::open(config.db.sqlite_path().unwrap()).unwrap();
+    let mut other = Store::open(config.db.sqlite_path().unwrap()).unwrap();
     let refresh = |s: &mut Store| {
         s.refresh(
             config.max_client_items,

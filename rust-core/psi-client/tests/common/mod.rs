@@ -11,7 +11,7 @@ pub fn serve_entries<'a>(
     entries: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
 ) -> RunningServer {
     let mut config = config;
-    config.db_path = ":memory:".into();
+    config.db = psi_server::Database::memory();
     let mut store = Store::open(std::path::Path::new(":memory:")).unwrap();
     store.add_entries(entries).unwrap();
     let registry = Registry::from_store(&mut store, &config, &mut |_, _| {}).unwrap();

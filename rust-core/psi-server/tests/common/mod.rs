@@ -23,7 +23,7 @@ pub fn temp_dir(name: &str) -> PathBuf {
 
 pub fn config(name: &str) -> Config {
     let mut c = Config::default();
-    c.db_path = temp_dir(name).join("registry.sqlite");
+    c.db = (temp_dir(name).join("registry.sqlite")).into();
     c.build_threads = 2;
     c.workers = 2;
     c
@@ -31,7 +31,7 @@ pub fn config(name: &str) -> Config {
 
 /// `+1202xxxxxxx` entries; entry `i` labeled `user-i` when `labeled(i)`.
 pub fn fill(config: &Config, n: u64, labeled: impl Fn(u64) -> bool) {
-    let mut store = Store::open(&config.db_path).unwrap();
+    let mut store = Store::open(config.db.sqlite_path().unwrap()).unwrap();
     let rows: Vec<(String, Option<String>)> = (0..n)
         .map(|i| (id(i), labeled(i).then(|| format!("user-{i}"))))
         .collect();
@@ -102,9 +102,14 @@ pub struct Raw {
 }
 
 pub fn raw(server: &RunningServer) -> Raw {
+    raw_url(&server.url())
+}
+
+/// Raw HTTP to `base` (`http://host:port`), e.g. a proxy in front of servers.
+pub fn raw_url(base: &str) -> Raw {
     Raw {
         transport: HttpTransport::new(),
-        base: server.url(),
+        base: base.to_string(),
     }
 }
 

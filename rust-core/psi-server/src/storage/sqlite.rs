@@ -1,4 +1,4 @@
-//! The registry store: SQLite, one file, created on first use.
+//! The embedded store: SQLite, one file, created on first use (the default; one instance).
 //!
 //! The file holds the OPRF keys (one per epoch; older ones are deleted on rotation), so
 //! it is secret material: it is created with mode 0600 and must be protected like a key.
@@ -25,126 +25,16 @@
 //!   again (at the latest an hour after its last charge), so rows are as many as the
 //!   budgets charged within their refill time.
 
-use psi_core::dh::{DhServer, ServerKey};
+use super::{
+    AccountStore, BuildLease, ImportCounts, LoadedEntry, NewToken, Readiness, RefreshStats,
+    RegistryStore, Revoked, SavedBudget, SetWork, StoreError, StoredSet, TOKEN_BYTES, TokenInfo,
+    check_token_name, now_ms, os_rng, token_digest,
+};
+use psi_core::Threads;
+use psi_core::dh::ServerKey;
 use psi_core::oprf::{OUTPUT_LEN, OprfKey};
-use psi_core::{ItemSet, Threads};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
-use sha2::{Digest, Sha256};
 use std::path::Path;
-use thiserror::Error;
-
-/// Errors of the store. Never carry identifiers, labels or keys.
-#[derive(Debug, Error)]
-#[non_exhaustive]
-pub enum StoreError {
-    /// SQLite failed.
-    #[error("database: {0}")]
-    Db(#[from] rusqlite::Error),
-    /// Creating the directory or setting permissions failed.
-    #[error("database file: {0}")]
-    Io(#[from] std::io::Error),
-    /// The stored key is not a valid scalar.
-    #[error("stored key of epoch {0} is corrupt")]
-    CorruptKey(u32),
-    /// A stored OPRF output has the wrong length.
-    #[error("stored OPRF output of entry {0} is corrupt")]
-    CorruptOutput(i64),
-    /// The PSI core refused (e.g. too many entries).
-    #[error("psi: {0}")]
-    Psi(#[from] psi_core::Error),
-    /// No OS randomness.
-    #[error("no OS randomness: {0}")]
-    Random(String),
-    /// A value given to the store is not acceptable (the message names the rule, never
-    /// the value).
-    #[error("invalid input: {0}")]
-    InvalidInput(&'static str),
-    /// The store is in memory: there is nothing to reload or rotate from.
-    #[error("the registry store is in memory; reloading and rotation need a database file")]
-    InMemory,
-}
-
-/// Counts of an import.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct ImportCounts {
-    /// New entries added.
-    pub accepted: u64,
-    /// Entries already in the registry (or repeated in the input); a label given for
-    /// them replaces the stored one.
-    pub duplicates: u64,
-    /// Rows that failed normalization (reported by the caller, not stored).
-    pub rejected: u64,
-}
-
-/// What [`Store::refresh`] did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RefreshStats {
-    /// Entries whose OPRF output was computed now.
-    pub outputs_computed: u64,
-    /// True if the encoded set was rebuilt (false: the stored one is current).
-    pub set_rebuilt: bool,
-}
-
-/// The encoded registry of an epoch.
-#[derive(Clone)]
-pub struct StoredSet {
-    /// Key epoch.
-    pub epoch: u32,
-    /// The ENCODED_SET message bytes.
-    pub bytes: Vec<u8>,
-    /// Strong ETag, quoted.
-    pub etag: String,
-}
-
-/// What a server of one `max_client_items` can load from the store ([`Store::readiness`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Readiness {
-    /// Complete, with its encoded set at that size: the key epoch and registry version.
-    Ready {
-        /// Key epoch.
-        epoch: u32,
-        /// Registry version ([`Store::version`]).
-        version: i64,
-    },
-    /// Complete (every output computed under the current key, an encoded set built from
-    /// the current entries), but the set was encoded for another `max_client_items` only
-    /// (`psi import` or `psi rotate-key` run with another `--max-client-items` than the
-    /// server's): the server encodes its own from the stored outputs.
-    OtherSize {
-        /// Key epoch.
-        epoch: u32,
-        /// Registry version ([`Store::version`]).
-        version: i64,
-        /// The `max_client_items` the stored set was encoded for (the largest, if several).
-        built_for: usize,
-    },
-    /// Between the steps of an import or a rotation (or never refreshed): nothing to
-    /// load yet.
-    InProgress,
-}
-
-impl Readiness {
-    /// The key epoch and registry version that can be loaded, if any.
-    pub fn version(self) -> Option<(u32, i64)> {
-        match self {
-            Readiness::Ready { epoch, version } | Readiness::OtherSize { epoch, version, .. } => {
-                Some((epoch, version))
-            }
-            Readiness::InProgress => None,
-        }
-    }
-}
-
-/// One entry loaded for serving.
-pub struct LoadedEntry {
-    /// The normalized identifier.
-    pub identifier: String,
-    /// Optional label.
-    pub label: Option<String>,
-    /// OPRF output under the current key.
-    pub output: [u8; OUTPUT_LEN],
-}
 
 /// The SQLite registry store.
 pub struct Store {
@@ -196,9 +86,6 @@ CREATE TABLE IF NOT EXISTS budgets (
     updated_ms INTEGER NOT NULL
 );
 ";
-
-/// Entries whose outputs are computed per batch (bounds memory during a refresh).
-const OUTPUT_BATCH: usize = 50_000;
 
 impl Store {
     /// Opens (creating if needed) the store at `path`; `:memory:` gives a private
@@ -516,103 +403,14 @@ impl Store {
             .query_row("SELECT v FROM meta WHERE k = 'version'", [], |r| r.get(0))?)
     }
 
-    /// Brings the store up to date for `max_client_items`: computes the OPRF output of
-    /// every entry that has none under the current key (only those), then rebuilds the
-    /// encoded set if the entries changed since it was built. `progress(done, total)` is
-    /// called after each batch of outputs.
+    /// Brings the store up to date for `max_client_items` ([`super::refresh`]).
     pub fn refresh(
         &mut self,
         max_client_items: usize,
         threads: Threads,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<RefreshStats, StoreError> {
-        let key = self.current_key()?;
-        let epoch = key.epoch();
-        let dh = DhServer::new(key, max_client_items, threads);
-        let mut stats = RefreshStats::default();
-        let total: i64 = self.conn.query_row(
-            "SELECT COUNT(*) FROM entries WHERE epoch IS NOT ?1 OR output IS NULL",
-            params![epoch],
-            |r| r.get(0),
-        )?;
-        loop {
-            let batch: Vec<(i64, String)> = {
-                let mut q = self.conn.prepare(
-                    "SELECT id, identifier FROM entries WHERE epoch IS NOT ?1 OR output IS NULL
-                     LIMIT ?2",
-                )?;
-                q.query_map(params![epoch, OUTPUT_BATCH as i64], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })?
-                .collect::<Result<_, _>>()?
-            };
-            if batch.is_empty() {
-                break;
-            }
-            let items = ItemSet::new(batch.iter().map(|(_, s)| s.as_bytes()));
-            let outputs = dh.outputs(&items)?;
-            let tx = self.conn.transaction()?;
-            {
-                let mut up =
-                    tx.prepare("UPDATE entries SET epoch = ?1, output = ?2 WHERE id = ?3")?;
-                for ((id, _), out) in batch.iter().zip(outputs.iter()) {
-                    up.execute(params![epoch, out.as_slice(), id])?;
-                }
-            }
-            tx.commit()?;
-            stats.outputs_computed += batch.len() as u64;
-            progress(stats.outputs_computed, total as u64);
-        }
-        let version = self.version()?;
-        let stored: Option<i64> = self
-            .conn
-            .query_row(
-                "SELECT version FROM encoded_sets WHERE epoch = ?1 AND max_client_items = ?2",
-                params![epoch, dh.max_client_items() as i64],
-                |r| r.get(0),
-            )
-            .optional()?;
-        if stored != Some(version) || stats.outputs_computed > 0 {
-            let set = encode_set(&dh, threads, &self.outputs()?)?;
-            let tx = self.conn.transaction()?;
-            tx.execute(
-                "DELETE FROM encoded_sets WHERE epoch <> ?1 OR max_client_items = ?2",
-                params![epoch, dh.max_client_items() as i64],
-            )?;
-            tx.execute(
-                "INSERT INTO encoded_sets (epoch, max_client_items, version, etag, bytes)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![
-                    epoch,
-                    dh.max_client_items() as i64,
-                    version,
-                    set.etag,
-                    set.bytes
-                ],
-            )?;
-            tx.commit()?;
-            stats.set_rebuilt = true;
-        }
-        if stats.outputs_computed > 0 {
-            // Outputs of an older epoch were overwritten: keep no copy in the log.
-            self.scrub_or_warn("output refresh")?;
-        }
-        Ok(stats)
-    }
-
-    fn outputs(&self) -> Result<Vec<[u8; OUTPUT_LEN]>, StoreError> {
-        let mut q = self.conn.prepare("SELECT id, output FROM entries")?;
-        let rows = q.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?)))?;
-        let mut out = Vec::with_capacity(self.len()? as usize);
-        for row in rows {
-            let (id, o) = row?;
-            out.push(
-                o.as_slice()
-                    .try_into()
-                    .map_err(|_| StoreError::CorruptOutput(id))?,
-            );
-        }
-        Ok(out)
+        super::refresh(self, max_client_items, threads, progress)
     }
 
     /// The stored encoded set for the current epoch and `max_client_items`, if built.
@@ -666,79 +464,6 @@ impl Store {
         }
         Ok(out)
     }
-}
-
-/// A bearer token issued through the store (`psi token add`). Never holds the token.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct TokenInfo {
-    /// Its id (for `psi token revoke`); ids are never reused.
-    pub id: i64,
-    /// Optional name given at issue (at most 64 characters, no control characters).
-    pub name: Option<String>,
-    /// When it was issued, `YYYY-MM-DDTHH:MM:SSZ` (UTC).
-    pub created: String,
-    /// Revoked tokens are refused (`invalid_token`).
-    pub revoked: bool,
-    /// Its own items-per-hour budget; `None`: the server's `--items-per-hour`.
-    pub items_per_hour: Option<u64>,
-}
-
-/// A token just issued: the only time the token itself exists outside its holder.
-pub struct NewToken {
-    /// Its record.
-    pub info: TokenInfo,
-    /// The bearer token (wiped on drop; the store keeps only its digest).
-    pub token: zeroize::Zeroizing<String>,
-}
-
-impl std::fmt::Debug for NewToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NewToken")
-            .field("info", &self.info)
-            .finish_non_exhaustive()
-    }
-}
-
-/// What [`Store::revoke_token`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Revoked {
-    /// The token was active and is now revoked.
-    Now,
-    /// The token was already revoked.
-    Already,
-    /// No token has this id.
-    NoSuchToken,
-}
-
-/// One rate-limit budget as saved (see `budgets` in the module docs).
-#[derive(Debug, Clone, PartialEq)]
-pub struct SavedBudget {
-    /// The rate-limit key (`ip:...`, `token:...`, `token-id:...`).
-    pub client: String,
-    /// Items left at `updated_ms`.
-    pub remaining: f64,
-    /// The budget's size and hourly refill.
-    pub per_hour: u64,
-    /// Unix time of `remaining`, in milliseconds.
-    pub updated_ms: i64,
-}
-
-/// The SHA-256 digest under which a bearer token is stored and looked up.
-pub fn token_digest(token: &str) -> [u8; 32] {
-    Sha256::digest(token.as_bytes()).into()
-}
-
-/// Bytes of randomness in an issued token (256 bits: an unsalted digest suffices).
-const TOKEN_BYTES: usize = 32;
-
-fn check_token_name(name: &str) -> Result<(), StoreError> {
-    if name.is_empty() || name.chars().count() > 64 || name.chars().any(char::is_control) {
-        return Err(StoreError::InvalidInput(
-            "a token name has 1 to 64 characters and no control characters",
-        ));
-    }
-    Ok(())
 }
 
 const TOKEN_COLUMNS: &str =
@@ -880,36 +605,193 @@ impl Store {
     }
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+/// SQLite needs no lease: its write lock already keeps two writers apart, and a refresh
+/// that another process repeats finds the work done (every output computed, the set built
+/// at the current version).
+struct NoLease;
+impl BuildLease for NoLease {}
+
+impl SetWork for Store {
+    fn lease_builds(&mut self) -> Result<Box<dyn BuildLease>, StoreError> {
+        Ok(Box::new(NoLease))
+    }
+
+    fn pending_outputs(&mut self, epoch: u32) -> Result<u64, StoreError> {
+        let n: i64 = self.conn.query_row(
+            "SELECT COUNT(*) FROM entries WHERE epoch IS NOT ?1 OR output IS NULL",
+            params![epoch],
+            |r| r.get(0),
+        )?;
+        Ok(n.max(0) as u64)
+    }
+
+    fn pending_batch(
+        &mut self,
+        epoch: u32,
+        limit: usize,
+    ) -> Result<Vec<(i64, String)>, StoreError> {
+        let mut q = self.conn.prepare(
+            "SELECT id, identifier FROM entries WHERE epoch IS NOT ?1 OR output IS NULL
+             LIMIT ?2",
+        )?;
+        let rows = q
+            .query_map(params![epoch, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        Ok(rows)
+    }
+
+    fn put_outputs(
+        &mut self,
+        epoch: u32,
+        outputs: &[(i64, [u8; OUTPUT_LEN])],
+    ) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        {
+            let mut up = tx.prepare("UPDATE entries SET epoch = ?1, output = ?2 WHERE id = ?3")?;
+            for (id, out) in outputs {
+                up.execute(params![epoch, out.as_slice(), id])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn set_built_at(
+        &mut self,
+        epoch: u32,
+        max_client_items: usize,
+    ) -> Result<Option<i64>, StoreError> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT version FROM encoded_sets WHERE epoch = ?1 AND max_client_items = ?2",
+                params![epoch, max_client_items as i64],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    fn all_outputs(&mut self) -> Result<Vec<[u8; OUTPUT_LEN]>, StoreError> {
+        let mut q = self.conn.prepare("SELECT id, output FROM entries")?;
+        let rows = q.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?)))?;
+        let mut out = Vec::with_capacity(self.len()? as usize);
+        for row in rows {
+            let (id, o) = row?;
+            out.push(
+                o.as_slice()
+                    .try_into()
+                    .map_err(|_| StoreError::CorruptOutput(id))?,
+            );
+        }
+        Ok(out)
+    }
+
+    fn put_set(
+        &mut self,
+        max_client_items: usize,
+        version: i64,
+        set: &StoredSet,
+    ) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "DELETE FROM encoded_sets WHERE epoch <> ?1 OR max_client_items = ?2",
+            params![set.epoch, max_client_items as i64],
+        )?;
+        tx.execute(
+            "INSERT INTO encoded_sets (epoch, max_client_items, version, etag, bytes)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                set.epoch,
+                max_client_items as i64,
+                version,
+                set.etag,
+                set.bytes
+            ],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn outputs_overwritten(&mut self) -> Result<(), StoreError> {
+        // Outputs of an older epoch were overwritten: keep no copy in the log.
+        self.scrub_or_warn("output refresh")
+    }
 }
 
-/// Strong ETag of an encoded set: 128 bits of its SHA-256, quoted.
-pub fn etag(bytes: &[u8]) -> String {
-    format!("\"{}\"", hex::encode(&Sha256::digest(bytes)[..16]))
+impl RegistryStore for Store {
+    fn key_created(&mut self) -> Result<Option<std::time::SystemTime>, StoreError> {
+        Store::key_created(self)
+    }
+    fn current_key(&mut self) -> Result<ServerKey, StoreError> {
+        Store::current_key(self)
+    }
+    fn rotate_key(&mut self) -> Result<ServerKey, StoreError> {
+        Store::rotate_key(self)
+    }
+    fn add_entry_list(
+        &mut self,
+        entries: &[(&str, Option<&str>)],
+    ) -> Result<ImportCounts, StoreError> {
+        self.add_entries(entries.iter().copied())
+    }
+    fn remove_entry_list(&mut self, identifiers: &[&str]) -> Result<u64, StoreError> {
+        self.remove_entries(identifiers.iter().copied())
+    }
+    fn len(&self) -> Result<u64, StoreError> {
+        Store::len(self)
+    }
+    fn readiness(&self, max_client_items: usize) -> Result<Readiness, StoreError> {
+        Store::readiness(self, max_client_items)
+    }
+    fn outputs_complete(&self, epoch: u32) -> Result<bool, StoreError> {
+        Store::outputs_complete(self, epoch)
+    }
+    fn encoded_set_sizes(&self) -> Result<Vec<usize>, StoreError> {
+        Store::encoded_set_sizes(self)
+    }
+    fn version(&self) -> Result<i64, StoreError> {
+        Store::version(self)
+    }
+    fn encoded_set(&mut self, max_client_items: usize) -> Result<Option<StoredSet>, StoreError> {
+        Store::encoded_set(self, max_client_items)
+    }
+    fn entries(&self) -> Result<Vec<LoadedEntry>, StoreError> {
+        Store::entries(self)
+    }
+    fn snapshot(
+        &mut self,
+        read: &mut dyn FnMut(&mut dyn RegistryStore) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        self.read_snapshot(|s| read(s))
+    }
 }
 
-/// The encoded set of `outputs` as `dh` serves it (its key epoch, its
-/// `max_client_items`), with its ETag: what [`Store::refresh`] stores, and what a server
-/// encodes for itself when the store holds the set at another size only. Deterministic:
-/// the same outputs give the same bytes and ETag wherever they are encoded.
-pub(crate) fn encode_set(
-    dh: &DhServer,
-    threads: Threads,
-    outputs: &[[u8; OUTPUT_LEN]],
-) -> Result<StoredSet, StoreError> {
-    let bytes = threads.install(|| dh.encode_outputs(outputs))??.to_bytes();
-    Ok(StoredSet {
-        epoch: dh.epoch(),
-        etag: etag(&bytes),
-        bytes,
-    })
-}
-
-pub(crate) fn os_rng() -> Result<rand_chacha::ChaCha20Rng, StoreError> {
-    psi_core::rng::os_rng().map_err(|e| StoreError::Random(e.to_string()))
+impl AccountStore for Store {
+    fn add_token(
+        &mut self,
+        name: Option<&str>,
+        items_per_hour: Option<u64>,
+    ) -> Result<NewToken, StoreError> {
+        Store::add_token(self, name, items_per_hour)
+    }
+    fn revoke_token(&mut self, id: i64) -> Result<Revoked, StoreError> {
+        Store::revoke_token(self, id)
+    }
+    fn tokens(&self) -> Result<Vec<TokenInfo>, StoreError> {
+        Store::tokens(self)
+    }
+    fn token_by_digest(&self, digest: &[u8; 32]) -> Result<Option<TokenInfo>, StoreError> {
+        Store::token_by_digest(self, digest)
+    }
+    fn has_tokens(&self) -> Result<bool, StoreError> {
+        Store::has_tokens(self)
+    }
+    fn budgets(&self) -> Result<Vec<SavedBudget>, StoreError> {
+        Store::budgets(self)
+    }
+    fn save_budgets(&mut self, rows: &[SavedBudget], now_ms: i64) -> Result<(), StoreError> {
+        Store::save_budgets(self, rows, now_ms)
+    }
 }
 
 #[cfg(unix)]
