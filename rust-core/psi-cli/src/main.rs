@@ -23,6 +23,7 @@ mod match_cmd;
 mod measure;
 mod output;
 mod runner;
+mod seal_key_cmd;
 mod serve;
 mod tcp;
 mod token_cmd;
@@ -151,6 +152,12 @@ enum Command {
         #[command(subcommand)]
         command: token_cmd::TokenCommand,
     },
+    /// The at-rest key file that seals the OPRF keys in a shared database
+    /// (docs/deploy.md "At-rest key").
+    SealKey {
+        #[command(subcommand)]
+        command: seal_key_cmd::SealKeyCommand,
+    },
     /// Match a contact file (CSV or one per line) against a server.
     Match(match_cmd::MatchArgs),
     /// Load generator: concurrent clients matching against a server.
@@ -214,6 +221,7 @@ fn main() -> ExitCode {
         Command::Import(args) => import::run(args),
         Command::RotateKey { server } => import::rotate(server),
         Command::Token { command } => token_cmd::run(command),
+        Command::SealKey { command } => seal_key_cmd::run(command),
         Command::Match(args) => match_cmd::run(args),
         Command::Loadgen(args) => loadgen::run(args),
         Command::Attack(args) => attack::run(args),
