@@ -143,7 +143,11 @@ impl From<ErrorCode> for ServerErrorCode {
             // matches in the Kotlin and Swift SDKs); the reference client never gets it.
             ErrorCode::WrongPhase | ErrorCode::SessionFailed => ServerErrorCode::WrongPhase,
             ErrorCode::EpochMismatch => ServerErrorCode::EpochMismatch,
-            ErrorCode::SessionExpired => ServerErrorCode::SessionExpired,
+            // A session held by another instance is, to these bindings' callers, a
+            // session gone from where they reach it: start a new one (retryable, as an
+            // expiry). A new variant would break exhaustive matches in the Kotlin and
+            // Swift SDKs; `PsiError::Server::status` still tells 421 from 410.
+            ErrorCode::SessionExpired | ErrorCode::WrongInstance => ServerErrorCode::SessionExpired,
             ErrorCode::BodyTooLarge => ServerErrorCode::BodyTooLarge,
             ErrorCode::UnsupportedMediaType => ServerErrorCode::UnsupportedMediaType,
             ErrorCode::RateLimited => ServerErrorCode::RateLimited,
@@ -258,6 +262,15 @@ mod tests {
             PsiError::Server {
                 status: 409,
                 code: ServerErrorCode::EpochMismatch,
+                retryable: true,
+                ..
+            }
+        ));
+        assert!(matches!(
+            http(ErrorCode::WrongInstance, None),
+            PsiError::Server {
+                status: 421,
+                code: ServerErrorCode::SessionExpired,
                 retryable: true,
                 ..
             }

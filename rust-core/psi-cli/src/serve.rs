@@ -12,6 +12,12 @@ pub struct ServeArgs {
     /// Address to listen on (port 0: any free port; the address is printed).
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: std::net::SocketAddr,
+    /// This instance's name, 1 to 16 characters of a-z and 0-9: the prefix of its session
+    /// ids, by which a load balancer in front of several instances routes each session's
+    /// requests to the instance holding it (docs/deploy/nginx.conf). Default: 8 random
+    /// hex digits, chosen at start and logged.
+    #[arg(long, value_name = "NAME")]
+    instance: Option<psi_server::InstanceName>,
     /// Largest request body in bytes.
     #[arg(long, default_value_t = 8 << 20)]
     max_body_bytes: usize,
@@ -261,6 +267,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         .init();
     let mut config = Config::default();
     config.db = args.server.db.database()?;
+    config.instance = args.instance.clone();
     config.max_client_items = args.server.max_client_items;
     config.max_body_bytes = args.max_body_bytes;
     config.max_sessions = args.max_sessions;
@@ -369,6 +376,10 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         );
     }
     let state = AppState::with_registry(config, registry);
+    tracing::info!(
+        instance = %state.instance(),
+        "instance name (the prefix of this instance's session ids)"
+    );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

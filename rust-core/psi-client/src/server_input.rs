@@ -22,8 +22,9 @@ pub const STEP_RESPONSE_SLACK: u64 = 1 << 20;
 /// Longest `Retry-After` taken from a server: a day. A longer one is read as a day (the
 /// run is not retried in either case: the driver waits at most 30 s).
 pub const MAX_RETRY_AFTER_SECS: u64 = 86_400;
-/// Longest session id accepted (the reference server's are 32 hex digits): the id goes
-/// into every later URL, so it must be a plain token.
+/// Longest session id accepted (the reference server's are an instance name of at most 16
+/// characters, `-` and 32 hex digits): the id goes into every later URL, so it must be a
+/// plain token.
 pub const MAX_SESSION_ID_LEN: usize = 128;
 
 /// The response cap of one request to `route`: the route's own (health and sessions: a few
@@ -305,6 +306,18 @@ mod tests {
             let mut s = session(10);
             s.session_id = id.to_string();
             assert!(check_session(&s, Protocol::Ot).is_err(), "{id}");
+        }
+        // The reference server's ids, before and after instance names (an instance name of
+        // up to 16 characters and `-` before the 32 hex digits), are plain tokens.
+        let hex = "0123456789abcdef".repeat(2);
+        for id in [
+            hex.clone(),
+            format!("a-{hex}"),
+            format!("{}-{hex}", "z9".repeat(8)),
+        ] {
+            let mut s = session(10);
+            s.session_id = id.clone();
+            assert!(check_session(&s, Protocol::Ot).is_ok(), "{id}");
         }
         let mut s = session(10);
         s.label_bucket_bits = 25;

@@ -157,7 +157,9 @@ pub struct CreateSession {
 /// `POST /v1/sessions` response body (201).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SessionCreated {
-    /// Opaque session id (32 hex digits).
+    /// Opaque session id: the name of the instance that holds the session, `-`, 32
+    /// lowercase hex digits (docs/api.md; a proxy may route by the name, a client must not
+    /// look inside).
     pub session_id: String,
     /// The protocol of the session (API name).
     pub protocol: String,
@@ -360,6 +362,11 @@ error_codes! {
     UnknownSession = ("unknown_session", 404),
     /// Wrong method for the endpoint.
     MethodNotAllowed = ("method_not_allowed", 405),
+    /// The session id names another instance of a service run by several (a load balancer
+    /// sent the step to the wrong one, or the session's instance is gone and the balancer
+    /// failed over): this instance never held the session. Retryable: start a new run,
+    /// from a new session, which any instance can take.
+    WrongInstance = ("wrong_instance", 421),
     /// The request (body upload and handling) took too long.
     RequestTimeout = ("request_timeout", 408),
     /// A step out of order.
@@ -388,8 +395,9 @@ error_codes! {
 }
 
 impl ErrorCode {
-    /// True if the same call may succeed later: rate limit, busy server, key rotated or
-    /// session expired (the next run opens a new session), a request that timed out.
+    /// True if the same call may succeed later: rate limit, busy server, key rotated,
+    /// session expired or held by another instance (the next run opens a new session), a
+    /// request that timed out.
     pub fn is_retryable(self) -> bool {
         matches!(
             self,
@@ -400,6 +408,7 @@ impl ErrorCode {
                 | ErrorCode::SessionExpired
                 | ErrorCode::RequestTimeout
                 | ErrorCode::Internal
+                | ErrorCode::WrongInstance
         )
     }
 }

@@ -2,6 +2,7 @@
 //! code; nothing here panics on input, and nothing logs contact data.
 
 use crate::AppState;
+use crate::instance::Owner;
 use crate::limits::{LevelKind, Payer, Refused};
 use crate::sessions::{
     BuildError, ChunkedRun, Full, Lookup, MAX_FAILED_STEPS, Phase, RoundServer, Session, lock,
@@ -424,7 +425,7 @@ async fn create_session(
     crate::storage::os_rng()
         .map_err(|_| internal())?
         .fill_bytes(&mut id);
-    let id = hex::encode(id);
+    let id = state.instance.session_id(&id);
     // Admit the session (caps checked) before any per-session work; an OT session's
     // server state is built below, once admitted and charged.
     let session = Session {
@@ -598,6 +599,7 @@ fn wrong_phase(msg: impl Into<String>) -> ApiError {
 }
 
 fn session(state: &AppState, id: &str, client: &str) -> Result<Arc<Mutex<Session>>, ApiError> {
+    on_this_instance(state, id)?;
     match state.sessions.get(id) {
         Lookup::Live(s) if lock(&s).client == client => Ok(s),
         Lookup::Expired => Err(ApiError::new(
@@ -630,6 +632,24 @@ fn after_protocol(labels: bool) -> Phase {
 
 fn unknown_session() -> ApiError {
     ApiError::new(ErrorCode::UnknownSession, "no such session")
+}
+
+/// A session id names the instance that holds the session (crate::instance): one naming
+/// another instance reached this one through a misrouting or a failover of the balancer,
+/// and is answered `421 wrong_instance` (retryable: a new session works on any instance)
+/// before any lookup, so this instance's table is never touched. The message names the
+/// instances, never the id's random part. An id naming no instance is `unknown_session`.
+fn on_this_instance(state: &AppState, id: &str) -> Result<(), ApiError> {
+    match state.instance.owner_of(id) {
+        Owner::Other(name) => Err(ApiError::new(
+            ErrorCode::WrongInstance,
+            format!(
+                "this session is held by instance {name}, and this is instance {}; start a new session",
+                state.instance
+            ),
+        )),
+        Owner::This | Owner::Nobody => Ok(()),
+    }
 }
 
 async fn delete_session(

@@ -21,6 +21,7 @@
 mod accounts;
 mod api;
 mod caller;
+mod instance;
 mod limits;
 mod listen;
 mod registry;
@@ -31,6 +32,7 @@ mod tls;
 
 pub use api::{PROBE_REQUEST_FLOOR, router};
 pub use caller::{ClientIpHeader, InvalidIpNet, IpNet};
+pub use instance::{InstanceName, InvalidInstanceName, MAX_INSTANCE_NAME_LEN};
 pub use registry::{Registry, RegistryStats};
 pub use storage::{Database, ImportCounts, Readiness, Store, StoreError};
 pub use tls::{ServerTls, TlsError};
@@ -48,6 +50,12 @@ pub struct Config {
     /// The store (`psi serve --db`): a SQLite file (secret material: holds the OPRF key;
     /// `:memory:` for a throwaway store), or the shared store of several instances.
     pub db: storage::Database,
+    /// This instance's name, the prefix of its session ids (`psi serve --instance`): a
+    /// load balancer in front of several instances routes a session's requests by it, and
+    /// a session step that reaches another instance is answered `421 wrong_instance`
+    /// (docs/deploy/nginx.conf). `None` (the default): 8 random hex digits chosen at
+    /// start ([`AppState::instance`]).
+    pub instance: Option<InstanceName>,
     /// Largest request body in bytes (default 8 MiB).
     pub max_body_bytes: usize,
     /// Largest client set per session (default 10,000; also sizes the encoded set's `L`).
@@ -229,6 +237,7 @@ impl Default for Config {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Config {
             db: storage::Database::Sqlite(PathBuf::from("psi-registry.sqlite")),
+            instance: None,
             max_body_bytes: 8 << 20,
             max_client_items: 10_000,
             max_sessions: 16_384,
@@ -309,6 +318,8 @@ pub(crate) struct Epochs {
 /// Shared state of a running server.
 pub struct AppState {
     pub(crate) config: Config,
+    /// `config.instance`, or the random name chosen at start.
+    pub(crate) instance: InstanceName,
     pub(crate) epochs: RwLock<Epochs>,
     /// Held while a registry is built from the store (reload, rotation): one at a time.
     rebuilding: Mutex<()>,
@@ -349,7 +360,9 @@ impl AppState {
     pub fn with_registry(config: Config, registry: Registry) -> Arc<AppState> {
         let limiter = limits::RateLimiter::new(config.items_per_hour);
         let accounts = accounts::Accounts::open(&config.db, &limiter);
+        let instance = config.instance.clone().unwrap_or_else(InstanceName::random);
         Arc::new(AppState {
+            instance,
             sessions: sessions::Sessions::new(
                 sessions::SessionLimits {
                     total: config.max_sessions,
@@ -380,6 +393,11 @@ impl AppState {
             epoch_retired: tokio::sync::Notify::new(),
             config,
         })
+    }
+
+    /// This instance's name: the prefix of its session ids.
+    pub fn instance(&self) -> &InstanceName {
+        &self.instance
     }
 
     /// The registry in use (the current epoch's).
@@ -705,8 +723,7 @@ const ROTATION_RETRY: Duration = Duration::from_secs(60);
 /// (the work on a blocking thread, requests served meanwhile from the current epoch),
 /// and drops the previous epoch when its overlap ends.
 async fn maintain_epochs(state: Arc<AppState>) {
-    let scheduled =
-        state.config.rotate_every.is_some() && !state.config.db.is_memory();
+    let scheduled = state.config.rotate_every.is_some() && !state.config.db.is_memory();
     if state.config.rotate_every.is_some() && !scheduled {
         tracing::debug!("scheduled key rotation is off: the registry store is in memory");
     }

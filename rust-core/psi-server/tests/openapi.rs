@@ -245,8 +245,9 @@ fn can_return(route: Route) -> HashSet<ErrorCode> {
         codes.extend([E::MissingToken, E::InvalidToken, E::BadRequest]);
     }
     if session {
-        // `session()`: another caller's or no session; an expired one.
-        codes.extend([E::UnknownSession, E::SessionExpired]);
+        // `session()`: an id naming another instance; another caller's or no session; an
+        // expired one.
+        codes.extend([E::WrongInstance, E::UnknownSession, E::SessionExpired]);
     }
     if step {
         // `SessionCall`: binary body (content type, size, read error); `transition`: the
