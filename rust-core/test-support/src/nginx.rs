@@ -281,6 +281,49 @@ mod tests {
         assert_eq!(seen.len(), 2, "round robin reached {seen:?}");
     }
 
+    /// A TempNginx that is never dropped (leaked, as a static would be) still goes away
+    /// with its process: a child copy of this test binary leaks one and exits.
+    #[test]
+    fn a_leaked_nginx_stops_when_the_process_ends() {
+        if std::env::var_os("PSI_TS_CHILD").is_some() {
+            let nginx = TempNginx::start(&format!("server {{ listen {LISTEN}; return 204; }}"));
+            println!("PSI_TS {} {}", nginx.port(), nginx.dir().display());
+            std::mem::forget(nginx);
+            return;
+        }
+        let out = crate::proc::run_bounded(
+            Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "nginx::tests::a_leaked_nginx_stops_when_the_process_ends",
+                    "--nocapture",
+                ])
+                .env("PSI_TS_CHILD", "1"),
+            "the child test process",
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("PSI_TS "))
+            .expect("the child's report");
+        let (port, dir) = line.split_once(' ').unwrap();
+        let port: u16 = port.parse().unwrap();
+        let dir = PathBuf::from(dir);
+        let deadline = Instant::now() + WAIT;
+        while accepts(port) || dir.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "the leaked nginx outlived its process"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     #[test]
     #[should_panic(expected = "nginx exited")]
     fn a_bad_config_fails_with_the_log() {
