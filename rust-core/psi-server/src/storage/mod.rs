@@ -14,6 +14,7 @@
 //!
 //! Errors never carry identifiers, labels or keys.
 
+pub mod postgres;
 pub mod sqlite;
 
 use psi_core::dh::{DhServer, ServerKey};
@@ -23,6 +24,7 @@ use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
+pub use postgres::{PgSettings, SettingsError, TlsMode};
 pub use sqlite::Store;
 
 /// Where the store is: what `--db` names.
@@ -31,6 +33,8 @@ pub use sqlite::Store;
 pub enum Database {
     /// A SQLite file (`:memory:`: a private in-memory store, for tests and the demo).
     Sqlite(PathBuf),
+    /// A PostgreSQL database shared by several instances (`postgres://...`).
+    Postgres(PgSettings),
 }
 
 impl Database {
@@ -43,6 +47,7 @@ impl Database {
     pub fn sqlite_path(&self) -> Option<&Path> {
         match self {
             Database::Sqlite(p) => Some(p),
+            Database::Postgres(_) => None,
         }
     }
 
@@ -56,6 +61,7 @@ impl Database {
     pub fn open_registry(&self) -> Result<Box<dyn RegistryStore>, StoreError> {
         match self {
             Database::Sqlite(p) => Ok(Box::new(Store::open(p)?)),
+            Database::Postgres(pg) => postgres::PgStore::open_registry(pg),
         }
     }
 
@@ -64,6 +70,7 @@ impl Database {
     pub fn open_registry_read_only(&self) -> Result<Box<dyn RegistryStore>, StoreError> {
         match self {
             Database::Sqlite(p) => Ok(Box::new(Store::open_read_only(p)?)),
+            Database::Postgres(pg) => postgres::PgStore::open_registry(pg),
         }
     }
 
@@ -71,6 +78,7 @@ impl Database {
     pub fn open_accounts(&self) -> Result<Box<dyn AccountStore>, StoreError> {
         match self {
             Database::Sqlite(p) => Ok(Box::new(Store::open(p)?)),
+            Database::Postgres(pg) => postgres::PgStore::open_accounts(pg),
         }
     }
 }
@@ -80,6 +88,7 @@ impl std::fmt::Display for Database {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Database::Sqlite(p) => write!(f, "{}", p.display()),
+            Database::Postgres(pg) => write!(f, "{pg}"),
         }
     }
 }
@@ -273,6 +282,25 @@ pub enum StoreError {
     /// SQLite failed.
     #[error("database: {0}")]
     Db(#[from] rusqlite::Error),
+    /// PostgreSQL failed (its message and SQLSTATE; never the DETAIL, which can quote
+    /// values).
+    #[error("database: {}", postgres::error_text(.0))]
+    Pg(#[from] ::postgres::Error),
+    /// The PostgreSQL settings are unusable (URL, password file, TLS roots).
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    /// The at-rest key file is unusable, or a sealed key does not open.
+    #[error(transparent)]
+    Seal(#[from] crate::sealing::SealError),
+    /// A PostgreSQL registry needs the at-rest key that seals its OPRF keys.
+    #[error(
+        "a PostgreSQL registry needs the at-rest key file that seals its OPRF keys: give \
+         --seal-key-file FILE (or PSI_SEAL_KEY_FILE); create one with `psi seal-key new FILE`"
+    )]
+    SealKeyRequired,
+    /// The PostgreSQL schema is newer than this program.
+    #[error("the database schema is version {0}, newer than this program knows: upgrade psi")]
+    SchemaTooNew(i32),
     /// Creating the directory or setting permissions failed.
     #[error("database file: {0}")]
     Io(#[from] std::io::Error),
