@@ -124,6 +124,10 @@ pub trait RegistryStore: SetWork + Send {
     fn remove_entry_list(&mut self, identifiers: &[&str]) -> Result<u64, StoreError>;
     /// Number of entries.
     fn len(&self) -> Result<u64, StoreError>;
+    /// True when the registry has no entries.
+    fn is_empty(&self) -> Result<bool, StoreError> {
+        Ok(self.len()? == 0)
+    }
     /// What a server of `max_client_items` can load now, without computing or writing.
     fn readiness(&self, max_client_items: usize) -> Result<Readiness, StoreError>;
     /// True when every entry has its output under the key of `epoch`.
