@@ -70,7 +70,7 @@ impl Database {
     pub fn open_registry_read_only(&self) -> Result<Box<dyn RegistryStore>, StoreError> {
         match self {
             Database::Sqlite(p) => Ok(Box::new(Store::open_read_only(p)?)),
-            Database::Postgres(pg) => postgres::PgStore::open_registry(pg),
+            Database::Postgres(pg) => postgres::PgStore::open_registry_read_only(pg),
         }
     }
 
@@ -304,7 +304,7 @@ pub enum StoreError {
     SealKeyRequired,
     /// The PostgreSQL schema is newer than this program.
     #[error("the database schema is version {0}, newer than this program knows: upgrade psi")]
-    SchemaTooNew(i32),
+    SchemaTooNew(i64),
     /// Creating the directory or setting permissions failed.
     #[error("database file: {0}")]
     Io(#[from] std::io::Error),

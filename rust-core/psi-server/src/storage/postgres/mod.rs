@@ -2,31 +2,43 @@
 //! docs/deploy.md "Tables").
 //!
 //! - [`settings`]: what the URL names, the password, TLS, the at-rest key file.
+//! - `schema`: the tables, created on first open (docs/deploy.md "Tables").
+//! - [`PgStore`] (`registry`): the registry and its key epochs, keys sealed under the
+//!   at-rest key; `lease`: the build lease, an advisory lock.
+//! - [`PgAccounts`] (`accounts`): issued tokens.
+//! - [`budgets`]: the hourly budgets every instance charges, atomically, in one table.
 
+mod accounts;
+pub mod budgets;
+mod lease;
+mod registry;
+mod schema;
 pub mod settings;
 
 pub use settings::{PgSettings, SettingsError, TlsMode};
 
+pub use accounts::PgAccounts;
+pub use registry::PgStore;
+
 use super::{AccountStore, RegistryStore, StoreError};
 
-/// A store on PostgreSQL (registry, key epochs, tokens) over the blocking client.
-pub struct PgStore {
-    _client: ::postgres::Client,
-}
-
 impl PgStore {
-    /// Opens the registry (work in progress: refuses for now).
-    pub fn open_registry(_settings: &PgSettings) -> Result<Box<dyn RegistryStore>, StoreError> {
-        Err(StoreError::InvalidInput(
-            "the PostgreSQL registry store is not built yet",
-        ))
+    /// Opens the registry (creating the tables that are missing), boxed as
+    /// [`super::Database::open_registry`] gives it.
+    pub fn open_registry(settings: &PgSettings) -> Result<Box<dyn RegistryStore>, StoreError> {
+        Ok(Box::new(PgStore::open(settings)?))
     }
 
-    /// Opens the accounts (work in progress: refuses for now).
-    pub fn open_accounts(_settings: &PgSettings) -> Result<Box<dyn AccountStore>, StoreError> {
-        Err(StoreError::InvalidInput(
-            "the PostgreSQL account store is not built yet",
-        ))
+    /// Opens the registry read-only, boxed.
+    pub fn open_registry_read_only(
+        settings: &PgSettings,
+    ) -> Result<Box<dyn RegistryStore>, StoreError> {
+        Ok(Box::new(PgStore::open_read_only(settings)?))
+    }
+
+    /// Opens the accounts, boxed as [`super::Database::open_accounts`] gives them.
+    pub fn open_accounts(settings: &PgSettings) -> Result<Box<dyn AccountStore>, StoreError> {
+        Ok(Box::new(PgAccounts::open(settings)?))
     }
 }
 
