@@ -155,7 +155,12 @@ impl From<ErrorCode> for ServerErrorCode {
             // OT capacity is a session limit to these bindings' callers (a new variant
             // would break exhaustive matches in the Kotlin SDK); an automatic run has
             // already fallen back to DH-PSI before it reaches them.
-            ErrorCode::TooManySessions | ErrorCode::OtCapacity => ServerErrorCode::TooManySessions,
+            // A server whose shared database is away is, to these bindings' callers, a
+            // busy server: come back after Retry-After (a new variant would break
+            // exhaustive matches in the Kotlin and Swift SDKs; `status` is 503 for both).
+            ErrorCode::TooManySessions | ErrorCode::OtCapacity | ErrorCode::StoreUnavailable => {
+                ServerErrorCode::TooManySessions
+            }
             _ => ServerErrorCode::Unknown,
         }
     }
@@ -182,12 +187,13 @@ impl From<ClientError> for PsiError {
                 ErrorCode::MissingToken | ErrorCode::InvalidToken => {
                     PsiError::Unauthorized { reason: message }
                 }
-                ErrorCode::RateLimited | ErrorCode::TooManySessions | ErrorCode::OtCapacity => {
-                    PsiError::RateLimited {
-                        reason: message,
-                        retry_after_secs: retry_after,
-                    }
-                }
+                ErrorCode::RateLimited
+                | ErrorCode::TooManySessions
+                | ErrorCode::OtCapacity
+                | ErrorCode::StoreUnavailable => PsiError::RateLimited {
+                    reason: message,
+                    retry_after_secs: retry_after,
+                },
                 ErrorCode::TooManyItems => PsiError::InvalidInput { reason: message },
                 code => PsiError::Server {
                     status,
@@ -251,6 +257,17 @@ mod tests {
         ));
         assert_eq!(
             ServerErrorCode::from(ErrorCode::OtCapacity),
+            ServerErrorCode::TooManySessions
+        );
+        assert!(matches!(
+            http(ErrorCode::StoreUnavailable, Some(2)),
+            PsiError::RateLimited {
+                retry_after_secs: Some(2),
+                ..
+            }
+        ));
+        assert_eq!(
+            ServerErrorCode::from(ErrorCode::StoreUnavailable),
             ServerErrorCode::TooManySessions
         );
         assert!(matches!(

@@ -63,7 +63,7 @@ pub use measurements_file::{MeasurementsFile, MeasurementsFileError};
 pub use psi_contacts::Invalid;
 pub use psi_core::cost::{Policy, Prediction, UnitCosts};
 pub use psi_core::{Phase, Protocol, Threads};
-pub use psi_http::{ErrorCode, Feature, Health};
+pub use psi_http::{ErrorCode, Feature, Health, StoreState};
 pub use report::{LabelStatus, MatchReport, Matched, Progress, RunStats};
 #[cfg(feature = "http")]
 pub use transport::HttpTransport;

@@ -226,6 +226,27 @@ pub struct Health {
     /// kept and ignored.
     #[serde(default)]
     pub features: Vec<String>,
+    /// Whether the server's store answers ([`StoreState`]): a server whose shared
+    /// database is unreachable keeps answering health, with `"unavailable"`, and refuses
+    /// new sessions (`503 store_unavailable`) until it is back. `None` from older
+    /// servers, which do not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<StoreState>,
+}
+
+/// The state of a server's store in [`Health::store`] (docs/api.md, "Health").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum StoreState {
+    /// The store answers (always so for an embedded SQLite file).
+    Ok,
+    /// The shared database did not answer the server's last look: running sessions go
+    /// on, new ones are refused with `503 store_unavailable` until it answers again.
+    Unavailable,
+    /// A state this client does not know (a newer server).
+    #[serde(other)]
+    Unknown,
 }
 
 impl Health {
@@ -392,6 +413,11 @@ error_codes! {
     /// No OT-PSI or CM20-PSI capacity left (every OT slot taken, or this caller's share):
     /// a `dh-psi` session may still be admitted (`Retry-After`).
     OtCapacity = ("ot_capacity", 503),
+    /// The server's shared database does not answer (a PostgreSQL restart, a network
+    /// fault): no new session is admitted and no budget is charged without it
+    /// (`Retry-After`). Retryable: the instance reconnects by itself, and another
+    /// instance may already reach the database.
+    StoreUnavailable = ("store_unavailable", 503),
 }
 
 impl ErrorCode {
@@ -409,6 +435,7 @@ impl ErrorCode {
                 | ErrorCode::RequestTimeout
                 | ErrorCode::Internal
                 | ErrorCode::WrongInstance
+                | ErrorCode::StoreUnavailable
         )
     }
 }
@@ -450,6 +477,27 @@ mod tests {
         assert_eq!(h.features.len(), 2, "unknown names are kept");
         let names: std::collections::HashSet<_> = Feature::ALL.iter().map(|f| f.as_str()).collect();
         assert_eq!(names.len(), Feature::ALL.len());
+    }
+
+    #[test]
+    fn store_state_is_optional_and_unknown_states_are_kept_apart() {
+        let old = r#"{"status":"ok","epoch":1,"registry_items":2,"protocols":["dh-psi"]}"#;
+        let h: Health = serde_json::from_str(old).unwrap();
+        assert_eq!(h.store, None);
+        assert!(!serde_json::to_string(&h).unwrap().contains("store"));
+        for (text, state) in [
+            ("ok", StoreState::Ok),
+            ("unavailable", StoreState::Unavailable),
+            ("on-fire", StoreState::Unknown),
+        ] {
+            let json = format!(
+                r#"{{"status":"ok","epoch":1,"registry_items":2,"protocols":[],"store":"{text}"}}"#
+            );
+            let h: Health = serde_json::from_str(&json).unwrap();
+            assert_eq!(h.store, Some(state));
+        }
+        assert!(ErrorCode::StoreUnavailable.is_retryable());
+        assert_eq!(ErrorCode::StoreUnavailable.status(), 503);
     }
 
     #[test]

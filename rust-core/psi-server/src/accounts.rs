@@ -4,29 +4,45 @@
 
 use crate::limits::{RateLimiter, unix_ms};
 use crate::storage::{AccountStore, Database, StoreError, TokenInfo};
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 /// How often charged budgets are saved: a crash (not a shutdown) loses at most this much
 /// of their charges.
 pub(crate) const SAVE_EVERY: Duration = Duration::from_secs(5);
 
 pub(crate) struct Accounts {
-    /// Token lookups. `None` if the database could not be opened: then every
-    /// authenticated route answers `internal` (fail closed: issued tokens cannot be
-    /// checked).
-    db: Option<Mutex<Box<dyn AccountStore>>>,
+    /// Where to (re)connect.
+    database: Database,
+    /// Token lookups. `None` while the database cannot be opened (then every
+    /// authenticated route is refused: issued tokens cannot be checked, fail closed) or
+    /// after the connection broke; the next lookup opens a new one, so an instance
+    /// reconnects by itself after a database restart.
+    db: Mutex<Option<Box<dyn AccountStore>>>,
     /// Budget saves, on a connection of their own: a save waiting for SQLite's write lock
     /// (during an import or a rotation) never holds up token lookups (WAL readers do not
     /// wait for writers).
-    saver: Option<Mutex<Box<dyn AccountStore>>>,
+    saver: Mutex<Option<Box<dyn AccountStore>>>,
     /// Set once any token was seen in the database. Tokens are never deleted (revoked ones
     /// stay), so it never goes back: later requests without a token skip the database.
     issued: AtomicBool,
+    /// The database's last answer per presented credential (its digest; `None`: no
+    /// token), for the steps of sessions already running while the database is away
+    /// ([`Accounts::remembered`]).
+    recent: Mutex<HashMap<Option<[u8; 32]>, (TokenCheck, Instant)>>,
+    /// How long an answer in `recent` may stand in: the session lifetime.
+    remember_for: Duration,
 }
 
+/// Most credentials remembered in [`Accounts::recent`]; beyond it answers are not
+/// remembered until old ones expire (bounded memory; a step that finds none during an
+/// outage is refused, retryably).
+const REMEMBERED: usize = 65_536;
+
 /// What the database says about a request's credential.
+#[derive(Clone)]
 pub(crate) struct TokenCheck {
     /// Any token was ever issued (revoked ones included): authentication is on.
     pub(crate) any_issued: bool,
@@ -34,38 +50,57 @@ pub(crate) struct TokenCheck {
     pub(crate) token: Option<TokenInfo>,
 }
 
+/// A connection slot of [`Accounts`].
+type Conn = Mutex<Option<Box<dyn AccountStore>>>;
+
 impl Accounts {
     /// Opens its own connections to `db` and restores the saved budgets into `limiter`.
-    pub(crate) fn open(db: &Database, limiter: &RateLimiter) -> Accounts {
+    /// `remember_for`: how long a token lookup's answer may stand in for the database
+    /// while it is away (the session lifetime).
+    pub(crate) fn open(db: &Database, limiter: &RateLimiter, remember_for: Duration) -> Accounts {
         let opened = db.open_accounts().and_then(|store| {
             limiter.restore(store.budgets()?);
             Ok(store)
         });
         let saver = db.open_accounts();
-        let (db, saver) = match (opened, saver) {
-            (Ok(db), Ok(saver)) => (Some(Mutex::new(db)), Some(Mutex::new(saver))),
+        let (conn, saver) = match (opened, saver) {
+            (Ok(conn), Ok(saver)) => (Some(conn), Some(saver)),
             (Err(e), _) | (_, Err(e)) => {
-                tracing::error!(error = %e, "cannot open the token and budget tables; refusing requests");
+                tracing::error!(error = %e, "cannot open the token and budget tables; refusing requests until they open");
                 (None, None)
             }
         };
         Accounts {
-            db,
-            saver,
+            database: db.clone(),
+            db: Mutex::new(conn),
+            saver: Mutex::new(saver),
             issued: AtomicBool::new(false),
+            recent: Mutex::new(HashMap::new()),
+            remember_for,
         }
     }
 
-    fn open_conn(
-        conn: &Option<Mutex<Box<dyn AccountStore>>>,
-    ) -> Result<std::sync::MutexGuard<'_, Box<dyn AccountStore>>, StoreError> {
-        conn.as_ref()
-            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
-            .ok_or_else(|| StoreError::Io(std::io::Error::other("the token database is not open")))
-    }
-
-    fn db(&self) -> Result<std::sync::MutexGuard<'_, Box<dyn AccountStore>>, StoreError> {
-        Self::open_conn(&self.db)
+    /// Runs `f` on the connection in `conn`, opening one first if there is none. A
+    /// failure that says the database is unreachable drops the connection, so that the
+    /// next call opens a new one.
+    fn with_conn<T>(
+        &self,
+        conn: &Conn,
+        f: impl FnOnce(&mut dyn AccountStore) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut slot = conn.lock().unwrap_or_else(|e| e.into_inner());
+        let mut store = match slot.take() {
+            Some(store) => store,
+            None => self.database.open_accounts()?,
+        };
+        let r = f(store.as_mut());
+        if !r
+            .as_ref()
+            .is_err_and(|e| crate::store_health::is_unavailable(e))
+        {
+            *slot = Some(store);
+        }
+        r
     }
 
     /// Whether any token was ever issued (the database is asked until one was: the first
@@ -83,18 +118,43 @@ impl Accounts {
 
     /// Blocking: the token with `digest` (if any is presented) and whether any exists.
     pub(crate) fn check(&self, digest: Option<&[u8; 32]>) -> Result<TokenCheck, StoreError> {
-        let db = self.db()?;
-        let token = match digest {
-            Some(d) => db.token_by_digest(d)?,
-            None => None,
-        };
-        if token.is_some() {
-            self.issued.store(true, Ordering::Relaxed);
+        let check = self.with_conn(&self.db, |db| {
+            let token = match digest {
+                Some(d) => db.token_by_digest(d)?,
+                None => None,
+            };
+            if token.is_some() {
+                self.issued.store(true, Ordering::Relaxed);
+            }
+            Ok(TokenCheck {
+                any_issued: token.is_some() || self.any_issued(db)?,
+                token,
+            })
+        })?;
+        self.remember(digest, &check);
+        Ok(check)
+    }
+
+    fn remember(&self, digest: Option<&[u8; 32]>, check: &TokenCheck) {
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        if recent.len() >= REMEMBERED {
+            let ttl = self.remember_for;
+            recent.retain(|_, (_, at)| at.elapsed() < ttl);
         }
-        Ok(TokenCheck {
-            any_issued: token.is_some() || self.any_issued(db.as_ref())?,
-            token,
-        })
+        if recent.len() < REMEMBERED || recent.contains_key(&digest.copied()) {
+            recent.insert(digest.copied(), (check.clone(), Instant::now()));
+        }
+    }
+
+    /// What the database last said about this credential, if it said it within the
+    /// session lifetime: it stands in for a lookup while the database is away, for the
+    /// steps of sessions already running (never to admit a new one: store_health.rs).
+    pub(crate) fn remembered(&self, digest: Option<&[u8; 32]>) -> Option<TokenCheck> {
+        let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        recent
+            .get(&digest.copied())
+            .filter(|(_, at)| at.elapsed() < self.remember_for)
+            .map(|(c, _)| c.clone())
     }
 
     /// Blocking: saves the budgets charged since the last save and forgets saved rows that
@@ -102,7 +162,7 @@ impl Accounts {
     pub(crate) fn save_budgets(&self, limiter: &RateLimiter) {
         let rows = limiter.take_dirty();
         let now = unix_ms(SystemTime::now());
-        let saved = Self::open_conn(&self.saver).and_then(|mut db| db.save_budgets(&rows, now));
+        let saved = self.with_conn(&self.saver, |db| db.save_budgets(&rows, now));
         if let Err(e) = saved {
             tracing::error!(error = %e, budgets = rows.len(), "saving rate-limit budgets failed; retrying");
             limiter.mark_dirty(rows.into_iter().map(|r| r.client));

@@ -250,13 +250,29 @@ async fn auth(S(state): AppS, mut req: Request, next: Next) -> Result<Response, 
         // Issued tokens: looked up by digest (an index lookup; its timing depends on the
         // presented token's digest only, which does not help find a 256-bit token).
         let st = state.clone();
-        let check = tokio::task::spawn_blocking(move || st.accounts.check(digest.as_ref()))
+        let looked = tokio::task::spawn_blocking(move || st.accounts.check(digest.as_ref()))
             .await
-            .map_err(|_| internal())?
-            .map_err(|e| {
+            .map_err(|_| internal())?;
+        let check = match looked {
+            Ok(check) => check,
+            // The database is away: a step of a running session goes on with the
+            // database's last answer for this credential; a new session is refused
+            // (store_health.rs).
+            Err(e) if state.store_health.failed(&e) => {
+                let creating = req
+                    .extensions()
+                    .get::<MatchedPath>()
+                    .is_some_and(|p| p.as_str() == Route::CreateSession.template());
+                match state.accounts.remembered(digest.as_ref()) {
+                    Some(check) if !creating => check,
+                    _ => return Err(store_unavailable()),
+                }
+            }
+            Err(e) => {
                 tracing::error!(error = %e, "token lookup failed");
-                internal()
-            })?;
+                return Err(internal());
+            }
+        };
         let auth_on = !state.config.tokens.is_empty() || check.any_issued;
         match check.token {
             Some(t) if !t.revoked => {
@@ -368,6 +384,7 @@ async fn health(
             .iter()
             .map(|f| f.as_str().to_string())
             .collect(),
+        store: Some(state.store_health.state()),
     }))
 }
 
@@ -420,6 +437,11 @@ async fn create_session(
         ));
     }
     let n = n as u32; // max_client_items is at most 2^20
+    // No new session while the database is away: its budget could not be charged, nor
+    // its token re-checked (store_health.rs). Running sessions go on.
+    if state.store_health.is_down() {
+        return Err(store_unavailable());
+    }
     let registry = state.registry();
     let mut id = [0u8; 16];
     crate::storage::os_rng()
@@ -592,6 +614,17 @@ fn epoch_gone() -> ApiError {
 
 fn internal() -> ApiError {
     ApiError::new(ErrorCode::Internal, "internal error")
+}
+
+/// `503 store_unavailable` with `Retry-After`: the database does not answer
+/// (store_health.rs).
+pub(crate) fn store_unavailable() -> ApiError {
+    let mut e = ApiError::new(
+        ErrorCode::StoreUnavailable,
+        "the service's database does not answer; try again shortly",
+    );
+    e.retry_after = Some(crate::store_health::RETRY_AFTER_SECS);
+    e
 }
 
 fn wrong_phase(msg: impl Into<String>) -> ApiError {

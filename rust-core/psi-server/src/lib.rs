@@ -28,6 +28,7 @@ mod registry;
 pub mod sealing;
 mod sessions;
 pub mod storage;
+mod store_health;
 mod tls;
 
 pub use api::{PROBE_REQUEST_FLOOR, router};
@@ -338,6 +339,9 @@ pub struct AppState {
     pub(crate) download_limiter: limits::RateLimiter,
     /// Issued tokens and saved budgets (its own database connection).
     pub(crate) accounts: accounts::Accounts,
+    /// Whether the database answered the last look: while it does not, health says so
+    /// and new sessions are refused (store_health.rs).
+    pub(crate) store_health: store_health::StoreHealth,
     pub(crate) workers: Arc<tokio::sync::Semaphore>,
     /// Workers for OT-PSI rounds only.
     pub(crate) ot_workers: Arc<tokio::sync::Semaphore>,
@@ -359,7 +363,7 @@ impl AppState {
     /// database for issued tokens and budgets (blocking) and restores the saved budgets.
     pub fn with_registry(config: Config, registry: Registry) -> Arc<AppState> {
         let limiter = limits::RateLimiter::new(config.items_per_hour);
-        let accounts = accounts::Accounts::open(&config.db, &limiter);
+        let accounts = accounts::Accounts::open(&config.db, &limiter, config.session_ttl);
         let instance = config.instance.clone().unwrap_or_else(InstanceName::random);
         Arc::new(AppState {
             instance,
@@ -382,6 +386,7 @@ impl AppState {
             health_limiter: limits::RateLimiter::in_memory(config.health_per_hour),
             download_limiter: limits::RateLimiter::in_memory(config.encoded_set_bytes_per_hour),
             accounts,
+            store_health: store_health::StoreHealth::default(),
             workers: Arc::new(tokio::sync::Semaphore::new(config.workers.max(1))),
             ot_workers: Arc::new(tokio::sync::Semaphore::new(config.ot_workers.max(1))),
             costs: measure_costs(&config),
@@ -681,7 +686,9 @@ pub async fn serve(
 /// Every `every`, picks up a change another process made to the database file
 /// ([`AppState::reload_if_changed`]). Keeps one read-only connection open between looks
 /// ([`storage::Database::open_registry_read_only`]: the watcher never creates or writes anything); after an
-/// error (logged once per failure streak) it opens a new one.
+/// error (logged once per failure streak) it opens a new one. It is also the probe of
+/// [`AppState::store_health`]: a look that fails for the connection marks the store
+/// unavailable, the next one that succeeds marks it available again.
 async fn watch_store(state: Arc<AppState>, every: Duration) {
     let mut store: Option<Box<dyn storage::RegistryStore>> = None;
     let mut failing = false;
@@ -702,7 +709,9 @@ async fn watch_store(state: Arc<AppState>, every: Duration) {
             Ok(Ok(s)) => {
                 store = Some(s);
                 failing = false;
+                state.store_health.answered();
             }
+            Ok(Err(e)) if state.store_health.failed(&e) => failing = true,
             Ok(Err(e)) if !failing => {
                 failing = true;
                 tracing::warn!(error = %e, "looking for a database change failed");
