@@ -1,0 +1,221 @@
+//! Budgets shared by several instances on one PostgreSQL database (issue 22): charges are
+//! single atomic statements, so concurrent charges through different instances' pools
+//! land exactly, a refund restores exactly, a payer refused at one level is charged at
+//! none, and a database stop gives a typed error, after which charges work again without
+//! a new pool. Against a real PostgreSQL started by the test (psi-test-support).
+
+use psi_server::storage::PgSettings;
+use psi_server::storage::postgres::budgets::{
+    Book, BudgetError, LevelCap, SharedBudgets, Shortfall,
+};
+use psi_test_support::pg::TempPostgres;
+use std::future::Future;
+use std::time::Duration;
+
+/// Every test ends within this (a hung charge fails the test, not the suite).
+const BOUND: Duration = Duration::from_secs(120);
+
+fn run<F: Future<Output = ()>>(f: F) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        tokio::time::timeout(BOUND, f)
+            .await
+            .expect("the test finished in time")
+    });
+}
+
+/// The settings of the database at `url` (no password in it) as an instance has them.
+fn settings(pg: &TempPostgres, url: &str) -> PgSettings {
+    PgSettings::from_url(url)
+        .expect("a test URL parses")
+        .with_password(pg.password())
+}
+
+/// One instance's budgets (a pool of its own) on `url`, the table created.
+async fn instance(pg: &TempPostgres, url: &str) -> SharedBudgets {
+    let b = SharedBudgets::open(&settings(pg, url)).expect("a pool");
+    b.create_schema().await.expect("the budgets table");
+    b
+}
+
+fn level(key: &str, per_hour: u64) -> LevelCap {
+    LevelCap {
+        key: key.to_string(),
+        per_hour,
+    }
+}
+
+/// 200 concurrent charges of one item against one budget of 150, spread over three
+/// instances: exactly 150 go through, 50 are refused, and the row holds nothing.
+#[test]
+fn concurrent_charges_across_instances_land_exactly() {
+    let pg = TempPostgres::shared();
+    let url = pg.fresh_database();
+    run(async {
+        let mut instances = Vec::new();
+        for _ in 0..3 {
+            instances.push(instance(pg, &url).await);
+        }
+        let levels = vec![level("token-id:7", 150)];
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..200 {
+            let b = instances[i % 3].clone();
+            let levels = levels.clone();
+            tasks.spawn(async move { b.charge(Book::Items, &levels, 1).await });
+        }
+        let (mut ok, mut refused) = (0, 0);
+        while let Some(r) = tasks.join_next().await {
+            match r.expect("no panic").expect("no database error") {
+                Ok(()) => ok += 1,
+                Err(Shortfall { level: 0, wait }) => {
+                    assert!((1..=3600).contains(&wait), "{wait}");
+                    refused += 1;
+                }
+                Err(other) => panic!("refused at an unknown level: {other:?}"),
+            }
+        }
+        assert_eq!((ok, refused), (150, 50));
+        let left = instances[1]
+            .remaining(Book::Items, "token-id:7")
+            .await
+            .unwrap()
+            .expect("a row");
+        // 150 an hour refills one item in 24 s: the test takes a few.
+        assert!((0.0..0.5).contains(&left), "{left}");
+        // Other books of the same key are untouched.
+        assert_eq!(
+            instances[2]
+                .remaining(Book::ProbeBytes, "token-id:7")
+                .await
+                .unwrap(),
+            None
+        );
+    });
+}
+
+/// A refund (a run that failed before the server gave anything) gives back exactly what
+/// the charge took, at every level, none above its size.
+#[test]
+fn refunds_restore_exactly() {
+    let pg = TempPostgres::shared();
+    let url = pg.fresh_database();
+    run(async {
+        let a = instance(pg, &url).await;
+        let b = instance(pg, &url).await;
+        let levels = vec![level("ip:a", 1000), level("ceiling", 3000)];
+        a.charge(Book::Items, &levels, 300).await.unwrap().unwrap();
+        a.charge(Book::Items, &levels, 200).await.unwrap().unwrap();
+        let own = a.remaining(Book::Items, "ip:a").await.unwrap().unwrap();
+        assert!((500.0..500.2).contains(&own), "{own}");
+        let keys: Vec<String> = levels.iter().map(|l| l.key.clone()).collect();
+        b.refund(Book::Items, &keys, 200).await.unwrap();
+        let own = a.remaining(Book::Items, "ip:a").await.unwrap().unwrap();
+        let ceiling = a.remaining(Book::Items, "ceiling").await.unwrap().unwrap();
+        assert!((700.0..700.2).contains(&own), "{own}");
+        assert!((2700.0..2700.2).contains(&ceiling), "{ceiling}");
+        // Never above the size: a refund of more than was taken fills it, no more.
+        b.refund(Book::Items, &keys, 10_000).await.unwrap();
+        assert_eq!(
+            a.remaining(Book::Items, "ip:a").await.unwrap(),
+            Some(1000.0)
+        );
+        // Full rows are swept (a full budget is no row).
+        assert!(a.sweep().await.unwrap() >= 2);
+        assert_eq!(a.remaining(Book::Items, "ip:a").await.unwrap(), None);
+        // And a charge after the sweep starts from a full budget again.
+        a.charge(Book::Items, &levels, 1000).await.unwrap().unwrap();
+        assert_eq!(
+            a.charge(Book::Items, &levels, 1).await.unwrap(),
+            Err(Shortfall { level: 0, wait: 4 })
+        );
+    });
+}
+
+/// All or nothing across levels: a payer whose network cannot pay is refused, and its own
+/// level (and the ceiling) keep what they had.
+#[test]
+fn a_refused_level_charges_no_other() {
+    let pg = TempPostgres::shared();
+    let url = pg.fresh_database();
+    run(async {
+        let b = instance(pg, &url).await;
+        let payer = |own: &str| vec![level(own, 100), level("net:n", 150), level("ceiling", 1000)];
+        b.charge(Book::Items, &payer("ip:a"), 100)
+            .await
+            .unwrap()
+            .unwrap();
+        b.charge(Book::Items, &payer("ip:b"), 40)
+            .await
+            .unwrap()
+            .unwrap();
+        // The network has 10 left: "ip:c" (a full budget of its own) is refused there.
+        let refused = b
+            .charge(Book::Items, &payer("ip:c"), 20)
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(refused.level, 1, "{refused:?}");
+        assert!((200..=260).contains(&refused.wait), "{refused:?}");
+        assert_eq!(b.remaining(Book::Items, "ip:c").await.unwrap(), Some(100.0));
+        let ceiling = b.remaining(Book::Items, "ceiling").await.unwrap().unwrap();
+        assert!((860.0..860.1).contains(&ceiling), "{ceiling}");
+        // "ip:b" is refused at its network too; its own level keeps its 60.
+        let refused = b
+            .charge(Book::Items, &payer("ip:b"), 50)
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(refused.level, 1);
+        let own = b.remaining(Book::Items, "ip:b").await.unwrap().unwrap();
+        assert!((60.0..60.1).contains(&own), "{own}");
+        // More than a level can ever hold: an hour, and nothing written.
+        assert_eq!(
+            b.charge(Book::Items, &payer("ip:d"), 101).await.unwrap(),
+            Err(Shortfall {
+                level: 0,
+                wait: 3600
+            })
+        );
+        assert_eq!(b.remaining(Book::Items, "ip:d").await.unwrap(), None);
+    });
+}
+
+/// A PostgreSQL stop during charges: a charge gives a typed error (never a free pass,
+/// never a hang), and once the database is back the same pool charges again.
+#[test]
+fn a_database_stop_gives_a_typed_error_then_charges_resume() {
+    let pg = TempPostgres::start();
+    let url = pg.fresh_database();
+    run(async {
+        let b = instance(&pg, &url).await;
+        let levels = vec![level("token-id:1", 100)];
+        b.charge(Book::Items, &levels, 10).await.unwrap().unwrap();
+        tokio::task::block_in_place(|| pg.kill());
+        let t = std::time::Instant::now();
+        let e = b
+            .charge(Book::Items, &levels, 10)
+            .await
+            .expect_err("no charge without the database");
+        assert!(
+            matches!(e, BudgetError::Unavailable(_) | BudgetError::Db(_)),
+            "{e:?}"
+        );
+        assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+        tokio::task::block_in_place(|| pg.start_again());
+        b.charge(Book::Items, &levels, 10)
+            .await
+            .expect("the pool reconnects by itself")
+            .unwrap();
+        // Nothing lost or doubled: two charges of 10 went through.
+        let left = b
+            .remaining(Book::Items, "token-id:1")
+            .await
+            .unwrap()
+            .unwrap();
+        assert!((80.0..80.1).contains(&left), "{left}");
+    });
+}
