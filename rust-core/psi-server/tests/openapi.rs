@@ -241,8 +241,14 @@ fn can_return(route: Route) -> HashSet<ErrorCode> {
         Route::DhQuery | Route::OtRound | Route::Cm20Round | Route::LabelQuery | Route::LabelFetch
     );
     if authenticated {
-        // `auth`: no or a refused token; an unreadable trusted-proxy client header.
-        codes.extend([E::MissingToken, E::InvalidToken, E::BadRequest]);
+        // `auth`: no or a refused token; an unreadable trusted-proxy client header; the
+        // token lookup's database away (store_health.rs).
+        codes.extend([
+            E::MissingToken,
+            E::InvalidToken,
+            E::BadRequest,
+            E::StoreUnavailable,
+        ]);
     }
     if session {
         // `session()`: an id naming another instance; another caller's or no session; an
@@ -386,7 +392,8 @@ fn json_bodies_match_psi_http() {
             ends_on_completion: true,
         },
     );
-    assert_fields(
+    // `store` is optional (absent from servers older than the shared store's health).
+    assert_fields_optional(
         &doc,
         "Health",
         Health {
@@ -401,7 +408,9 @@ fn json_bodies_match_psi_http() {
             label_record_bytes: 0,
             costs: None,
             features: vec![],
+            store: None,
         },
+        &["store"],
     );
     // The feature names: psi-http's, every one.
     assert_eq!(
