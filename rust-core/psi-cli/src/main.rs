@@ -11,17 +11,18 @@
 //!   loopback (docs/reliability.md).
 //! - `psi bench`: the benchmark table recorded in docs/benchmarks.md.
 
-mod db_args;
 mod attack;
 mod bench;
 mod bench_labels;
 mod choice;
+mod db_args;
 mod demo;
 mod import;
 mod loadgen;
 mod match_cmd;
 mod measure;
 mod output;
+mod reseal_cmd;
 mod runner;
 mod seal_key_cmd;
 mod serve;
@@ -158,6 +159,9 @@ enum Command {
         #[command(subcommand)]
         command: seal_key_cmd::SealKeyCommand,
     },
+    /// Re-seal every OPRF key in a PostgreSQL database under the first key of the at-rest
+    /// key file (the at-rest key rotation, docs/deploy.md "At-rest key").
+    Reseal(reseal_cmd::ResealArgs),
     /// Match a contact file (CSV or one per line) against a server.
     Match(match_cmd::MatchArgs),
     /// Load generator: concurrent clients matching against a server.
@@ -222,6 +226,7 @@ fn main() -> ExitCode {
         Command::RotateKey { server } => import::rotate(server),
         Command::Token { command } => token_cmd::run(command),
         Command::SealKey { command } => seal_key_cmd::run(command),
+        Command::Reseal(args) => reseal_cmd::run(args),
         Command::Match(args) => match_cmd::run(args),
         Command::Loadgen(args) => loadgen::run(args),
         Command::Attack(args) => attack::run(args),

@@ -24,7 +24,7 @@ use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
-pub use postgres::{PgSettings, SettingsError, TlsMode};
+pub use postgres::{PgAccounts, PgSettings, PgStore, SettingsError, TlsMode};
 pub use sqlite::Store;
 
 /// Where the store is: what `--db` names.
