@@ -34,7 +34,7 @@ fn shared(name: &str) -> Config {
     c.session_idle_timeout = Duration::from_secs(60);
     c.ot_idle_timeout = Duration::from_secs(60);
     c.ot_hello_timeout = Duration::from_secs(60);
-    fill(&c, REGISTRY, |i| i % 3 != 0);
+    fill(&c, REGISTRY, |i| !i.is_multiple_of(3));
     c
 }
 
@@ -212,7 +212,7 @@ fn nginx_routes_sessions_by_id_and_a_dead_instance_sessions_are_retried_elsewher
         assert_eq!(got, expected, "{}", nginx.logs());
         for m in &report.matches {
             let i: u64 = std::str::from_utf8(&m.item).unwrap()[5..].parse().unwrap();
-            assert_eq!(m.label, (i % 3 != 0).then(|| format!("user-{i}")));
+            assert_eq!(m.label, (!i.is_multiple_of(3)).then(|| format!("user-{i}")));
         }
     };
 
