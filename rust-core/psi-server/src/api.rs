@@ -3,7 +3,7 @@
 
 use crate::AppState;
 use crate::instance::Owner;
-use crate::limits::{LevelKind, Payer, Refused};
+use crate::limits::{ChargeError, LevelKind, Payer, Refused};
 use crate::sessions::{
     BuildError, ChunkedRun, Full, Lookup, MAX_FAILED_STEPS, Phase, RoundServer, Session, lock,
 };
@@ -479,21 +479,33 @@ async fn create_session(
     let receipt = state
         .limiter
         .charge_all(&payer, protocol.charge(n))
-        .map_err(rate_limited)?;
+        .await
+        .map_err(|e| charge_error(e, rate_limited))?;
+    // A shared OT-session budget is charged here, not in the session table (an await its
+    // lock cannot hold): after the item budget, before the OT caps, refunded below if the
+    // session is not admitted.
+    let ot_budget = state.sessions.ot_budget();
+    let ot_receipt = if protocol.runs_in_rounds() && ot_budget.shared_store().is_some() {
+        match ot_budget.charge(&client, 1).await {
+            Ok(r) => Some(r),
+            Err(e) => {
+                state.limiter.refund_all(&receipt).await;
+                return Err(charge_error(e, |r| ot_budget_refused(r.wait)));
+            }
+        }
+    } else {
+        None
+    };
     let inserted = state.sessions.insert(id.clone(), block, session);
     if inserted.is_err() {
-        state.limiter.refund_all(&receipt);
+        state.limiter.refund_all(&receipt).await;
+        if let Some(r) = &ot_receipt {
+            ot_budget.refund_all(r).await;
+        }
     }
     let slot = match inserted {
         Ok(slot) => slot,
-        Err(Full::OtBudget(wait)) => {
-            let mut e = ApiError::new(
-                ErrorCode::RateLimited,
-                format!("OT-PSI sessions-per-hour limit reached; retry in {wait} s or use dh-psi"),
-            );
-            e.retry_after = Some(wait);
-            return Err(e);
-        }
+        Err(Full::OtBudget(wait)) => return Err(ot_budget_refused(wait)),
         Err(full) => {
             // The OT capacity refusals have a code of their own (503 ot_capacity): a
             // client may run dh-psi instead, which no OT slot shortage refuses. The caps
@@ -569,6 +581,30 @@ async fn create_session(
         ends_on_completion: true,
     };
     Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+/// `429 rate_limited` with `Retry-After`: the caller's OT-PSI sessions of the hour are
+/// spent.
+fn ot_budget_refused(wait: u64) -> ApiError {
+    let mut e = ApiError::new(
+        ErrorCode::RateLimited,
+        format!("OT-PSI sessions-per-hour limit reached; retry in {wait} s or use dh-psi"),
+    );
+    e.retry_after = Some(wait);
+    e
+}
+
+/// A budget charge that did not go through, as the API answers it: a refusal as `refuse`
+/// says; a shared budget table that cannot be asked as `503 store_unavailable` (nothing
+/// was charged and nothing is given: fail closed, retryable).
+fn charge_error(e: ChargeError, refuse: impl FnOnce(Refused) -> ApiError) -> ApiError {
+    match e {
+        ChargeError::Refused(r) => refuse(r),
+        ChargeError::Store(e) => {
+            tracing::error!(error = %e, "charging a shared budget failed; refusing the request");
+            store_unavailable()
+        }
+    }
 }
 
 /// `429 rate_limited` with `Retry-After` for an items charge refused at `refused.kind`.
@@ -1181,7 +1217,20 @@ async fn label_query(
     .map_err(|e| refused(&state, &s, e))?;
     let limiter = &state.limiter;
     let count = query.len() as u64;
-    transition(
+    // A shared budget is charged before the transition (an await the session's lock cannot
+    // hold) and refunded if the transition does not accept the step; a local one inside
+    // the check, after the phase, as before.
+    let prepaid = match limiter.shared_store() {
+        Some(_) => Some(
+            limiter
+                .charge_all(&payer, count)
+                .await
+                .map_err(|e| charge_error(e, rate_limited))?,
+        ),
+        None => None,
+    };
+    let accepted = std::sync::atomic::AtomicBool::new(false);
+    let answer = transition(
         &state,
         &s,
         |g| {
@@ -1198,10 +1247,14 @@ async fn label_query(
             }
             // The request's payer is the session's: the caller key it was looked up by
             // decides it.
-            limiter
-                .charge_all(&payer, count)
-                .map(drop)
-                .map_err(rate_limited)
+            if let crate::limits::Budgets::Local(limiter) = limiter {
+                limiter
+                    .charge_all(&payer, count)
+                    .map(drop)
+                    .map_err(rate_limited)?;
+            }
+            accepted.store(true, std::sync::atomic::Ordering::Relaxed);
+            Ok(())
         },
         move |phase| match registry.dh.evaluate(&query) {
             Ok(out) => (
@@ -1213,7 +1266,13 @@ async fn label_query(
             Err(e) => (phase, Err(e.into())),
         },
     )
-    .await
+    .await;
+    if let Some(receipt) = prepaid
+        && !accepted.load(std::sync::atomic::Ordering::Relaxed)
+    {
+        limiter.refund_all(&receipt).await;
+    }
+    answer
 }
 
 async fn label_fetch(
@@ -1277,15 +1336,18 @@ pub const PROBE_REQUEST_FLOOR: u64 = 1024;
 /// Probe bytes the caller may move per hour, both ways together: the probe is cheap
 /// (a static buffer out, a counted body in), but not free. Each request is charged its
 /// body bytes, at least [`PROBE_REQUEST_FLOOR`].
-fn charge_probe(state: &AppState, client: &str, bytes: u64) -> Result<(), ApiError> {
+async fn charge_probe(state: &AppState, client: &str, bytes: u64) -> Result<(), ApiError> {
     let charge = bytes.max(PROBE_REQUEST_FLOOR);
-    state.probe_limiter.charge(client, charge).map_err(|wait| {
-        let mut e = ApiError::new(
-            ErrorCode::RateLimited,
-            format!("probe bytes-per-hour limit reached; retry in {wait} s"),
-        );
-        e.retry_after = Some(wait);
-        e
+    let charged = state.probe_limiter.charge(client, charge).await;
+    charged.map(drop).map_err(|e| {
+        charge_error(e, |Refused { wait, .. }| {
+            let mut e = ApiError::new(
+                ErrorCode::RateLimited,
+                format!("probe bytes-per-hour limit reached; retry in {wait} s"),
+            );
+            e.retry_after = Some(wait);
+            e
+        })
     })
 }
 
@@ -1320,7 +1382,7 @@ async fn probe_down(
             ),
         ));
     }
-    charge_probe(&state, &client, n)?;
+    charge_probe(&state, &client, n).await?;
     let body = Bytes::from_static(&PROBE_ZEROS[..n as usize]);
     let mut resp = ([(header::CONTENT_TYPE, psi_http::BINARY)], body).into_response();
     resp.headers_mut()
@@ -1362,7 +1424,7 @@ async fn probe_up(
     if declared > psi_http::PROBE_MAX_BYTES {
         return Err(too_large());
     }
-    charge_probe(&state, &client, declared)?;
+    charge_probe(&state, &client, declared).await?;
     let body = axum::body::to_bytes(req.into_body(), psi_http::PROBE_MAX_BYTES as usize)
         .await
         .map_err(|_| too_large())?;
@@ -1378,15 +1440,18 @@ async fn probe_up(
 /// (`Config::encoded_set_bytes_per_hour`, with the network and ceiling levels of a caller
 /// without a token, ADR 0038). A set larger than the per-caller budget is charged the
 /// budget: one full download an hour, not none.
-fn charge_download(state: &AppState, payer: &Payer, bytes: usize) -> Result<(), ApiError> {
+async fn charge_download(state: &AppState, payer: &Payer, bytes: usize) -> Result<(), ApiError> {
     let limiter = &state.download_limiter;
     let charge = (bytes as u64).min(limiter.per_hour());
-    limiter.charge_all(payer, charge).map(drop).map_err(|refused| {
-        let mut e = budget_refused("encoded-set download bytes-per-hour limit", refused);
-        e.message.push_str(
-            " (a request whose If-None-Match names the current set is answered 304 and not charged)",
-        );
-        e
+    let charged = limiter.charge_all(payer, charge).await;
+    charged.map(drop).map_err(|e| {
+        charge_error(e, |refused| {
+            let mut e = budget_refused("encoded-set download bytes-per-hour limit", refused);
+            e.message.push_str(
+                " (a request whose If-None-Match names the current set is answered 304 and not charged)",
+            );
+            e
+        })
     })
 }
 
@@ -1428,7 +1493,7 @@ async fn encoded_set(
     let mut resp = if matches {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
-        charge_download(&state, &payer, r.encoded.len())?;
+        charge_download(&state, &payer, r.encoded.len()).await?;
         (
             [(header::CONTENT_TYPE, psi_http::BINARY)],
             r.encoded.clone(),

@@ -327,16 +327,19 @@ pub struct AppState {
     /// Wakes the epoch task when a previous epoch starts its overlap.
     epoch_retired: tokio::sync::Notify,
     pub(crate) sessions: sessions::Sessions,
-    pub(crate) limiter: limits::RateLimiter,
+    /// Each caller's hourly budget of queried items (`Config::items_per_hour`): in
+    /// memory and saved to SQLite, or charged in the shared PostgreSQL table that every
+    /// instance charges (as the probe, download and OT-session budgets).
+    pub(crate) limiter: limits::Budgets,
     /// Each caller's hourly budget of probe bytes (`Config::probe_bytes_per_hour`; in
-    /// memory only, swept with the other budgets).
-    pub(crate) probe_limiter: limits::RateLimiter,
+    /// memory only with SQLite, swept with the other budgets).
+    pub(crate) probe_limiter: limits::Budgets,
     /// Each address's hourly budget of `GET /v1/health` requests
     /// (`Config::health_per_hour`; in memory only, swept with the other budgets).
     pub(crate) health_limiter: limits::RateLimiter,
     /// Each caller's hourly budget of full encoded-set download bytes
-    /// (`Config::encoded_set_bytes_per_hour`; in memory only).
-    pub(crate) download_limiter: limits::RateLimiter,
+    /// (`Config::encoded_set_bytes_per_hour`; in memory only with SQLite).
+    pub(crate) download_limiter: limits::Budgets,
     /// Issued tokens and saved budgets (its own database connection).
     pub(crate) accounts: accounts::Accounts,
     /// Whether the database answered the last look: while it does not, health says so
@@ -365,26 +368,49 @@ impl AppState {
         let limiter = limits::RateLimiter::new(config.items_per_hour);
         let accounts = accounts::Accounts::open(&config.db, &limiter, config.session_ttl);
         let instance = config.instance.clone().unwrap_or_else(InstanceName::random);
+        // Several instances on one PostgreSQL charge every budget in its shared table (one
+        // pool for all four): a caller spreading requests over them has one budget.
+        let shared = match &config.db {
+            storage::Database::Postgres(pg) => {
+                Some(storage::postgres::budgets::SharedBudgets::open(pg))
+            }
+            _ => None,
+        };
+        use storage::postgres::budgets::Book;
+        let book = |limiter: limits::RateLimiter, book: Book| match &shared {
+            Some(store) => limits::Budgets::shared(limiter, book, store.clone()),
+            None => limits::Budgets::local(limiter),
+        };
+        let mut sessions = sessions::Sessions::new(
+            sessions::SessionLimits {
+                total: config.max_sessions,
+                per_client: config.max_sessions_per_client,
+                per_block: config.max_sessions_per_block,
+                idle: config.session_idle_timeout,
+                hello: config.ot_hello_timeout,
+                ot: config.max_ot_sessions,
+                ot_per_client: config.max_ot_sessions_per_client,
+                ot_per_hour: config.ot_sessions_per_hour,
+                ot_idle: config.ot_idle_timeout,
+            },
+            config.session_ttl,
+        );
+        if let Some(store) = &shared {
+            sessions.share_ot_budget(store.clone());
+        }
         Arc::new(AppState {
             instance,
-            sessions: sessions::Sessions::new(
-                sessions::SessionLimits {
-                    total: config.max_sessions,
-                    per_client: config.max_sessions_per_client,
-                    per_block: config.max_sessions_per_block,
-                    idle: config.session_idle_timeout,
-                    hello: config.ot_hello_timeout,
-                    ot: config.max_ot_sessions,
-                    ot_per_client: config.max_ot_sessions_per_client,
-                    ot_per_hour: config.ot_sessions_per_hour,
-                    ot_idle: config.ot_idle_timeout,
-                },
-                config.session_ttl,
+            sessions,
+            limiter: book(limiter, Book::Items),
+            probe_limiter: book(
+                limits::RateLimiter::in_memory(config.probe_bytes_per_hour),
+                Book::ProbeBytes,
             ),
-            limiter,
-            probe_limiter: limits::RateLimiter::in_memory(config.probe_bytes_per_hour),
             health_limiter: limits::RateLimiter::in_memory(config.health_per_hour),
-            download_limiter: limits::RateLimiter::in_memory(config.encoded_set_bytes_per_hour),
+            download_limiter: book(
+                limits::RateLimiter::in_memory(config.encoded_set_bytes_per_hour),
+                Book::DownloadBytes,
+            ),
             accounts,
             store_health: store_health::StoreHealth::default(),
             workers: Arc::new(tokio::sync::Semaphore::new(config.workers.max(1))),
@@ -644,12 +670,20 @@ pub async fn serve(
                 }
                 saved = Some(Instant::now());
                 let st = state.clone();
-                let _ = tokio::task::spawn_blocking(move || st.accounts.save_budgets(&st.limiter))
-                    .await;
-                state.limiter.sweep();
-                state.probe_limiter.sweep();
+                let _ = tokio::task::spawn_blocking(move || {
+                    st.accounts.save_budgets(st.limiter.limiter())
+                })
+                .await;
+                state.limiter.limiter().sweep();
+                state.probe_limiter.limiter().sweep();
                 state.health_limiter.sweep();
-                state.download_limiter.sweep();
+                state.download_limiter.limiter().sweep();
+                // Shared budgets: rows full again are deleted (one statement for all).
+                if let Some(store) = state.limiter.shared_store()
+                    && let Err(e) = store.sweep().await
+                {
+                    tracing::warn!(error = %e, "sweeping the shared budgets failed");
+                }
             }
         })
     });
@@ -679,7 +713,9 @@ pub async fn serve(
         task.abort();
     }
     // The budgets charged since the last save survive a shutdown.
-    let _ = tokio::task::spawn_blocking(move || state.accounts.save_budgets(&state.limiter)).await;
+    let _ =
+        tokio::task::spawn_blocking(move || state.accounts.save_budgets(state.limiter.limiter()))
+            .await;
     result
 }
 

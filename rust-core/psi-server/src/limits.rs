@@ -9,6 +9,7 @@
 //! budget) keep no such mark, so their sweep forgets every bucket that is full again.
 
 use crate::storage::SavedBudget;
+use crate::storage::postgres::budgets::{Book, BudgetError, LevelCap, SharedBudgets};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -101,6 +102,125 @@ pub(crate) struct Refused {
     pub(crate) wait: u64,
     /// The level that needs the longest wait.
     pub(crate) kind: LevelKind,
+}
+
+/// One of the server's hourly budgets (items, probe bytes, download bytes, OT sessions):
+/// in this process's memory ([`RateLimiter`], one instance, SQLite), or in the shared
+/// PostgreSQL table that every instance charges ([`SharedBudgets`], issue 22), so that a
+/// caller spreading requests over N instances still has one budget. Sizes (the default,
+/// a token's own, a level's scale) are decided by the same [`RateLimiter`] either way.
+pub(crate) enum Budgets {
+    Local(RateLimiter),
+    Shared {
+        /// Sizes only (`set_limit`, `per_hour`): never charged.
+        sizes: RateLimiter,
+        book: Book,
+        store: SharedBudgets,
+    },
+}
+
+/// A charge neither granted nor refused by the budgets.
+#[derive(Debug)]
+pub(crate) enum ChargeError {
+    /// A level cannot pay: nothing was charged.
+    Refused(Refused),
+    /// The shared table could not be asked: nothing was charged, and the request is
+    /// refused (fail closed: never a free pass), retryably.
+    Store(BudgetError),
+}
+
+impl Budgets {
+    /// Budgets in this process's memory.
+    pub(crate) fn local(limiter: RateLimiter) -> Budgets {
+        Budgets::Local(limiter)
+    }
+
+    /// Budgets of `book` in the shared table, sized by `sizes`.
+    pub(crate) fn shared(sizes: RateLimiter, book: Book, store: SharedBudgets) -> Budgets {
+        Budgets::Shared { sizes, book, store }
+    }
+
+    /// The limiter deciding sizes (and, when local, holding the buckets): what the
+    /// periodic sweep and budget saves work on (nothing to do for shared budgets: their
+    /// limiter is never charged).
+    pub(crate) fn limiter(&self) -> &RateLimiter {
+        match self {
+            Budgets::Local(l) => l,
+            Budgets::Shared { sizes, .. } => sizes,
+        }
+    }
+
+    /// The shared table, if the budgets are there.
+    pub(crate) fn shared_store(&self) -> Option<&SharedBudgets> {
+        match self {
+            Budgets::Local(_) => None,
+            Budgets::Shared { store, .. } => Some(store),
+        }
+    }
+
+    /// The per-caller budget (before a token's own).
+    pub(crate) fn per_hour(&self) -> u64 {
+        self.limiter().per_hour()
+    }
+
+    /// Gives `client` its own hourly budget ([`RateLimiter::set_limit`]).
+    pub(crate) fn set_limit(&self, client: &str, per_hour: Option<u64>) {
+        self.limiter().set_limit(client, per_hour)
+    }
+
+    /// Takes `amount` from every level of `payer`, or from none ([`RateLimiter::charge_all`];
+    /// shared: one statement over the levels' rows, [`SharedBudgets::charge`]).
+    pub(crate) async fn charge_all(
+        &self,
+        payer: &Payer,
+        amount: u64,
+    ) -> Result<Receipt, ChargeError> {
+        let (sizes, book, store) = match self {
+            Budgets::Local(l) => return l.charge_all(payer, amount).map_err(ChargeError::Refused),
+            Budgets::Shared { sizes, book, store } => (sizes, *book, store),
+        };
+        let levels = sizes.sizes(payer);
+        let caps: Vec<LevelCap> = levels
+            .iter()
+            .map(|(l, cap)| LevelCap {
+                key: l.key.clone(),
+                per_hour: *cap,
+            })
+            .collect();
+        match store.charge(book, &caps, amount).await {
+            Ok(Ok(())) => Ok(Receipt {
+                keys: caps.into_iter().map(|c| c.key).collect(),
+                amount,
+            }),
+            Ok(Err(short)) => Err(ChargeError::Refused(Refused {
+                wait: short.wait,
+                kind: levels
+                    .get(short.level)
+                    .map_or(LevelKind::Token, |(l, _)| l.kind),
+            })),
+            Err(e) => Err(ChargeError::Store(e)),
+        }
+    }
+
+    /// Takes `amount` from `client`'s own budget alone (probe bytes, OT sessions).
+    pub(crate) async fn charge(&self, client: &str, amount: u64) -> Result<Receipt, ChargeError> {
+        let payer = Payer::new(vec![Level::new(client.to_string(), 1, LevelKind::Token)]);
+        self.charge_all(&payer, amount).await
+    }
+
+    /// Gives a charge back to every level it was taken from, none above its size. A
+    /// refund the shared table cannot take is logged and lost: the caller keeps the
+    /// charge (never more than the budget).
+    pub(crate) async fn refund_all(&self, receipt: &Receipt) {
+        match self {
+            Budgets::Local(l) => l.refund_all(receipt),
+            Budgets::Shared { book, store, .. } => {
+                if let Err(e) = store.refund(*book, &receipt.keys, receipt.amount).await {
+                    tracing::warn!(error = %e, "refunding a shared budget failed; the charge stands");
+                }
+            }
+        }
+    }
 }
 
 /// Most buckets a limiter tracks before new address and network budgets go untracked
@@ -210,6 +330,29 @@ impl RateLimiter {
         }
     }
 
+    /// A level's budget now: its own for a token with one, else this limiter's per-caller
+    /// budget times the level's scale (0: unlimited). The one rule for a level's size,
+    /// charged here or in the shared table ([`Budgets`]).
+    fn size(&self, g: &Inner, level: &Level) -> u64 {
+        let base = if level.kind == LevelKind::Token {
+            g.per_hour(self.per_hour, &level.key)
+        } else {
+            self.per_hour
+        };
+        base.saturating_mul(level.scale)
+    }
+
+    /// The limited levels of `payer` with their sizes now, narrowest first.
+    fn sizes<'p>(&self, payer: &'p Payer) -> Vec<(&'p Level, u64)> {
+        let g = self.lock();
+        payer
+            .levels
+            .iter()
+            .map(|l| (l, self.size(&g, l)))
+            .filter(|(_, cap)| *cap > 0)
+            .collect()
+    }
+
     /// Takes `items` from `client`'s budget alone, or returns the seconds until it could.
     pub(crate) fn charge(&self, client: &str, items: u64) -> Result<(), u64> {
         let payer = Payer::new(vec![Level::new(client.to_string(), 1, LevelKind::Token)]);
@@ -242,12 +385,7 @@ impl RateLimiter {
         let mut charged: Vec<(&Level, u64)> = Vec::with_capacity(payer.levels.len());
         let mut refused: Option<Refused> = None;
         for level in &payer.levels {
-            let base = if level.kind == LevelKind::Token {
-                g.per_hour(self.per_hour, &level.key)
-            } else {
-                self.per_hour
-            };
-            let cap = base.saturating_mul(level.scale);
+            let cap = self.size(&g, level);
             if cap == 0 {
                 continue;
             }

@@ -8,7 +8,8 @@
 //! the total cap the oldest idle session of the biggest block makes room for a new one
 //! (`docs/adr/0034-session-table-limits.md`).
 
-use crate::limits::RateLimiter;
+use crate::limits::{Budgets, RateLimiter};
+use crate::storage::postgres::budgets::{Book, SharedBudgets};
 use psi_core::cm20::{Cm20Config, Cm20Server, Cm20Set};
 use psi_core::ot::{OtConfig, OtServer};
 use psi_core::{ItemSet, Protocol, Threads};
@@ -249,8 +250,10 @@ pub(crate) struct Sessions {
     /// Lock order: `map` before `ot` (an [`ChunkedSlot`] can be dropped while `map` is held).
     map: Mutex<HashMap<String, Entry>>,
     ot: Arc<Mutex<OtState>>,
-    /// Each caller's hourly budget of OT-PSI sessions (`ot_per_hour`).
-    ot_budget: RateLimiter,
+    /// Each caller's hourly budget of OT-PSI sessions (`ot_per_hour`): charged here
+    /// when in memory; when shared, charged by the caller before [`Sessions::insert`]
+    /// (an await, which the table's lock cannot hold) and refunded if not admitted.
+    ot_budget: Budgets,
 }
 
 /// Caps on live sessions.
@@ -303,8 +306,22 @@ impl Sessions {
             ttl,
             map: Mutex::new(HashMap::new()),
             ot: Arc::default(),
-            ot_budget: RateLimiter::in_memory(limits.ot_per_hour),
+            ot_budget: Budgets::local(RateLimiter::in_memory(limits.ot_per_hour)),
         }
+    }
+
+    /// Charges the OT-session budget in the shared table of several instances instead.
+    pub(crate) fn share_ot_budget(&mut self, store: SharedBudgets) {
+        self.ot_budget = Budgets::shared(
+            RateLimiter::in_memory(self.limits.ot_per_hour),
+            Book::OtSessions,
+            store,
+        );
+    }
+
+    /// The hourly OT-session budget.
+    pub(crate) fn ot_budget(&self) -> &Budgets {
+        &self.ot_budget
     }
 
     pub(crate) fn ttl(&self) -> Duration {
@@ -361,9 +378,9 @@ impl Sessions {
             {
                 return Err(Full::OtClient);
             }
-            self.ot_budget
-                .charge(&session.client, 1)
-                .map_err(Full::OtBudget)?;
+            if let Budgets::Local(budget) = &self.ot_budget {
+                budget.charge(&session.client, 1).map_err(Full::OtBudget)?;
+            }
             ot.running += 1;
             *ot.per_client.entry(session.client.clone()).or_default() += 1;
             Some(ChunkedSlot {
@@ -376,7 +393,9 @@ impl Sessions {
         if live >= self.limits.total && !evict(&mut map, now, self.limits.idle / 4) {
             if slot.is_some() {
                 drop(slot);
-                self.ot_budget.refund(&session.client, 1);
+                if let Budgets::Local(budget) = &self.ot_budget {
+                    budget.refund(&session.client, 1);
+                }
             }
             return Err(Full::Total);
         }
@@ -483,7 +502,7 @@ impl Sessions {
         for id in idle {
             self.end(&id);
         }
-        self.ot_budget.sweep();
+        self.ot_budget.limiter().sweep();
         removed
     }
 }
@@ -627,9 +646,9 @@ mod tests {
             drop(slot);
             sessions.remove(&id);
         }
-        assert_eq!(sessions.ot_budget.tracked(), 50);
+        assert_eq!(sessions.ot_budget.limiter().tracked(), 50);
         std::thread::sleep(Duration::from_millis(5));
         sessions.sweep();
-        assert_eq!(sessions.ot_budget.tracked(), 0);
+        assert_eq!(sessions.ot_budget.limiter().tracked(), 0);
     }
 }

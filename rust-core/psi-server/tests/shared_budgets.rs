@@ -37,7 +37,7 @@ fn settings(pg: &TempPostgres, url: &str) -> PgSettings {
 
 /// One instance's budgets (a pool of its own) on `url`, the table created.
 async fn instance(pg: &TempPostgres, url: &str) -> SharedBudgets {
-    let b = SharedBudgets::open(&settings(pg, url)).expect("a pool");
+    let b = SharedBudgets::open(&settings(pg, url));
     b.create_schema().await.expect("the budgets table");
     b
 }

@@ -204,7 +204,12 @@ const TRIES: usize = 4;
 /// worker thread).
 #[derive(Clone)]
 pub struct SharedBudgets {
-    pool: Pool,
+    /// `Err`: the settings gave no usable pool (the reason, no secret): every charge is
+    /// refused as [`BudgetError::Unavailable`] (fail closed).
+    pool: Result<Pool, String>,
+    /// Set once the table is known to exist: created by the first charge that finds it
+    /// missing from this instance's view (idempotent; tried again after a failure).
+    table: std::sync::Arc<tokio::sync::OnceCell<()>>,
 }
 
 /// Most connections one instance holds for its charges (they are short statements).
@@ -217,7 +222,10 @@ const CONNECT_WAIT: Duration = Duration::from_secs(5);
 impl SharedBudgets {
     /// Budgets on `pool`'s database; [`SharedBudgets::create_schema`] once before use.
     pub fn new(pool: Pool) -> SharedBudgets {
-        SharedBudgets { pool }
+        SharedBudgets {
+            pool: Ok(pool),
+            table: Default::default(),
+        }
     }
 
     /// A pool of async connections for the request path. No connection is opened here.
@@ -247,21 +255,44 @@ impl SharedBudgets {
             .recycle_timeout(Some(CONNECT_WAIT))
             .build()
             .map_err(|e| BudgetError::Unavailable(e.to_string()))?;
-        Ok(SharedBudgets { pool })
+        Ok(SharedBudgets::new(pool))
     }
 
-    /// [`SharedBudgets::connect`] with what `--db postgres://...` names.
-    pub fn open(settings: &super::PgSettings) -> Result<SharedBudgets, BudgetError> {
-        let tls = settings
+    /// [`SharedBudgets::connect`] with what `--db postgres://...` names. Settings that
+    /// give no pool (unreadable TLS roots: the registry's open fails on them first) give
+    /// budgets that refuse every charge as unavailable, never a free pass.
+    pub fn open(settings: &super::PgSettings) -> SharedBudgets {
+        let pool = settings
             .connect_tls()
-            .map_err(|e| BudgetError::Unavailable(e.to_string()))?;
-        Self::connect(settings.pg_config(), tls)
+            .map_err(|e| BudgetError::Unavailable(e.to_string()))
+            .and_then(|tls| Self::connect(settings.pg_config(), tls));
+        match pool {
+            Ok(b) => b,
+            Err(e) => SharedBudgets {
+                pool: Err(e.to_string()),
+                table: Default::default(),
+            },
+        }
     }
 
-    /// Creates the `budgets` table if missing (idempotent).
+    /// A connection from the pool (bounded wait).
+    async fn client(&self) -> Result<deadpool_postgres::Client, BudgetError> {
+        match &self.pool {
+            Ok(pool) => Ok(pool.get().await?),
+            Err(reason) => Err(BudgetError::Unavailable(reason.clone())),
+        }
+    }
+
+    /// Creates the `budgets` table if missing (idempotent). Charges call it themselves
+    /// the first time; a server need not.
     pub async fn create_schema(&self) -> Result<(), BudgetError> {
-        let client = self.pool.get().await?;
-        client.batch_execute(SCHEMA).await?;
+        self.table
+            .get_or_try_init(|| async {
+                let client = self.client().await?;
+                client.batch_execute(SCHEMA).await?;
+                Ok::<(), BudgetError>(())
+            })
+            .await?;
         Ok(())
     }
 
@@ -286,7 +317,8 @@ impl SharedBudgets {
             }
         }
         let need = amount as f64;
-        let client = self.pool.get().await?;
+        self.create_schema().await?;
+        let client = self.client().await?;
         let charge = client.prepare_cached(&charge_sql()).await?;
         for _ in 0..TRIES {
             let rows = client
@@ -324,7 +356,8 @@ impl SharedBudgets {
         if keys.is_empty() || amount == 0 {
             return Ok(());
         }
-        let client = self.pool.get().await?;
+        self.create_schema().await?;
+        let client = self.client().await?;
         let refund = client.prepare_cached(&refund_sql()).await?;
         client
             .execute(&refund, &[&book.name(), &keys, &(amount as f64)])
@@ -334,13 +367,15 @@ impl SharedBudgets {
 
     /// Deletes the rows that are full again (every book); returns how many.
     pub async fn sweep(&self) -> Result<u64, BudgetError> {
-        let client = self.pool.get().await?;
+        self.create_schema().await?;
+        let client = self.client().await?;
         Ok(client.execute(&sweep_sql(), &[]).await?)
     }
 
     /// What is left of `key`'s budget in `book` now (`None`: no row, a full budget).
     pub async fn remaining(&self, book: Book, key: &str) -> Result<Option<f64>, BudgetError> {
-        let client = self.pool.get().await?;
+        self.create_schema().await?;
+        let client = self.client().await?;
         let row = client
             .query_opt(
                 &format!(
