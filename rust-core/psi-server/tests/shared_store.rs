@@ -1,0 +1,456 @@
+//! Several `psi serve` instances on one PostgreSQL database (issue 22): an import and a
+//! rotation made through one are served by all, with the same encoded set; two refreshes
+//! racing compute each output once; a builder that dies releases the build lease and
+//! another goes on from the outputs it stored; the OPRF keys are stored sealed. Real
+//! PostgreSQL on 127.0.0.1 (psi-test-support), real servers on 127.0.0.1 port 0.
+
+mod common;
+
+use common::*;
+use psi_client::{
+    CancelToken, Client, ClientConfig, HttpTransport, MatchReport, Method, Protocol, Request,
+    Response, Transport, TransportError,
+};
+use psi_core::Threads;
+use psi_server::sealing::SealKeys;
+use psi_server::storage::{self, PgSettings, PgStore, RegistryStore, SetWork};
+use psi_server::{AppState, Config, Database, RunningServer, StoreError};
+use psi_test_support::pg::TempPostgres;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often the servers here look for changes in the database.
+const WATCH: Duration = Duration::from_millis(300);
+
+/// A fresh database on the shared cluster, with the password and a new at-rest key file.
+fn fresh(name: &str) -> (PgSettings, PathBuf) {
+    let pg = TempPostgres::shared();
+    let dir = temp_dir(name);
+    let seal = dir.join("seal.key");
+    SealKeys::generate_file(&seal).unwrap();
+    let settings = PgSettings::from_url(&pg.fresh_database())
+        .unwrap()
+        .with_password(pg.password())
+        .with_seal_key_file(Some(&seal));
+    (settings, dir)
+}
+
+fn pg_config(name: &str, settings: &PgSettings) -> Config {
+    let mut c = config(name);
+    c.db = Database::Postgres(settings.clone());
+    c.watch_store = Some(WATCH);
+    c.rotate_every = None;
+    c.epoch_overlap = Duration::from_secs(120);
+    c.session_ttl = Duration::from_secs(120);
+    c.items_per_hour = 0;
+    c
+}
+
+fn import(settings: &PgSettings, ids: impl Iterator<Item = u64>, labeled: impl Fn(u64) -> bool) {
+    let mut store = PgStore::open(settings).unwrap();
+    let rows: Vec<(String, Option<String>)> = ids
+        .map(|i| (id(i), labeled(i).then(|| format!("user-{i}"))))
+        .collect();
+    let refs: Vec<(&str, Option<&str>)> = rows
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_deref()))
+        .collect();
+    store.add_entry_list(&refs).unwrap();
+}
+
+/// Computes what an import leaves to compute (what `psi import` does after adding).
+fn refresh(settings: &PgSettings, max_client_items: usize) -> storage::RefreshStats {
+    let mut store = PgStore::open(settings).unwrap();
+    storage::refresh(&mut store, max_client_items, Threads::ONE, &mut |_, _| {}).unwrap()
+}
+
+fn start_pg(config: &Config) -> RunningServer {
+    let state = AppState::open(config.clone()).unwrap();
+    RunningServer::start(state, ([127, 0, 0, 1], 0).into()).unwrap()
+}
+
+fn encoded_set(server: &RunningServer) -> (String, Vec<u8>) {
+    let r = send(&raw(server), Method::Get, "/v1/dh/encoded-set", &[], b"");
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    (r.header("etag").unwrap().to_string(), r.body)
+}
+
+fn items() -> Vec<Vec<u8>> {
+    vec![
+        id(3).into_bytes(),
+        id(299).into_bytes(),
+        id(300).into_bytes(),
+        b"+13030000001".to_vec(),
+    ]
+}
+
+fn run(client: &Client) -> MatchReport {
+    client
+        .match_items(items(), Protocol::Dh, &mut |_| {}, &CancelToken::new())
+        .unwrap()
+}
+
+fn matched(r: &MatchReport) -> Vec<Vec<u8>> {
+    r.matches.iter().map(|m| m.item.clone()).collect()
+}
+
+/// Waits until `done` holds, for at most `limit`.
+fn wait_for(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// HTTP, but runs `hook` once, just before the first request whose path ends with
+/// `suffix`.
+struct HookBefore {
+    inner: HttpTransport,
+    suffix: &'static str,
+    hook: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl Transport for HookBefore {
+    fn send(&self, request: Request) -> Result<Response, TransportError> {
+        if request.url.ends_with(self.suffix) {
+            let hook = self.hook.lock().unwrap().take();
+            if let Some(hook) = hook {
+                hook();
+            }
+        }
+        self.inner.send(request)
+    }
+}
+
+#[test]
+fn three_instances_serve_one_registry_and_follow_imports_and_rotations() {
+    let (settings, _dir) = fresh("shared-three");
+    import(&settings, 0..300, |i| i < 10);
+    let config = pg_config("shared-three", &settings);
+    let servers: Vec<RunningServer> = (0..3).map(|_| start_pg(&config)).collect();
+
+    // (a) One registry, one encoded set: the same bytes and ETag from every instance,
+    // and the right intersection from each.
+    let sets: Vec<_> = servers.iter().map(encoded_set).collect();
+    assert!(
+        sets.iter().all(|s| *s == sets[0]),
+        "instances serve different sets"
+    );
+    for s in &servers {
+        let r = run(&Client::new(&s.url(), ClientConfig::default()));
+        assert_eq!(matched(&r), vec![id(3).into_bytes(), id(299).into_bytes()]);
+        assert_eq!(r.matches[0].label.as_deref(), Some("user-3"));
+    }
+
+    // An import made outside the servers (as `psi import --db postgres://` does) is
+    // picked up by all three within the watch interval.
+    import(&settings, 300..301, |_| false);
+    let stats = refresh(&settings, config.max_client_items);
+    assert_eq!(stats.outputs_computed, 1);
+    for s in &servers {
+        wait_for(WATCH * 20, "the import to be served", || {
+            s.state.registry().stats().entries == 301
+        });
+    }
+    let sets: Vec<_> = servers.iter().map(encoded_set).collect();
+    assert!(sets.iter().all(|s| *s == sets[0]));
+    for s in &servers {
+        let r = run(&Client::new(&s.url(), ClientConfig::default()));
+        assert_eq!(
+            matched(&r),
+            vec![
+                id(3).into_bytes(),
+                id(299).into_bytes(),
+                id(300).into_bytes()
+            ]
+        );
+    }
+
+    // (b) A run whose session is created on instance 2 in epoch 1; before its query,
+    // instance 0 rotates and instance 2 picks the new epoch up. The run still finishes in
+    // epoch 1 (the overlap), and every instance then serves epoch 2's one set.
+    let rotator = servers[0].state.clone();
+    let follower = servers[2].state.clone();
+    let hook = Box::new(move || {
+        assert_eq!(rotator.rotate().unwrap().epoch, 2);
+        wait_for(WATCH * 20, "instance 2 to serve epoch 2", || {
+            follower.registry().stats().epoch == 2
+        });
+    });
+    let across = Client::with_transport(
+        &servers[2].url(),
+        Arc::new(HookBefore {
+            inner: HttpTransport::new(),
+            suffix: "/dh/query",
+            hook: Mutex::new(Some(hook)),
+        }),
+        ClientConfig::default(),
+    );
+    let r = run(&across);
+    assert_eq!(r.epoch, 1, "the run finished in the epoch it started in");
+    assert_eq!(matched(&r).len(), 3);
+    for s in &servers {
+        wait_for(WATCH * 20, "every instance to serve epoch 2", || {
+            s.state.registry().stats().epoch == 2
+        });
+    }
+    let sets2: Vec<_> = servers.iter().map(encoded_set).collect();
+    assert!(sets2.iter().all(|s| *s == sets2[0]));
+    assert_ne!(sets2[0].0, sets[0].0, "a new epoch has a new set");
+    for s in &servers {
+        let r = run(&Client::new(&s.url(), ClientConfig::default()));
+        assert_eq!(r.epoch, 2);
+        assert_eq!(matched(&r).len(), 3);
+    }
+    for s in servers {
+        s.shutdown().unwrap();
+    }
+}
+
+#[test]
+fn racing_refreshes_compute_each_output_once_and_the_lease_is_reentrant() {
+    let (settings, _dir) = fresh("shared-race");
+    let n = 3000;
+    import(&settings, 0..n, |_| false);
+
+    // Re-entrant on one store object; exclusive across two.
+    let mut a = PgStore::open(&settings).unwrap();
+    let outer = a.lease_builds().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let other = settings.clone();
+    let waiter = std::thread::spawn(move || {
+        let mut b = PgStore::open(&other).unwrap();
+        let lease = b.lease_builds().unwrap();
+        tx.send(()).unwrap();
+        drop(lease);
+    });
+    let inner = a.lease_builds().unwrap();
+    drop(inner);
+    assert!(
+        rx.recv_timeout(Duration::from_millis(500)).is_err(),
+        "another store took the lease while it was held"
+    );
+    drop(outer);
+    rx.recv_timeout(Duration::from_secs(10))
+        .expect("the lease was not released when the outer hold dropped");
+    waiter.join().unwrap();
+
+    // Two refreshes on two store objects at once: each output computed once in total.
+    let racers: Vec<_> = (0..2)
+        .map(|_| {
+            let s = settings.clone();
+            std::thread::spawn(move || refresh(&s, 100))
+        })
+        .collect();
+    let stats: Vec<_> = racers.into_iter().map(|t| t.join().unwrap()).collect();
+    assert_eq!(stats.iter().map(|s| s.outputs_computed).sum::<u64>(), n);
+    assert_eq!(stats.iter().filter(|s| s.set_rebuilt).count(), 1);
+    let mut store = PgStore::open(&settings).unwrap();
+    assert!(store.outputs_complete(1).unwrap());
+    assert!(store.encoded_set(100).unwrap().is_some());
+}
+
+#[test]
+fn a_builder_whose_connection_dies_releases_the_lease_and_another_goes_on() {
+    let (settings, _dir) = fresh("shared-dies");
+    // More than one batch of outputs (50,000): the first is stored, then the builder dies.
+    let n = 60_000;
+    import(&settings, 0..n, |_| false);
+
+    let (stored_tx, stored_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let s = settings.clone();
+    let builder = std::thread::spawn(move || {
+        let mut store = PgStore::open(&s).unwrap();
+        let mut first = true;
+        storage::refresh(&mut store, 100, Threads::ONE, &mut |_, _| {
+            if std::mem::take(&mut first) {
+                let _ = stored_tx.send(());
+                let _ = go_rx.recv_timeout(Duration::from_secs(60));
+            }
+        })
+    });
+    stored_rx
+        .recv_timeout(Duration::from_secs(120))
+        .expect("the first batch was never stored");
+
+    // Another instance asks for the lease and waits.
+    let s = settings.clone();
+    let (took_tx, took_rx) = mpsc::channel();
+    let successor = std::thread::spawn(move || {
+        let mut store = PgStore::open(&s).unwrap();
+        let stats = storage::refresh(&mut store, 100, Threads::ONE, &mut |_, _| {
+            let _ = took_tx.send(());
+        });
+        stats.unwrap()
+    });
+    assert!(
+        took_rx.recv_timeout(Duration::from_millis(500)).is_err(),
+        "the successor computed while the builder held the lease"
+    );
+
+    // The builder's backend is terminated (as when its instance is killed).
+    let mut admin = settings.connect_blocking().unwrap();
+    let killed: i64 = admin
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_locks
+             WHERE locktype = 'advisory' AND granted
+               AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(killed, 1);
+    go_tx.send(()).unwrap();
+    assert!(
+        builder.join().unwrap().is_err(),
+        "the dead builder reported success"
+    );
+
+    let stats = successor.join().unwrap();
+    assert_eq!(
+        stats.outputs_computed,
+        n - 50_000,
+        "the successor recomputed outputs the builder had stored"
+    );
+    assert!(stats.set_rebuilt);
+    assert!(
+        PgStore::open(&settings)
+            .unwrap()
+            .outputs_complete(1)
+            .unwrap()
+    );
+}
+
+/// True if `needle` occurs in `hay`.
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+#[test]
+fn keys_are_stored_sealed_and_open_only_with_their_key_file_epoch_and_database() {
+    let (settings, dir) = fresh("shared-sealed");
+    let mut store = PgStore::open(&settings).unwrap();
+    let key = store.current_key().unwrap();
+    let raw = key.oprf_key().to_bytes();
+    let mut admin = settings.connect_blocking().unwrap();
+    let sealed: Vec<u8> = admin
+        .query_one("SELECT sealed FROM keys WHERE epoch = 1", &[])
+        .unwrap()
+        .get(0);
+    assert!(
+        !contains(&sealed, raw.as_slice()),
+        "the raw key is in the keys table"
+    );
+    // Control: the key the store opens is the one the server uses.
+    let again = PgStore::open(&settings).unwrap().current_key().unwrap();
+    assert_eq!(again.oprf_key().to_bytes().as_slice(), raw.as_slice());
+
+    // Another at-rest key file: a typed error, from the store and from a server.
+    let wrong = dir.join("other.key");
+    SealKeys::generate_file(&wrong).unwrap();
+    let other = settings.clone().with_seal_key_file(Some(&wrong));
+    let mut s = PgStore::open(&other).unwrap();
+    assert!(matches!(s.current_key(), Err(StoreError::Seal(_))));
+    let mut c = pg_config("shared-sealed", &other);
+    c.db = Database::Postgres(other.clone());
+    assert!(matches!(AppState::open(c), Err(StoreError::Seal(_))));
+
+    // Without any key file: refused, naming the flag.
+    let none = PgSettings::from_url(&settings.to_string())
+        .unwrap()
+        .with_password(TempPostgres::shared().password());
+    let e = PgStore::open(&none).unwrap_err();
+    assert!(matches!(e, StoreError::SealKeyRequired));
+    assert!(e.to_string().contains("--seal-key-file"));
+
+    // A sealed key moved to another epoch's row does not open there.
+    admin
+        .execute("UPDATE keys SET epoch = 2 WHERE epoch = 1", &[])
+        .unwrap();
+    assert!(matches!(store.current_key(), Err(StoreError::Seal(_))));
+
+    // At-rest key rotation: a new first key; reseal; the old key can go.
+    admin
+        .execute("UPDATE keys SET epoch = 1 WHERE epoch = 2", &[])
+        .unwrap();
+    let first = dir.join("seal.key");
+    let fresh_key = dir.join("fresh.key");
+    SealKeys::generate_file(&fresh_key).unwrap();
+    let both = dir.join("both.key");
+    let text = format!(
+        "{}{}",
+        std::fs::read_to_string(&fresh_key).unwrap(),
+        std::fs::read_to_string(&first).unwrap()
+    );
+    write_private(&both, &text);
+    let rotated = settings.clone().with_seal_key_file(Some(&both));
+    let mut s = PgStore::open(&rotated).unwrap();
+    assert_eq!(s.reseal().unwrap(), 1);
+    assert_eq!(s.reseal().unwrap(), 0);
+    let only_new = settings.clone().with_seal_key_file(Some(&fresh_key));
+    let k = PgStore::open(&only_new).unwrap().current_key().unwrap();
+    assert_eq!(k.oprf_key().to_bytes().as_slice(), raw.as_slice());
+}
+
+fn write_private(path: &Path, text: &str) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+}
+
+#[test]
+fn a_url_with_a_password_is_refused_and_the_password_comes_from_a_file() {
+    let pg = TempPostgres::shared();
+    let url = pg.url();
+    let with = url.replacen("psi@", &format!("psi:{}@", pg.password()), 1);
+    let e = PgSettings::from_url(&with).unwrap_err();
+    assert!(!e.to_string().contains(pg.password()));
+    assert!(e.to_string().contains("--db-password-file"));
+    // The password from its file connects; none does not.
+    let s = PgSettings::from_url(&url)
+        .unwrap()
+        .with_password_from(Some(&pg.password_file()))
+        .unwrap();
+    assert!(s.connect_blocking().is_ok());
+    assert!(!format!("{s} {s:?}").contains(pg.password()));
+    let bare = PgSettings::from_url(&url).unwrap();
+    assert!(bare.connect_blocking().is_err());
+}
+
+#[test]
+fn a_token_issued_through_one_instance_store_is_accepted_by_another() {
+    let (settings, _dir) = fresh("shared-token");
+    import(&settings, 0..50, |_| false);
+    let config = pg_config("shared-token", &settings);
+    let servers: Vec<RunningServer> = (0..2).map(|_| start_pg(&config)).collect();
+    let mut accounts = Database::Postgres(settings.clone())
+        .open_accounts()
+        .unwrap();
+    let token = accounts.add_token(Some("t"), None).unwrap();
+    let bearer = format!("Bearer {}", token.token.as_str());
+    for s in &servers {
+        let ok = session(&raw(s), "dh-psi", 1, &[("authorization", &bearer)]);
+        assert_eq!(ok.status, 201, "{}", String::from_utf8_lossy(&ok.body));
+        let refused = session(
+            &raw(s),
+            "dh-psi",
+            1,
+            &[("authorization", "Bearer psi_nope")],
+        );
+        assert_eq!(refused.status, 401);
+    }
+    assert_eq!(accounts.tokens().unwrap().len(), 1);
+    for s in servers {
+        s.shutdown().unwrap();
+    }
+}
