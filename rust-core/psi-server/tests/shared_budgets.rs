@@ -2,12 +2,19 @@
 //! single atomic statements, so concurrent charges through different instances' pools
 //! land exactly, a refund restores exactly, a payer refused at one level is charged at
 //! none, and a database stop gives a typed error, after which charges work again without
-//! a new pool. Against a real PostgreSQL started by the test (psi-test-support).
+//! a new pool. Then through HTTP: three servers on one database, concurrent sessions and
+//! a client rotating over them charge one budget. Against a real PostgreSQL started by
+//! the test (psi-test-support), servers on 127.0.0.1 port 0.
 
-use psi_server::storage::PgSettings;
+mod common;
+
+use common::{error_code, id, raw, session};
+use psi_server::sealing::SealKeys;
 use psi_server::storage::postgres::budgets::{
     Book, BudgetError, LevelCap, SharedBudgets, Shortfall,
 };
+use psi_server::storage::{Database, PgSettings};
+use psi_server::{Config, RunningServer};
 use psi_test_support::pg::TempPostgres;
 use std::future::Future;
 use std::time::Duration;
@@ -218,4 +225,132 @@ fn a_database_stop_gives_a_typed_error_then_charges_resume() {
             .unwrap();
         assert!((80.0..80.1).contains(&left), "{left}");
     });
+}
+
+/// The static token of the HTTP tests: every request is one caller with one budget.
+const TOKEN: &str = "shared-budgets-token-0123456789abcdef";
+
+/// Three servers on one fresh database (one seal key, the registry imported once), with
+/// an items budget of `per_hour` per caller and room for every session the tests open.
+fn three_servers(name: &str, per_hour: u64) -> (Vec<RunningServer>, String) {
+    let pg = TempPostgres::shared();
+    let url = pg.fresh_database();
+    let dir = common::temp_dir(name);
+    let seal = dir.join("seal.key");
+    SealKeys::generate_file(&seal).unwrap();
+    let mut c: Config = common::config(name);
+    c.db = Database::Postgres(settings(pg, &url).with_seal_key_file(Some(&seal)));
+    c.tokens = vec![TOKEN.to_string()];
+    c.items_per_hour = per_hour;
+    c.max_sessions = 1000;
+    c.max_sessions_per_client = 1000;
+    c.max_sessions_per_block = 1000;
+    c.session_ttl = Duration::from_secs(120);
+    c.enable_ot = false;
+    let mut store = c.db.open_registry().unwrap();
+    let rows: Vec<String> = (0..50).map(id).collect();
+    let refs: Vec<(&str, Option<&str>)> = rows.iter().map(|a| (a.as_str(), None)).collect();
+    store.add_entry_list(&refs).unwrap();
+    drop(store);
+    let servers = (0..3).map(|_| common::start(c.clone())).collect();
+    (servers, url)
+}
+
+/// The items rows of the database at `url`: (key, remaining rounded down).
+fn items_rows(url: &str) -> Vec<(String, i64)> {
+    let db = url.rsplit('/').next().unwrap();
+    let out = TempPostgres::shared().psql_in(
+        db,
+        "SELECT key || ' ' || floor(remaining)::bigint FROM budgets WHERE book = 'items' ORDER BY key",
+    );
+    out.lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let (k, v) = l.rsplit_once(' ').unwrap();
+            (k.to_string(), v.parse().unwrap())
+        })
+        .collect()
+}
+
+const AUTH: (&str, &str) = (
+    "authorization",
+    "Bearer shared-budgets-token-0123456789abcdef",
+);
+
+/// 200 sessions of one item, created concurrently over three servers against one token's
+/// budget of 150: exactly 150 are admitted, the other 50 get 429 with Retry-After, and
+/// the one row holds nothing.
+#[test]
+fn concurrent_sessions_over_three_servers_land_exactly() {
+    assert!(AUTH.1.ends_with(TOKEN));
+    let (servers, url) = three_servers("shared-budgets-http", 150);
+    let t0 = std::time::Instant::now();
+    let results: Vec<(u16, String)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..20)
+            .map(|w| {
+                let servers = &servers;
+                scope.spawn(move || {
+                    (0..10)
+                        .map(|i| {
+                            let server = &servers[(w + i) % 3];
+                            let r = session(&raw(server), "dh-psi", 1, &[AUTH]);
+                            if r.status == 429 {
+                                assert!(r.header("retry-after").is_some());
+                            }
+                            let code = if r.status == 201 {
+                                String::new()
+                            } else {
+                                error_code(&r)
+                            };
+                            (r.status, code)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    assert!(t0.elapsed() < BOUND, "took {:?}", t0.elapsed());
+    let created = results.iter().filter(|(s, _)| *s == 201).count();
+    let limited = results
+        .iter()
+        .filter(|(s, c)| *s == 429 && c == "rate_limited")
+        .count();
+    assert_eq!((created, limited), (150, 50), "{results:?}");
+    let rows = items_rows(&url);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert!(rows[0].0.starts_with("token:"), "{rows:?}");
+    assert_eq!(rows[0].1, 0, "{rows:?}");
+}
+
+/// A client rotating over three servers with one token is charged once overall: its
+/// sessions' items add up in the one budget, and the server it reaches next refuses what
+/// the others already took.
+#[test]
+fn a_client_rotating_over_servers_is_charged_once_overall() {
+    let (servers, url) = three_servers("shared-budgets-rotate", 1000);
+    let mut spent = 0;
+    for (k, n) in [100u32, 250, 50, 300, 120, 80].into_iter().enumerate() {
+        let r = session(&raw(&servers[k % 3]), "dh-psi", n, &[AUTH]);
+        assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+        spent += n as i64;
+    }
+    let rows = items_rows(&url);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    // Refills during the test add a fraction of an item at most (1000 an hour).
+    assert!(
+        (1000 - spent..=1000 - spent + 1).contains(&rows[0].1),
+        "{rows:?} after {spent} items"
+    );
+    // 900 taken over three servers: 101 more is refused on each, 100 goes through.
+    for server in &servers {
+        let r = session(&raw(server), "dh-psi", 101, &[AUTH]);
+        assert_eq!(r.status, 429, "{}", String::from_utf8_lossy(&r.body));
+        assert_eq!(error_code(&r), "rate_limited");
+    }
+    let r = session(&raw(&servers[1]), "dh-psi", 100, &[AUTH]);
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
 }
