@@ -235,33 +235,52 @@ const TOKEN: &str = "shared-budgets-token-0123456789abcdef";
 fn three_servers(name: &str, per_hour: u64) -> (Vec<RunningServer>, String) {
     let pg = TempPostgres::shared();
     let url = pg.fresh_database();
+    servers_on(pg, &url, name, 3, |c| c.items_per_hour = per_hour)
+}
+
+/// `count` servers on the database at `url` of `pg`, the registry imported once, tuned
+/// by `tune` after the defaults of these tests.
+fn servers_on(
+    pg: &TempPostgres,
+    url: &str,
+    name: &str,
+    count: usize,
+    tune: impl Fn(&mut Config),
+) -> (Vec<RunningServer>, String) {
     let dir = common::temp_dir(name);
     let seal = dir.join("seal.key");
     SealKeys::generate_file(&seal).unwrap();
     let mut c: Config = common::config(name);
-    c.db = Database::Postgres(settings(pg, &url).with_seal_key_file(Some(&seal)));
+    c.db = Database::Postgres(settings(pg, url).with_seal_key_file(Some(&seal)));
     c.tokens = vec![TOKEN.to_string()];
-    c.items_per_hour = per_hour;
     c.max_sessions = 1000;
     c.max_sessions_per_client = 1000;
     c.max_sessions_per_block = 1000;
     c.session_ttl = Duration::from_secs(120);
     c.enable_ot = false;
+    tune(&mut c);
     let mut store = c.db.open_registry().unwrap();
     let rows: Vec<String> = (0..50).map(id).collect();
     let refs: Vec<(&str, Option<&str>)> = rows.iter().map(|a| (a.as_str(), None)).collect();
     store.add_entry_list(&refs).unwrap();
     drop(store);
-    let servers = (0..3).map(|_| common::start(c.clone())).collect();
-    (servers, url)
+    let servers = (0..count).map(|_| common::start(c.clone())).collect();
+    (servers, url.to_string())
 }
 
 /// The items rows of the database at `url`: (key, remaining rounded down).
 fn items_rows(url: &str) -> Vec<(String, i64)> {
+    rows(url, "items")
+}
+
+/// The rows of `book` in the database at `url` (on the shared cluster).
+fn rows(url: &str, book: &str) -> Vec<(String, i64)> {
     let db = url.rsplit('/').next().unwrap();
     let out = TempPostgres::shared().psql_in(
         db,
-        "SELECT key || ' ' || floor(remaining)::bigint FROM budgets WHERE book = 'items' ORDER BY key",
+        &format!(
+            "SELECT key || ' ' || floor(remaining)::bigint FROM budgets WHERE book = '{book}' ORDER BY key"
+        ),
     );
     out.lines()
         .filter(|l| !l.is_empty())
@@ -353,4 +372,100 @@ fn a_client_rotating_over_servers_is_charged_once_overall() {
     }
     let r = session(&raw(&servers[1]), "dh-psi", 100, &[AUTH]);
     assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+}
+
+/// A session charged and then not admitted (the caller's session cap) is refunded
+/// exactly: the next server sees the budget as before.
+#[test]
+fn a_session_not_admitted_is_refunded() {
+    let pg = TempPostgres::shared();
+    let url = pg.fresh_database();
+    let (servers, url) = servers_on(pg, &url, "shared-budgets-refund", 2, |c| {
+        c.items_per_hour = 1000;
+        c.max_sessions_per_client = 2;
+    });
+    for _ in 0..2 {
+        let r = session(&raw(&servers[0]), "dh-psi", 100, &[AUTH]);
+        assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    }
+    let before = items_rows(&url);
+    assert!((800..=801).contains(&before[0].1), "{before:?}");
+    let r = session(&raw(&servers[0]), "dh-psi", 300, &[AUTH]);
+    assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(error_code(&r), "too_many_sessions");
+    assert_eq!(items_rows(&url)[0].1, before[0].1, "refunded exactly");
+    // The other server (no session of this caller there) may take all 800.
+    let r = session(&raw(&servers[1]), "dh-psi", 800, &[AUTH]);
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+}
+
+/// The OT-PSI sessions per hour are one budget over all servers too.
+#[test]
+fn ot_sessions_per_hour_are_one_budget_over_servers() {
+    let pg = TempPostgres::shared();
+    let url = pg.fresh_database();
+    let (servers, url) = servers_on(pg, &url, "shared-budgets-ot", 3, |c| {
+        c.items_per_hour = 0;
+        c.enable_ot = true;
+        c.ot_sessions_per_hour = 2;
+        c.max_ot_sessions = 8;
+        c.max_ot_sessions_per_client = 8;
+    });
+    for server in &servers[..2] {
+        let r = session(&raw(server), "ot-psi", 10, &[AUTH]);
+        assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    }
+    let r = session(&raw(&servers[2]), "ot-psi", 10, &[AUTH]);
+    let body = String::from_utf8_lossy(&r.body).to_string();
+    assert_eq!(r.status, 429, "{body}");
+    assert!(body.contains("OT-PSI sessions-per-hour"), "{body}");
+    assert!(r.header("retry-after").is_some());
+    let ot = rows(&url, "ot_sessions");
+    assert_eq!(ot.len(), 1, "{ot:?}");
+    assert_eq!(ot[0].1, 0, "{ot:?}");
+    // DH-PSI is not limited by it.
+    let r = session(&raw(&servers[2]), "dh-psi", 10, &[AUTH]);
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+}
+
+/// A database killed under a running server: a request that charges a shared budget (a
+/// probe) is refused with the typed retryable 503, never served free; once the database
+/// is back the same server charges again, without a restart.
+#[test]
+fn a_charge_without_the_database_is_refused_then_works_again() {
+    let pg = TempPostgres::start();
+    let url = pg.fresh_database();
+    let (servers, _) = servers_on(&pg, &url, "shared-budgets-fault", 1, |c| {
+        c.watch_store = None;
+    });
+    let t = raw(&servers[0]);
+    let probe = || {
+        common::send(
+            &t,
+            psi_client::Method::Get,
+            "/v1/probe?bytes=1000",
+            &[AUTH],
+            b"",
+        )
+    };
+    assert_eq!(probe().status, 200);
+    pg.kill();
+    let t0 = std::time::Instant::now();
+    let r = probe();
+    assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(error_code(&r), "store_unavailable");
+    assert!(r.header("retry-after").is_some());
+    assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
+    pg.start_again();
+    let back = (0..20).find(|_| {
+        let ok = probe().status == 200;
+        if !ok {
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        ok
+    });
+    assert!(
+        back.is_some(),
+        "charges work again after the database is back"
+    );
 }
