@@ -88,7 +88,8 @@ pub enum SettingsError {
 #[derive(Clone, PartialEq, Eq)]
 pub struct PgSettings {
     /// Host, port, user, database name, password; `ssl_mode` set from [`TlsMode`].
-    config: tokio_postgres::Config,
+    /// Boxed: it is large, and [`crate::storage::Database`] is moved around by value.
+    config: Box<tokio_postgres::Config>,
     tls: TlsMode,
     root_cert: Option<PathBuf>,
     seal_key_file: Option<PathBuf>,
@@ -144,7 +145,7 @@ impl PgSettings {
             TlsMode::VerifyFull => SslMode::Require,
         });
         Ok(PgSettings {
-            config,
+            config: Box::new(config),
             tls,
             root_cert,
             seal_key_file: None,
@@ -202,7 +203,7 @@ impl PgSettings {
     /// The connection settings for `tokio_postgres` (and, through `From`, the blocking
     /// `postgres` client and a deadpool pool): give it [`PgSettings::connect_tls`].
     pub fn pg_config(&self) -> tokio_postgres::Config {
-        self.config.clone()
+        (*self.config).clone()
     }
 
     /// The TLS connector for [`PgSettings::pg_config`], for both clients. With
