@@ -260,8 +260,14 @@ fn servers_on(
     c.enable_ot = false;
     tune(&mut c);
     let mut store = c.db.open_registry().unwrap();
-    let rows: Vec<String> = (0..50).map(id).collect();
-    let refs: Vec<(&str, Option<&str>)> = rows.iter().map(|a| (a.as_str(), None)).collect();
+    // 50 entries, the first 10 labeled `user-i`.
+    let rows: Vec<(String, Option<String>)> = (0..50)
+        .map(|i| (id(i), (i < 10).then(|| format!("user-{i}"))))
+        .collect();
+    let refs: Vec<(&str, Option<&str>)> = rows
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_deref()))
+        .collect();
     store.add_entry_list(&refs).unwrap();
     drop(store);
     let servers = (0..count).map(|_| common::start(c.clone())).collect();
@@ -467,5 +473,55 @@ fn a_charge_without_the_database_is_refused_then_works_again() {
     assert!(
         back.is_some(),
         "charges work again after the database is back"
+    );
+}
+
+/// A whole OT-PSI run through the client on a shared budget: its session and its label
+/// query (charged before the step, kept once the step is accepted) land in the one row.
+#[test]
+fn an_ot_run_charges_its_session_and_label_query_in_the_shared_row() {
+    use psi_client::{CancelToken, Client, ClientConfig, Protocol, Threads};
+    let pg = TempPostgres::shared();
+    let url = pg.fresh_database();
+    let (servers, url) = servers_on(pg, &url, "shared-budgets-ot-run", 1, |c| {
+        c.items_per_hour = 3600;
+        c.enable_ot = true;
+    });
+    let items: Vec<Vec<u8>> = (0..40u64)
+        .map(|k| match k {
+            0 => id(3).into_bytes(),
+            1 => id(5).into_bytes(),
+            _ => format!("+1303{k:07}").into_bytes(),
+        })
+        .collect();
+    let t0 = std::time::Instant::now();
+    let report = Client::new(
+        &servers[0].url(),
+        ClientConfig::default()
+            .with_token(TOKEN)
+            .with_threads(Threads::new(2))
+            .with_timeout(Duration::from_secs(30))
+            .with_retries(0),
+    )
+    .match_items(items, Protocol::Ot, &mut |_| {}, &CancelToken::new())
+    .expect("an OT-PSI run");
+    let labels: Vec<_> = report.matches.iter().map(|m| m.label.clone()).collect();
+    assert_eq!(
+        labels,
+        vec![Some("user-3".to_string()), Some("user-5".to_string())]
+    );
+    let spent = psi_core::Protocol::Ot.charge(40) as i64 + 40;
+    let rows = items_rows(&url);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    // 3600 an hour: one item back per second of the run.
+    let refilled = t0.elapsed().as_secs() as i64 + 1;
+    let left = rows[0].1;
+    assert!(
+        (3600 - spent..=3600 - spent + refilled).contains(&left),
+        "{left} left, {spent} charged, {refilled} s"
+    );
+    assert!(
+        refilled < 40,
+        "the run took {refilled} s: the check is too loose"
     );
 }
