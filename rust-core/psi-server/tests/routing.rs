@@ -4,8 +4,9 @@
 //! routes each session's requests to its instance, and when that instance is gone the
 //! client's retry completes on another.
 //!
-//! The instances share one SQLite file (the same key and registry, as the shared store
-//! gives them in production) and run in this process on 127.0.0.1.
+//! The instances run in this process on 127.0.0.1 and share one store: one SQLite file (the
+//! same key and registry), or one PostgreSQL database, the shared store of production (a
+//! real cluster on 127.0.0.1, psi-test-support).
 
 mod common;
 
@@ -15,7 +16,7 @@ use psi_client::{
     CancelToken, Client, ClientConfig, ErrorCode, HttpTransport, Method, Progress, Protocol,
     Request, Response, Threads, Transport, TransportError,
 };
-use psi_server::{Config, RunningServer};
+use psi_server::{Config, Database, RunningServer};
 use psi_test_support::TempNginx;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -23,10 +24,32 @@ use std::time::Duration;
 
 const REGISTRY: u64 = 300;
 
+/// Entry `i` of the registry is labeled unless 3 divides it.
+fn labeled(i: u64) -> bool {
+    !i.is_multiple_of(3)
+}
+
 /// The settings every instance shares: one store file filled once, no budgets, both
 /// optional protocols, loopback as a trusted proxy (nginx), timers that end nothing.
 fn shared(name: &str) -> Config {
+    let c = tuned(common::config(name));
+    fill(&c, REGISTRY, labeled);
+    c
+}
+
+/// As [`shared`], on one PostgreSQL database instead of a file: the registry imported once
+/// through the store API (as `psi import --db postgres://` does), the OPRF keys sealed
+/// under an at-rest key file all instances read. The first instance to start computes the
+/// outputs under the build lease; the others load them.
+fn shared_postgres(name: &str) -> Config {
+    let (settings, _dir) = common::pg::fresh(name);
+    common::pg::import(&settings, 0..REGISTRY, labeled);
     let mut c = common::config(name);
+    c.db = Database::Postgres(settings);
+    tuned(c)
+}
+
+fn tuned(mut c: Config) -> Config {
     c.items_per_hour = 0;
     c.ot_sessions_per_hour = 0;
     c.enable_cm20 = true;
@@ -34,7 +57,6 @@ fn shared(name: &str) -> Config {
     c.session_idle_timeout = Duration::from_secs(60);
     c.ot_idle_timeout = Duration::from_secs(60);
     c.ot_hello_timeout = Duration::from_secs(60);
-    fill(&c, REGISTRY, |i| !i.is_multiple_of(3));
     c
 }
 
@@ -170,11 +192,50 @@ impl Transport for Interposer {
 
 #[test]
 fn nginx_routes_sessions_by_id_and_a_dead_instance_sessions_are_retried_elsewhere() {
-    let config = shared("routing-nginx");
+    within(LIMIT, || through_nginx(&shared("routing-nginx")));
+}
+
+/// Issue 22's deployment: three instances on one PostgreSQL database behind nginx.
+#[test]
+fn on_one_postgres_database_nginx_routes_every_protocol_and_a_dead_instance_is_retried() {
+    within(LIMIT, || {
+        through_nginx(&shared_postgres("routing-nginx-pg"))
+    });
+}
+
+/// How long one run of [`through_nginx`] may take (5 to 10 s here).
+const LIMIT: Duration = Duration::from_secs(240);
+
+/// Runs `test` on its own thread and fails if it has not ended within `limit`: a request
+/// that hangs somewhere (nginx, a server, the database) fails the test instead of stalling
+/// the suite; the requests themselves time out after 30 s each.
+fn within(limit: Duration, test: impl FnOnce() + Send + 'static) {
+    let (done, ended) = std::sync::mpsc::channel();
+    let handle = std::thread::spawn(move || {
+        test();
+        let _ = done.send(());
+    });
+    match ended.recv_timeout(limit) {
+        Ok(()) => handle.join().unwrap(),
+        // The test panicked: its panic is the failure.
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            std::panic::resume_unwind(handle.join().unwrap_err())
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("not done within {limit:?}")
+        }
+    }
+}
+
+/// Three instances on `config`'s store behind nginx configured by docs/deploy/nginx.conf:
+/// every protocol's runs give the right matches and labels, each session's steps reach
+/// its instance, a stopped instance's session is `421 wrong_instance`, and a client run
+/// whose instance dies completes after one retry.
+fn through_nginx(config: &Config) {
     let names = ["psi1", "psi2", "psi3"];
     let servers: HashMap<String, RunningServer> = names
         .iter()
-        .map(|n| (n.to_string(), instance(&config, n)))
+        .map(|n| (n.to_string(), instance(config, n)))
         .collect();
     let addrs: Vec<_> = names.iter().map(|n| servers[*n].addr).collect();
     let nginx = TempNginx::start(&nginx_conf(&addrs));
@@ -212,7 +273,7 @@ fn nginx_routes_sessions_by_id_and_a_dead_instance_sessions_are_retried_elsewher
         assert_eq!(got, expected, "{}", nginx.logs());
         for m in &report.matches {
             let i: u64 = std::str::from_utf8(&m.item).unwrap()[5..].parse().unwrap();
-            assert_eq!(m.label, (!i.is_multiple_of(3)).then(|| format!("user-{i}")));
+            assert_eq!(m.label, labeled(i).then(|| format!("user-{i}")));
         }
     };
 

@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::pg::{fresh, import};
 use common::*;
 use psi_client::{
     CancelToken, Client, ClientConfig, HttpTransport, MatchReport, Method, Protocol, Request,
@@ -16,26 +17,13 @@ use psi_server::sealing::SealKeys;
 use psi_server::storage::{self, PgSettings, PgStore, RegistryStore, SetWork};
 use psi_server::{AppState, Config, Database, RunningServer, StoreError};
 use psi_test_support::pg::TempPostgres;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How often the servers here look for changes in the database.
 const WATCH: Duration = Duration::from_millis(300);
-
-/// A fresh database on the shared cluster, with the password and a new at-rest key file.
-fn fresh(name: &str) -> (PgSettings, PathBuf) {
-    let pg = TempPostgres::shared();
-    let dir = temp_dir(name);
-    let seal = dir.join("seal.key");
-    SealKeys::generate_file(&seal).unwrap();
-    let settings = PgSettings::from_url(&pg.fresh_database())
-        .unwrap()
-        .with_password(pg.password())
-        .with_seal_key_file(Some(&seal));
-    (settings, dir)
-}
 
 fn pg_config(name: &str, settings: &PgSettings) -> Config {
     let mut c = config(name);
@@ -46,18 +34,6 @@ fn pg_config(name: &str, settings: &PgSettings) -> Config {
     c.session_ttl = Duration::from_secs(120);
     c.items_per_hour = 0;
     c
-}
-
-fn import(settings: &PgSettings, ids: impl Iterator<Item = u64>, labeled: impl Fn(u64) -> bool) {
-    let mut store = PgStore::open(settings).unwrap();
-    let rows: Vec<(String, Option<String>)> = ids
-        .map(|i| (id(i), labeled(i).then(|| format!("user-{i}"))))
-        .collect();
-    let refs: Vec<(&str, Option<&str>)> = rows
-        .iter()
-        .map(|(a, b)| (a.as_str(), b.as_deref()))
-        .collect();
-    store.add_entry_list(&refs).unwrap();
 }
 
 /// Computes what an import leaves to compute (what `psi import` does after adding).
@@ -450,6 +426,54 @@ fn a_token_issued_through_one_instance_store_is_accepted_by_another() {
         assert_eq!(refused.status, 401);
     }
     assert_eq!(accounts.tokens().unwrap().len(), 1);
+    for s in servers {
+        s.shutdown().unwrap();
+    }
+}
+
+#[test]
+fn three_instances_on_one_schedule_rotate_once_per_period() {
+    let (settings, _dir) = fresh("shared-schedule");
+    import(&settings, 0..200, |_| false);
+    let mut config = pg_config("shared-schedule", &settings);
+    let every = Duration::from_secs(2);
+    config.rotate_every = Some(every);
+    let t0 = Instant::now();
+    let servers: Vec<RunningServer> = (0..3).map(|_| start_pg(&config)).collect();
+    // Each instance finds the key due at the same moment; the lease makes one rotate and
+    // the others serve its epoch. Two rotating for one due rotation would skip ahead.
+    let mut store = PgStore::open(&settings).unwrap();
+    wait_for(
+        Duration::from_secs(30),
+        "the first scheduled rotation",
+        || store.current_key().unwrap().epoch() >= 2,
+    );
+    for s in &servers {
+        wait_for(
+            Duration::from_secs(30),
+            "every instance on the new epoch",
+            || s.state.registry().stats().epoch >= 2,
+        );
+    }
+    std::thread::sleep(every * 2);
+    let epoch = store.current_key().unwrap().epoch();
+    let periods = (t0.elapsed().as_secs_f64() / every.as_secs_f64()).floor() as u32;
+    assert!(
+        epoch <= periods + 1,
+        "epoch {epoch} after {periods} periods: more than one rotation per period"
+    );
+    let sets: Vec<_> = servers.iter().map(encoded_set).collect();
+    let epochs: Vec<u32> = servers
+        .iter()
+        .map(|s| s.state.registry().stats().epoch)
+        .collect();
+    assert!(
+        epochs.iter().all(|e| *e >= epoch - 1),
+        "{epochs:?} vs {epoch}"
+    );
+    if epochs.iter().all(|e| *e == epochs[0]) {
+        assert!(sets.iter().all(|s| *s == sets[0]));
+    }
     for s in servers {
         s.shutdown().unwrap();
     }

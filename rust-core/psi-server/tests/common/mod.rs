@@ -1,6 +1,8 @@
 //! Shared helpers: a server on 127.0.0.1 port 0 over a store in a fresh temp dir.
 #![allow(dead_code)]
 
+pub mod pg;
+
 use psi_client::{HttpTransport, Method, Request, Response, Transport};
 use psi_server::{AppState, Config, Registry, RunningServer, Store};
 use std::io::Read;
