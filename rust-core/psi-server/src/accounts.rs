@@ -31,7 +31,7 @@ pub(crate) struct Accounts {
     /// The database's last answer per presented credential (its digest; `None`: no
     /// token), for the steps of sessions already running while the database is away
     /// ([`Accounts::remembered`]).
-    recent: Mutex<HashMap<Option<[u8; 32]>, (TokenCheck, Instant)>>,
+    recent: Mutex<Remembered>,
     /// How long an answer in `recent` may stand in: the session lifetime.
     remember_for: Duration,
 }
@@ -49,6 +49,9 @@ pub(crate) struct TokenCheck {
     /// The issued token with the presented digest, revoked or not.
     pub(crate) token: Option<TokenInfo>,
 }
+
+/// [`Accounts::recent`]: per credential digest, the answer and when it was given.
+type Remembered = HashMap<Option<[u8; 32]>, (TokenCheck, Instant)>;
 
 /// A connection slot of [`Accounts`].
 type Conn = Mutex<Option<Box<dyn AccountStore>>>;
@@ -94,10 +97,7 @@ impl Accounts {
             None => self.database.open_accounts()?,
         };
         let r = f(store.as_mut());
-        if !r
-            .as_ref()
-            .is_err_and(|e| crate::store_health::is_unavailable(e))
-        {
+        if !r.as_ref().is_err_and(crate::store_health::is_unavailable) {
             *slot = Some(store);
         }
         r
@@ -166,6 +166,24 @@ impl Accounts {
         if let Err(e) = saved {
             tracing::error!(error = %e, budgets = rows.len(), "saving rate-limit budgets failed; retrying");
             limiter.mark_dirty(rows.into_iter().map(|r| r.client));
+        }
+    }
+}
+
+/// A blocking PostgreSQL client must not be dropped on an async worker (its drop blocks on
+/// a runtime of its own, which panics there): the state of a stopped server may be
+/// dropped by its last task, so the connections go on a thread of their own.
+impl Drop for Accounts {
+    fn drop(&mut self) {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        let conns = [&mut self.db, &mut self.saver]
+            .map(|c| c.get_mut().unwrap_or_else(|e| e.into_inner()).take());
+        if conns.iter().any(Option::is_some) {
+            let _ = std::thread::Builder::new()
+                .name("psi-store-drop".into())
+                .spawn(move || drop(conns));
         }
     }
 }

@@ -726,12 +726,12 @@ pub async fn serve(
 /// [`AppState::store_health`]: a look that fails for the connection marks the store
 /// unavailable, the next one that succeeds marks it available again.
 async fn watch_store(state: Arc<AppState>, every: Duration) {
-    let mut store: Option<Box<dyn storage::RegistryStore>> = None;
+    let mut store = HeldStore(None);
     let mut failing = false;
     loop {
         tokio::time::sleep(every).await;
         let st = state.clone();
-        let held = store.take();
+        let held = store.0.take();
         let looked = tokio::task::spawn_blocking(move || {
             let mut s = match held {
                 Some(s) => s,
@@ -743,7 +743,7 @@ async fn watch_store(state: Arc<AppState>, every: Duration) {
         .await;
         match looked {
             Ok(Ok(s)) => {
-                store = Some(s);
+                store.0 = Some(s);
                 failing = false;
                 state.store_health.answered();
             }
@@ -754,6 +754,22 @@ async fn watch_store(state: Arc<AppState>, every: Duration) {
             }
             Ok(Err(_)) => {}
             Err(_) => tracing::error!("database watch task failed"),
+        }
+    }
+}
+
+/// The watcher's connection between looks. A blocking PostgreSQL client must not be
+/// dropped on an async worker (its drop blocks on a runtime of its own, which panics
+/// there); when the server stops and the watcher is aborted, it is dropped on a thread of
+/// its own.
+struct HeldStore(Option<Box<dyn storage::RegistryStore>>);
+
+impl Drop for HeldStore {
+    fn drop(&mut self) {
+        if let Some(store) = self.0.take() {
+            let _ = std::thread::Builder::new()
+                .name("psi-store-drop".into())
+                .spawn(move || drop(store));
         }
     }
 }
