@@ -7,6 +7,11 @@
 //! [`RateLimiter::restore`] at start: a restart does not refill them (ADR 0016). Limiters
 //! that are never saved ([`RateLimiter::in_memory`]: the probe's bytes, the OT-PSI session
 //! budget) keep no such mark, so their sweep forgets every bucket that is full again.
+//!
+//! Several instances on one PostgreSQL database charge the shared `budgets` table instead
+//! ([`Budgets::Shared`], storage/postgres/budgets.rs): the same buckets and level sizes,
+//! charged atomically in the database, so a caller has one budget whichever instance it
+//! reaches. The health-request limit stays in memory (it protects one instance).
 
 use crate::storage::SavedBudget;
 use crate::storage::postgres::budgets::{Book, BudgetError, LevelCap, SharedBudgets};
