@@ -480,7 +480,7 @@ async fn create_session(
         .limiter
         .charge_all(&payer, protocol.charge(n))
         .await
-        .map_err(|e| charge_error(e, rate_limited))?;
+        .map_err(|e| charge_error(&state, e, rate_limited))?;
     // A shared OT-session budget is charged here, not in the session table (an await its
     // lock cannot hold): after the item budget, before the OT caps, refunded below if the
     // session is not admitted.
@@ -490,7 +490,7 @@ async fn create_session(
             Ok(r) => Some(r),
             Err(e) => {
                 state.limiter.refund_all(&receipt).await;
-                return Err(charge_error(e, |r| ot_budget_refused(r.wait)));
+                return Err(charge_error(&state, e, |r| ot_budget_refused(r.wait)));
             }
         }
     } else {
@@ -597,10 +597,16 @@ fn ot_budget_refused(wait: u64) -> ApiError {
 /// A budget charge that did not go through, as the API answers it: a refusal as `refuse`
 /// says; a shared budget table that cannot be asked as `503 store_unavailable` (nothing
 /// was charged and nothing is given: fail closed, retryable).
-fn charge_error(e: ChargeError, refuse: impl FnOnce(Refused) -> ApiError) -> ApiError {
+/// An unreachable table also marks the store unavailable (store_health.rs).
+fn charge_error(
+    state: &AppState,
+    e: ChargeError,
+    refuse: impl FnOnce(Refused) -> ApiError,
+) -> ApiError {
     match e {
         ChargeError::Refused(r) => refuse(r),
         ChargeError::Store(e) => {
+            state.store_health.charge_failed(&e);
             tracing::error!(error = %e, "charging a shared budget failed; refusing the request");
             store_unavailable()
         }
@@ -1225,7 +1231,7 @@ async fn label_query(
             limiter
                 .charge_all(&payer, count)
                 .await
-                .map_err(|e| charge_error(e, rate_limited))?,
+                .map_err(|e| charge_error(&state, e, rate_limited))?,
         ),
         None => None,
     };
@@ -1340,7 +1346,7 @@ async fn charge_probe(state: &AppState, client: &str, bytes: u64) -> Result<(), 
     let charge = bytes.max(PROBE_REQUEST_FLOOR);
     let charged = state.probe_limiter.charge(client, charge).await;
     charged.map(drop).map_err(|e| {
-        charge_error(e, |Refused { wait, .. }| {
+        charge_error(state, e, |Refused { wait, .. }| {
             let mut e = ApiError::new(
                 ErrorCode::RateLimited,
                 format!("probe bytes-per-hour limit reached; retry in {wait} s"),
@@ -1445,7 +1451,7 @@ async fn charge_download(state: &AppState, payer: &Payer, bytes: usize) -> Resul
     let charge = (bytes as u64).min(limiter.per_hour());
     let charged = limiter.charge_all(payer, charge).await;
     charged.map(drop).map_err(|e| {
-        charge_error(e, |refused| {
+        charge_error(state, e, |refused| {
             let mut e = budget_refused("encoded-set download bytes-per-hour limit", refused);
             e.message.push_str(
                 " (a request whose If-None-Match names the current set is answered 304 and not charged)",

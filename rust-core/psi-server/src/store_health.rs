@@ -25,6 +25,7 @@
 //! errors are not connection errors, and its behaviour is the same as before.
 
 use crate::storage::StoreError;
+use crate::storage::postgres::budgets::BudgetError;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The store's state as this instance last saw it. Starts available: the store was
@@ -62,10 +63,22 @@ impl StoreHealth {
         if !is_unavailable(e) {
             return false;
         }
+        self.lost(e);
+        true
+    }
+
+    /// A shared budget charge failed with `e`: the same as [`StoreHealth::failed`] for
+    /// the request path's pool (its connection errors are already told apart there).
+    pub(crate) fn charge_failed(&self, e: &BudgetError) {
+        if matches!(e, BudgetError::Unavailable(_)) {
+            self.lost(e);
+        }
+    }
+
+    fn lost(&self, e: &dyn std::fmt::Display) {
         if !self.down.swap(true, Ordering::Relaxed) {
             tracing::error!(error = %e, "the database does not answer: refusing new sessions until it does");
         }
-        true
     }
 }
 
