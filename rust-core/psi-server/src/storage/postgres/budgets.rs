@@ -184,12 +184,19 @@ fn refund_sql() -> String {
     )
 }
 
-/// Deletes every row that is full again (the same as no row).
+/// Deletes every row that is full again (the same as no row). Rows a charge holds are
+/// skipped (`SKIP LOCKED`: the sweep never waits for a charge, so it cannot deadlock with
+/// one locking several rows; the next sweep takes them).
 fn sweep_sql() -> String {
     format!(
-        "DELETE FROM budgets
-         WHERE remaining + GREATEST({NOW_MS} - updated_ms, 0)::float8 * per_hour::float8 / 3600000.0
-               >= per_hour::float8"
+        "WITH full_again AS MATERIALIZED (
+            SELECT book, key FROM budgets
+            WHERE remaining + GREATEST({NOW_MS} - updated_ms, 0)::float8 * per_hour::float8 / 3600000.0
+                  >= per_hour::float8
+            ORDER BY book, key
+            FOR UPDATE SKIP LOCKED
+        )
+        DELETE FROM budgets b USING full_again f WHERE b.book = f.book AND b.key = f.key"
     )
 }
 
