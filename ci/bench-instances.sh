@@ -45,6 +45,8 @@ psi_setup_nginx
 if [ -z "${PSI_BENCH_PSI:-}" ]; then
   (cd "$root/rust-core" && cargo build --quiet --locked --release -p psi-cli)
 fi
+# The commit the batch ran (`-dirty`: with uncommitted changes in the tree it was built from).
+commit="$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)"
 built="${PSI_BENCH_PSI:-${CARGO_TARGET_DIR:-$root/rust-core/target}/release/psi}"
 nginx="$(command -v nginx || echo /usr/sbin/nginx)"
 
@@ -288,7 +290,7 @@ done
 
 echo
 echo "Registry of $n entries, $clients clients x $contacts contacts, DH-PSI with labels," \
-  "$runs runs per round; $(nproc) cores; $(git -C "$root" rev-parse --short HEAD); $(date -u +%Y-%m-%dT%H:%MZ)"
+  "$runs runs per round; $(nproc) cores; commit $commit; ended $(date -u +%Y-%m-%dT%H:%MZ)"
 echo
 echo "import --synthetic $n: A (SQLite) ${import_a} s${import_b:+, B (PostgreSQL) ${import_b} s}"
 echo
