@@ -15,8 +15,8 @@
 # Usage: bash ci/bench-instances.sh
 # Environment (defaults in brackets):
 #   PSI_BENCH_REGISTRY  registry entries [1000000]
-#   PSI_BENCH_RUNS      runs per loadgen round, the same for A and B [1000]
-#   PSI_BENCH_ROUNDS    rounds of each setup, interleaved [2]
+#   PSI_BENCH_RUNS      runs per loadgen round, the same for A and B [600]
+#   PSI_BENCH_ROUNDS    rounds of each setup, interleaved [3]
 #   PSI_BENCH_CLIENTS   concurrent loadgen clients [200]
 #   PSI_BENCH_PSI       a psi binary to use instead of building one [the release build]
 #   PSI_BENCH_B_STORE   postgres [postgres]; or sqlite-copies: B's three instances each on a
@@ -26,8 +26,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 n="${PSI_BENCH_REGISTRY:-1000000}"
-runs="${PSI_BENCH_RUNS:-1000}"
-rounds="${PSI_BENCH_ROUNDS:-2}"
+runs="${PSI_BENCH_RUNS:-600}"
+rounds="${PSI_BENCH_ROUNDS:-3}"
 clients="${PSI_BENCH_CLIENTS:-200}"
 b_store="${PSI_BENCH_B_STORE:-postgres}"
 contacts=1000
