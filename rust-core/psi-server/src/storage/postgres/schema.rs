@@ -69,8 +69,11 @@ pub(crate) fn ensure(client: &mut postgres::Client) -> Result<Vec<u8>, StoreErro
     let exists: bool = tx
         .query_one("SELECT to_regclass('meta') IS NOT NULL", &[])?
         .get(0);
-    if exists {
-        check_version(&mut tx)?;
+    if exists && check_version(&mut tx)? == Some(SCHEMA_VERSION) {
+        // Current: nothing to create (a role without CREATE on the schema can run).
+        let id = database_id(&mut tx)?;
+        tx.commit()?;
+        return Ok(id);
     }
     tx.batch_execute(SCHEMA)?;
     tx.execute(
@@ -105,13 +108,14 @@ pub(crate) fn existing(client: &mut postgres::Client) -> Result<Vec<u8>, StoreEr
     Ok(id)
 }
 
-fn check_version(tx: &mut postgres::Transaction<'_>) -> Result<(), StoreError> {
+/// The stored schema version (`None`: not recorded yet); refuses a newer one.
+fn check_version(tx: &mut postgres::Transaction<'_>) -> Result<Option<i64>, StoreError> {
     let v: Option<i64> = tx
         .query_opt("SELECT v FROM meta WHERE k = 'schema_version'", &[])?
         .map(|r| r.get(0));
     match v {
         Some(v) if v > SCHEMA_VERSION => Err(StoreError::SchemaTooNew(v)),
-        _ => Ok(()),
+        v => Ok(v),
     }
 }
 
