@@ -206,9 +206,14 @@ pub fn rotate(server: ServerArgs) -> Result<(), String> {
     note_other_sizes(store.as_ref(), &server)?;
     let key = store.rotate_key().map_err(db_error(&server))?;
     let (computed, _) = refresh(store.as_mut(), &server, false)?;
+    // SQLite zeroes the old key in the file and its log; PostgreSQL keeps deleted rows
+    // until VACUUM (docs/deploy.md "Tables"), sealed.
+    let deleted = match server.db.database()? {
+        psi_server::Database::Sqlite(_) => "old key deleted and scrubbed from the database file",
+        _ => "old key deleted (its sealed row stays in dead tuples until VACUUM)",
+    };
     println!(
-        "key epoch {} started; {computed} OPRF outputs recomputed, encoded set rebuilt; \
-         old key deleted and scrubbed from the database file",
+        "key epoch {} started; {computed} OPRF outputs recomputed, encoded set rebuilt; {deleted}",
         key.epoch()
     );
     println!(
