@@ -475,3 +475,36 @@ fn three_instances_on_one_schedule_rotate_once_per_period() {
         s.shutdown().unwrap();
     }
 }
+
+#[test]
+fn a_read_only_open_creates_and_writes_nothing_and_a_newer_schema_is_refused() {
+    let (settings, _dir) = fresh("shared-readonly");
+    let mut admin = settings.connect_blocking().unwrap();
+    let tables = |admin: &mut postgres::Client| -> i64 {
+        admin
+            .query_one(
+                "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+    };
+    // The watcher's open on an empty database: refused, nothing created.
+    assert!(PgStore::open_read_only(&settings).is_err());
+    assert_eq!(tables(&mut admin), 0);
+    import(&settings, 0..5, |_| false);
+    refresh(&settings, 100);
+    let mut ro = PgStore::open_read_only(&settings).unwrap();
+    assert_eq!(ro.readiness(100).unwrap().version(), Some((1, 1)));
+    assert!(ro.add_entry_list(&[("+12020000099", None)]).is_err());
+    assert!(ro.rotate_key().is_err());
+    assert_eq!(PgStore::open(&settings).unwrap().len().unwrap(), 5);
+
+    admin
+        .execute("UPDATE meta SET v = 99 WHERE k = 'schema_version'", &[])
+        .unwrap();
+    assert!(matches!(
+        PgStore::open(&settings),
+        Err(StoreError::SchemaTooNew(99))
+    ));
+}
