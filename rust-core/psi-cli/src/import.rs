@@ -204,8 +204,13 @@ pub fn run(args: ImportArgs) -> Result<(), String> {
 pub fn rotate(server: ServerArgs) -> Result<(), String> {
     let mut store = open(&server)?;
     note_other_sizes(store.as_ref(), &server)?;
+    // Held through the rotation and its build (the refresh takes it again on the same
+    // store): a server's scheduled rotation on a shared store waits instead of racing
+    // this one for the next epoch.
+    let lease = store.lease_builds().map_err(db_error(&server))?;
     let key = store.rotate_key().map_err(db_error(&server))?;
     let (computed, _) = refresh(store.as_mut(), &server, false)?;
+    drop(lease);
     // SQLite zeroes the old key in the file and its log; PostgreSQL keeps deleted rows
     // until VACUUM (docs/deploy.md "Tables"), sealed.
     let deleted = match server.db.database()? {
