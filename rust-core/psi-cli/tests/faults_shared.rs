@@ -195,7 +195,8 @@ fn an_instance_killed_mid_run_is_retried_on_another_through_nginx() {
             "127.0.0.0/8",
         ];
         args.extend(db);
-        let (child, line) = common::spawn_serve(&args, &[]);
+        let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+        let (child, line) = common::spawn_serve_logging(&args, &[], log);
         let url = common::url_of(&line);
         let addr: SocketAddr = url
             .strip_prefix("http://")
@@ -319,6 +320,29 @@ fn an_instance_killed_mid_run_is_retried_on_another_through_nginx() {
         )
         .unwrap_or_else(|e| panic!("a run on the last instance: {e}\n{}", nginx.logs()));
     check(&report);
+
+    // The instance left stops cleanly on SIGTERM (its blocking PostgreSQL connections are
+    // closed off the async workers: dropping one there panicked).
+    let (last, mut served) = servers.lock().unwrap().drain().next().expect("one left");
+    let term = Command::new("kill")
+        .args(["-TERM", &served.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = served.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "{last} did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let log = std::fs::read_to_string(dir.join(format!("{last}.log"))).unwrap();
+    assert!(
+        status.success() && !log.contains("panicked"),
+        "{last} on SIGTERM: {status:?}\n{log}"
+    );
+    drop(served);
 
     // Every server process is gone once dropped: none left behind.
     drop(client);
