@@ -5,8 +5,7 @@ mod common;
 
 use std::process::Command;
 
-#[path = "../../../tests/support/pki.rs"]
-mod pki;
+use psi_test_support::pki;
 
 fn psi(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_psi"))

@@ -9,9 +9,7 @@ use psi_client::{
 use psi_server::{AppState, Config, Registry, RunningServer, ServerTls, Store};
 use std::sync::{Arc, Mutex};
 
-#[path = "../../../tests/support/pki.rs"]
-mod pki;
-use pki::pki;
+use psi_test_support::pki::pki;
 
 /// A TLS server whose registry holds `+1202000000i` for i < 50; returns it and the CA PEM.
 fn tls_server(name: &str) -> (RunningServer, String) {

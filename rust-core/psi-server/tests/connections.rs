@@ -200,9 +200,7 @@ fn shutdown_finishes_the_request_in_progress() {
     drop(idle);
 }
 
-#[path = "../../../tests/support/pki.rs"]
-mod pki;
-use pki::pki;
+use psi_test_support::pki::pki;
 
 #[test]
 fn bad_certificates_and_keys_are_typed_errors_without_key_material() {

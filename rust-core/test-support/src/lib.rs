@@ -1,4 +1,5 @@
-//! Real services for the tests of psi-server and psi-cli (issue 22): a PostgreSQL cluster and
+//! Real services for the tests of psi-server, psi-client and psi-cli: a private CA and server
+//! certificate for the TLS tests ([`pki`]), and (issue 22) a PostgreSQL cluster and
 //! an nginx load balancer, each started on 127.0.0.1 under a fresh directory in the system's
 //! temporary directory and stopped again when the test lets go of it, or when the test process
 //! ends in any way (see [`guard`]).
@@ -9,6 +10,7 @@
 mod guard;
 pub mod nginx;
 pub mod pg;
+pub mod pki;
 mod proc;
 
 pub use nginx::TempNginx;

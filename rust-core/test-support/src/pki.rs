@@ -1,5 +1,4 @@
-//! Test-only PKI shared by the TLS tests of psi-server, psi-client and psi-cli (included
-//! with `#[path]`; each crate has `rcgen` as a dev-dependency).
+//! Test-only PKI shared by the TLS tests of psi-server, psi-client and psi-cli.
 
 /// A private CA and a certificate for `localhost` and `127.0.0.1` signed by it:
 /// (CA PEM, server chain PEM, server key PEM).
