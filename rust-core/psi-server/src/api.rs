@@ -5,7 +5,8 @@ use crate::AppState;
 use crate::instance::Owner;
 use crate::limits::{ChargeError, LevelKind, Payer, Refused};
 use crate::sessions::{
-    BuildError, ChunkedRun, Full, Lookup, MAX_FAILED_STEPS, Phase, RoundServer, Session, lock,
+    BuildError, ChunkedRun, Full, Lookup, MAX_FAILED_STEPS, RoundServer, Session, SessionPhase,
+    lock,
 };
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection};
@@ -459,9 +460,9 @@ async fn create_session(
         labels: req.labels.unwrap_or(true),
         id: id.clone(),
         phase: if protocol.runs_in_rounds() {
-            Phase::Busy
+            SessionPhase::Busy
         } else {
-            Phase::DhAwaitingQuery
+            SessionPhase::DhAwaitingQuery
         },
         in_flight: 0,
         created: Instant::now(),
@@ -561,7 +562,7 @@ async fn create_session(
             }
         };
         if let Lookup::Live(s) = state.sessions.get(&id) {
-            lock(&s).phase = Phase::ChunkedRunning(Box::new(ChunkedRun {
+            lock(&s).phase = SessionPhase::ChunkedRunning(Box::new(ChunkedRun {
                 server,
                 _slot: slot,
             }));
@@ -695,13 +696,13 @@ fn ended() -> ApiError {
 
 /// The phase after a protocol's final response: labels may follow, or (a session
 /// created with `labels: false`) it is complete.
-fn after_protocol(labels: bool) -> Phase {
+fn after_protocol(labels: bool) -> SessionPhase {
     if labels {
-        Phase::Matched {
+        SessionPhase::Matched {
             label_queried: false,
         }
     } else {
-        Phase::Done
+        SessionPhase::Done
     }
 }
 
@@ -967,10 +968,10 @@ fn refused(state: &AppState, s: &Arc<Mutex<Session>>, e: ApiError) -> ApiError {
         if !g.failed_step() {
             return e;
         }
-        if matches!(g.phase, Phase::Busy) {
+        if matches!(g.phase, SessionPhase::Busy) {
             return session_failed(e);
         }
-        g.phase = Phase::Done;
+        g.phase = SessionPhase::Done;
         g.id.clone()
     };
     state.sessions.end(&id);
@@ -979,7 +980,7 @@ fn refused(state: &AppState, s: &Arc<Mutex<Session>>, e: ApiError) -> ApiError {
 }
 
 /// What a step does with the phase it took: the phase to store and the answer.
-type Outcome = (Phase, Result<Vec<u8>, ApiError>);
+type Outcome = (SessionPhase, Result<Vec<u8>, ApiError>);
 
 /// The one transition step of every session handler: waits for a worker (so a request
 /// dropped while queueing leaves the session as it was), checks with `accept` that the
@@ -992,7 +993,7 @@ async fn transition(
     state: &Arc<AppState>,
     s: &Arc<Mutex<Session>>,
     accept: impl FnOnce(&Session) -> Result<(), ApiError>,
-    work: impl FnOnce(Phase) -> Outcome + Send + 'static,
+    work: impl FnOnce(SessionPhase) -> Outcome + Send + 'static,
 ) -> Result<Response, ApiError> {
     transition_in(state, &state.workers, s, accept, work).await
 }
@@ -1005,7 +1006,7 @@ async fn transition_in(
     pool: &Arc<tokio::sync::Semaphore>,
     s: &Arc<Mutex<Session>>,
     accept: impl FnOnce(&Session) -> Result<(), ApiError>,
-    work: impl FnOnce(Phase) -> Outcome + Send + 'static,
+    work: impl FnOnce(SessionPhase) -> Outcome + Send + 'static,
 ) -> Result<Response, ApiError> {
     let permit = pool.clone().acquire_owned().await.map_err(|_| internal())?;
     let taken = {
@@ -1015,12 +1016,12 @@ async fn transition_in(
             return Err(refused(state, s, e));
         }
         // Not counted as a failed step: the session is busy, not the request wrong.
-        if matches!(g.phase, Phase::Busy) {
+        if matches!(g.phase, SessionPhase::Busy) {
             return Err(wrong_phase(
                 "another request of this session is in progress",
             ));
         }
-        std::mem::replace(&mut g.phase, Phase::Busy)
+        std::mem::replace(&mut g.phase, SessionPhase::Busy)
     };
     let t = Instant::now();
     let session = s.clone();
@@ -1030,7 +1031,7 @@ async fn transition_in(
         // lifetime runs out; the server keeps serving.
         let (mut next, mut result) =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(taken)))
-                .unwrap_or_else(|_| (Phase::Done, Err(internal())));
+                .unwrap_or_else(|_| (SessionPhase::Done, Err(internal())));
         let done = {
             let mut g = lock(&session);
             match result {
@@ -1045,9 +1046,9 @@ async fn transition_in(
             }
             // Also when other requests of this session were refused while this step ran.
             if g.failures >= MAX_FAILED_STEPS {
-                next = Phase::Done;
+                next = SessionPhase::Done;
             }
-            let done = matches!(next, Phase::Done).then(|| g.id.clone());
+            let done = matches!(next, SessionPhase::Done).then(|| g.id.clone());
             g.phase = next;
             done
         };
@@ -1111,7 +1112,7 @@ async fn dh_query(
                 "use its round route (/ot/round, /cm20/round)",
             )?;
             match g.phase {
-                Phase::DhAwaitingQuery | Phase::Busy => Ok(()),
+                SessionPhase::DhAwaitingQuery | SessionPhase::Busy => Ok(()),
                 _ => Err(wrong_phase("the session's query was already answered")),
             }
         },
@@ -1167,12 +1168,12 @@ async fn round(
                 "use the round route of the session's protocol (or /dh/query)",
             )?;
             match g.phase {
-                Phase::ChunkedRunning(_) | Phase::Busy => Ok(()),
+                SessionPhase::ChunkedRunning(_) | SessionPhase::Busy => Ok(()),
                 _ => Err(wrong_phase("the session's protocol run is over")),
             }
         },
         move |phase| {
-            let Phase::ChunkedRunning(mut run) = phase else {
+            let SessionPhase::ChunkedRunning(mut run) = phase else {
                 return (phase, Err(internal()));
             };
             debug_assert_eq!(run.server.protocol(), protocol);
@@ -1183,9 +1184,9 @@ async fn round(
             let next = if run.server.is_done() {
                 after_protocol(labels)
             } else if run.server.is_finished() {
-                Phase::Done
+                SessionPhase::Done
             } else {
-                Phase::ChunkedRunning(run)
+                SessionPhase::ChunkedRunning(run)
             };
             (next, result)
         },
@@ -1241,10 +1242,10 @@ async fn label_query(
         &s,
         |g| {
             match g.phase {
-                Phase::Matched {
+                SessionPhase::Matched {
                     label_queried: false,
                 } => {}
-                Phase::Matched { .. } | Phase::Done => {
+                SessionPhase::Matched { .. } | SessionPhase::Done => {
                     return Err(wrong_phase(
                         "the session's label query was already answered",
                     ));
@@ -1264,7 +1265,7 @@ async fn label_query(
         },
         move |phase| match registry.dh.evaluate(&query) {
             Ok(out) => (
-                Phase::Matched {
+                SessionPhase::Matched {
                     label_queried: true,
                 },
                 Ok(out),
@@ -1304,7 +1305,7 @@ async fn label_fetch(
             // DH-PSI clients hold their matches' full OPRF outputs; OT-PSI clients get
             // them from the label query first.
             let ready = match g.phase {
-                Phase::Matched { label_queried } => {
+                SessionPhase::Matched { label_queried } => {
                     label_queried || !g.protocol.labels_need_query()
                 }
                 _ => false,
@@ -1326,7 +1327,7 @@ async fn label_fetch(
             Ok(())
         },
         move |phase| match registry.labels.answer_fetch(&body, max_buckets) {
-            Ok(out) => (Phase::Done, Ok(out)),
+            Ok(out) => (SessionPhase::Done, Ok(out)),
             Err(e) => (phase, Err(e.into())),
         },
     )
@@ -1561,7 +1562,7 @@ mod tests {
                     epoch: state.registry().dh.epoch(),
                     label_bits: 0,
                     labels: false,
-                    phase: Phase::DhAwaitingQuery,
+                    phase: SessionPhase::DhAwaitingQuery,
                     in_flight: 0,
                     created: Instant::now(),
                     last_active: Instant::now(),
@@ -1587,7 +1588,7 @@ mod tests {
                 move |_| {
                     started_tx.send(()).unwrap();
                     let _ = go_rx.recv();
-                    (Phase::Done, Ok(vec![1]))
+                    (SessionPhase::Done, Ok(vec![1]))
                 },
             ));
             // Poll the step until its work runs, then drop it, as the deadline would.

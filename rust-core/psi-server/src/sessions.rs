@@ -31,7 +31,7 @@ pub(crate) const MAX_FAILED_STEPS: u8 = 3;
 
 /// Where a session is in its run. Every handler moves a session from one phase to the
 /// next through `api::transition`, the only place that takes, checks and restores it.
-pub(crate) enum Phase {
+pub(crate) enum SessionPhase {
     /// DH-PSI: waiting for the query.
     DhAwaitingQuery,
     /// OT-PSI or CM20-PSI (the chunked family): waiting for the next round; the session's
@@ -184,7 +184,7 @@ pub(crate) struct Session {
     /// Whether labels may follow the protocol run (`CreateSession::labels`); if not, the
     /// protocol's final response completes the session.
     pub labels: bool,
-    pub phase: Phase,
+    pub phase: SessionPhase,
     /// Requests of this session in progress (body upload included): counted by
     /// `api::SessionCall`, so a session is never ended as idle while one is under way
     /// (each is bounded by `Config::request_timeout`).
@@ -218,7 +218,7 @@ impl Session {
 
     /// Whether the session may be ended as idle: no step running, no request under way.
     fn idle(&self) -> bool {
-        self.in_flight == 0 && !matches!(self.phase, Phase::Busy)
+        self.in_flight == 0 && !matches!(self.phase, SessionPhase::Busy)
     }
 }
 
@@ -484,7 +484,7 @@ impl Sessions {
         let mut idle = Vec::new();
         for s in live {
             let Ok(mut g) = s.try_lock() else { continue };
-            if matches!(g.phase, Phase::Busy | Phase::Done) {
+            if matches!(g.phase, SessionPhase::Busy | SessionPhase::Done) {
                 continue;
             }
             let quiet = now.saturating_duration_since(g.last_active);
@@ -493,9 +493,9 @@ impl Sessions {
             let no_hello = g.protocol.runs_in_rounds()
                 && !g.stepped
                 && now.saturating_duration_since(g.created) >= l.hello;
-            let run_idle = matches!(g.phase, Phase::ChunkedRunning(_)) && quiet >= l.ot_idle;
+            let run_idle = matches!(g.phase, SessionPhase::ChunkedRunning(_)) && quiet >= l.ot_idle;
             if no_hello || (g.in_flight == 0 && (quiet >= l.idle || run_idle)) {
-                g.phase = Phase::Done;
+                g.phase = SessionPhase::Done;
                 idle.push(g.id.clone());
             }
         }
@@ -552,7 +552,7 @@ fn evict(map: &mut HashMap<String, Entry>, now: Instant, grace: Duration) -> boo
         e.session = Some(s.clone());
         return false;
     };
-    g.phase = Phase::Done;
+    g.phase = SessionPhase::Done;
     drop(g);
     e.ended = true;
     e.expires = now;
@@ -634,7 +634,7 @@ mod tests {
                         epoch: 1,
                         label_bits: 0,
                         labels: true,
-                        phase: Phase::Busy,
+                        phase: SessionPhase::Busy,
                         in_flight: 0,
                         created: Instant::now(),
                         last_active: Instant::now(),
