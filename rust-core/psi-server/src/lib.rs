@@ -731,19 +731,23 @@ async fn watch_store(state: Arc<AppState>, every: Duration) {
     loop {
         tokio::time::sleep(every).await;
         let st = state.clone();
-        let held = store.0.take();
+        // Moved in and out as a HeldStore, so that however the connection ends (this
+        // look failing, the task dropped before it ran when the runtime shuts down) it is
+        // dropped off the async workers.
+        let held = HeldStore(store.0.take());
         let looked = tokio::task::spawn_blocking(move || {
-            let mut s = match held {
+            let mut held = held;
+            let s = match held.0.as_mut() {
                 Some(s) => s,
-                None => st.config.db.open_registry_read_only()?,
+                None => held.0.insert(st.config.db.open_registry_read_only()?),
             };
-            let r = st.reload_if_changed(s.as_mut());
-            r.map(|_| s)
+            st.reload_if_changed(s.as_mut())?;
+            Ok::<_, StoreError>(held)
         })
         .await;
         match looked {
-            Ok(Ok(s)) => {
-                store.0 = Some(s);
+            Ok(Ok(mut s)) => {
+                store.0 = s.0.take();
                 failing = false;
                 state.store_health.answered();
             }
