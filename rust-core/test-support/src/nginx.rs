@@ -291,37 +291,10 @@ mod tests {
             std::mem::forget(nginx);
             return;
         }
-        let out = crate::proc::run_bounded(
-            Command::new(std::env::current_exe().unwrap())
-                .args([
-                    "--exact",
-                    "nginx::tests::a_leaked_nginx_stops_when_the_process_ends",
-                    "--nocapture",
-                ])
-                .env("PSI_TS_CHILD", "1"),
-            "the child test process",
+        crate::proc::child_leaves_nothing(
+            "nginx::tests::a_leaked_nginx_stops_when_the_process_ends",
+            "the leaked nginx",
         );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let line = stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("PSI_TS "))
-            .expect("the child's report");
-        let (port, dir) = line.split_once(' ').unwrap();
-        let port: u16 = port.parse().unwrap();
-        let dir = PathBuf::from(dir);
-        let deadline = Instant::now() + WAIT;
-        while accepts(port) || dir.exists() {
-            assert!(
-                Instant::now() < deadline,
-                "the leaked nginx outlived its process"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
     }
 
     #[test]

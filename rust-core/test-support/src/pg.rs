@@ -558,36 +558,9 @@ mod tests {
             println!("PSI_TS {} {}", pg.port(), pg.dir().display());
             return;
         }
-        let out = run_bounded(
-            Command::new(std::env::current_exe().unwrap())
-                .args([
-                    "--exact",
-                    "pg::tests::shared_cluster_stops_when_the_process_ends",
-                    "--nocapture",
-                ])
-                .env("PSI_TS_CHILD", "1"),
-            "the child test process",
+        crate::proc::child_leaves_nothing(
+            "pg::tests::shared_cluster_stops_when_the_process_ends",
+            "the shared cluster",
         );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let line = stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("PSI_TS "))
-            .expect("the child's report");
-        let (port, dir) = line.split_once(' ').unwrap();
-        let port: u16 = port.parse().unwrap();
-        let dir = PathBuf::from(dir);
-        let deadline = Instant::now() + WAIT;
-        while accepts(port) || dir.exists() {
-            assert!(
-                Instant::now() < deadline,
-                "the shared cluster outlived its process"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
     }
 }

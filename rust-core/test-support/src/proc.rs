@@ -145,3 +145,35 @@ pub(crate) fn tail(s: &str) -> String {
     let lines: Vec<&str> = s.lines().collect();
     lines[lines.len().saturating_sub(40)..].join("\n")
 }
+
+/// For the tests that a server left behind still goes away with its process: runs the
+/// test `test` of this test binary again as a child (with `PSI_TS_CHILD` set, so the test
+/// knows to start `what` and print `PSI_TS PORT DIR`), then waits until that port no
+/// longer accepts and that directory is gone.
+#[cfg(test)]
+pub(crate) fn child_leaves_nothing(test: &str, what: &str) {
+    let out = run_bounded(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", test, "--nocapture"])
+            .env("PSI_TS_CHILD", "1"),
+        "the child test process",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("PSI_TS "))
+        .expect("the child's report");
+    let (port, dir) = line.split_once(' ').unwrap();
+    let port: u16 = port.parse().unwrap();
+    let dir = PathBuf::from(dir);
+    let deadline = Instant::now() + WAIT;
+    while accepts(port) || dir.exists() {
+        assert!(Instant::now() < deadline, "{what} outlived its process");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -27,8 +27,8 @@
 
 use super::{
     AccountStore, BuildLease, ImportCounts, LoadedEntry, NewToken, Readiness, RefreshStats,
-    RegistryStore, Revoked, SavedBudget, SetWork, StoreError, StoredSet, TOKEN_BYTES, TokenInfo,
-    check_token_name, now_ms, os_rng, token_digest,
+    RegistryStore, Revoked, SavedBudget, SetWork, StoreError, StoredSet, TokenInfo, TokenIssue,
+    now_ms, os_rng,
 };
 use psi_core::Threads;
 use psi_core::dh::ServerKey;
@@ -487,19 +487,11 @@ impl Store {
         name: Option<&str>,
         items_per_hour: Option<u64>,
     ) -> Result<NewToken, StoreError> {
-        if let Some(n) = name {
-            check_token_name(n)?;
-        }
-        let budget = items_per_hour
-            .map(|v| {
-                i64::try_from(v)
-                    .map_err(|_| StoreError::InvalidInput("items_per_hour is at most 2^63 - 1"))
-            })
-            .transpose()?;
-        let mut raw = zeroize::Zeroizing::new([0u8; TOKEN_BYTES]);
-        rand_core::Rng::fill_bytes(&mut os_rng()?, raw.as_mut_slice());
-        let token = zeroize::Zeroizing::new(format!("psi_{}", hex::encode(raw.as_slice())));
-        let digest = token_digest(&token);
+        let TokenIssue {
+            token,
+            digest,
+            items_per_hour: budget,
+        } = TokenIssue::new(name, items_per_hour)?;
         self.conn.execute(
             "INSERT INTO tokens (digest, name, created, items_per_hour)
              VALUES (?1, ?2, CAST(strftime('%s', 'now') AS INTEGER), ?3)",
@@ -817,6 +809,7 @@ fn create_private_file(path: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::token_digest;
 
     #[test]
     fn readiness_tells_a_change_in_progress_from_one_built_at_another_size() {

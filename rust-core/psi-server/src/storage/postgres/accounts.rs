@@ -4,8 +4,7 @@
 //! [`AccountStore::save_budgets`] does nothing. Blocking, like the registry store.
 
 use super::super::{
-    AccountStore, NewToken, Revoked, SavedBudget, StoreError, TOKEN_BYTES, TokenInfo,
-    check_token_name, os_rng, token_digest,
+    AccountStore, NewToken, Revoked, SavedBudget, StoreError, TokenInfo, TokenIssue,
 };
 use super::{PgSettings, schema};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -52,19 +51,11 @@ impl AccountStore for PgAccounts {
         name: Option<&str>,
         items_per_hour: Option<u64>,
     ) -> Result<NewToken, StoreError> {
-        if let Some(n) = name {
-            check_token_name(n)?;
-        }
-        let budget = items_per_hour
-            .map(|v| {
-                i64::try_from(v)
-                    .map_err(|_| StoreError::InvalidInput("items_per_hour is at most 2^63 - 1"))
-            })
-            .transpose()?;
-        let mut raw = zeroize::Zeroizing::new([0u8; TOKEN_BYTES]);
-        rand_core::Rng::fill_bytes(&mut os_rng()?, raw.as_mut_slice());
-        let token = zeroize::Zeroizing::new(format!("psi_{}", hex::encode(raw.as_slice())));
-        let digest = token_digest(&token);
+        let TokenIssue {
+            token,
+            digest,
+            items_per_hour: budget,
+        } = TokenIssue::new(name, items_per_hour)?;
         let row = self.conn().query_one(
             &format!(
                 "INSERT INTO tokens (digest, name, created, items_per_hour)
