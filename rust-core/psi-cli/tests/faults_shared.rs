@@ -18,7 +18,7 @@ use psi_test_support::pg::TempPostgres;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -36,16 +36,7 @@ impl Drop for Served {
 }
 
 fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "psi-cli-faults-{name}-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    common::temp_dir("faults", name)
 }
 
 fn s(p: &Path) -> &str {
@@ -54,28 +45,8 @@ fn s(p: &Path) -> &str {
 
 /// Runs `psi ARGS`, killed after 60 s; panics when it fails.
 fn psi(args: &[&str]) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_psi"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run psi");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("psi {args:?} took over 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "psi {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (ok, _, err) = common::run_psi(args, Duration::from_secs(60));
+    assert!(ok, "psi {args:?}: {err}");
 }
 
 /// docs/deploy/nginx.conf with the test's addresses (as psi-server/tests/routing.rs).

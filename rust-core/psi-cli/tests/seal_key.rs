@@ -1,34 +1,14 @@
 //! `psi seal-key new`: the binary writes a private key file that loads, prints no key,
 //! and never overwrites an existing file.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Runs `psi ARGS`, killed after 30 s: (success, stdout, stderr).
 fn psi(args: &[&str]) -> (bool, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_psi"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run psi");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while child.try_wait().expect("wait for psi").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("psi {args:?} took over 30 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().expect("psi output");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    common::run_psi(args, Duration::from_secs(30))
 }
 
 /// A scratch directory, removed when dropped (also when the test fails).

@@ -8,33 +8,12 @@ mod common;
 
 use psi_test_support::pg::TempPostgres;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+
 use std::time::{Duration, Instant};
 
 /// Runs `psi ARGS`, killed after 60 s: (success, stdout, stderr).
 fn psi(args: &[&str]) -> (bool, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_psi"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run psi");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().expect("wait for psi").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("psi {args:?} took over 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().expect("psi output");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    common::run_psi(args, Duration::from_secs(60))
 }
 
 /// A `psi serve` killed when dropped (also when a test fails).
@@ -51,16 +30,7 @@ impl Drop for Served {
 }
 
 fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "psi-cli-pg-{name}-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    common::temp_dir("pg", name)
 }
 
 fn s(p: &Path) -> &str {

@@ -1,7 +1,51 @@
 //! Helpers shared by the CLI's integration tests.
 #![allow(dead_code)]
 
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs `psi ARGS` with no input, killed (and the test failed) after `limit`:
+/// (success, stdout, stderr).
+pub fn run_psi(args: &[&str], limit: Duration) -> (bool, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_psi"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run psi");
+    let deadline = Instant::now() + limit;
+    while child.try_wait().expect("wait for psi").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("psi {args:?} took over {} s", limit.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("psi output");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A fresh directory for one test, `psi-cli-PREFIX-NAME-PID-NANOS` under the system's
+/// temporary directory.
+pub fn temp_dir(prefix: &str, name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "psi-cli-{prefix}-{name}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
 
 /// Starts `psi serve ARGS...` (with `env` added) and waits for its first stdout line, the
 /// "listening on URL" line: returns the process and that line.
