@@ -177,10 +177,15 @@ fn routes(seen: &[Request]) -> Vec<String> {
     seen.iter()
         .map(|r| {
             let path = r.url.split_once("/v1/").map_or("", |(_, p)| p);
-            // Session ids vary: keep the route's shape.
+            // Session ids vary (and name their instance): keep the route's shape.
+            let mut after_sessions = false;
             let path: Vec<&str> = path
                 .split('/')
-                .map(|s| if s.len() == 32 { "{id}" } else { s })
+                .map(|s| {
+                    let seg = if after_sessions { "{id}" } else { s };
+                    after_sessions = s == "sessions";
+                    seg
+                })
                 .collect();
             format!("{} /v1/{}", r.method.as_str(), path.join("/"))
         })
@@ -201,12 +206,18 @@ fn requests_carry_the_config_and_a_bad_answer_is_a_protocol_error() {
     let e = run(&c);
     assert!(matches!(e, ClientError::Protocol(_)), "{e}");
     let seen = seen.lock().unwrap();
+    // The fake server's session id is "ab".
+    assert!(
+        seen[1].url.ends_with("/v1/sessions/ab/dh/query"),
+        "{}",
+        seen[1].url
+    );
     assert_eq!(
         routes(&seen),
         [
             "POST /v1/sessions",
-            "POST /v1/sessions/ab/dh/query",
-            "DELETE /v1/sessions/ab"
+            "POST /v1/sessions/{id}/dh/query",
+            "DELETE /v1/sessions/{id}"
         ]
     );
     for r in seen.iter() {
