@@ -14,8 +14,7 @@ mod common;
 use common::{error_code, id, query, raw, send, session, session_id};
 use psi_client::{CancelToken, Client, ClientConfig, HttpTransport, Method, Protocol, Threads};
 use psi_client::{Request, Response, Transport, TransportError};
-use psi_server::sealing::SealKeys;
-use psi_server::storage::{Database, PgSettings};
+use psi_server::storage::Database;
 use psi_server::{Config, RunningServer};
 use psi_test_support::pg::TempPostgres;
 use std::sync::{Arc, Mutex};
@@ -28,27 +27,13 @@ const TOKEN: &str = "faults-shared-token-0123456789abcdef";
 /// An instance's settings on `pg`: the registry filled once, the watcher at its default
 /// (2 s: the probe of the store's health), timers that end nothing by themselves.
 fn config(pg: &TempPostgres, name: &str) -> Config {
-    let dir = common::temp_dir(name);
-    let seal = dir.join("seal.key");
-    SealKeys::generate_file(&seal).unwrap();
-    let settings = PgSettings::from_url(&pg.url())
-        .unwrap()
-        .with_password(pg.password())
-        .with_seal_key_file(Some(&seal));
+    let settings = common::pg::sealed(pg, &pg.url(), &common::temp_dir(name));
+    common::pg::import(&settings, 0..REGISTRY, |_| true);
     let mut c = common::config(name);
     c.db = Database::Postgres(settings);
     c.watch_store = Some(Duration::from_secs(2));
     c.session_idle_timeout = Duration::from_secs(120);
     c.enable_ot = false;
-    let mut store = c.db.open_registry().unwrap();
-    let rows: Vec<(String, Option<String>)> = (0..REGISTRY)
-        .map(|i| (id(i), Some(format!("user-{i}"))))
-        .collect();
-    let refs: Vec<(&str, Option<&str>)> = rows
-        .iter()
-        .map(|(a, b)| (a.as_str(), b.as_deref()))
-        .collect();
-    store.add_entry_list(&refs).unwrap();
     c
 }
 

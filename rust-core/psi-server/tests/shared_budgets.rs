@@ -9,7 +9,6 @@
 mod common;
 
 use common::{error_code, id, raw, session};
-use psi_server::sealing::SealKeys;
 use psi_server::storage::postgres::budgets::{
     Book, BudgetError, LevelCap, SharedBudgets, Shortfall,
 };
@@ -247,11 +246,11 @@ fn servers_on(
     count: usize,
     tune: impl Fn(&mut Config),
 ) -> (Vec<RunningServer>, String) {
-    let dir = common::temp_dir(name);
-    let seal = dir.join("seal.key");
-    SealKeys::generate_file(&seal).unwrap();
+    let settings = common::pg::sealed(pg, url, &common::temp_dir(name));
+    // 50 entries, the first 10 labeled `user-i`.
+    common::pg::import(&settings, 0..50, |i| i < 10);
     let mut c: Config = common::config(name);
-    c.db = Database::Postgres(settings(pg, url).with_seal_key_file(Some(&seal)));
+    c.db = Database::Postgres(settings);
     c.tokens = vec![TOKEN.to_string()];
     c.max_sessions = 1000;
     c.max_sessions_per_client = 1000;
@@ -259,17 +258,6 @@ fn servers_on(
     c.session_ttl = Duration::from_secs(120);
     c.enable_ot = false;
     tune(&mut c);
-    let mut store = c.db.open_registry().unwrap();
-    // 50 entries, the first 10 labeled `user-i`.
-    let rows: Vec<(String, Option<String>)> = (0..50)
-        .map(|i| (id(i), (i < 10).then(|| format!("user-{i}"))))
-        .collect();
-    let refs: Vec<(&str, Option<&str>)> = rows
-        .iter()
-        .map(|(a, b)| (a.as_str(), b.as_deref()))
-        .collect();
-    store.add_entry_list(&refs).unwrap();
-    drop(store);
     let servers = (0..count).map(|_| common::start(c.clone())).collect();
     (servers, url.to_string())
 }

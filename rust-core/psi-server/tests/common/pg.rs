@@ -7,20 +7,26 @@ use super::{id, temp_dir};
 use psi_server::sealing::SealKeys;
 use psi_server::storage::{PgSettings, PgStore, RegistryStore};
 use psi_test_support::pg::TempPostgres;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// A fresh database on the shared cluster, with the password and a new at-rest key file
 /// (in the returned directory).
 pub fn fresh(name: &str) -> (PgSettings, PathBuf) {
     let pg = TempPostgres::shared();
     let dir = temp_dir(name);
+    let settings = sealed(pg, &pg.fresh_database(), &dir);
+    (settings, dir)
+}
+
+/// Settings for the database at `url` of `pg`: its password, and a new at-rest key file
+/// `seal.key` in `dir`.
+pub fn sealed(pg: &TempPostgres, url: &str, dir: &Path) -> PgSettings {
     let seal = dir.join("seal.key");
     SealKeys::generate_file(&seal).unwrap();
-    let settings = PgSettings::from_url(&pg.fresh_database())
+    PgSettings::from_url(url)
         .unwrap()
         .with_password(pg.password())
-        .with_seal_key_file(Some(&seal));
-    (settings, dir)
+        .with_seal_key_file(Some(&seal))
 }
 
 /// Adds `+1202xxxxxxx` entries `ids`, entry `i` labeled `user-i` when `labeled(i)`.
