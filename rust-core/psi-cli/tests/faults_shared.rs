@@ -49,25 +49,9 @@ fn psi(args: &[&str]) {
     assert!(ok, "psi {args:?}: {err}");
 }
 
-/// docs/deploy/nginx.conf with the test's addresses (as psi-server/tests/routing.rs).
+/// docs/deploy/nginx.conf with the test's addresses.
 fn nginx_conf(addrs: &[SocketAddr]) -> String {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/deploy/nginx.conf");
-    let mut conf = std::fs::read_to_string(path).unwrap();
-    let mut swap = |from: &str, to: &str| {
-        assert!(
-            conf.contains(from),
-            "docs/deploy/nginx.conf has no `{from}`"
-        );
-        conf = conf.replace(from, to);
-    };
-    swap(
-        "listen 80;",
-        &format!("listen {};", psi_test_support::nginx::LISTEN),
-    );
-    for (i, addr) in addrs.iter().enumerate() {
-        swap(&format!("10.0.0.1{}:8080", i + 1), &addr.to_string());
-    }
-    conf
+    psi_test_support::nginx::deploy_conf(addrs)
 }
 
 /// The instance name of a session id (`NAME-HEX`).

@@ -136,26 +136,9 @@ fn a_step_on_another_instance_is_wrong_instance_and_changes_nothing() {
     assert_eq!(b.state.live_sessions(), 0);
 }
 
-/// docs/deploy/nginx.conf with its example addresses replaced by the test's: the listen
-/// address by the harness's placeholder, instance `psiN`'s `10.0.0.1N:8080` by `addrs[N-1]`.
+/// docs/deploy/nginx.conf with the test's addresses.
 fn nginx_conf(addrs: &[std::net::SocketAddr]) -> String {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/deploy/nginx.conf");
-    let mut conf = std::fs::read_to_string(path).unwrap();
-    let mut swap = |from: &str, to: &str| {
-        assert!(
-            conf.contains(from),
-            "docs/deploy/nginx.conf has no `{from}`"
-        );
-        conf = conf.replace(from, to);
-    };
-    swap(
-        "listen 80;",
-        &format!("listen {};", psi_test_support::nginx::LISTEN),
-    );
-    for (i, addr) in addrs.iter().enumerate() {
-        swap(&format!("10.0.0.1{}:8080", i + 1), &addr.to_string());
-    }
-    conf
+    psi_test_support::nginx::deploy_conf(addrs)
 }
 
 /// The client's transport, seeing every request: records the instance of each session

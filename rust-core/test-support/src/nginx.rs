@@ -191,6 +191,26 @@ fn logs(dir: &Path) -> String {
     format!("{}{}", read("stderr.log"), read("error.log"))
 }
 
+/// The project's tested example, docs/deploy/nginx.conf, with its example addresses
+/// replaced by a test's: the listen address by [`LISTEN`], instance `psiN`'s
+/// `10.0.0.1N:8080` by `addrs[N-1]`. Panics when the file no longer holds one of them.
+pub fn deploy_conf(addrs: &[std::net::SocketAddr]) -> String {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/deploy/nginx.conf");
+    let mut conf = std::fs::read_to_string(path).unwrap();
+    let mut swap = |from: &str, to: &str| {
+        assert!(
+            conf.contains(from),
+            "docs/deploy/nginx.conf has no `{from}`"
+        );
+        conf = conf.replace(from, to);
+    };
+    swap("listen 80;", &format!("listen {LISTEN};"));
+    for (i, addr) in addrs.iter().enumerate() {
+        swap(&format!("10.0.0.1{}:8080", i + 1), &addr.to_string());
+    }
+    conf
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
