@@ -1,5 +1,7 @@
 //! Client settings.
 
+use crate::error::ClientError;
+use crate::measure::LinkHints;
 use psi_core::Threads;
 use std::time::Duration;
 
@@ -48,7 +50,7 @@ pub struct ClientConfig {
     pub retries: u32,
     /// What the platform knows of the current network (priors for the choice, and the
     /// network's name under which link estimates are kept).
-    pub link_hints: crate::LinkHints,
+    pub link_hints: LinkHints,
 }
 
 impl std::fmt::Debug for ClientConfig {
@@ -78,7 +80,7 @@ impl Default for ClientConfig {
             default_region: "US".to_string(),
             allow_insecure_http: false,
             retries: 2,
-            link_hints: crate::LinkHints::default(),
+            link_hints: LinkHints::default(),
         }
     }
 }
@@ -87,8 +89,8 @@ impl ClientConfig {
     /// Checks what can be checked before a run: a timeout and a response cap of at least
     /// 1, a token of visible ASCII (it goes into an HTTP header), and a default region
     /// libphonenumber knows ([`crate::Client::match_contacts`] fails the same way later).
-    pub fn validate(&self) -> Result<(), crate::ClientError> {
-        let bad = |m: &str| Err(crate::ClientError::BadInput(m.to_string()));
+    pub fn validate(&self) -> Result<(), ClientError> {
+        let bad = |m: &str| Err(ClientError::BadInput(m.to_string()));
         if self.timeout.is_zero() {
             return bad("the timeout must be at least 1 ms");
         }
@@ -112,7 +114,7 @@ impl ClientConfig {
         }
         psi_contacts::Normalizer::new(&self.default_region)
             .map(drop)
-            .map_err(|e| crate::ClientError::BadInput(e.to_string()))
+            .map_err(|e| ClientError::BadInput(e.to_string()))
     }
 
     /// Sets the bearer token.
@@ -151,7 +153,7 @@ impl ClientConfig {
         self
     }
     /// Sets the platform's link hints.
-    pub fn with_link_hints(mut self, hints: crate::LinkHints) -> Self {
+    pub fn with_link_hints(mut self, hints: LinkHints) -> Self {
         self.link_hints = hints;
         self
     }

@@ -4,6 +4,7 @@
 use crate::cancel::CancelToken;
 use crate::driver::Client;
 use crate::error::ClientError;
+use crate::measure::ProtocolChoice;
 use crate::report::{MatchReport, Progress};
 use psi_contacts::{Invalid, Normalizer};
 
@@ -60,7 +61,7 @@ impl Client {
     pub fn match_contacts<S: AsRef<str>>(
         &self,
         contacts: &[S],
-        protocol: impl Into<crate::ProtocolChoice>,
+        protocol: impl Into<ProtocolChoice>,
         progress: &mut dyn FnMut(Progress),
         cancel: &CancelToken,
     ) -> Result<ContactReport, ClientError> {

@@ -1,5 +1,7 @@
-//! The client's error: one variant per kind of failure, each telling the caller what
-//! it can do. Messages never contain contact data, labels or keys.
+//! The client's errors: [`ClientError`], one variant per kind of failure, each telling the
+//! caller what it can do, and [`TransportError`], a transport's failure to get a response,
+//! which a [`ClientError::Network`] carries as its source. Messages never contain contact
+//! data, labels or keys.
 
 use psi_http::ErrorCode;
 use thiserror::Error;
@@ -18,7 +20,7 @@ pub enum ClientError {
         timeout: bool,
         /// The transport's error, as it reported it: the cause in the error's
         /// [`std::error::Error::source`] chain.
-        source: crate::transport::TransportError,
+        source: TransportError,
     },
     /// The server answered with an error status and its JSON error (docs/api.md).
     #[error("server answered HTTP {status} ({code}): {message}")]
@@ -72,8 +74,18 @@ impl ClientError {
     }
 }
 
-impl From<crate::transport::TransportError> for ClientError {
-    fn from(e: crate::transport::TransportError) -> Self {
+/// The request did not produce a response (connection, timeout, I/O, size cap).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct TransportError {
+    /// What went wrong (no request or response bodies, no headers).
+    pub message: String,
+    /// True for a timeout.
+    pub timeout: bool,
+}
+
+impl From<TransportError> for ClientError {
+    fn from(e: TransportError) -> Self {
         ClientError::Network {
             message: e.message.clone(),
             timeout: e.timeout,

@@ -1,5 +1,6 @@
 //! What a run returns: matches, statistics, progress events.
 
+use crate::error::ClientError;
 use psi_core::{Phase, Protocol};
 use std::time::Duration;
 
@@ -220,8 +221,8 @@ pub enum RetryCause {
 
 impl RetryCause {
     /// The cause of retrying after `e`; `None` for an error that is not retried.
-    pub fn of(e: &crate::ClientError) -> Option<RetryCause> {
-        use crate::ClientError as E;
+    pub fn of(e: &ClientError) -> Option<RetryCause> {
+        use ClientError as E;
         if !e.is_retryable() {
             return None;
         }

@@ -15,6 +15,7 @@
 //!   most to [`MAX_ERROR_BODY_BYTES`] (or the request's cap, if lower): a longer error body
 //!   is dropped and the status returned with an empty body.
 
+use crate::error::ClientError;
 use std::time::Duration;
 
 /// Largest error body (status 400 and above) a transport reads: the API's JSON errors are
@@ -22,6 +23,7 @@ use std::time::Duration;
 /// what happened (a 503 stays retryable).
 pub const MAX_ERROR_BODY_BYTES: u64 = 16 << 10;
 
+pub use crate::error::TransportError;
 pub use psi_http::Method;
 
 /// One request, complete: a transport sends exactly this.
@@ -96,16 +98,6 @@ fn find_header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a st
         .map(|(_, v)| v.as_str())
 }
 
-/// The request did not produce a response (connection, timeout, I/O, size cap).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct TransportError {
-    /// What went wrong (no request or response bodies, no headers).
-    pub message: String,
-    /// True for a timeout.
-    pub timeout: bool,
-}
-
 /// Moves one request to the server and its response back.
 pub trait Transport: Send + Sync {
     /// Sends `request`; any HTTP status is a `Response`, only failures to get one are
@@ -150,8 +142,8 @@ impl HttpTransport {
     /// A transport that trusts only the CA certificates in `pem` (one or more PEM
     /// `CERTIFICATE` blocks): a private CA of a self-hosted server, or a test CA. Like
     /// curl's `--cacert`, they replace the built-in roots.
-    pub fn with_root_certificates(pem: &[u8]) -> Result<Self, crate::ClientError> {
-        let bad = |m: &str| crate::ClientError::BadInput(m.to_string());
+    pub fn with_root_certificates(pem: &[u8]) -> Result<Self, ClientError> {
+        let bad = |m: &str| ClientError::BadInput(m.to_string());
         let mut roots = Vec::new();
         for item in ureq::tls::parse_pem(pem) {
             if let ureq::tls::PemItem::Certificate(c) =
