@@ -3,41 +3,15 @@
 //! analytic sizes, and malformed or out-of-phase messages through the public API.
 
 use proptest::prelude::*;
-use psi_core::cm20::{self, ClientStep, Cm20Client, Cm20Config, Cm20Server, MatchOutput};
+use psi_core::cm20::{self, ClientStep, Cm20Client, Cm20Config, Cm20Server};
 use psi_core::{DecodeError, Error, ItemSet, Threads};
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
 
 mod common;
 
-use common::{check_output, decode_err, drive, items};
-
-/// Runs a whole session in memory and returns the output and every message in order.
-fn run(
-    client_items: &[Vec<u8>],
-    server_items: &[Vec<u8>],
-    config: &Cm20Config,
-    seeds: (u64, u64),
-) -> (MatchOutput, Vec<Vec<u8>>) {
-    let mut crng = ChaCha20Rng::seed_from_u64(seeds.0);
-    let mut srng = ChaCha20Rng::seed_from_u64(seeds.1);
-    let (mut client, request) =
-        Cm20Client::start(ItemSet::new(client_items), config.clone(), &mut crng).unwrap();
-    let mut server =
-        Cm20Server::new(ItemSet::new(server_items), config.clone(), &mut srng).unwrap();
-    let run = drive(
-        request,
-        |req| server.handle(req).unwrap(),
-        |resp| client.handle(resp).unwrap(),
-    );
-    assert!(server.is_done() && client.is_done());
-    run
-}
-
-fn check(client_items: &[Vec<u8>], server_items: &[Vec<u8>], config: &Cm20Config, seed: u64) {
-    let (out, _) = run(client_items, server_items, config, (seed, seed ^ 0xabcdef));
-    check_output(&out, client_items, server_items);
-}
+use common::chunked::{check, run};
+use common::{decode_err, items};
 
 /// A whole message of this protocol: the 9-byte header, then `body`.
 fn frame(message_type: u8, body: &[u8]) -> Vec<u8> {

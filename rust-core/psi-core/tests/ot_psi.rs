@@ -2,40 +2,15 @@
 //! vector, malformed and out-of-phase messages, and forced Cuckoo failures.
 
 use proptest::prelude::*;
-use psi_core::ot::{self, ClientStep, OtClient, OtConfig, OtOutput, OtServer};
+use psi_core::ot::{self, ClientStep, OtClient, OtConfig, OtServer};
 use psi_core::{DecodeError, Error, ItemSet, Threads};
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
 
 mod common;
 
-use common::{check_output, decode_err, drive, expected, items};
-
-/// Runs a whole session in memory and returns the output and every message in order.
-fn run(
-    client_items: &[Vec<u8>],
-    server_items: &[Vec<u8>],
-    config: &OtConfig,
-    seeds: (u64, u64),
-) -> (OtOutput, Vec<Vec<u8>>) {
-    let mut crng = ChaCha20Rng::seed_from_u64(seeds.0);
-    let mut srng = ChaCha20Rng::seed_from_u64(seeds.1);
-    let (mut client, request) =
-        OtClient::start(ItemSet::new(client_items), config.clone(), &mut crng).unwrap();
-    let mut server = OtServer::new(ItemSet::new(server_items), config.clone(), &mut srng).unwrap();
-    let run = drive(
-        request,
-        |req| server.handle(req).unwrap(),
-        |resp| client.handle(resp).unwrap(),
-    );
-    assert!(server.is_done() && client.is_done());
-    run
-}
-
-fn check(client_items: &[Vec<u8>], server_items: &[Vec<u8>], config: &OtConfig, seed: u64) {
-    let (out, _) = run(client_items, server_items, config, (seed, seed ^ 0xabcdef));
-    check_output(&out, client_items, server_items);
-}
+use common::chunked::{check, run};
+use common::{decode_err, expected, items};
 
 /// A whole message of this protocol: the 9-byte header, then `body`.
 fn frame(message_type: u8, body: &[u8]) -> Vec<u8> {

@@ -1,10 +1,11 @@
 //! Helpers shared by the end-to-end tests of the protocols (`dh_psi.rs`, `ot_psi.rs`,
 //! `cm20_psi.rs`): the plain intersection the results are checked against, item lists,
-//! the in-memory run of an OT-extension protocol with its transcript, and the transcript
-//! vector's common parts. Each test binary uses a part of it.
+//! the in-memory run of an OT-extension protocol with its transcript ([`chunked`]), and
+//! the transcript vector's common parts. Each test binary uses a part of it.
 #![allow(dead_code)]
 
-use psi_core::chunked::ClientStep;
+pub mod chunked;
+
 use psi_core::{DecodeError, Error, MatchOutput};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
@@ -81,29 +82,6 @@ pub fn check_output(out: &MatchOutput, client_items: &[Vec<u8>], server_items: &
     assert_eq!(out.duplicates, client_items.len() - distinct.len());
     let server_distinct: HashSet<&Vec<u8>> = server_items.iter().collect();
     assert_eq!(out.server_items as usize, server_distinct.len());
-}
-
-/// Drives an OT-extension run from the client's first request: `server` answers each
-/// request, `client` handles each response. Returns the output and every message in
-/// order (requests at even, responses at odd positions). Panics on any error or if the
-/// run does not end within 10,000 round trips.
-pub fn drive(
-    mut request: Vec<u8>,
-    mut server: impl FnMut(&[u8]) -> Vec<u8>,
-    mut client: impl FnMut(&[u8]) -> ClientStep,
-) -> (MatchOutput, Vec<Vec<u8>>) {
-    let mut transcript = Vec::new();
-    for _ in 0..10_000 {
-        let response = server(&request);
-        transcript.push(std::mem::take(&mut request));
-        let step = client(&response);
-        transcript.push(response);
-        match step {
-            ClientStep::Send(next) => request = next,
-            ClientStep::Done(out) => return (out, transcript),
-        }
-    }
-    panic!("run did not finish");
 }
 
 /// The error of a call that must fail to decode.

@@ -1,0 +1,108 @@
+//! One in-memory session of an OT-extension protocol (OT-PSI, CM20-PSI) driven to its end
+//! message by message from seeded generators: the run `ot_psi.rs` and `cm20_psi.rs` share.
+
+use super::check_output;
+use psi_core::chunked::ClientStep;
+use psi_core::cm20::{Cm20Client, Cm20Config, Cm20Server};
+use psi_core::ot::{OtClient, OtConfig, OtServer};
+use psi_core::{ItemSet, MatchOutput};
+use rand_chacha::ChaCha20Rng;
+use rand_core::SeedableRng;
+
+/// A protocol's config, and through it the protocol's two sides as [`run`] drives them.
+/// Every call panics on an error: the tests that use it expect none.
+pub trait Protocol: Clone {
+    type Client;
+    type Server;
+    /// The client and its first request.
+    fn start(&self, items: ItemSet, rng: &mut ChaCha20Rng) -> (Self::Client, Vec<u8>);
+    fn server(&self, items: ItemSet, rng: &mut ChaCha20Rng) -> Self::Server;
+    fn answer(server: &mut Self::Server, request: &[u8]) -> Vec<u8>;
+    fn handle(client: &mut Self::Client, response: &[u8]) -> ClientStep;
+    /// Whether both sides say the run is over.
+    fn both_done(client: &Self::Client, server: &Self::Server) -> bool;
+}
+
+/// The same calls on both protocols: their clients and servers have the same methods.
+macro_rules! protocol {
+    ($config:ty, $client:ty, $server:ty) => {
+        impl Protocol for $config {
+            type Client = $client;
+            type Server = $server;
+            fn start(&self, items: ItemSet, rng: &mut ChaCha20Rng) -> ($client, Vec<u8>) {
+                <$client>::start(items, self.clone(), rng).unwrap()
+            }
+            fn server(&self, items: ItemSet, rng: &mut ChaCha20Rng) -> $server {
+                <$server>::new(items, self.clone(), rng).unwrap()
+            }
+            fn answer(server: &mut $server, request: &[u8]) -> Vec<u8> {
+                server.handle(request).unwrap()
+            }
+            fn handle(client: &mut $client, response: &[u8]) -> ClientStep {
+                client.handle(response).unwrap()
+            }
+            fn both_done(client: &$client, server: &$server) -> bool {
+                server.is_done() && client.is_done()
+            }
+        }
+    };
+}
+
+protocol!(OtConfig, OtClient, OtServer);
+protocol!(Cm20Config, Cm20Client, Cm20Server);
+
+/// Runs a whole session in memory, the client's generator seeded with `seeds.0` and the
+/// server's with `seeds.1`; returns the output and every message in order (see [`drive`]).
+pub fn run<P: Protocol>(
+    client_items: &[Vec<u8>],
+    server_items: &[Vec<u8>],
+    config: &P,
+    seeds: (u64, u64),
+) -> (MatchOutput, Vec<Vec<u8>>) {
+    let mut crng = ChaCha20Rng::seed_from_u64(seeds.0);
+    let mut srng = ChaCha20Rng::seed_from_u64(seeds.1);
+    let (mut client, request) = config.start(ItemSet::new(client_items), &mut crng);
+    let mut server = config.server(ItemSet::new(server_items), &mut srng);
+    let run = drive(
+        request,
+        |req| P::answer(&mut server, req),
+        |resp| P::handle(&mut client, resp),
+    );
+    assert!(P::both_done(&client, &server));
+    run
+}
+
+/// Runs a session with seeds derived from `seed` and checks its output against the plain
+/// intersection.
+pub fn check<P: Protocol>(
+    client_items: &[Vec<u8>],
+    server_items: &[Vec<u8>],
+    config: &P,
+    seed: u64,
+) {
+    let (out, _) = run(client_items, server_items, config, (seed, seed ^ 0xabcdef));
+    check_output(&out, client_items, server_items);
+}
+
+/// Drives an OT-extension run from the client's first request: `server` answers each
+/// request, `client` handles each response. Returns the output and every message in
+/// order (requests at even, responses at odd positions). Panics on any error or if the
+/// run does not end within 10,000 round trips.
+pub fn drive(
+    mut request: Vec<u8>,
+    mut server: impl FnMut(&[u8]) -> Vec<u8>,
+    mut client: impl FnMut(&[u8]) -> ClientStep,
+) -> (MatchOutput, Vec<Vec<u8>>) {
+    let mut transcript = Vec::new();
+    for _ in 0..10_000 {
+        let response = server(&request);
+        transcript.push(std::mem::take(&mut request));
+        let step = client(&response);
+        transcript.push(response);
+        match step {
+            ClientStep::Send(next) => request = next,
+            ClientStep::Done(out) => return (out, transcript),
+        }
+    }
+    panic!("run did not finish");
+}
