@@ -1,13 +1,13 @@
 //! HTTP handlers (`docs/api.md`). Every failure is a JSON [`ErrorBody`] with a stable
 //! code; nothing here panics on input, and nothing logs contact data.
 
-use crate::AppState;
 use crate::instance::Owner;
 use crate::limits::{ChargeError, LevelKind, Payer, Refused};
 use crate::sessions::{
     BuildError, ChunkedRun, Full, Lookup, MAX_FAILED_STEPS, RoundServer, Session, SessionPhase,
     lock,
 };
+use crate::state::AppState;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection};
 use axum::extract::{
@@ -643,7 +643,7 @@ fn budget_refused(what: &str, Refused { wait, kind }: Refused) -> ApiError {
 fn session_registry(
     state: &AppState,
     s: &Arc<Mutex<Session>>,
-) -> Result<Arc<crate::Registry>, ApiError> {
+) -> Result<Arc<crate::registry::Registry>, ApiError> {
     let epoch = lock(s).epoch;
     state.registry_for(epoch).ok_or_else(epoch_gone)
 }
@@ -1520,7 +1520,9 @@ async fn encoded_set(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Config, Registry, Store};
+    use crate::config::Config;
+    use crate::registry::Registry;
+    use crate::storage::Store;
     use std::sync::mpsc;
     use std::time::Duration;
 

@@ -25,7 +25,7 @@
 //! - Shutdown: stop accepting, let every connection finish the request it is serving
 //!   (hyper's graceful shutdown), then return once all are closed.
 
-use crate::caller::IpNet;
+use crate::net::IpNet;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
@@ -43,7 +43,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 
-/// The connection limits of [`crate::Config`].
+/// The connection limits of [`crate::config::Config`].
 #[derive(Debug, Clone)]
 pub(crate) struct Limits {
     pub header_read_timeout: Duration,

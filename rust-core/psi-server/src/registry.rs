@@ -1,7 +1,7 @@
 //! The registry as served: the key, the encoded set with its ETag, the items for OT-PSI
 //! sessions and the encrypted label records by bucket.
 
-use crate::Config;
+use crate::config::Config;
 use crate::storage::{self, Readiness, RegistryStore, StoreError, encode_set, os_rng};
 use axum::body::Bytes;
 use psi_core::cm20::{self, Cm20Set};
@@ -220,15 +220,16 @@ mod tests {
 
     #[test]
     fn a_registry_complete_at_another_size_is_read_with_its_own_set_and_a_half_done_one_is_not() {
-        let mut store = crate::Store::open(std::path::Path::new(":memory:")).unwrap();
+        let mut store = crate::storage::Store::open(std::path::Path::new(":memory:")).unwrap();
         let config = Config {
             max_client_items: 200,
             build_threads: 1,
             enable_cm20: false,
             ..Config::default()
         };
-        let refresh =
-            |s: &mut crate::Store, max| s.refresh(max, Threads::ONE, &mut |_, _| {}).unwrap();
+        let refresh = |s: &mut crate::storage::Store, max| {
+            s.refresh(max, Threads::ONE, &mut |_, _| {}).unwrap()
+        };
         store.add_entries([("+14155550001", Some("a"))]).unwrap();
         assert!(Registry::read_ready(&mut store, &config).unwrap().is_none());
         refresh(&mut store, 200);

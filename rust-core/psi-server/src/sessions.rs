@@ -402,7 +402,7 @@ impl Sessions {
         map.insert(
             id,
             Entry {
-                expires: crate::instant_after(self.ttl),
+                expires: crate::config::instant_after(self.ttl),
                 client: session.client.clone(),
                 block,
                 session: Some(Arc::new(Mutex::new(session))),
