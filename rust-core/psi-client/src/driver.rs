@@ -7,7 +7,7 @@ use crate::cancel::CancelToken;
 use crate::config::ClientConfig;
 use crate::error::ClientError;
 use crate::measure::{
-    ChoiceReport, Clock, DeviceCosts, LinkEstimate, MeasurementStore, ProtocolChoice, Sample,
+    ChoiceReport, Clock, LinkEstimate, MeasurementStore, ProtocolChoice, Sample,
     Source, SystemClock,
 };
 use crate::report::{MatchReport, Matched, Progress, RunStats};
@@ -328,7 +328,7 @@ impl Client {
             // A store written before the CM20 lookup unit existed lacks it: calibrate.
             Some(d) if d.cm20_lookup_ns.is_some() => (d.units(threads), Source::Measured),
             _ => {
-                let d = DeviceCosts::calibrate();
+                let d = crate::measure::calibrate_device();
                 self.measurements.update(|m| m.device = Some(d));
                 (d.units(threads), Source::Measured)
             }

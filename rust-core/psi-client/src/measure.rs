@@ -9,8 +9,9 @@
 //!
 //! The device's and the server's unit costs are `psi_core::cost::UnitCosts` (the one
 //! record of them; `psi_core::calibrate` the one calibration). [`DeviceCosts`] is only
-//! their stored spelling in `measurements.json`, [`server_units`] the one reading of a
-//! server's advertised costs.
+//! their stored spelling in `measurements.json` (psi-http's `UnitCostsNs`, the spelling the
+//! server's health uses too), [`server_units`] the one reading of a server's advertised
+//! costs.
 
 use psi_core::cost::{Link, UnitCosts};
 use serde::{Deserialize, Serialize};
@@ -262,63 +263,14 @@ pub struct Sample {
     pub server: f64,
 }
 
-/// A device's unit costs as stored in `measurements.json`: `psi_core::cost::UnitCosts`
-/// (ns per operation, without the threads) in its on-disk spelling. Converted to and from
-/// the model's record by [`DeviceCosts::units`] and [`DeviceCosts::from_units`] only.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct DeviceCosts {
-    /// ns per scalar multiplication.
-    pub scalar_mult_ns: f64,
-    /// ns per hash-to-group.
-    pub hash_to_group_ns: f64,
-    /// ns per element decoding.
-    pub element_decode_ns: f64,
-    /// ns per AES block.
-    pub aes_block_ns: f64,
-    /// ns per hash block.
-    pub hash_block_ns: f64,
-    /// ns per entry.
-    pub entry_ns: f64,
-    /// ns per CM20-PSI column lookup (absent from stores written before the unit
-    /// existed: the device is then calibrated again).
-    #[serde(default)]
-    pub cm20_lookup_ns: Option<f64>,
-}
+/// A device's unit costs as stored in `measurements.json`: psi-http's
+/// [`psi_http::UnitCostsNs`], the same record a server's health advertises, with its one
+/// conversion to and from the model's [`UnitCosts`].
+pub type DeviceCosts = psi_http::UnitCostsNs;
 
-impl DeviceCosts {
-    /// The model's unit costs on `threads` threads.
-    pub fn units(&self, threads: u32) -> UnitCosts {
-        UnitCosts::new(
-            self.scalar_mult_ns,
-            self.hash_to_group_ns,
-            self.element_decode_ns,
-            self.aes_block_ns,
-            self.hash_block_ns,
-            self.entry_ns,
-            threads,
-        )
-        .with_cm20_lookup(
-            self.cm20_lookup_ns
-                .unwrap_or(psi_core::cost::CM20_LOOKUP_REFERENCE),
-        )
-    }
-    /// From the model's unit costs.
-    pub fn from_units(u: &UnitCosts) -> Self {
-        DeviceCosts {
-            scalar_mult_ns: u.scalar_mult,
-            hash_to_group_ns: u.hash_to_group,
-            element_decode_ns: u.element_decode,
-            aes_block_ns: u.aes_block,
-            hash_block_ns: u.hash_block,
-            entry_ns: u.entry,
-            cm20_lookup_ns: Some(u.cm20_lookup),
-        }
-    }
-    /// Measures this device (about 30 ms): `psi_core::calibrate::unit_costs` on one
-    /// thread.
-    pub fn calibrate() -> Self {
-        Self::from_units(&psi_core::calibrate::unit_costs(psi_core::Threads::ONE))
-    }
+/// Measures this device (about 42 ms): `psi_core::calibrate::unit_costs` on one thread.
+pub fn calibrate_device() -> DeviceCosts {
+    DeviceCosts::from_units(&psi_core::calibrate::unit_costs(psi_core::Threads::ONE))
 }
 
 /// How far a server's advertised unit costs are believed: each is taken within
@@ -335,7 +287,8 @@ pub const MAX_SERVER_THREADS: u32 = 64;
 /// the plausible range ([`SERVER_COST_RANGE`]; one that is not a finite number is the
 /// reference's), the threads to `1..=`[`MAX_SERVER_THREADS`].
 pub fn server_units(h: &psi_http::Health) -> Option<UnitCosts> {
-    let c = h.costs?;
+    let costs = h.costs?;
+    let c = costs.units;
     let r = UnitCosts::REFERENCE;
     let f = |v: f64, reference: f64| {
         if v.is_finite() {
@@ -351,7 +304,7 @@ pub fn server_units(h: &psi_http::Health) -> Option<UnitCosts> {
         f(c.aes_block_ns, r.aes_block),
         f(c.hash_block_ns, r.hash_block),
         f(c.entry_ns, r.entry),
-        c.threads_per_step.clamp(1, MAX_SERVER_THREADS),
+        costs.threads_per_step.clamp(1, MAX_SERVER_THREADS),
     )
     .with_cm20_lookup(f(c.cm20_lookup_ns.unwrap_or(r.cm20_lookup), r.cm20_lookup));
     u.is_sane().then_some(u)

@@ -187,7 +187,7 @@ fn predictions_track_simulated_runs_and_auto_picks_the_faster_protocol() {
         let srv = &servers.iter().find(|(n, _)| *n == n_s).unwrap().1;
         let sim = SimLink::new(link(&NETWORKS[0]));
         // Calibrated now, under the machine's current load, as the server was at start.
-        let device = DeviceCosts::calibrate();
+        let device = psi_client::measure::calibrate_device();
         let mut m = Measurements::default();
         m.device = Some(device);
         let store = Arc::new(MeasurementStore::new(m));
@@ -417,7 +417,7 @@ fn a_cm20_cell_matches_its_prediction_and_auto_weighs_three() {
     let (n_c, n_s) = (1 << 12, 1 << 12);
     let srv = server_with(n_s, true);
     let sim = SimLink::new(link(&NETWORKS[1]));
-    let device = DeviceCosts::calibrate();
+    let device = psi_client::measure::calibrate_device();
     let mut m = Measurements::default();
     m.device = Some(device);
     let store = Arc::new(MeasurementStore::new(m));
@@ -429,7 +429,7 @@ fn a_cm20_cell_matches_its_prediction_and_auto_weighs_three() {
     };
     let health = client_with(config.clone(), store.clone()).health().unwrap();
     assert!(health.protocols.iter().any(|p| p == "cm20-psi"));
-    assert!(health.costs.unwrap().cm20_lookup_ns.is_some());
+    assert!(health.costs.unwrap().units.cm20_lookup_ns.is_some());
     store.update(|m| {
         m.servers.insert(srv.url(), health.clone());
     });
@@ -636,7 +636,7 @@ fn a_stale_stored_health_is_dropped_after_an_unsupported_protocol() {
     stale.registry_items = 4096;
     measurements.update(|m| {
         m.servers.insert(srv.url(), stale);
-        m.device = Some(DeviceCosts::calibrate());
+        m.device = Some(psi_client::measure::calibrate_device());
         // A LAN measured before.
         m.networks.insert(
             String::new(),

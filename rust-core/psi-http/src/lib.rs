@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+use psi_core::cost::{CM20_LOOKUP_REFERENCE, UnitCosts};
 use serde::{Deserialize, Serialize};
 
 /// HTTP method of a route (the API uses these three only).
@@ -290,10 +291,14 @@ impl Feature {
     }
 }
 
-/// A server's measured computation costs (nanoseconds per operation on one thread, the
-/// units of `psi_core::cost::UnitCosts`) and its parallelism.
+/// One machine's measured computation costs, nanoseconds per operation on one thread:
+/// `psi_core::cost::UnitCosts` without the threads, in its JSON spelling. The one record
+/// of unit costs outside the model: the server's health advertises it (inside
+/// [`ServerCosts`]), the client keeps its device's in `measurements.json`, and
+/// [`UnitCostsNs::from_units`] / [`UnitCostsNs::units`] are the one conversion to and
+/// from the model's record.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct ServerCosts {
+pub struct UnitCostsNs {
     /// ns per ristretto255 scalar multiplication.
     pub scalar_mult_ns: f64,
     /// ns per hash-to-group.
@@ -306,10 +311,50 @@ pub struct ServerCosts {
     pub hash_block_ns: f64,
     /// ns per entry of memory work (hash-table insert or probe, shuffle step).
     pub entry_ns: f64,
-    /// ns per CM20-PSI column lookup. Absent from servers older than CM20 in the cost
-    /// model: a client then uses its reference value.
+    /// ns per CM20-PSI column lookup. Absent from servers (and stored measurements) older
+    /// than CM20 in the cost model: the reader then uses the reference value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cm20_lookup_ns: Option<f64>,
+}
+
+impl UnitCostsNs {
+    /// The model's record in this spelling.
+    pub fn from_units(u: &UnitCosts) -> Self {
+        UnitCostsNs {
+            scalar_mult_ns: u.scalar_mult,
+            hash_to_group_ns: u.hash_to_group,
+            element_decode_ns: u.element_decode,
+            aes_block_ns: u.aes_block,
+            hash_block_ns: u.hash_block,
+            entry_ns: u.entry,
+            cm20_lookup_ns: Some(u.cm20_lookup),
+        }
+    }
+
+    /// The model's record on `threads` threads, as given (no plausibility check: a
+    /// caller that does not trust the source clamps, as psi-client does with a server's).
+    /// An absent CM20 lookup cost is the reference's.
+    pub fn units(&self, threads: u32) -> UnitCosts {
+        UnitCosts::new(
+            self.scalar_mult_ns,
+            self.hash_to_group_ns,
+            self.element_decode_ns,
+            self.aes_block_ns,
+            self.hash_block_ns,
+            self.entry_ns,
+            threads,
+        )
+        .with_cm20_lookup(self.cm20_lookup_ns.unwrap_or(CM20_LOOKUP_REFERENCE))
+    }
+}
+
+/// A server's measured computation costs ([`UnitCostsNs`], flattened into this object)
+/// and its parallelism.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ServerCosts {
+    /// ns per operation, one thread.
+    #[serde(flatten)]
+    pub units: UnitCostsNs,
     /// Threads one session step runs on (the reference server: 1).
     pub threads_per_step: u32,
     /// Session steps other than OT rounds run at once (`--workers`).
@@ -449,6 +494,45 @@ impl std::fmt::Display for ErrorCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The health's `costs` object is flat (the unit costs beside the thread counts), as
+    /// docs/api.md and openapi.json spell it; an older server without `cm20_lookup_ns` reads
+    /// as the reference lookup cost; the conversion keeps every unit.
+    #[test]
+    fn server_costs_are_one_flat_object_and_convert_both_ways() {
+        let u =
+            UnitCosts::new(40_000.0, 18_000.0, 8_000.0, 2.0, 60.0, 25.0, 3).with_cm20_lookup(1.5);
+        let c = ServerCosts {
+            units: UnitCostsNs::from_units(&u),
+            threads_per_step: 1,
+            workers: 2,
+            ot_workers: 1,
+        };
+        let v = serde_json::to_value(c).unwrap();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "aes_block_ns",
+                "cm20_lookup_ns",
+                "element_decode_ns",
+                "entry_ns",
+                "hash_block_ns",
+                "hash_to_group_ns",
+                "ot_workers",
+                "scalar_mult_ns",
+                "threads_per_step",
+                "workers"
+            ]
+        );
+        assert_eq!(serde_json::from_value::<ServerCosts>(v).unwrap(), c);
+        assert_eq!(c.units.units(3), u);
+        let mut old = serde_json::to_value(c).unwrap();
+        old.as_object_mut().unwrap().remove("cm20_lookup_ns");
+        let old: ServerCosts = serde_json::from_value(old).unwrap();
+        assert_eq!(old.units.cm20_lookup_ns, None);
+        assert_eq!(old.units.units(3).cm20_lookup, CM20_LOOKUP_REFERENCE);
+    }
 
     #[test]
     fn codes_round_trip_through_json_and_unknown_codes_are_kept_apart() {

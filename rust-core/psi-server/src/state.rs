@@ -17,13 +17,7 @@ use std::time::{Duration, Instant};
 fn measure_costs(config: &Config) -> psi_http::ServerCosts {
     let u = psi_core::calibrate::unit_costs(psi_core::Threads::ONE);
     psi_http::ServerCosts {
-        scalar_mult_ns: u.scalar_mult,
-        hash_to_group_ns: u.hash_to_group,
-        element_decode_ns: u.element_decode,
-        aes_block_ns: u.aes_block,
-        hash_block_ns: u.hash_block,
-        entry_ns: u.entry,
-        cm20_lookup_ns: Some(u.cm20_lookup),
+        units: psi_http::UnitCostsNs::from_units(&u),
         threads_per_step: 1,
         workers: config.workers.max(1) as u32,
         ot_workers: config.ot_workers.max(1) as u32,

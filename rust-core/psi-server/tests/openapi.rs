@@ -11,7 +11,7 @@
 
 mod common;
 
-use psi_http::{CreateSession, ErrorCode, Health, Route, ServerCosts, SessionCreated};
+use psi_http::{CreateSession, ErrorCode, Health, Route, ServerCosts, SessionCreated, UnitCostsNs};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -425,13 +425,15 @@ fn json_bodies_match_psi_http() {
         &doc,
         "ServerCosts",
         ServerCosts {
-            scalar_mult_ns: 0.0,
-            hash_to_group_ns: 0.0,
-            element_decode_ns: 0.0,
-            aes_block_ns: 0.0,
-            hash_block_ns: 0.0,
-            entry_ns: 0.0,
-            cm20_lookup_ns: None,
+            units: UnitCostsNs {
+                scalar_mult_ns: 0.0,
+                hash_to_group_ns: 0.0,
+                element_decode_ns: 0.0,
+                aes_block_ns: 0.0,
+                hash_block_ns: 0.0,
+                entry_ns: 0.0,
+                cm20_lookup_ns: None,
+            },
             threads_per_step: 0,
             workers: 0,
             ot_workers: 0,
