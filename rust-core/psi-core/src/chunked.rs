@@ -71,6 +71,22 @@ pub trait ChunkedClient: Send {
     fn has_work_ahead(&self) -> bool;
 }
 
+/// A server of either protocol as a driver holds it ([`crate::ot::OtServer`],
+/// [`crate::cm20::Cm20Server`]): one session's state machine, answering each request in
+/// turn. A driver keeps one of these per session whatever the protocol, so adding a
+/// protocol of this family adds no dispatch to it.
+pub trait ChunkedServer: Send {
+    /// The protocol this server runs.
+    fn protocol(&self) -> crate::Protocol;
+    /// Handles one client request and returns the response to send back; a malformed
+    /// request or one that does not fit the phase is an error and changes nothing.
+    fn handle(&mut self, request: &[u8]) -> Result<Vec<u8>>;
+    /// True once the outputs have been sent.
+    fn is_done(&self) -> bool;
+    /// True once the run is over, successfully or not: no further message is accepted.
+    fn is_finished(&self) -> bool;
+}
+
 /// A decoded message of either protocol; each protocol names its own body types.
 #[derive(Debug)]
 pub(crate) enum Message<H, S, C, A, O> {

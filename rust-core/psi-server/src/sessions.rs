@@ -10,6 +10,7 @@
 
 use crate::limits::{Budgets, RateLimiter};
 use crate::storage::postgres::budgets::{Book, SharedBudgets};
+use psi_core::chunked::ChunkedServer;
 use psi_core::cm20::{Cm20Config, Cm20Server, Cm20Set};
 use psi_core::ot::{OtConfig, OtServer};
 use psi_core::{ItemSet, Protocol, Threads};
@@ -54,39 +55,26 @@ pub(crate) struct ChunkedRun {
     pub _slot: ChunkedSlot,
 }
 
-/// The server state machine of a round-based protocol ([`Protocol::runs_in_rounds`]).
-pub(crate) enum RoundServer {
-    Ot(OtServer),
-    Cm20(Cm20Server),
-}
+/// The server state machine of a round-based protocol ([`Protocol::runs_in_rounds`]):
+/// psi-core's [`ChunkedServer`] of whichever protocol the session runs. Only
+/// [`RoundServer::build`] knows the protocols; everything after it is the same for all.
+pub(crate) struct RoundServer(Box<dyn ChunkedServer>);
 
 impl RoundServer {
     pub(crate) fn protocol(&self) -> Protocol {
-        match self {
-            RoundServer::Ot(_) => Protocol::Ot,
-            RoundServer::Cm20(_) => Protocol::Cm20,
-        }
+        self.0.protocol()
     }
 
     pub(crate) fn handle(&mut self, request: &[u8]) -> psi_core::Result<Vec<u8>> {
-        match self {
-            RoundServer::Ot(s) => s.handle(request),
-            RoundServer::Cm20(s) => s.handle(request),
-        }
+        self.0.handle(request)
     }
 
     pub(crate) fn is_done(&self) -> bool {
-        match self {
-            RoundServer::Ot(s) => s.is_done(),
-            RoundServer::Cm20(s) => s.is_done(),
-        }
+        self.0.is_done()
     }
 
     pub(crate) fn is_finished(&self) -> bool {
-        match self {
-            RoundServer::Ot(s) => s.is_finished(),
-            RoundServer::Cm20(s) => s.is_finished(),
-        }
+        self.0.is_finished()
     }
 }
 
@@ -120,7 +108,7 @@ impl RoundServer {
             Protocol::Ot => {
                 let config = OtConfig::new(Threads::ONE).with_expected_client_items(n);
                 OtServer::new(items.clone(), config, rng)
-                    .map(RoundServer::Ot)
+                    .map(|s| RoundServer(Box::new(s)))
                     .map_err(BuildError::Core)
             }
             Protocol::Cm20 => {
@@ -131,7 +119,7 @@ impl RoundServer {
                     Some(set) => Cm20Server::with_set(set.clone(), config, rng),
                     None => Cm20Server::new(items.clone(), config, rng),
                 }
-                .map(RoundServer::Cm20)
+                .map(|s| RoundServer(Box::new(s)))
                 .map_err(BuildError::Core)
             }
             // `Protocol` is non-exhaustive: a protocol added to psi-core reaches this arm

@@ -323,6 +323,24 @@ impl Cm20Server {
     }
 }
 
+impl chunked::ChunkedServer for Cm20Server {
+    fn protocol(&self) -> crate::Protocol {
+        crate::Protocol::Cm20
+    }
+
+    fn handle(&mut self, request: &[u8]) -> Result<Vec<u8>> {
+        Cm20Server::handle(self, request)
+    }
+
+    fn is_done(&self) -> bool {
+        Cm20Server::is_done(self)
+    }
+
+    fn is_finished(&self) -> bool {
+        Cm20Server::is_finished(self)
+    }
+}
+
 #[cfg(test)]
 impl Cm20Server {
     /// Test hook: the choice rows `s` and the server's seeds.

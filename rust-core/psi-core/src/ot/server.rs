@@ -356,6 +356,24 @@ impl OtServer {
     }
 }
 
+impl chunked::ChunkedServer for OtServer {
+    fn protocol(&self) -> crate::Protocol {
+        crate::Protocol::Ot
+    }
+
+    fn handle(&mut self, request: &[u8]) -> Result<Vec<u8>> {
+        OtServer::handle(self, request)
+    }
+
+    fn is_done(&self) -> bool {
+        OtServer::is_done(self)
+    }
+
+    fn is_finished(&self) -> bool {
+        OtServer::is_finished(self)
+    }
+}
+
 #[cfg(test)]
 impl OtServer {
     /// Test hook: the server's secret `s` and its rows `q_j = t_j ⊕ (u_j ∧ s)` for the
