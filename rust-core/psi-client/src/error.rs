@@ -6,6 +6,9 @@
 use psi_http::ErrorCode;
 use thiserror::Error;
 
+/// The crate's results: [`ClientError`] unless said otherwise.
+pub(crate) type Result<T, E = ClientError> = std::result::Result<T, E>;
+
 /// Why a match run failed.
 #[derive(Debug, Error)]
 #[non_exhaustive]

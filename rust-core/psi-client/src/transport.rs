@@ -15,6 +15,7 @@
 //!   most to [`MAX_ERROR_BODY_BYTES`] (or the request's cap, if lower): a longer error body
 //!   is dropped and the status returned with an empty body.
 
+#[cfg(feature = "http")]
 use crate::error::ClientError;
 use std::time::Duration;
 

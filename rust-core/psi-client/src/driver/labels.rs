@@ -1,0 +1,99 @@
+//! The label step of a run: the labels of the matches, from the run's own OPRF outputs
+//! (DH-PSI) or an OPRF query over the matches first (OT-PSI, CM20-PSI).
+
+use super::run::Run;
+use crate::error::{ClientError, Result};
+use crate::report::Matched;
+use psi_core::labels::{LabelClient, LabelStep};
+use psi_core::{MatchedOutputs, Phase};
+use psi_http::{Route, SessionCreated};
+
+/// How a run's labels are obtained.
+pub(super) enum LabelSource {
+    /// The run computed the matches' full OPRF outputs (DH-PSI).
+    Outputs(MatchedOutputs),
+    /// The run gave no outputs: one OPRF query over the matches first (OT-PSI).
+    Query,
+}
+
+impl Run<'_> {
+    /// The label step, run whenever labels are on, matches or not: its requests and their
+    /// sizes depend on `n` and the session's layout only (docs/protocol/labels.md §6). A
+    /// failure here (say, the hourly budget ran out) costs the labels, not the matches,
+    /// which are computed and paid for: it is reported in the result. Cancellation is not
+    /// a failure of the step: the run ends with `Cancelled`. Returns the matches, the
+    /// failure and the number of matches whose label did not fit the step.
+    pub(super) fn labels(
+        &mut self,
+        session: &SessionCreated,
+        n: usize,
+        matches: Vec<psi_core::Match>,
+        source: LabelSource,
+    ) -> Result<(Vec<Matched>, Option<String>, usize)> {
+        let mut out: Vec<Matched> = matches
+            .into_iter()
+            .map(|mut m| Matched {
+                index: m.index,
+                // `Match` zeroizes its item on drop: take it out.
+                item: std::mem::take(&mut m.item),
+                label: None,
+            })
+            .collect();
+        if !self.client.config.fetch_labels {
+            return Ok((out, None, 0));
+        }
+        match self.fetch_labels(session, n, &out, source) {
+            Ok((labels, skipped)) => {
+                for (m, l) in out.iter_mut().zip(labels) {
+                    m.label = l;
+                }
+                Ok((out, None, skipped))
+            }
+            Err(ClientError::Cancelled) => Err(ClientError::Cancelled),
+            Err(e) => Ok((out, Some(e.to_string()), 0)),
+        }
+    }
+
+    fn fetch_labels(
+        &mut self,
+        session: &SessionCreated,
+        n: usize,
+        matches: &[Matched],
+        source: LabelSource,
+    ) -> Result<(Vec<Option<String>>, usize)> {
+        let t = self.enter(Phase::Labels)?;
+        let id = session.session_id.clone();
+        let bits = session.label_bucket_bits;
+        let (mut client, mut request, mut route) = match source {
+            LabelSource::Outputs(outputs) => {
+                let (c, r) = LabelClient::from_outputs(outputs, n, bits, self.rng()?)?;
+                (c, r, Route::LabelFetch)
+            }
+            LabelSource::Query => {
+                let items: Vec<Vec<u8>> = matches.iter().map(|m| m.item.clone()).collect();
+                let threads = self.client.config.threads;
+                let (c, r) =
+                    LabelClient::start_query(&items, n, session.epoch, bits, threads, self.rng()?)?;
+                (c, r, Route::LabelQuery)
+            }
+        };
+        let labels = loop {
+            let sent = request.len() as u64;
+            let response = self.post_binary(route, &id, request)?;
+            self.stats.label_bytes += sent + response.len() as u64;
+            match client.handle(&response, self.rng()?)? {
+                LabelStep::Send(next) => {
+                    request = next;
+                    route = Route::LabelFetch;
+                }
+                LabelStep::Done(labels) => {
+                    self.session_complete = true;
+                    break labels;
+                }
+                _ => return Err(ClientError::BadResponse("unknown label step".into())),
+            }
+        };
+        self.leave(Phase::Labels, t);
+        Ok((labels, client.skipped()))
+    }
+}

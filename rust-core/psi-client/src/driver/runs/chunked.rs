@@ -1,0 +1,126 @@
+//! The rounds of OT-PSI and CM20-PSI (`psi_core::chunked`): one request per round, the
+//! next step worked ahead while a request is out.
+
+use crate::driver::labels::LabelSource;
+use crate::driver::run::Run;
+use crate::error::{ClientError, Result};
+use psi_core::chunked::ChunkedClient;
+use psi_core::ot::{ClientStep, OtClient, OtConfig};
+use psi_core::{ItemSet, MatchOutput, Phase};
+use psi_http::{Route, SessionCreated};
+use std::time::{Duration, Instant};
+
+/// Most OT rounds a run accepts before giving up on a server that never finishes.
+const MAX_OT_ROUNDS: usize = 1 << 16;
+
+impl Run<'_> {
+    pub(super) fn ot(
+        &mut self,
+        session: &SessionCreated,
+        set: ItemSet,
+    ) -> Result<(MatchOutput, LabelSource)> {
+        let config = OtConfig::new(self.client.config.threads)
+            .with_max_request_bytes(session.max_body_bytes);
+        let t = self.enter(Phase::ClientStart)?;
+        let (mut client, request) = OtClient::start(set, config, self.rng()?)?;
+        self.leave(Phase::ClientStart, t);
+        self.chunked_rounds(session, Route::OtRound, "OT", &mut client, request)
+    }
+
+    /// CM20-PSI: hello, then one round per matrix chunk (sized to the server's body limit),
+    /// the outputs answering the last. Labels follow as for OT-PSI (an OPRF query over the
+    /// matches).
+    pub(super) fn cm20(
+        &mut self,
+        session: &SessionCreated,
+        set: ItemSet,
+    ) -> Result<(MatchOutput, LabelSource)> {
+        use psi_core::cm20::{Cm20Client, Cm20Config};
+        let config = Cm20Config::for_body_limit(self.client.config.threads, session.max_body_bytes);
+        let t = self.enter(Phase::ClientStart)?;
+        let (mut client, request) = Cm20Client::start(set, config, self.rng()?)?;
+        self.leave(Phase::ClientStart, t);
+        self.chunked_rounds(session, Route::Cm20Round, "CM20", &mut client, request)
+    }
+
+    /// The rounds of OT-PSI and CM20-PSI (psi_core::chunked): each request to `route`, its
+    /// response to the client's `handle`, until the outputs; at most `MAX_OT_ROUNDS`.
+    /// While a request is out, a helper thread (one for the run, so its worker pool is built
+    /// once) has the client build what it can of its next step (`work_ahead`: the next
+    /// chunk, or its side of the matching), so that work overlaps the network and the
+    /// server's; the requests are the same either way. If the helper cannot be started, or
+    /// working ahead fails, the run goes on without it (`handle` then does that work).
+    fn chunked_rounds<C: ChunkedClient>(
+        &mut self,
+        session: &SessionCreated,
+        route: Route,
+        name: &str,
+        client: &mut C,
+        mut request: Vec<u8>,
+    ) -> Result<(MatchOutput, LabelSource)> {
+        std::thread::scope(|s| {
+            let (to_helper, jobs) = std::sync::mpsc::channel::<&mut C>();
+            let (done, from_helper) = std::sync::mpsc::channel::<(&mut C, Duration)>();
+            let helper = std::thread::Builder::new()
+                .name("psi-work-ahead".into())
+                .spawn_scoped(s, move || {
+                    for c in jobs {
+                        let t = Instant::now();
+                        // A failure leaves the client as it was: `handle` does the work.
+                        let _ = c.work_ahead();
+                        if done.send((c, t.elapsed())).is_err() {
+                            return;
+                        }
+                    }
+                });
+            let ahead_on = helper.is_ok();
+            let mut client = client;
+            let mut first = true;
+            loop {
+                if self.stats.round_trips >= MAX_OT_ROUNDS {
+                    return Err(ClientError::BadResponse(format!("too many {name} rounds")));
+                }
+                let mut ahead = Duration::ZERO;
+                let response = if ahead_on && client.has_work_ahead() {
+                    match to_helper.send(client) {
+                        Ok(()) => {
+                            let response = self.round_trip(route, &session.session_id, request);
+                            // The helper only ends early by panicking, which the scope
+                            // passes on when it ends.
+                            let Ok((c, d)) = from_helper.recv() else {
+                                return Err(ClientError::BadInput("work-ahead thread".into()));
+                            };
+                            (client, ahead) = (c, d);
+                            response
+                        }
+                        Err(std::sync::mpsc::SendError(c)) => {
+                            client = c;
+                            self.round_trip(route, &session.session_id, request)
+                        }
+                    }
+                } else {
+                    self.round_trip(route, &session.session_id, request)
+                }?;
+                let phase = if first {
+                    Phase::ClientSetup
+                } else {
+                    Phase::ClientChunk
+                };
+                first = false;
+                let t = self.enter(phase)?;
+                match client.handle(&response)? {
+                    ClientStep::Send(next) => {
+                        self.leave(phase, t);
+                        self.stats.work_ahead += ahead;
+                        request = next;
+                    }
+                    ClientStep::Done(output) => {
+                        self.leave(Phase::ClientFinish, t);
+                        self.stats.work_ahead += ahead;
+                        return Ok((output, LabelSource::Query));
+                    }
+                }
+            }
+        })
+    }
+}
