@@ -1,7 +1,9 @@
 //! `psi bench`: per-phase times, bytes on the wire and the analytic bounds.
 
-use crate::measure::{ms, peak_heap_bytes, reset_peak_heap, thousands};
-use crate::runner::{os_rng, run_dh as dh_once};
+use crate::format::{mb, ms, thousands};
+use crate::measure::{peak_heap_bytes, reset_peak_heap};
+use crate::rng::os_rng;
+use crate::runner::run_dh as dh_once;
 use psi_core::Protocol;
 use psi_core::dh::sizes;
 use std::time::Duration;
@@ -22,25 +24,9 @@ fn sets(n_c: usize, n_s: usize, overlap: usize) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) 
     (client, server)
 }
 
-/// Costs of the group operations the protocol cannot avoid, one thread: psi-core's
-/// calibration (the one the automatic choice and the server use).
-struct GroupCosts {
-    /// Variable-base scalar multiplication.
-    mult: Duration,
-    /// RFC 9497 HashToGroup (expand_message_xmd + two Elligator maps).
-    hash_to_group: Duration,
-    /// Decoding a received element (an inverse square root).
-    decode: Duration,
-}
-
-fn group_costs() -> GroupCosts {
-    let u = psi_core::calibrate::unit_costs(psi_core::Threads::ONE);
-    let ns = |x: f64| Duration::from_secs_f64(x.max(0.0) / 1e9);
-    GroupCosts {
-        mult: ns(u.scalar_mult),
-        hash_to_group: ns(u.hash_to_group),
-        decode: ns(u.element_decode),
-    }
+/// A unit cost of psi-core's record (ns per operation) as a duration.
+fn ns(x: f64) -> Duration {
+    Duration::from_secs_f64(x.max(0.0) / 1e9)
 }
 
 pub fn run(quick: bool, thread_counts: &[usize], protocols: &[Protocol]) -> Result<(), String> {
@@ -232,10 +218,6 @@ fn cm20_tcp(quick: bool) -> Result<(), String> {
     Ok(())
 }
 
-fn mb(bytes: u64) -> String {
-    format!("{:.1}", bytes as f64 / (1 << 20) as f64)
-}
-
 fn run_dh(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
     let balanced: &[usize] = if quick {
         &[1 << 8, 1 << 10]
@@ -247,15 +229,19 @@ fn run_dh(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
     } else {
         &[10_000, 100_000, 1_000_000]
     };
-    let costs = group_costs();
-    let mult = costs.mult;
+    // Costs of the group operations the protocol cannot avoid, one thread: psi-core's
+    // calibration (the one the automatic choice and the server use).
+    let costs = psi_core::calibrate::unit_costs(psi_core::Threads::ONE);
+    let mult = ns(costs.scalar_mult);
+    let hash_to_group = ns(costs.hash_to_group);
+    let decode = ns(costs.element_decode);
     println!("# psi bench: DH-PSI (RFC 9497 OPRF, ristretto255-SHA512)");
     println!();
     println!(
         "Unit costs, 1 thread (psi_core::calibrate, fastest of 5): scalar multiplication {:.1} us, HashToGroup {:.1} us, element decoding {:.1} us",
         mult.as_secs_f64() * 1e6,
-        costs.hash_to_group.as_secs_f64() * 1e6,
-        costs.decode.as_secs_f64() * 1e6,
+        hash_to_group.as_secs_f64() * 1e6,
+        decode.as_secs_f64() * 1e6,
     );
     println!(
         "Scalar multiplications per run: 2 n_c (client blind + unblind) + n_c (server evaluate) + n_s (server set)."
@@ -289,8 +275,7 @@ fn run_dh(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
             let cpu = r.encode.cpu + r.blind.cpu + r.evaluate.cpu + r.finalize.cpu + r.matching.cpu;
             let mults = 3 * n_c as u64 + n_s as u64;
             let bound = mult * mults as u32;
-            let floor =
-                bound + costs.hash_to_group * (n_c + n_s) as u32 + costs.decode * (2 * n_c) as u32;
+            let floor = bound + hash_to_group * (n_c + n_s) as u32 + decode * (2 * n_c) as u32;
             let spec = sizes::query(n_c as u64)
                 + sizes::evaluation(n_c as u64)
                 + sizes::encoded_set(n_s as u64, r.truncation_bits);

@@ -1,4 +1,4 @@
-//! `--protocol auto`: parsing the choice, and showing it (the inputs and every
+//! `--protocol`: parsing a protocol or `auto`, and showing the choice (the inputs and every
 //! protocol's prediction) in text and JSON.
 
 use psi_client::{ChoiceReport, Policy, ProtocolChoice};
@@ -13,18 +13,22 @@ pub enum ProtocolArg {
     Fixed(psi_core::Protocol),
 }
 
+/// Parses a protocol named on the command line (`dh`, `ot`, `cm20`, or the API names
+/// `dh-psi`, `ot-psi`, `cm20-psi`): `psi bench --protocol`, `psi loadgen --protocol`.
+pub fn parse_protocol(s: &str) -> Result<psi_core::Protocol, String> {
+    s.parse()
+        .map_err(|e: psi_core::protocol::UnknownProtocol| e.to_string())
+}
+
 /// Parses `--protocol`: `auto` or a protocol (`dh`, `ot`, `cm20`, or `dh-psi`, `ot-psi`,
 /// `cm20-psi`).
 pub fn parse_arg(s: &str) -> Result<ProtocolArg, String> {
     if s.trim().eq_ignore_ascii_case("auto") {
         return Ok(ProtocolArg::Auto);
     }
-    crate::parse_protocol(s)
-        .map(ProtocolArg::Fixed)
-        .map_err(|_| {
-            "unknown protocol (expected one of: auto, dh, ot, cm20, dh-psi, ot-psi, cm20-psi)"
-                .into()
-        })
+    parse_protocol(s).map(ProtocolArg::Fixed).map_err(|_| {
+        "unknown protocol (expected one of: auto, dh, ot, cm20, dh-psi, ot-psi, cm20-psi)".into()
+    })
 }
 
 /// The choice `--protocol` and `--policy` make.

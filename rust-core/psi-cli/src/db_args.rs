@@ -1,11 +1,26 @@
 //! `--db`: where the registry, its key epochs and the accounts are kept, for `psi serve`,
 //! `psi import`, `psi rotate-key`, `psi token` and `psi reseal`: a SQLite file (the
 //! default, one instance, no setup) or the shared store of several instances, a
-//! PostgreSQL database (`postgres://user@host:port/dbname?sslmode=...`, docs/deploy.md).
+//! PostgreSQL database (`postgres://user@host:port/dbname?sslmode=...`, docs/deploy.md);
+//! and the server limits the registry is encoded for.
 
 use psi_server::Database;
 use psi_server::storage::PgSettings;
 use std::path::PathBuf;
+
+/// The registry database's default path (`--db`).
+pub const DEFAULT_DB: &str = "psi-registry.sqlite";
+
+/// Server limits shared by `psi serve` and `psi import` (the encoded set is sized for
+/// `--max-client-items`).
+#[derive(clap::Args, Clone, Debug)]
+pub struct ServerArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Largest client set per session (also sizes the encoded registry).
+    #[arg(long, default_value_t = 10_000)]
+    pub max_client_items: usize,
+}
 
 /// The registry database, as every command that reads or writes it takes it.
 #[derive(clap::Args, Clone, Debug)]
@@ -14,7 +29,7 @@ pub struct DbArgs {
     /// missing), or `postgres://user@host:port/dbname` (optionally `?sslmode=disable|
     /// require|verify-full&sslrootcert=FILE`; never a password: see --db-password-file)
     /// shared by several instances.
-    #[arg(long, default_value = crate::DEFAULT_DB)]
+    #[arg(long, default_value = DEFAULT_DB)]
     db: String,
     /// PostgreSQL: a file holding the database password (else PSI_DB_PASSWORD_FILE,
     /// else PSI_DB_PASSWORD).

@@ -1,7 +1,7 @@
 //! `psi demo`: private contact discovery on an embedded address book, over HTTP
 //! through a real `psi-server` on loopback.
 
-use crate::measure::{ms, thousands};
+use crate::format::{ms, thousands};
 use crate::runner::{run_dh, run_ot};
 use psi_client::CancelToken;
 use psi_core::Protocol;
@@ -106,7 +106,7 @@ pub fn run(
                 .map(|(id, l)| (std::str::from_utf8(id).unwrap_or(""), Some(l.as_str()))),
         )
         .map_err(|e| e.to_string())?;
-    let pb = crate::progress_bar(0, "encoding registry", json);
+    let pb = crate::progress::progress_bar(0, "encoding registry", json);
     let reg = psi_server::Registry::from_store(&mut store, &config, &mut |d, t| {
         pb.set_length(t);
         pb.set_position(d);

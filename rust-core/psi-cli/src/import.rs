@@ -1,6 +1,8 @@
 //! `psi import` and `psi rotate-key`: manage the registry database.
 
-use crate::ServerArgs;
+use crate::db_args::ServerArgs;
+use crate::progress::progress_bar;
+use crate::synthetic;
 use psi_contacts::{Format, Invalid, Normalizer, read_contacts};
 use psi_core::Threads;
 use psi_server::storage::{self, RegistryStore};
@@ -45,7 +47,7 @@ fn refresh(
     server: &ServerArgs,
     quiet: bool,
 ) -> Result<(u64, bool), String> {
-    let pb = crate::progress_bar(0, "computing OPRF outputs", quiet);
+    let pb = progress_bar(0, "computing OPRF outputs", quiet);
     let r = storage::refresh(
         store,
         server.max_client_items,
@@ -94,12 +96,12 @@ pub fn run(args: ImportArgs) -> Result<(), String> {
     // The file as read: its format, rows and rows with a label.
     let mut file: Option<(Format, usize, usize)> = None;
     if let Some(n) = args.synthetic {
-        let pb = crate::progress_bar(n, "adding synthetic entries", args.json);
+        let pb = progress_bar(n, "adding synthetic entries", args.json);
         let mut i = 0u64;
         while i < n {
             let end = (i + 100_000).min(n);
             let rows: Vec<(String, String)> = (i..end)
-                .map(|k| (format!("+1202{k:07}"), format!("user-{k}")))
+                .map(|k| (synthetic::entry(k), synthetic::label(k)))
                 .collect();
             let list: Vec<(&str, Option<&str>)> = rows
                 .iter()

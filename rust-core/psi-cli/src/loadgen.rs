@@ -2,6 +2,9 @@
 //! registry was filled with `psi import --synthetic N` (entries `+1202` + 7 digits,
 //! labels `user-N`), checking every result. Bounded by run count and wall time.
 
+use crate::proc_status::{open_fds, rss_kib};
+use crate::synthetic::{contacts_of_run, matches_expected};
+use crate::token_args::TokenArgs;
 use psi_client::{CancelToken, Client, ClientConfig};
 use psi_core::Protocol;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -32,13 +35,13 @@ pub struct LoadgenArgs {
     #[arg(long, default_value_t = 120)]
     max_secs: u64,
     /// Protocol: dh (DH-PSI) or ot (OT-PSI).
-    #[arg(long, default_value = "dh", value_parser = crate::parse_protocol)]
+    #[arg(long, default_value = "dh", value_parser = crate::choice::parse_protocol)]
     protocol: Protocol,
     /// Skip labels.
     #[arg(long)]
     no_labels: bool,
     #[command(flatten)]
-    token: crate::TokenArgs,
+    token: TokenArgs,
     /// Of the clients, this many run OT-PSI instead of `--protocol` (a mixed load).
     #[arg(long, default_value_t = 0)]
     ot_clients: usize,
@@ -50,71 +53,6 @@ pub struct LoadgenArgs {
     /// in seconds, for soak runs (0: only the peak).
     #[arg(long, default_value_t = 0)]
     sample_every: u64,
-}
-
-/// Open file descriptors of a process (Linux /proc).
-pub(crate) fn open_fds(pid: u32) -> Option<u64> {
-    Some(std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64)
-}
-
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// A `/proc/PID/status` memory field (`VmRSS:`, `VmHWM:`) in KiB.
-pub(crate) fn rss_kib(pid: u32, field: &str) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines()
-        .find(|l| l.starts_with(field))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
-/// The contacts of run `run`: `contacts` numbers, one in `match_every` a registry entry
-/// of `psi import --synthetic REGISTRY_SIZE` (distinct entries per run), the others not
-/// registered; and the (index, entry) of each expected match.
-pub(crate) fn synthetic_run(
-    run: u64,
-    contacts: usize,
-    match_every: usize,
-    registry_size: u64,
-) -> (Vec<Vec<u8>>, Vec<(usize, u64)>) {
-    let mut expected = Vec::new();
-    let items = (0..contacts)
-        .map(|j| {
-            if j % match_every == 0 {
-                // Distinct registry entries per run.
-                let k = (mix(run) + j as u64) % registry_size;
-                expected.push((j, k));
-                format!("+1202{k:07}").into_bytes()
-            } else {
-                format!(
-                    "+1303{:07}",
-                    (run * contacts as u64 + j as u64) % 10_000_000
-                )
-                .into_bytes()
-            }
-        })
-        .collect();
-    (items, expected)
-}
-
-/// Whether `r` found exactly the `expected` matches of [`synthetic_run`] (with `labels`:
-/// each with its synthetic label `user-N`).
-pub(crate) fn matches_expected(
-    r: &psi_client::MatchReport,
-    expected: &[(usize, u64)],
-    labels: bool,
-) -> bool {
-    r.matches.len() == expected.len()
-        && r.matches.iter().zip(expected).all(|(m, (j, k))| {
-            m.index == *j && (!labels || m.label.as_deref() == Some(format!("user-{k}").as_str()))
-        })
 }
 
 pub fn run(args: LoadgenArgs) -> Result<(), String> {
@@ -205,7 +143,7 @@ pub fn run(args: LoadgenArgs) -> Result<(), String> {
                         break;
                     }
                     let (items, expected) =
-                        synthetic_run(run, args.contacts, args.match_every, args.registry_size);
+                        contacts_of_run(run, args.contacts, args.match_every, args.registry_size);
                     let t = Instant::now();
                     match client.match_items(items, protocol, &mut |_| {}, &CancelToken::new()) {
                         Ok(r) => {

@@ -17,21 +17,26 @@ mod bench_labels;
 mod choice;
 mod db_args;
 mod demo;
+mod format;
 mod import;
 mod loadgen;
 mod match_cmd;
 mod measure;
 mod output;
+mod proc_status;
+mod progress;
 mod reseal_cmd;
+mod rng;
 mod runner;
 mod seal_key_cmd;
 mod serve;
+mod synthetic;
 mod tcp;
+mod token_args;
 mod token_cmd;
 
 use clap::{Parser, Subcommand};
 use psi_core::Protocol;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -43,70 +48,6 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Command,
-}
-
-/// Parses `--protocol` (`dh`, `ot`, `cm20`, or the API names `dh-psi`, `ot-psi`, `cm20-psi`).
-fn parse_protocol(s: &str) -> Result<Protocol, String> {
-    s.parse()
-        .map_err(|e: psi_core::protocol::UnknownProtocol| e.to_string())
-}
-
-/// How a client command gets its bearer token. Prefer `--token-file` or `PSI_TOKEN`:
-/// `--token` shows the secret in the process list.
-#[derive(clap::Args, Clone, Debug)]
-struct TokenArgs {
-    /// Bearer token (visible in the process list: prefer --token-file or PSI_TOKEN).
-    #[arg(long, conflicts_with = "token_file")]
-    token: Option<String>,
-    /// File holding the bearer token (its first line that is not empty or a # comment).
-    #[arg(long)]
-    token_file: Option<PathBuf>,
-}
-
-impl TokenArgs {
-    /// `--token`, else the token in `--token-file`, else the `PSI_TOKEN` environment
-    /// variable, else none.
-    fn resolve(&self) -> Result<Option<String>, String> {
-        if let Some(t) = &self.token {
-            return Ok(Some(t.clone()));
-        }
-        if let Some(path) = &self.token_file {
-            let first = read_token_file(path)?.into_iter().next();
-            return Ok(first);
-        }
-        Ok(std::env::var("PSI_TOKEN").ok())
-    }
-}
-
-/// The tokens in `path`, one per line; empty lines and lines starting with `#` are skipped.
-/// A file with no token is an error. Messages never contain the file's content.
-fn read_token_file(path: &std::path::Path) -> Result<Vec<String>, String> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("token file {}: {e}", path.display()))?;
-    let tokens: Vec<String> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(String::from)
-        .collect();
-    if tokens.is_empty() {
-        return Err(format!("token file {}: no token in it", path.display()));
-    }
-    Ok(tokens)
-}
-
-/// The registry database's default path (`--db`).
-const DEFAULT_DB: &str = "psi-registry.sqlite";
-
-/// Server limits shared by `psi serve` and `psi import` (the encoded set is sized for
-/// `--max-client-items`).
-#[derive(clap::Args, Clone, Debug)]
-struct ServerArgs {
-    #[command(flatten)]
-    db: db_args::DbArgs,
-    /// Largest client set per session (also sizes the encoded registry).
-    #[arg(long, default_value_t = 10_000)]
-    max_client_items: usize,
 }
 
 // Parsed once per process: the size of its largest variant (`psi serve`'s many options)
@@ -145,7 +86,7 @@ enum Command {
     /// Start a new key epoch: new key, every output and the encoded set recomputed.
     RotateKey {
         #[command(flatten)]
-        server: ServerArgs,
+        server: db_args::ServerArgs,
     },
     /// Issue, revoke and list bearer tokens (each with its own budget) in the registry
     /// database; a running server sees changes on its next request.
@@ -195,7 +136,7 @@ enum Command {
         #[arg(long, requires = "ot_fixed_cost")]
         pin: bool,
         /// Protocols to run, comma separated (`dh`, `ot`, `cm20`; default all).
-        #[arg(long, value_delimiter = ',', value_parser = parse_protocol)]
+        #[arg(long, value_delimiter = ',', value_parser = choice::parse_protocol)]
         protocol: Vec<Protocol>,
     },
 }
@@ -261,29 +202,4 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// A progress bar on stderr, hidden when stderr is not a terminal or for `--json`.
-fn progress_bar(len: u64, msg: &'static str, hidden: bool) -> indicatif::ProgressBar {
-    if hidden {
-        return indicatif::ProgressBar::hidden();
-    }
-    let pb = indicatif::ProgressBar::new(len);
-    pb.set_style(
-        indicatif::ProgressStyle::with_template("{msg:<28} [{bar:30}] {pos}/{len} ({eta})")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
-    pb.set_message(msg);
-    pb
-}
-
-/// A spinner on stderr, hidden when stderr is not a terminal or for `--json`.
-fn spinner(hidden: bool) -> indicatif::ProgressBar {
-    if hidden {
-        return indicatif::ProgressBar::hidden();
-    }
-    let pb = indicatif::ProgressBar::new_spinner();
-    pb.enable_steady_tick(std::time::Duration::from_millis(120));
-    pb
 }

@@ -50,7 +50,7 @@ pub struct MatchArgs {
     #[arg(long)]
     rtt_ms: Option<f64>,
     #[command(flatten)]
-    token: crate::TokenArgs,
+    token: crate::token_args::TokenArgs,
     /// Worker threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
@@ -108,7 +108,7 @@ pub fn run(args: MatchArgs) -> Result<(), String> {
         measurements = Some(file);
     }
     let identifiers: Vec<&str> = rows.iter().map(|r| r.identifier.as_str()).collect();
-    let pb = crate::spinner(args.json);
+    let pb = crate::progress::spinner(args.json);
     let report = client
         .match_contacts(
             &identifiers,

@@ -1,4 +1,4 @@
-//! Wall-clock and CPU-time measurement for the demo and the benchmarks.
+//! Wall-clock, CPU-time and peak-heap measurement for the demo and the benchmarks.
 
 use std::time::{Duration, Instant};
 
@@ -31,24 +31,6 @@ pub fn timed<T>(f: impl FnOnce() -> T) -> (T, Timing) {
     let wall = t0.elapsed();
     let cpu = process_cpu_time().saturating_sub(c0);
     (out, Timing { wall, cpu })
-}
-
-/// Milliseconds with one decimal.
-pub fn ms(d: Duration) -> String {
-    format!("{:.1}", d.as_secs_f64() * 1e3)
-}
-
-/// An integer with thousands separators.
-pub fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// A global allocator that counts live heap bytes and their high-water mark, so the

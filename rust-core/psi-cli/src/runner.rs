@@ -2,13 +2,9 @@
 //! timings and byte counts. Shared by `psi demo` and `psi bench`.
 
 use crate::measure::{Timing, timed};
+use crate::rng::os_rng;
 use psi_core::dh::{DhClient, DhServer, MatchOutput, ServerKey};
 use psi_core::{ItemSet, Threads};
-
-/// A fresh ChaCha20 generator seeded from the operating system.
-pub fn os_rng() -> Result<rand_chacha::ChaCha20Rng, String> {
-    psi_core::rng::os_rng().map_err(|e| e.to_string())
-}
 
 /// Results of one DH-PSI run.
 pub struct DhRun {

@@ -1,6 +1,8 @@
 //! `psi serve`: the reference HTTP server.
 
-use crate::ServerArgs;
+use crate::db_args::ServerArgs;
+use crate::progress::progress_bar;
+use crate::token_args::read_token_file;
 use psi_server::{AppState, ClientIpHeader, Config, IpNet, Registry};
 use std::sync::Arc;
 use std::time::Duration;
@@ -292,7 +294,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     config.address_ceiling_budgets = args.address_ceiling_budgets;
     config.tokens = args.tokens.clone();
     if let Some(path) = &args.token_file {
-        config.tokens.extend(crate::read_token_file(path)?);
+        config.tokens.extend(read_token_file(path)?);
     }
     if let Ok(env) = std::env::var("PSI_TOKENS") {
         config.tokens.extend(
@@ -340,7 +342,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     config.epoch_overlap = args
         .epoch_overlap
         .map_or(config.session_ttl, Duration::from_secs);
-    let pb = crate::progress_bar(0, "computing OPRF outputs", false);
+    let pb = progress_bar(0, "computing OPRF outputs", false);
     let registry = Registry::load(&config, &mut |done, total| {
         pb.set_length(total);
         pb.set_position(done);

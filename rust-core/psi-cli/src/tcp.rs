@@ -117,7 +117,7 @@ pub fn allowed_cpus() -> Result<Vec<usize>, String> {
 fn connect(addr: std::net::SocketAddr) -> Result<(TcpStream, rand_chacha::ChaCha20Rng), String> {
     let conn = TcpStream::connect(addr).map_err(|e| e.to_string())?;
     tune(&conn)?;
-    Ok((conn, crate::runner::os_rng()?))
+    Ok((conn, crate::rng::os_rng()?))
 }
 
 /// Reads a frame's length prefix (`None` at a clean end of the stream).
@@ -315,7 +315,7 @@ impl TcpServer {
             if let Some(cpu) = cpu {
                 pin_current_thread(cpu)?;
             }
-            let mut rng = crate::runner::os_rng()?;
+            let mut rng = crate::rng::os_rng()?;
             for conn in listener.incoming() {
                 if stopped.load(std::sync::atomic::Ordering::SeqCst) {
                     return Ok(());

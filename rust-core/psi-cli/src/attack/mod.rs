@@ -17,7 +17,8 @@
 mod attacks;
 mod raw;
 
-use crate::loadgen::{matches_expected, rss_kib, synthetic_run};
+use crate::proc_status::rss_kib;
+use crate::synthetic::{contacts_of_run, matches_expected};
 use attacks::{Attack, Ctx, Tally};
 use psi_client::{CancelToken, Client, ClientConfig, Policy, ProtocolChoice};
 use psi_core::Protocol;
@@ -193,7 +194,7 @@ fn honest_phase(
                             break;
                         }
                         let (items, expected) =
-                            synthetic_run(first_run + run, args.contacts, 10, args.registry_size);
+                            contacts_of_run(first_run + run, args.contacts, 10, args.registry_size);
                         let t = Instant::now();
                         let mut retries = Vec::new();
                         let mut progress = |p: psi_client::Progress| {
@@ -436,7 +437,7 @@ fn print_rows(rows: &[Row], args: &AttackArgs) {
         (args.honest_clients - ot).div_ceil(2),
         args.runs,
         args.contacts,
-        crate::measure::thousands(args.registry_size),
+        crate::format::thousands(args.registry_size),
         if args.quick { ", --quick" } else { "" }
     );
     println!();
@@ -450,7 +451,7 @@ fn print_rows(rows: &[Row], args: &AttackArgs) {
         answered.sort_by(|x, y| y.1.cmp(x.1));
         let mut answered: Vec<String> = answered
             .iter()
-            .map(|(k, v)| format!("{k}: {}", crate::measure::thousands(**v)))
+            .map(|(k, v)| format!("{k}: {}", crate::format::thousands(**v)))
             .collect();
         if r.bytes > 0 {
             answered.push(format!("{:.1} MB received", r.bytes as f64 / 1e6));
