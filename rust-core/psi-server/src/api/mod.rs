@@ -1,0 +1,123 @@
+//! HTTP handlers (`docs/api.md`). Here: the router over psi-http's route table, with the
+//! request deadline and the request log; the handlers live in one file per concept.
+//! Every failure is a JSON [`psi_http::ErrorBody`] with a stable code ([`reply`]);
+//! nothing here panics on input, and nothing logs contact data.
+
+mod auth;
+mod probe;
+mod registry;
+mod reply;
+mod sessions;
+mod steps;
+mod transition;
+
+pub use probe::PROBE_REQUEST_FLOOR;
+
+use self::auth::auth;
+use self::probe::{probe_down, probe_up};
+use self::registry::{encoded_set, health};
+use self::reply::ApiError;
+use self::sessions::{create_session, delete_session};
+use self::steps::{cm20_round, dh_query, label_fetch, label_query, ot_round};
+use crate::state::AppState;
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State as S};
+use axum::middleware::{Next, from_fn, from_fn_with_state};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodFilter, MethodRouter, on};
+use psi_http::{ErrorCode, Route};
+use std::sync::Arc;
+use std::time::Instant;
+
+fn method_filter(m: psi_http::Method) -> MethodFilter {
+    match m {
+        psi_http::Method::Get => MethodFilter::GET,
+        psi_http::Method::Post => MethodFilter::POST,
+        psi_http::Method::Delete => MethodFilter::DELETE,
+    }
+}
+
+fn handler(route: Route) -> MethodRouter<Arc<AppState>> {
+    let f = method_filter(route.method());
+    match route {
+        Route::Health => on(f, health),
+        Route::CreateSession => on(f, create_session),
+        Route::DeleteSession => on(f, delete_session),
+        Route::DhQuery => on(f, dh_query),
+        Route::DhEncodedSet => on(f, encoded_set),
+        Route::OtRound => on(f, ot_round),
+        Route::Cm20Round => on(f, cm20_round),
+        Route::LabelQuery => on(f, label_query),
+        Route::LabelFetch => on(f, label_fetch),
+        Route::ProbeDown => on(f, probe_down),
+        Route::ProbeUp => on(f, probe_up),
+        _ => on(f, || async {
+            ApiError::new(ErrorCode::NotFound, "no such endpoint")
+        }),
+    }
+}
+
+/// Builds the router over `state`, from psi-http's route table (only `/v1/health` is
+/// open; every other route goes through authentication).
+pub fn router(state: Arc<AppState>) -> Router {
+    let mut open = Router::new();
+    let mut api = Router::new();
+    for &route in Route::ALL {
+        if route == Route::Health {
+            open = open.route(route.template(), handler(route));
+        } else if route == Route::ProbeUp {
+            // Same path as ProbeDown: one method router with both methods.
+        } else if route == Route::ProbeDown {
+            api = api.route(
+                route.template(),
+                handler(route).merge(handler(Route::ProbeUp)),
+            );
+        } else {
+            api = api.route(route.template(), handler(route));
+        }
+    }
+    let api = api.route_layer(from_fn_with_state(state.clone(), auth));
+    open.merge(api)
+        .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such endpoint") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                ErrorCode::MethodNotAllowed,
+                "method not allowed on this endpoint",
+            )
+        })
+        .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
+        .layer(from_fn_with_state(state.clone(), deadline))
+        .layer(from_fn(log_request))
+        .with_state(state)
+}
+
+/// Bounds each request, body upload included, by `Config::request_timeout`.
+async fn deadline(S(state): S<Arc<AppState>>, req: Request, next: Next) -> Response {
+    match tokio::time::timeout(state.config.request_timeout, next.run(req)).await {
+        Ok(resp) => resp,
+        Err(_) => ApiError::new(
+            ErrorCode::RequestTimeout,
+            "the request took too long (body upload and handling)",
+        )
+        .into_response(),
+    }
+}
+
+async fn log_request(req: Request, next: Next) -> Response {
+    let method = req.method().clone();
+    let path = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("(unmatched)", |p| p.as_str())
+        .to_string();
+    let t = Instant::now();
+    let resp = next.run(req).await;
+    tracing::info!(
+        %method,
+        path,
+        status = resp.status().as_u16(),
+        ms = t.elapsed().as_millis() as u64,
+        "request"
+    );
+    resp
+}
