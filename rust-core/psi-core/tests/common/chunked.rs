@@ -2,28 +2,27 @@
 //! message by message from seeded generators: the run `ot_psi.rs` and `cm20_psi.rs` share.
 
 use super::check_output;
-use psi_core::chunked::ClientStep;
+use psi_core::chunked::{ChunkedClient, ChunkedServer, ClientStep};
 use psi_core::cm20::{Cm20Client, Cm20Config, Cm20Server};
 use psi_core::ot::{OtClient, OtConfig, OtServer};
 use psi_core::{ItemSet, MatchOutput};
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
 
-/// A protocol's config, and through it the protocol's two sides as [`run`] drives them.
-/// Every call panics on an error: the tests that use it expect none.
+/// A protocol's config, and through it the protocol's two sides as [`run`] drives them
+/// (through psi-core's [`ChunkedClient`] and [`ChunkedServer`]). Every call panics on an
+/// error: the tests that use it expect none.
 pub trait Protocol: Clone {
-    type Client;
-    type Server;
+    type Client: ChunkedClient;
+    type Server: ChunkedServer;
     /// The client and its first request.
     fn start(&self, items: ItemSet, rng: &mut ChaCha20Rng) -> (Self::Client, Vec<u8>);
     fn server(&self, items: ItemSet, rng: &mut ChaCha20Rng) -> Self::Server;
-    fn answer(server: &mut Self::Server, request: &[u8]) -> Vec<u8>;
-    fn handle(client: &mut Self::Client, response: &[u8]) -> ClientStep;
-    /// Whether both sides say the run is over.
-    fn both_done(client: &Self::Client, server: &Self::Server) -> bool;
+    /// The client's own `is_done` ([`ChunkedClient`] has none).
+    fn client_done(client: &Self::Client) -> bool;
 }
 
-/// The same calls on both protocols: their clients and servers have the same methods.
+/// Both protocols start a client, make a server and say a client is done the same way.
 macro_rules! protocol {
     ($config:ty, $client:ty, $server:ty) => {
         impl Protocol for $config {
@@ -35,14 +34,8 @@ macro_rules! protocol {
             fn server(&self, items: ItemSet, rng: &mut ChaCha20Rng) -> $server {
                 <$server>::new(items, self.clone(), rng).unwrap()
             }
-            fn answer(server: &mut $server, request: &[u8]) -> Vec<u8> {
-                server.handle(request).unwrap()
-            }
-            fn handle(client: &mut $client, response: &[u8]) -> ClientStep {
-                client.handle(response).unwrap()
-            }
-            fn both_done(client: &$client, server: &$server) -> bool {
-                server.is_done() && client.is_done()
+            fn client_done(client: &$client) -> bool {
+                client.is_done()
             }
         }
     };
@@ -65,10 +58,10 @@ pub fn run<P: Protocol>(
     let mut server = config.server(ItemSet::new(server_items), &mut srng);
     let run = drive(
         request,
-        |req| P::answer(&mut server, req),
-        |resp| P::handle(&mut client, resp),
+        |req| server.handle(req).unwrap(),
+        |resp| client.handle(resp).unwrap(),
     );
-    assert!(P::both_done(&client, &server));
+    assert!(server.is_done() && P::client_done(&client));
     run
 }
 
