@@ -54,7 +54,7 @@ impl Client {
     ///
     /// A run that fails with a retryable error ([`ClientError::is_retryable`]: no
     /// response, a 5xx, `session_expired`, an epoch that moved...) is started again from a
-    /// new session, up to [`ClientConfig::retries`] times, after an exponential backoff
+    /// new session, up to [`ClientConfig::retries`](crate::ClientConfig::retries) times, after an exponential backoff
     /// with jitter (250 ms doubling, at most 4 s) or the server's `Retry-After` when it is
     /// at most 30 s (a longer one ends the run with that error: the caller decides). The
     /// whole run is restarted, never the failed request: a protocol step changes the
@@ -62,7 +62,7 @@ impl Client {
     /// refused as out of phase, and after a server restart or an expiry the session is
     /// gone altogether; a fresh session is always correct. The cost: each attempt is a
     /// new session, charged again against the caller's item budget. Each request stays
-    /// bounded by [`ClientConfig::timeout`], so a run ends within about
+    /// bounded by [`ClientConfig::timeout`](crate::ClientConfig::timeout), so a run ends within about
     /// `(retries + 1)` runs' worth of timeouts plus the waits.
     pub fn match_items(
         &self,
