@@ -8,8 +8,9 @@ use super::reply::{
 };
 use crate::instance::Owner;
 use crate::limits::Payer;
+use crate::registry::Registry;
 use crate::sessions::{
-    BuildError, ChunkedRun, Full, Lookup, RoundServer, Session, SessionPhase, lock,
+    BuildError, ChunkedRun, ChunkedSlot, Full, Lookup, RoundServer, Session, SessionPhase, lock,
 };
 use crate::state::AppState;
 use axum::extract::rejection::{JsonRejection, PathRejection};
@@ -23,6 +24,8 @@ use rand_core::Rng;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+/// `POST /v1/sessions`: the request checked, the session admitted (charged, within the
+/// caps) and, for a round-based protocol, its server state built.
 pub(super) async fn create_session(
     S(state): S<Arc<AppState>>,
     Extension(ClientKey(client)): Extension<ClientKey>,
@@ -30,6 +33,71 @@ pub(super) async fn create_session(
     Extension(payer): Extension<Payer>,
     body: Result<Json<CreateSession>, JsonRejection>,
 ) -> Result<Response, ApiError> {
+    let (protocol, n, labels) = session_request(&state, body)?;
+    // No new session while the database is away: its budget could not be charged, nor
+    // its token re-checked (store_health.rs). Running sessions go on.
+    if state.store_health.is_down() {
+        return Err(store_unavailable());
+    }
+    let registry = state.registry();
+    let mut id = [0u8; 16];
+    crate::storage::os_rng()
+        .map_err(|_| internal())?
+        .fill_bytes(&mut id);
+    let id = state.instance.session_id(&id);
+    // Admit the session (caps checked) before any per-session work; an OT session's
+    // server state is built below, once admitted and charged.
+    let session = Session {
+        protocol,
+        client_items: n,
+        client,
+        epoch: registry.dh.epoch(),
+        label_bits: registry.labels.bucket_bits(),
+        labels,
+        id: id.clone(),
+        phase: if protocol.runs_in_rounds() {
+            SessionPhase::Busy
+        } else {
+            SessionPhase::DhAwaitingQuery
+        },
+        in_flight: 0,
+        created: Instant::now(),
+        last_active: Instant::now(),
+        stepped: false,
+        failures: 0,
+    };
+    let slot = admit(&state, &payer, block, session).await?;
+    if let (true, Some(slot)) = (protocol.runs_in_rounds(), slot) {
+        start_rounds(&state, &registry, &id, (protocol, n), slot)?;
+    }
+    tracing::info!(session = %id, protocol = protocol.api_name(), client_items = n, "session created");
+    Ok(created(&state, &registry, id, protocol))
+}
+
+/// The answer to a created session.
+fn created(state: &AppState, registry: &Registry, id: String, protocol: Protocol) -> Response {
+    let body = SessionCreated {
+        session_id: id,
+        protocol: protocol.api_name().to_string(),
+        epoch: registry.dh.epoch(),
+        registry_items: registry.stats().entries,
+        max_client_items: state.config.max_client_items as u32,
+        max_body_bytes: state.config.max_body_bytes as u64,
+        encoded_set_etag: registry.etag.clone(),
+        label_bucket_bits: registry.labels.bucket_bits(),
+        expires_in_secs: state.sessions.ttl().as_secs(),
+        ends_on_completion: true,
+    };
+    (StatusCode::CREATED, Json(body)).into_response()
+}
+
+/// The request of `POST /v1/sessions`, checked: a protocol this server runs, `client_items`
+/// from 1 to `max_client_items`. Returns the protocol, the item count and whether labels
+/// follow the run.
+fn session_request(
+    state: &AppState,
+    body: Result<Json<CreateSession>, JsonRejection>,
+) -> Result<(Protocol, u32, bool), ApiError> {
     let Json(req) = body.map_err(|e| match e {
         JsonRejection::BytesRejection(b) => body_error(b),
         JsonRejection::MissingJsonContentType(_) => ApiError::new(
@@ -72,38 +140,24 @@ pub(super) async fn create_session(
         ));
     }
     let n = n as u32; // max_client_items is at most 2^20
-    // No new session while the database is away: its budget could not be charged, nor
-    // its token re-checked (store_health.rs). Running sessions go on.
-    if state.store_health.is_down() {
-        return Err(store_unavailable());
-    }
-    let registry = state.registry();
-    let mut id = [0u8; 16];
-    crate::storage::os_rng()
-        .map_err(|_| internal())?
-        .fill_bytes(&mut id);
-    let id = state.instance.session_id(&id);
-    // Admit the session (caps checked) before any per-session work; an OT session's
-    // server state is built below, once admitted and charged.
-    let session = Session {
-        protocol,
-        client_items: n,
-        client: client.clone(),
-        epoch: registry.dh.epoch(),
-        label_bits: registry.labels.bucket_bits(),
-        labels: req.labels.unwrap_or(true),
-        id: id.clone(),
-        phase: if protocol.runs_in_rounds() {
-            SessionPhase::Busy
-        } else {
-            SessionPhase::DhAwaitingQuery
-        },
-        in_flight: 0,
-        created: Instant::now(),
-        last_active: Instant::now(),
-        stepped: false,
-        failures: 0,
-    };
+    Ok((protocol, n, req.labels.unwrap_or(true)))
+}
+
+/// Charges and admits `session` (its budgets, then the session table's caps): the item
+/// budget first, a shared OT-session budget next, both refunded if the table refuses it.
+/// Returns the OT slot a round-based session took.
+async fn admit(
+    state: &AppState,
+    payer: &Payer,
+    block: String,
+    session: Session,
+) -> Result<Option<ChunkedSlot>, ApiError> {
+    let (protocol, n, client, id) = (
+        session.protocol,
+        session.client_items,
+        session.client.clone(),
+        session.id.clone(),
+    );
     // The item budget is charged before the session table is touched: a request refused
     // for its budget evicts no idle session at the total cap and takes no OT-session
     // budget unit (ADR 0036). `Protocol::charge` is a lookup (OT-PSI below 4096 items: the
@@ -113,9 +167,9 @@ pub(super) async fn create_session(
     // which is why CM20 is opt-in, docs/adr/0021-cm20-psi.md).
     let receipt = state
         .limiter
-        .charge_all(&payer, protocol.charge(n))
+        .charge_all(payer, protocol.charge(n))
         .await
-        .map_err(|e| charge_error(&state, e, rate_limited))?;
+        .map_err(|e| charge_error(state, e, rate_limited))?;
     // A shared OT-session budget is charged here, not in the session table (an await its
     // lock cannot hold): after the item budget, before the OT caps, refunded below if the
     // session is not admitted.
@@ -125,97 +179,96 @@ pub(super) async fn create_session(
             Ok(r) => Some(r),
             Err(e) => {
                 state.limiter.refund_all(&receipt).await;
-                return Err(charge_error(&state, e, |r| ot_budget_refused(r.wait)));
+                return Err(charge_error(state, e, |r| ot_budget_refused(r.wait)));
             }
         }
     } else {
         None
     };
-    let inserted = state.sessions.insert(id.clone(), block, session);
+    let inserted = state.sessions.insert(id, block, session);
     if inserted.is_err() {
         state.limiter.refund_all(&receipt).await;
         if let Some(r) = &ot_receipt {
             ot_budget.refund_all(r).await;
         }
     }
-    let slot = match inserted {
-        Ok(slot) => slot,
-        Err(Full::OtBudget(wait)) => return Err(ot_budget_refused(wait)),
-        Err(full) => {
-            // The OT capacity refusals have a code of their own (503 ot_capacity): a
-            // client may run dh-psi instead, which no OT slot shortage refuses. The caps
-            // every protocol shares are 503 too_many_sessions, the hourly OT budget 429.
-            let code = match full {
-                Full::OtClient | Full::Ot | Full::OtBudget(_) => ErrorCode::OtCapacity,
-                Full::Total | Full::Client | Full::Block => ErrorCode::TooManySessions,
-            };
-            let mut e = ApiError::new(
-                code,
-                match full {
-                    Full::Total => "the server is at its session limit; retry later",
-                    Full::Client => "this caller has too many live sessions; finish or delete one",
-                    Full::Block => "this caller's network has too many live sessions; retry later",
-                    Full::OtClient => {
-                        "OT-PSI capacity: this caller has too many OT-PSI runs in progress; finish one or use dh-psi"
-                    }
-                    Full::Ot | Full::OtBudget(_) => {
-                        "OT-PSI capacity: every OT-PSI slot is taken; retry later or use dh-psi"
-                    }
-                },
-            );
-            e.retry_after = Some(5);
+    match inserted {
+        Ok(slot) => Ok(slot),
+        Err(Full::OtBudget(wait)) => Err(ot_budget_refused(wait)),
+        Err(full) => Err(table_full(full)),
+    }
+}
+
+/// The refusal of a session the table has no room for.
+fn table_full(full: Full) -> ApiError {
+    // The OT capacity refusals have a code of their own (503 ot_capacity): a
+    // client may run dh-psi instead, which no OT slot shortage refuses. The caps
+    // every protocol shares are 503 too_many_sessions, the hourly OT budget 429.
+    let code = match full {
+        Full::OtClient | Full::Ot | Full::OtBudget(_) => ErrorCode::OtCapacity,
+        Full::Total | Full::Client | Full::Block => ErrorCode::TooManySessions,
+    };
+    let mut e = ApiError::new(
+        code,
+        match full {
+            Full::Total => "the server is at its session limit; retry later",
+            Full::Client => "this caller has too many live sessions; finish or delete one",
+            Full::Block => "this caller's network has too many live sessions; retry later",
+            Full::OtClient => {
+                "OT-PSI capacity: this caller has too many OT-PSI runs in progress; finish one or use dh-psi"
+            }
+            Full::Ot | Full::OtBudget(_) => {
+                "OT-PSI capacity: every OT-PSI slot is taken; retry later or use dh-psi"
+            }
+        },
+    );
+    e.retry_after = Some(5);
+    e
+}
+
+/// Builds a round-based session's server state and stores it in the session (its slot
+/// held by it); a session whose state cannot be built is removed.
+fn start_rounds(
+    state: &AppState,
+    registry: &Registry,
+    id: &str,
+    (protocol, n): (Protocol, u32),
+    slot: ChunkedSlot,
+) -> Result<(), ApiError> {
+    // Built here, without an await between admission and storing the state: a request
+    // dropped at an await would leave the charged session busy until it expires.
+    // `RoundServer::build` only draws the session's randomness (one scalar
+    // multiplication); the per-registry work happens at the hello, on a worker. A
+    // protocol it cannot build is refused, never run as another protocol.
+    let built = crate::storage::os_rng()
+        .map_err(|_| internal())
+        .and_then(|mut rng| {
+            RoundServer::build(
+                protocol,
+                &registry.items,
+                registry.cm20.as_ref(),
+                n,
+                &mut rng,
+            )
+            .map_err(|e| match e {
+                BuildError::Core(e) => ApiError::from(e),
+                BuildError::NoRounds | BuildError::Unsupported => internal(),
+            })
+        });
+    let server = match built {
+        Ok(server) => server,
+        Err(e) => {
+            state.sessions.remove(id);
             return Err(e);
         }
     };
-    if let (true, Some(slot)) = (protocol.runs_in_rounds(), slot) {
-        // Built here, without an await between admission and storing the state: a request
-        // dropped at an await would leave the charged session busy until it expires.
-        // `RoundServer::build` only draws the session's randomness (one scalar
-        // multiplication); the per-registry work happens at the hello, on a worker. A
-        // protocol it cannot build is refused, never run as another protocol.
-        let built = crate::storage::os_rng()
-            .map_err(|_| internal())
-            .and_then(|mut rng| {
-                RoundServer::build(
-                    protocol,
-                    &registry.items,
-                    registry.cm20.as_ref(),
-                    n,
-                    &mut rng,
-                )
-                .map_err(|e| match e {
-                    BuildError::Core(e) => ApiError::from(e),
-                    BuildError::NoRounds | BuildError::Unsupported => internal(),
-                })
-            });
-        let server = match built {
-            Ok(server) => server,
-            Err(e) => {
-                state.sessions.remove(&id);
-                return Err(e);
-            }
-        };
-        if let Lookup::Live(s) = state.sessions.get(&id) {
-            lock(&s).phase = SessionPhase::ChunkedRunning(Box::new(ChunkedRun {
-                server,
-                _slot: slot,
-            }));
-        }
+    if let Lookup::Live(s) = state.sessions.get(id) {
+        lock(&s).phase = SessionPhase::ChunkedRunning(Box::new(ChunkedRun {
+            server,
+            _slot: slot,
+        }));
     }
-    tracing::info!(session = %id, protocol = protocol.api_name(), client_items = n, "session created");
-    let body = SessionCreated {
-        session_id: id,
-        protocol: protocol.api_name().to_string(),
-        epoch: registry.dh.epoch(),
-        registry_items: registry.stats().entries,
-        max_client_items: state.config.max_client_items as u32,
-        max_body_bytes: state.config.max_body_bytes as u64,
-        encoded_set_etag: registry.etag.clone(),
-        label_bucket_bits: registry.labels.bucket_bits(),
-        expires_in_secs: state.sessions.ttl().as_secs(),
-        ends_on_completion: true,
-    };
-    Ok((StatusCode::CREATED, Json(body)).into_response())
+    Ok(())
 }
 
 /// `429 rate_limited` with `Retry-After`: the caller's OT-PSI sessions of the hour are
