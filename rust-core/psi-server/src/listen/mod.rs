@@ -1,0 +1,317 @@
+//! The accept loop: TCP connections (optionally TLS), their time limits, the connection
+//! caps, the bytes of responses in flight and graceful shutdown
+//! (docs/adr/0019-tls-and-connection-limits.md, docs/adr/0037-connection-exposure.md).
+//!
+//! - At most `max_connections` connections are open. At the cap the connection with no
+//!   request in progress that has been quiet longest is closed to make room; only when
+//!   every connection has a request in progress does the loop wait for one to close
+//!   (further connections queue in the kernel's listen backlog).
+//! - At most `max_connections_per_address` connections of one address (IPv4 address or
+//!   IPv6 prefix, by `ipv4_prefix`/`ipv6_prefix`; trusted proxies are exempt): a newcomer
+//!   beyond it closes that address's longest-quiet idle connection, or is itself closed.
+//! - A connection with no request in progress is closed when the client sends nothing
+//!   for `idle_timeout` (a fresh connection, or keep-alive after a response), or when a
+//!   request head that has started to arrive is not complete `header_read_timeout`
+//!   after its first byte. A TLS handshake must finish within `header_read_timeout`.
+//! - A response must be written within `send_grace` plus its size at `min_send_rate`
+//!   (a deadline set when the response is handed over and extended by each response
+//!   queued behind it); a client that reads slower is cut off.
+//! - Bytes of responses not yet written to the socket are counted per address and in
+//!   total. A request from an address holding `max_response_bytes_per_address` is
+//!   refused (429 `rate_limited`); at `max_response_bytes_in_flight` the connection
+//!   whose response has been sending longest (at least `send_grace`) is closed, and only
+//!   when there is none is the request refused (503 `too_many_sessions`).
+//! - Requests in progress are bounded by the router's `request_timeout`, not here.
+//! - Shutdown: stop accepting, let every connection finish the request it is serving
+//!   (hyper's graceful shutdown), then return once all are closed.
+
+mod limits;
+mod table;
+mod watched;
+
+pub(crate) use limits::Limits;
+
+use self::table::{Clock, Table};
+use self::watched::{Tracked, Watched};
+use axum::Router;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, watch};
+use tokio::time::Instant;
+
+/// How often a newcomer waiting at the connection cap looks for an idle connection to
+/// close when none was idle.
+const EVICT_RETRY: Duration = Duration::from_millis(250);
+
+/// The first byte of a TLS handshake record (RFC 8446 §5.1, `ContentType.handshake`).
+const TLS_HANDSHAKE: u8 = 0x16;
+
+/// Serves `app` on `listener` until `shutdown` resolves; see the module doc.
+pub(crate) async fn run(
+    listener: TcpListener,
+    app: Router,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    limits: Limits,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let cap = limits.max_connections.clamp(1, u32::MAX as usize);
+    let permits = Arc::new(Semaphore::new(cap));
+    let limits = Arc::new(limits);
+    let table = Arc::new(Table::new(limits.clone()));
+    let (stop, stopping) = watch::channel(false);
+    tokio::pin!(shutdown);
+    'accept: loop {
+        let (tcp, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    // Per-connection errors (reset before accept) are normal; others
+                    // (out of file descriptors) get a pause instead of a busy loop.
+                    if !is_connection_error(&e) {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::select! {
+                            () = tokio::time::sleep(Duration::from_millis(500)) => {},
+                            () = &mut shutdown => break,
+                        }
+                    }
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let address = limits.address(peer);
+        if let Some(a) = &address
+            && !table.make_room_for(a)
+        {
+            // Every connection of this address has a request in progress.
+            tracing::debug!("connection closed at accept: the address is at its cap");
+            drop(tcp);
+            continue;
+        }
+        // At the cap, close the longest-quiet idle connection; wait for it (or, when
+        // every connection is busy, for any) to close.
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                // Until one is told to close, look again now and then: a busy
+                // connection may have become idle.
+                let mut asked = false;
+                loop {
+                    if !asked {
+                        asked = table.evict_idle(None);
+                        if asked {
+                            tracing::debug!(
+                                "connection cap reached: the longest-idle connection closed"
+                            );
+                        }
+                    }
+                    tokio::select! {
+                        p = permits.clone().acquire_owned() => {
+                            break p.expect("the semaphore is never closed");
+                        }
+                        () = tokio::time::sleep(EVICT_RETRY), if !asked => {}
+                        () = &mut shutdown => break 'accept,
+                    }
+                }
+            }
+        };
+        // Request/response traffic: no Nagle delay on a response's last segment.
+        let _ = tcp.set_nodelay(true);
+        let clock = table.register(address);
+        let conn = connection(
+            tcp,
+            peer,
+            app.clone(),
+            tls.clone(),
+            limits.clone(),
+            clock.clone(),
+            stopping.clone(),
+        );
+        let table = table.clone();
+        tokio::spawn(async move {
+            conn.await;
+            table.unregister(&clock);
+            drop(permit);
+        });
+    }
+    // Stop accepting (connections still in the backlog are reset), tell every
+    // connection to finish, and wait until all have closed.
+    drop(listener);
+    let _ = stop.send(true);
+    let _ = permits.acquire_many(cap as u32).await;
+    Ok(())
+}
+
+fn is_connection_error(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        ConnectionRefused | ConnectionAborted | ConnectionReset
+    )
+}
+
+/// One connection, from accept to close.
+async fn connection(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    app: Router,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    limits: Arc<Limits>,
+    clock: Arc<Clock>,
+    stopping: watch::Receiver<bool>,
+) {
+    let Some(acceptor) = tls else {
+        let io = Watched {
+            inner: tcp,
+            clock: clock.clone(),
+        };
+        return serve_http(io, peer, app, limits, clock, stopping).await;
+    };
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(limits.header_read_timeout, tcp.peek(&mut first)).await {
+        Ok(Ok(1)) if first[0] == TLS_HANDSHAKE => {}
+        Ok(Ok(1)) => return refuse_plain_http(tcp, limits.header_read_timeout).await,
+        _ => return,
+    }
+    let io = Watched {
+        inner: tcp,
+        clock: clock.clone(),
+    };
+    let tls = match tokio::time::timeout(limits.header_read_timeout, acceptor.accept(io)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!("TLS handshake timed out");
+            return;
+        }
+    };
+    clock.reset();
+    serve_http(tls, peer, app, limits, clock, stopping).await
+}
+
+/// Answers a plain-HTTP request sent to the TLS port with the API's JSON error (so a
+/// client configured with `http://` gets a clear `bad_request`, not a broken
+/// connection), then closes.
+async fn refuse_plain_http(mut tcp: TcpStream, wait: Duration) {
+    let body = serde_json::to_vec(&psi_http::ErrorBody {
+        error: psi_http::ErrorCode::BadRequest,
+        message: "this server speaks HTTPS: use an https:// URL".into(),
+    })
+    .unwrap_or_default();
+    let head = format!(
+        "HTTP/1.1 {} Bad Request\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        psi_http::ErrorCode::BadRequest.status(),
+        body.len()
+    );
+    let exchange = async {
+        // Read the request head first: closing a socket with unread data resets it,
+        // and the client would see a reset instead of the answer.
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 2048];
+        while !seen.windows(4).any(|w| w == b"\r\n\r\n") && seen.len() < 16 << 10 {
+            match tcp.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+        if tcp.write_all(head.as_bytes()).await.is_err() || tcp.write_all(&body).await.is_err() {
+            return;
+        }
+        let _ = tcp.shutdown().await;
+        // Drain what the client still sends (a request body) until it closes.
+        while let Ok(n) = tcp.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(wait, exchange).await;
+}
+
+/// Runs HTTP/1.1 on `io` with the time limits of [`Clock`] and the response-bytes
+/// admission of [`Table`].
+async fn serve_http<IO>(
+    io: IO,
+    peer: SocketAddr,
+    app: Router,
+    limits: Arc<Limits>,
+    clock: Arc<Clock>,
+    mut stopping: watch::Receiver<bool>,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service_clock = clock.clone();
+    let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+        // Handlers read the peer address (rate-limit identity without tokens).
+        req.extensions_mut().insert(ConnectInfo(peer));
+        let in_flight = service_clock.begin();
+        let clock = service_clock.clone();
+        let mut app = app.clone();
+        async move {
+            let resp = match clock.admit() {
+                Ok(()) => tower_service::Service::call(&mut app, req).await?,
+                Err(refusal) => refusal.response(),
+            };
+            // The response's bytes count as in flight until written to the socket.
+            let size = http_body::Body::size_hint(resp.body());
+            clock.sending(size.exact().unwrap_or(size.lower()));
+            Ok::<_, Infallible>(resp.map(|body| {
+                Body::new(Tracked {
+                    inner: body,
+                    _in_flight: in_flight,
+                })
+            }))
+        }
+    });
+    // hyper's own header timer is off: it also runs while a keep-alive connection
+    // waits, which would tie the idle limit to the header limit. The clock does both.
+    let conn = hyper::server::conn::http1::Builder::new()
+        .header_read_timeout(None)
+        .serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    let mut shutting_down = false;
+    loop {
+        let deadline = clock.deadline(&limits);
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+                return;
+            }
+            _ = stopping.wait_for(|&s| s), if !shutting_down => {
+                shutting_down = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            // A request head started, a request ended, a response was handed over or
+            // the connection was evicted: the deadline moved.
+            () = clock.changed.notified() => {}
+            () = sleep_until_or_forever(deadline) => {
+                if let Some(d) = clock.deadline(&limits) && d <= Instant::now() {
+                    tracing::debug!(
+                        "connection closed: idle, slow request head, slow reader or evicted"
+                    );
+                    return;
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_until_or_forever(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
