@@ -24,14 +24,15 @@ use std::time::{Duration, Instant};
 const TOMBSTONE: Duration = Duration::from_secs(120);
 
 /// Steps refused with a 400 after which the server ends a session (the last one is
-/// answered `409 session_failed`; `api::refused`): such a step costs the server work (a
-/// DH query whose last element is invalid: `n - 1` decodings; a bad OT hello: the base-OT
-/// keys), so it cannot be repeated for the session's lifetime. Three leaves a client that
+/// answered `409 session_failed`; `api::transition::refused`): such a step costs the
+/// server work (a DH query whose last element is invalid: `n - 1` decodings; a bad OT
+/// hello: the base-OT keys), so it cannot be repeated for the session's lifetime. Three leaves a client that
 /// corrects a request room to do so twice (`docs/adr/0036-failed-steps-end-sessions.md`).
 pub(crate) const MAX_FAILED_STEPS: u8 = 3;
 
 /// Where a session is in its run. Every handler moves a session from one phase to the
-/// next through `api::transition`, the only place that takes, checks and restores it.
+/// next through `api::transition::transition`, the only place that takes, checks and
+/// restores it.
 pub(crate) enum SessionPhase {
     /// DH-PSI: waiting for the query.
     DhAwaitingQuery,
@@ -174,8 +175,8 @@ pub(crate) struct Session {
     pub labels: bool,
     pub phase: SessionPhase,
     /// Requests of this session in progress (body upload included): counted by
-    /// `api::SessionCall`, so a session is never ended as idle while one is under way
-    /// (each is bounded by `Config::request_timeout`).
+    /// `api::transition::SessionCall`, so a session is never ended as idle while one is
+    /// under way (each is bounded by `Config::request_timeout`).
     pub in_flight: u32,
     /// When the session was created.
     pub created: Instant,
@@ -185,7 +186,7 @@ pub(crate) struct Session {
     /// Whether a step of the session has succeeded (for a round-based session: its
     /// hello was answered).
     pub stepped: bool,
-    /// Requests of this session refused with a 400 (`api::refused`); at
+    /// Requests of this session refused with a 400 (`api::transition::refused`); at
     /// [`MAX_FAILED_STEPS`] the session is ended.
     pub failures: u8,
 }
