@@ -26,8 +26,9 @@ const TOMBSTONE: Duration = Duration::from_secs(120);
 /// Steps refused with a 400 after which the server ends a session (the last one is
 /// answered `409 session_failed`; `api::transition::refused`): such a step costs the
 /// server work (a DH query whose last element is invalid: `n - 1` decodings; a bad OT
-/// hello: the base-OT keys), so it cannot be repeated for the session's lifetime. Three leaves a client that
-/// corrects a request room to do so twice (`docs/adr/0036-failed-steps-end-sessions.md`).
+/// hello: the base-OT keys), so it cannot be repeated for the session's lifetime. Three
+/// leaves a client that corrects a request room to do so twice
+/// (`docs/adr/0036-failed-steps-end-sessions.md`).
 pub(crate) const MAX_FAILED_STEPS: u8 = 3;
 
 /// Where a session is in its run. Every handler moves a session from one phase to the
