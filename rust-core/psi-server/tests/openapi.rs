@@ -3,7 +3,7 @@
 //! schemathesis (`ci/schemathesis.sh`) then checks the document against a running server.
 //!
 //! The rule for error statuses: every code a route can return (`can_return` below, read
-//! off `psi-server/src/api.rs` and grouped by what a route does) must have its status
+//! off `psi-server/src/api/` and grouped by what a route does) must have its status
 //! listed under the route's operation, as a reference to `#/components/responses/Error<status>`,
 //! whose schema narrows `ErrorBody.error` to exactly the codes of that status. So the
 //! documented statuses of a route are a superset of what the server can answer, and a
@@ -221,7 +221,7 @@ fn error_codes_and_statuses_match_psi_http() {
     );
 }
 
-/// The codes `route` can answer with, from `psi-server/src/api.rs`. A new route panics
+/// The codes `route` can answer with, from `psi-server/src/api/`. A new route panics
 /// here until it is added (and to docs/openapi.json).
 fn can_return(route: Route) -> HashSet<ErrorCode> {
     use ErrorCode as E;
