@@ -134,13 +134,13 @@ impl RoundServer {
 /// One admitted OT-PSI or CM20-PSI run, counted against the global and the caller's OT caps until
 /// dropped (when the run ends, fails, is deleted or expires).
 pub(crate) struct ChunkedSlot {
-    ot: Arc<Mutex<OtState>>,
+    ot: Arc<Mutex<ChunkedRuns>>,
     client: String,
 }
 
 impl Drop for ChunkedSlot {
     fn drop(&mut self) {
-        let mut ot = lock_ot(&self.ot);
+        let mut ot = lock_chunked(&self.ot);
         ot.running = ot.running.saturating_sub(1);
         if let Some(c) = ot.per_client.get_mut(&self.client) {
             *c = c.saturating_sub(1);
@@ -151,14 +151,15 @@ impl Drop for ChunkedSlot {
     }
 }
 
-/// OT-PSI runs in progress, in all and per caller.
+/// OT-PSI and CM20-PSI runs in progress (the runs on the OT extension that the OT caps
+/// count), in all and per caller.
 #[derive(Default)]
-struct OtState {
+struct ChunkedRuns {
     running: usize,
     per_client: HashMap<String, usize>,
 }
 
-fn lock_ot(m: &Mutex<OtState>) -> std::sync::MutexGuard<'_, OtState> {
+fn lock_chunked(m: &Mutex<ChunkedRuns>) -> std::sync::MutexGuard<'_, ChunkedRuns> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -239,7 +240,7 @@ pub(crate) struct Sessions {
     ttl: Duration,
     /// Lock order: `map` before `ot` (an [`ChunkedSlot`] can be dropped while `map` is held).
     map: Mutex<HashMap<String, Entry>>,
-    ot: Arc<Mutex<OtState>>,
+    ot: Arc<Mutex<ChunkedRuns>>,
     /// Each caller's hourly budget of OT-PSI sessions (`ot_per_hour`): charged here
     /// when in memory; when shared, charged by the caller before [`Sessions::insert`]
     /// (an await, which the table's lock cannot hold) and refunded if not admitted.
@@ -263,9 +264,10 @@ pub(crate) struct SessionLimits {
     /// A round-based session (OT-PSI, CM20-PSI) whose hello has not succeeded this long
     /// after its creation is ended by the sweep, and its OT slot freed.
     pub hello: Duration,
-    /// OT-PSI runs in progress, each holding state proportional to the registry.
+    /// OT-PSI and CM20-PSI runs in progress, each holding state proportional to the
+    /// registry.
     pub ot: usize,
-    /// OT-PSI runs in progress of one caller.
+    /// OT-PSI and CM20-PSI runs in progress of one caller.
     pub ot_per_client: usize,
     /// OT-PSI sessions one caller may start per hour (token bucket; 0 = no limit): each
     /// costs the server O(registry size) work whatever its `n`.
@@ -360,7 +362,7 @@ impl Sessions {
         // nobody's session. The OT lock is released before evicting (an evicted OT run
         // frees its slot, which takes that lock).
         let slot = if session.protocol.runs_in_rounds() {
-            let mut ot = lock_ot(&self.ot);
+            let mut ot = lock_chunked(&self.ot);
             if ot.running >= self.limits.ot {
                 return Err(Full::Ot);
             }
@@ -402,9 +404,9 @@ impl Sessions {
         Ok(slot)
     }
 
-    /// OT-PSI runs in progress (for tests and metrics).
+    /// OT-PSI and CM20-PSI runs in progress (for tests and metrics).
     pub(crate) fn ot_running(&self) -> usize {
-        lock_ot(&self.ot).running
+        lock_chunked(&self.ot).running
     }
 
     pub(crate) fn get(&self, id: &str) -> Lookup {
