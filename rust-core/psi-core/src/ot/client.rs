@@ -1,17 +1,20 @@
 //! The client (OPRF receiver): Cuckoo-hashes its items, runs the receiver side of the
 //! KKRT16 OT extension, and learns which of its items the server holds.
 
+use super::config::OtConfig;
 use super::cuckoo::{self, EMPTY, ItemDigest};
+use super::matrix::{BLOCK_ROWS, matrix_rows};
 use super::messages::{
     self, Chunk, Hello, MAX_BINS, MAX_ITEMS, Message, Outputs, Setup, max_bins_for,
 };
-use super::{BLOCK_ROWS, OtConfig, OtOutput, matrix_rows, output_len, session_id};
+use super::session::{output_len, session_id};
 use crate::chunked::{self, ClientPhase, ClientStep, wrong_phase};
 use crate::error::{DecodeError, Error, Result};
 use crate::items::ItemSet;
 use crate::ote::base_ot::{self, BASE_OTS};
 use crate::ote::iknp;
 use crate::ote::prc::{Block, CODE_BYTES, PRC_BATCH, Prc, Prg, Row, out_hash, out_prefix, pack};
+use crate::output::MatchOutput as OtOutput;
 use crate::wire;
 use rand_core::CryptoRng;
 use rayon::prelude::*;

@@ -18,12 +18,12 @@ pub(crate) fn terms(w: &Workload) -> Option<Terms> {
     let (n_c, n_s) = (w.client_items, w.server_items);
     let (c, s) = (n_c as f64, n_s as f64);
     let mut requests = Vec::new();
-    let bins = super::table_size(n_c as usize) as u64;
-    let rows = super::OtConfig::new(crate::Threads::ONE)
+    let bins = super::cuckoo::table_size(n_c as usize) as u64;
+    let rows = super::config::OtConfig::new(crate::Threads::ONE)
         .with_max_request_bytes(w.max_body_bytes)
         .chunk_rows as u64;
     let chunks = bins.div_ceil(rows);
-    let out_len = super::output_len(n_c as usize, n_s as usize) as u64;
+    let out_len = super::session::output_len(n_c as usize, n_s as usize) as u64;
     let chunk_header = super::sizes::matrix(1, 1) - 64;
     requests.push(Exchange {
         up: super::sizes::hello(),

@@ -2,9 +2,11 @@
 //! its items under each of the three hash functions, and sends the values at the end,
 //! three lists each in a fresh random order.
 
+use super::config::OtConfig;
 use super::cuckoo::{self, HASHES, SimpleTable};
+use super::matrix::{BLOCK_ROWS, matrix_rows};
 use super::messages::{self, Ack, Chunk, Hello, MAX_ITEMS, Message, Outputs, SUITE, Setup};
-use super::{BLOCK_ROWS, OtConfig, matrix_rows, output_len, session_id};
+use super::session::{output_len, session_id};
 use crate::chunked::{self, ServerPhase, admit_client_items, wrong_phase};
 use crate::error::{DecodeError, Result};
 use crate::items::ItemSet;
