@@ -2,15 +2,18 @@
 //! sends `Δ_c = PRG(seed0_c) ⊕ PRG(seed1_c) ⊕ D_c` in chunks, and matches its own OPRF
 //! values `H2(A[v(y)])` against the server's sorted list.
 
+use super::config::Cm20Config;
 use super::messages::{self, Chunk, Hello, MAX_ITEMS, Message, Outputs, Setup};
 use super::params::{self, Params};
 use super::prf::{self, Prf};
-use super::{Cm20Config, MatchOutput, rot, session_id};
+use super::rot;
+use super::session::session_id;
 use crate::chunked::{self, ClientPhase, ClientStep, wrong_phase};
 use crate::error::{DecodeError, Error, Result};
 use crate::items::ItemSet;
 use crate::ote::base_ot;
 use crate::ote::prc::{Block, Prg};
+use crate::output::MatchOutput;
 use crate::wire;
 use rand_core::CryptoRng;
 use rayon::prelude::*;
@@ -335,7 +338,7 @@ impl Sending {
         let w = self.params.width as usize;
         let cb = self.params.column_bytes();
         let c0 = self.next_column;
-        let count = super::chunk_len(c0, w, self.chunk_columns);
+        let count = super::chunks::chunk_len(c0, w, self.chunk_columns);
         let mut msg = Chunk::begin(&self.prf_key, c0 as u16, count as u16, cb);
         let body = msg.len();
         msg.resize(body + count * cb, 0);

@@ -19,7 +19,7 @@ pub(crate) fn terms(w: &Workload) -> Option<Terms> {
     let (c, s) = (w.client_items as f64, w.server_items as f64);
     let mut requests = Vec::new();
     // The driver's configuration for the server's body limit.
-    let config = super::Cm20Config::for_body_limit(crate::Threads::ONE, w.max_body_bytes);
+    let config = super::config::Cm20Config::for_body_limit(crate::Threads::ONE, w.max_body_bytes);
     let n_c = w.client_items.min(u64::from(super::messages::MAX_ITEMS));
     let n_s = w.server_items.min(u64::from(super::messages::MAX_ITEMS));
     let height = params::height(n_c);

@@ -3,10 +3,12 @@
 //! arrive, looks each of its items up once, and sends `H2(C[v(x)])` of every item sorted and
 //! Golomb-Rice coded.
 
+use super::config::Cm20Config;
 use super::messages::{self, Ack, Chunk, Hello, MAX_ITEMS, Message, Outputs, Setup};
 use super::params::{self, Params};
 use super::prf::{self, Prf};
-use super::{Cm20Config, rot, session_id};
+use super::rot;
+use super::session::session_id;
 use crate::chunked::{self, ServerPhase, admit_client_items, wrong_phase};
 use crate::error::{DecodeError, Result};
 use crate::items::ItemSet;

@@ -1,9 +1,11 @@
 //! Unit tests of the CM20 state machines (property tests against a plain intersection are
 //! in `psi-core/tests/cm20_psi.rs`).
 
+use super::chunks::{chunk_count, chunk_len};
 use super::messages::{self, Message};
 use super::*;
 use crate::error::{DecodeError, Error};
+use crate::parallel::Threads;
 use crate::wire::HEADER_LEN;
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
