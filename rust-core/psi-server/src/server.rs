@@ -279,8 +279,6 @@ impl Drop for RunningServer {
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::registry::Registry;
-    use crate::storage::Store;
     use psi_client::{CancelToken, Client, ClientConfig, Protocol};
 
     /// OT-PSI rounds take workers from their own pool: with every OT worker busy (held
@@ -289,14 +287,7 @@ mod tests {
     /// would wait too.)
     #[test]
     fn dh_is_served_while_every_ot_worker_is_busy() {
-        let dir = std::env::temp_dir().join(format!(
-            "psi-server-pools-{}-{:?}",
-            std::process::id(),
-            std::time::SystemTime::now()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
         let config = Config {
-            db: dir.join("registry.sqlite").into(),
             workers: 1,
             ot_workers: 1,
             build_threads: 1,
@@ -304,16 +295,8 @@ mod tests {
             ..Config::default()
         };
         let entry = "+12025550100";
-        Store::open(config.db.sqlite_path().unwrap())
-            .unwrap()
-            .add_entries([(entry, None)])
-            .unwrap();
-        let registry = Registry::load(&config, &mut |_, _| {}).unwrap();
-        let server = RunningServer::start(
-            AppState::with_registry(config, registry),
-            ([127, 0, 0, 1], 0).into(),
-        )
-        .unwrap();
+        let (state, dir) = crate::state::test_state("pools", entry, config);
+        let server = RunningServer::start(state, ([127, 0, 0, 1], 0).into()).unwrap();
         let items = || vec![entry.as_bytes().to_vec(), b"+13035550199".to_vec()];
         let held = server.state.ot_workers.try_acquire().unwrap();
         let quick = ClientConfig::default().with_timeout(Duration::from_secs(2));

@@ -352,3 +352,30 @@ impl AppState {
         self.sessions.ot_running()
     }
 }
+
+/// A state for the crate's unit tests: a fresh SQLite registry in its own temporary
+/// directory (`name` keeps the directories of different tests apart) holding the one
+/// entry `entry`, on `config`'s other settings; and that directory, for the test to remove.
+#[cfg(test)]
+pub(crate) fn test_state(
+    name: &str,
+    entry: &str,
+    config: Config,
+) -> (Arc<AppState>, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!(
+        "psi-server-{name}-{}-{:?}",
+        std::process::id(),
+        std::time::SystemTime::now()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = Config {
+        db: dir.join("registry.sqlite").into(),
+        ..config
+    };
+    crate::storage::Store::open(config.db.sqlite_path().unwrap())
+        .unwrap()
+        .add_entries([(entry, None)])
+        .unwrap();
+    let registry = Registry::load(&config, &mut |_, _| {}).unwrap();
+    (AppState::with_registry(config, registry), dir)
+}

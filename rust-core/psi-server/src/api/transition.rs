@@ -339,9 +339,7 @@ pub(super) async fn transition_in(
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::registry::Registry;
     use crate::sessions::Lookup;
-    use crate::storage::Store;
     use std::sync::mpsc;
     use std::time::Duration;
 
@@ -351,24 +349,12 @@ mod tests {
     /// channel, so the order of events is fixed.
     #[test]
     fn a_step_dropped_before_its_work_ends_still_ends_the_session() {
-        let dir = std::env::temp_dir().join(format!(
-            "psi-server-dropped-step-{}-{:?}",
-            std::process::id(),
-            std::time::SystemTime::now()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
         let config = Config {
-            db: dir.join("registry.sqlite").into(),
             workers: 1,
             build_threads: 1,
             ..Config::default()
         };
-        Store::open(config.db.sqlite_path().unwrap())
-            .unwrap()
-            .add_entries([("+12025550100", None)])
-            .unwrap();
-        let registry = Registry::load(&config, &mut |_, _| {}).unwrap();
-        let state = AppState::with_registry(config, registry);
+        let (state, dir) = crate::state::test_state("dropped-step", "+12025550100", config);
         let id = "0123abcd".to_string();
         state
             .sessions
