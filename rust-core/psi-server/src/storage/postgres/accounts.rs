@@ -3,10 +3,11 @@
 //! database directly ([`super::budgets`]), so [`AccountStore::budgets`] is empty and
 //! [`AccountStore::save_budgets`] does nothing. Blocking, like the registry store.
 
-use super::super::{
-    AccountStore, NewToken, Revoked, SavedBudget, StoreError, TokenInfo, TokenIssue,
-};
-use super::{PgSettings, schema};
+use super::super::contract::{AccountStore, NewToken, Revoked, SavedBudget, TokenInfo};
+use super::super::error::StoreError;
+use super::super::tokens::TokenIssue;
+use super::schema;
+use super::settings::PgSettings;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// The token columns, `created` as `YYYY-MM-DDTHH:MM:SSZ` (UTC).

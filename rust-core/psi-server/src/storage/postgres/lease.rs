@@ -9,7 +9,8 @@
 //! killed mid-build, or its backend is terminated), PostgreSQL releases the lock, and the
 //! next instance that asks goes on from the outputs already stored.
 
-use super::super::{BuildLease, StoreError};
+use super::super::contract::BuildLease;
+use super::super::error::{StoreError, error_text};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// The advisory lock key of the build lease ("psi" and 2). Advisory locks are per
@@ -41,7 +42,7 @@ impl Drop for PgLease {
         // A dead connection has released the lock already: nothing to undo then.
         let mut client = self.client.lock().unwrap_or_else(PoisonError::into_inner);
         if let Err(e) = client.execute("SELECT pg_advisory_unlock($1)", &[&BUILD_LOCK]) {
-            tracing::debug!(error = %super::error_text(&e), "build lease release failed");
+            tracing::debug!(error = %error_text(&e), "build lease release failed");
         }
     }
 }

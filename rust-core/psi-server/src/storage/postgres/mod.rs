@@ -15,12 +15,14 @@ mod registry;
 mod schema;
 pub mod settings;
 
-pub use settings::{PgSettings, SettingsError, TlsMode};
+pub use super::error::SettingsError;
+pub use settings::{PgSettings, TlsMode};
 
 pub use accounts::PgAccounts;
 pub use registry::PgStore;
 
-use super::{AccountStore, RegistryStore, StoreError};
+use super::contract::{AccountStore, RegistryStore};
+use super::error::StoreError;
 
 impl PgStore {
     /// Opens the registry (creating the tables that are missing), boxed as
@@ -39,14 +41,5 @@ impl PgStore {
     /// Opens the accounts, boxed as [`super::Database::open_accounts`] gives them.
     pub fn open_accounts(settings: &PgSettings) -> Result<Box<dyn AccountStore>, StoreError> {
         Ok(Box::new(PgAccounts::open(settings)?))
-    }
-}
-
-/// A PostgreSQL error as [`StoreError`] shows it: the message and SQLSTATE of a database
-/// error (never its DETAIL, which can quote a row's values), else the client's text.
-pub(crate) fn error_text(e: &::postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("{} ({})", db.message(), db.code().code()),
-        None => e.to_string(),
     }
 }

@@ -12,12 +12,13 @@
 //!   backups for as long as those are kept: PostgreSQL cannot scrub them as SQLite's
 //!   `secure_delete` does. The keys among them are sealed; the outputs are not.
 
-use super::super::{
-    BuildLease, ImportCounts, LoadedEntry, Readiness, RegistryStore, SetWork, StoreError,
-    StoredSet, os_rng,
+use super::super::contract::{
+    BuildLease, ImportCounts, LoadedEntry, Readiness, RegistryStore, SetWork, StoredSet, os_rng,
 };
+use super::super::error::StoreError;
 use super::lease::PgLease;
-use super::{PgSettings, schema};
+use super::schema;
+use super::settings::PgSettings;
 use crate::sealing::SealKeys;
 use psi_core::dh::ServerKey;
 use psi_core::oprf::{OUTPUT_LEN, OprfKey};

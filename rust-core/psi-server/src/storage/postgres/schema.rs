@@ -14,7 +14,8 @@
 //! Creation is one transaction under a transaction-level advisory lock, so instances
 //! starting together on an empty database do not race each other's `CREATE TABLE`.
 
-use super::super::{StoreError, os_rng};
+use super::super::contract::os_rng;
+use super::super::error::StoreError;
 
 /// The schema this program writes.
 pub(crate) const SCHEMA_VERSION: i64 = 1;

@@ -21,9 +21,10 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use thiserror::Error;
 use tokio_postgres::config::{Host, SslMode};
 use zeroize::Zeroizing;
+
+use super::super::error::{SettingsError, StoreError};
 
 /// The system's bundle of trusted roots (Debian, Ubuntu, Alpine), used for TLS to the
 /// database when the URL names no `sslrootcert`.
@@ -44,43 +45,6 @@ pub enum TlsMode {
     Disable,
     /// TLS, certificate and host name verified (`sslmode=require` or `verify-full`).
     VerifyFull,
-}
-
-/// Errors of the database settings. Never carry a password.
-#[derive(Debug, Error)]
-#[non_exhaustive]
-pub enum SettingsError {
-    /// The URL is not a `postgres://` URL libpq-style parsing accepts.
-    #[error("database URL: {0}")]
-    Url(String),
-    /// The URL holds a password.
-    #[error(
-        "the database URL contains a password: credentials never go on the command line; \
-         give it with --db-password-file FILE or the environment (PSI_DB_PASSWORD_FILE, PSI_DB_PASSWORD)"
-    )]
-    PasswordInUrl,
-    /// `sslmode` has a value this server does not accept.
-    #[error("database URL: sslmode must be disable, require or verify-full")]
-    SslMode,
-    /// The password file could not be read.
-    #[error("database password file {}: {source}", path.display())]
-    PasswordFile {
-        /// The file.
-        path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
-    },
-    /// The roots for TLS could not be read or hold no certificate.
-    #[error("TLS roots for the database {}: {reason}", path.display())]
-    Roots {
-        /// The PEM file (`sslrootcert` or the system bundle).
-        path: PathBuf,
-        /// What went wrong.
-        reason: String,
-    },
-    /// rustls refused the configuration.
-    #[error("TLS for the database: {0}")]
-    Tls(String),
 }
 
 /// A PostgreSQL database as `--db postgres://...` names it, with its password (from a
@@ -243,7 +207,7 @@ impl PgSettings {
 
     /// Connects the blocking client. Blocking: never call it on an async worker thread
     /// (it runs a runtime of its own).
-    pub fn connect_blocking(&self) -> Result<postgres::Client, super::super::StoreError> {
+    pub fn connect_blocking(&self) -> Result<postgres::Client, StoreError> {
         let tls = self.connect_tls()?;
         Ok(postgres::Config::from(self.pg_config()).connect(tls)?)
     }
