@@ -23,6 +23,7 @@
 //! [`DhClient`] produces the query and consumes the evaluation and the encoded set.
 
 pub(crate) mod cost;
+pub mod limits;
 mod messages;
 #[cfg(test)]
 mod transcript_tests;
@@ -38,14 +39,6 @@ use crate::wire;
 use curve25519_dalek::scalar::Scalar;
 use rayon::prelude::*;
 use zeroize::Zeroizing;
-
-/// Hard limits enforced by encoders and decoders.
-pub mod limits {
-    /// Most items a client may query in one run (2^20).
-    pub const MAX_CLIENT_ITEMS: usize = 1 << 20;
-    /// Most items an encoded server set may hold (2^26).
-    pub const MAX_SERVER_ITEMS: usize = 1 << 26;
-}
 
 use limits::{MAX_CLIENT_ITEMS, MAX_SERVER_ITEMS};
 

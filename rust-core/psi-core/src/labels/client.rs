@@ -71,7 +71,7 @@ impl std::fmt::Debug for LabelClient {
 }
 
 fn check_bits(bucket_bits: u8) -> Result<()> {
-    if bucket_bits > super::MAX_BUCKET_BITS {
+    if bucket_bits > super::record::MAX_BUCKET_BITS {
         return Err(DecodeError::InvalidParameter {
             what: "label bucket bits",
         }
@@ -135,7 +135,7 @@ impl LabelClient {
         let mut real = mine.clone();
         real.sort_unstable();
         real.dedup();
-        let count = super::fetch_buckets(self.client_items, bits);
+        let count = super::layout::fetch_buckets(self.client_items, bits);
         let requested = choose_buckets(real, count, bits, rng);
         let fetched = mine
             .iter()
@@ -190,7 +190,7 @@ impl LabelClient {
         rng: &mut R,
     ) -> Result<(Self, Vec<u8>)> {
         check_bits(bucket_bits)?;
-        let slots = super::label_slots(client_items);
+        let slots = super::layout::label_slots(client_items);
         let real = matched.len().min(slots);
         let mut items: Vec<Vec<u8>> = Vec::with_capacity(slots);
         items.extend_from_slice(&matched[..real]);
@@ -312,7 +312,8 @@ fn open_all(
 mod tests {
     use super::*;
     use crate::dh::{DhServer, ServerKey};
-    use crate::labels::{LabelStore, fetch_buckets, label_slots};
+    use crate::labels::layout::{fetch_buckets, label_slots};
+    use crate::labels::server::LabelStore;
     use crate::oprf::OUTPUT_LEN;
     use rand_chacha::ChaCha20Rng;
     use rand_core::{Rng, SeedableRng};

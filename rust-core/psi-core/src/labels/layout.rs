@@ -33,7 +33,7 @@ pub fn fetch_buckets(client_items: usize, bucket_bits: u8) -> usize {
     if client_items == 0 {
         return 0;
     }
-    let buckets = 1usize << bucket_bits.min(super::MAX_BUCKET_BITS);
+    let buckets = 1usize << bucket_bits.min(super::record::MAX_BUCKET_BITS);
     label_slots(client_items)
         .max(MIN_FETCH_BUCKETS)
         .min(buckets)
@@ -44,7 +44,7 @@ pub fn fetch_buckets(client_items: usize, bucket_bits: u8) -> usize {
 /// registry entries per bucket on average (`registry_items / 2^bucket_bits`, both from
 /// the session). Otherwise [`Error::LabelLayoutTooFine`].
 pub fn check_layout(client_items: usize, registry_items: u64, bucket_bits: u8) -> Result<()> {
-    if bucket_bits > super::MAX_BUCKET_BITS {
+    if bucket_bits > super::record::MAX_BUCKET_BITS {
         return Err(DecodeError::InvalidParameter {
             what: "label bucket bits",
         }

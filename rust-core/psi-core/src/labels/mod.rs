@@ -33,10 +33,7 @@ pub use layout::{
     MIN_BUCKET_OCCUPANCY, MIN_FETCH_BUCKETS, check_layout, fetch_buckets, label_slots,
 };
 pub use record::{
-    AEAD_TAG_LEN, MAX_LABEL_LEN, NONCE_LEN, RECORD_HEADER_LEN, Record, TAG_LEN, bucket, open,
-    parse_records, seal, tag,
+    AEAD_TAG_LEN, MAX_BUCKET_BITS, MAX_LABEL_LEN, NONCE_LEN, RECORD_HEADER_LEN, Record, TAG_LEN,
+    bucket, open, parse_records, seal, tag,
 };
 pub use server::{LabelStore, bucket_bits};
-
-/// Most tag bits used as a bucket id (2^24 buckets).
-pub const MAX_BUCKET_BITS: u8 = 24;

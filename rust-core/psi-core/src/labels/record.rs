@@ -8,6 +8,9 @@ use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
 use sha2::{Digest, Sha512};
 use zeroize::Zeroizing;
 
+/// Most tag bits used as a bucket id (2^24 buckets).
+pub const MAX_BUCKET_BITS: u8 = 24;
+
 /// Bytes of a label tag.
 pub const TAG_LEN: usize = 16;
 /// Bytes of a nonce.
@@ -52,7 +55,7 @@ pub fn bucket(tag: &[u8; TAG_LEN], bits: u8) -> u32 {
     if bits == 0 {
         0
     } else {
-        v >> (32 - u32::from(bits.min(super::MAX_BUCKET_BITS)))
+        v >> (32 - u32::from(bits.min(MAX_BUCKET_BITS)))
     }
 }
 

@@ -33,7 +33,8 @@ pub fn bucket_bits(records: usize, target: usize) -> u8 {
     if buckets <= 1 {
         0
     } else {
-        (usize::BITS - 1 - buckets.leading_zeros()).min(u32::from(super::MAX_BUCKET_BITS)) as u8
+        (usize::BITS - 1 - buckets.leading_zeros()).min(u32::from(super::record::MAX_BUCKET_BITS))
+            as u8
     }
 }
 
