@@ -21,6 +21,17 @@ impl Protocol {
         }
     }
 
+    /// Bytes of the protocol's first round request (its hello), which a server can hold a
+    /// session's first round to before reading it; `None` for a protocol without rounds
+    /// (DH-PSI's query is sized by the session's `n`, [`crate::dh::sizes::query`]).
+    pub fn hello_len(self) -> Option<u64> {
+        match self {
+            Protocol::Dh => None,
+            Protocol::Ot => Some(crate::ot::sizes::hello()),
+            Protocol::Cm20 => Some(crate::cm20::sizes::hello()),
+        }
+    }
+
     /// The protocol's requests (after the session request) and each side's operations for
     /// `w`, from its own `cost` module; `None` for a workload it cannot run.
     pub(crate) fn cost_terms(self, w: &Workload) -> Option<Terms> {
@@ -29,5 +40,36 @@ impl Protocol {
             Protocol::Ot => crate::ot::cost::terms(w),
             Protocol::Cm20 => crate::cm20::cost::terms(w),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Protocol;
+
+    /// A protocol has a hello exactly when it runs in rounds, and the length is the one its
+    /// client sends (what a server holds a session's first round to).
+    #[test]
+    fn hello_len_is_the_first_round_request() {
+        use rand_chacha::rand_core::SeedableRng;
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(1);
+        for &p in Protocol::ALL {
+            assert_eq!(p.hello_len().is_some(), p.runs_in_rounds(), "{p}");
+        }
+        let set = || crate::ItemSet::new((0u32..5).map(|i| i.to_be_bytes().to_vec()));
+        let (_, hello) = crate::ot::OtClient::start(
+            set(),
+            crate::ot::OtConfig::new(crate::Threads::ONE),
+            &mut rng,
+        )
+        .unwrap();
+        assert_eq!(Some(hello.len() as u64), Protocol::Ot.hello_len());
+        let (_, hello) = crate::cm20::Cm20Client::start(
+            set(),
+            crate::cm20::Cm20Config::new(crate::Threads::ONE),
+            &mut rng,
+        )
+        .unwrap();
+        assert_eq!(Some(hello.len() as u64), Protocol::Cm20.hello_len());
     }
 }

@@ -11,7 +11,6 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, MatchedPath, Path, Request};
 use axum::http::{HeaderMap, header};
 use axum::response::Response;
-use psi_core::Protocol;
 use psi_http::{ErrorCode, Route};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -120,11 +119,12 @@ fn step_limit(route: Option<Route>, g: &Session, max_body_bytes: usize) -> StepL
             );
             (bytes, e)
         }
-        Some(Route::OtRound | Route::Cm20Round) if !g.stepped => {
-            let bytes = match g.protocol {
-                Protocol::Cm20 => psi_core::cm20::sizes::hello(),
-                _ => psi_core::ot::sizes::hello(),
-            } as usize;
+        // The first round of a round-based session: its protocol's hello. (A round route
+        // of a session without rounds is refused once read: `expect_protocol`.)
+        Some(Route::OtRound | Route::Cm20Round)
+            if !g.stepped && g.protocol.hello_len().is_some() =>
+        {
+            let bytes = g.protocol.hello_len().unwrap_or_default() as usize;
             let e = ApiError::new(
                 ErrorCode::InvalidMessage,
                 format!("a hello is {bytes} bytes; this one is longer"),
@@ -338,6 +338,7 @@ pub(super) async fn transition_in(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use psi_core::Protocol;
     use crate::config::Config;
     use crate::sessions::Lookup;
     use std::sync::mpsc;
