@@ -118,6 +118,16 @@ impl Route {
         self.template().replace("{id}", session)
     }
 
+    /// The round-based protocol whose rounds this route carries (OT-PSI's and CM20-PSI's
+    /// round routes), from [`Route::for_protocol`]: a server serves every such route with
+    /// the one round handler, and a new protocol adds no line for it.
+    pub fn round_protocol(self) -> Option<psi_core::Protocol> {
+        psi_core::Protocol::ALL
+            .iter()
+            .copied()
+            .find(|p| p.runs_in_rounds() && Route::for_protocol(p.api_name()) == Some(self))
+    }
+
     /// The route that carries a run of the protocol with API name `api_name`
     /// (`psi_core::Protocol::api_name`): DH-PSI's query, OT-PSI's and CM20-PSI's rounds.
     /// `None` for a name no route serves. A new protocol adds one line here.
@@ -494,6 +504,37 @@ impl std::fmt::Display for ErrorCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every round-based protocol has exactly one round route, and no other route names a
+    /// protocol's rounds.
+    #[test]
+    fn round_routes_are_the_round_based_protocols() {
+        for &p in psi_core::Protocol::ALL {
+            let route = Route::for_protocol(p.api_name()).expect("a route per protocol");
+            assert_eq!(
+                route.round_protocol(),
+                p.runs_in_rounds().then_some(p),
+                "{p}"
+            );
+        }
+        assert_eq!(
+            Route::OtRound.round_protocol(),
+            Some(psi_core::Protocol::Ot)
+        );
+        assert_eq!(
+            Route::Cm20Round.round_protocol(),
+            Some(psi_core::Protocol::Cm20)
+        );
+        let rounds = Route::ALL
+            .iter()
+            .filter(|r| r.round_protocol().is_some())
+            .count();
+        let protocols = psi_core::Protocol::ALL
+            .iter()
+            .filter(|p| p.runs_in_rounds())
+            .count();
+        assert_eq!(rounds, protocols);
+    }
 
     /// The health's `costs` object is flat (the unit costs beside the thread counts), as
     /// docs/api.md and openapi.json spell it; an older server without `cm20_lookup_ns` reads

@@ -18,7 +18,8 @@ use self::probe::{probe_down, probe_up};
 use self::registry::{encoded_set, health};
 use self::reply::ApiError;
 use self::sessions::{create_session, delete_session};
-use self::steps::{cm20_round, dh_query, label_fetch, label_query, ot_round};
+use self::steps::{dh_query, label_fetch, label_query, round};
+use self::transition::SessionCall;
 use crate::state::AppState;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State as S};
@@ -39,14 +40,17 @@ fn method_filter(m: psi_http::Method) -> MethodFilter {
 
 fn handler(route: Route) -> MethodRouter<Arc<AppState>> {
     let f = method_filter(route.method());
+    if let Some(protocol) = route.round_protocol() {
+        return on(f, move |S(state): S<Arc<AppState>>, call: SessionCall| {
+            round(state, call, protocol)
+        });
+    }
     match route {
         Route::Health => on(f, health),
         Route::CreateSession => on(f, create_session),
         Route::DeleteSession => on(f, delete_session),
         Route::DhQuery => on(f, dh_query),
         Route::DhEncodedSet => on(f, encoded_set),
-        Route::OtRound => on(f, ot_round),
-        Route::Cm20Round => on(f, cm20_round),
         Route::LabelQuery => on(f, label_query),
         Route::LabelFetch => on(f, label_fetch),
         Route::ProbeDown => on(f, probe_down),

@@ -97,22 +97,9 @@ pub(super) async fn dh_query(
     .await
 }
 
-pub(super) async fn ot_round(
-    S(state): S<Arc<AppState>>,
-    call: SessionCall,
-) -> Result<Response, ApiError> {
-    round(state, call, Protocol::Ot).await
-}
-
-pub(super) async fn cm20_round(
-    S(state): S<Arc<AppState>>,
-    call: SessionCall,
-) -> Result<Response, ApiError> {
-    round(state, call, Protocol::Cm20).await
-}
-
-/// One round of a round-based protocol (OT-PSI, CM20-PSI) on the OT worker pool.
-async fn round(
+/// One round of a round-based protocol (OT-PSI, CM20-PSI: [`psi_http::Route::round_protocol`]) on
+/// the OT worker pool; the router serves every round route with it.
+pub(super) async fn round(
     state: Arc<AppState>,
     SessionCall {
         session: s,

@@ -121,8 +121,10 @@ fn step_limit(route: Option<Route>, g: &Session, max_body_bytes: usize) -> StepL
         }
         // The first round of a round-based session: its protocol's hello. (A round route
         // of a session without rounds is refused once read: `expect_protocol`.)
-        Some(Route::OtRound | Route::Cm20Round)
-            if !g.stepped && g.protocol.hello_len().is_some() =>
+        Some(route)
+            if route.round_protocol().is_some()
+                && !g.stepped
+                && g.protocol.hello_len().is_some() =>
         {
             let bytes = g.protocol.hello_len().unwrap_or_default() as usize;
             let e = ApiError::new(
@@ -338,9 +340,9 @@ pub(super) async fn transition_in(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use psi_core::Protocol;
     use crate::config::Config;
     use crate::sessions::Lookup;
+    use psi_core::Protocol;
     use std::sync::mpsc;
     use std::time::Duration;
 
