@@ -71,6 +71,10 @@ pub trait ChunkedClient: Send {
     fn has_work_ahead(&self) -> bool;
 }
 
+/// A client just started ([`crate::Protocol::start_chunked_client`]) and the hello it
+/// sends first.
+pub type StartedClient = (Box<dyn ChunkedClient>, Vec<u8>);
+
 /// A server of either protocol as a driver holds it ([`crate::ot::OtServer`],
 /// [`crate::cm20::Cm20Server`]): one session's state machine, answering each request in
 /// turn. A driver keeps one of these per session whatever the protocol, so adding a

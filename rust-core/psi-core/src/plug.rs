@@ -6,7 +6,12 @@
 //! them.
 
 use crate::Protocol;
+use crate::chunked::{ChunkedClient, StartedClient};
 use crate::cost_terms::{Terms, Workload};
+use crate::error::Result;
+use crate::items::ItemSet;
+use crate::parallel::Threads;
+use rand_core::CryptoRng;
 
 impl Protocol {
     /// What a session of `client_items` items is charged against the caller's
@@ -32,6 +37,35 @@ impl Protocol {
         }
     }
 
+    /// Starts a client of this round-based protocol for `set` on `threads`, its requests
+    /// sized to a server's body limit of `max_body_bytes`: the client, as a driver runs
+    /// it, and its hello. `None` for a protocol without rounds (DH-PSI).
+    pub fn start_chunked_client<R: CryptoRng + ?Sized>(
+        self,
+        set: ItemSet,
+        threads: Threads,
+        max_body_bytes: u64,
+        rng: &mut R,
+    ) -> Option<Result<StartedClient>> {
+        fn boxed<C: ChunkedClient + 'static>(
+            started: Result<(C, Vec<u8>)>,
+        ) -> Result<StartedClient> {
+            started.map(|(c, hello)| (Box::new(c) as Box<dyn ChunkedClient>, hello))
+        }
+        match self {
+            Protocol::Dh => None,
+            Protocol::Ot => {
+                let config =
+                    crate::ot::OtConfig::new(threads).with_max_request_bytes(max_body_bytes);
+                Some(boxed(crate::ot::OtClient::start(set, config, rng)))
+            }
+            Protocol::Cm20 => {
+                let config = crate::cm20::Cm20Config::for_body_limit(threads, max_body_bytes);
+                Some(boxed(crate::cm20::Cm20Client::start(set, config, rng)))
+            }
+        }
+    }
+
     /// The protocol's requests (after the session request) and each side's operations for
     /// `w`, from its own `cost` module; `None` for a workload it cannot run.
     pub(crate) fn cost_terms(self, w: &Workload) -> Option<Terms> {
@@ -47,29 +81,22 @@ impl Protocol {
 mod tests {
     use crate::Protocol;
 
-    /// A protocol has a hello exactly when it runs in rounds, and the length is the one its
-    /// client sends (what a server holds a session's first round to).
+    /// A protocol starts a chunked client exactly when it runs in rounds, and that
+    /// client's hello is [`Protocol::hello_len`] bytes (what a server holds a session's
+    /// first round to).
     #[test]
-    fn hello_len_is_the_first_round_request() {
+    fn round_protocols_start_through_the_plug_with_their_hello_len() {
         use rand_chacha::rand_core::SeedableRng;
         let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(1);
+        let set = || crate::ItemSet::new((0u32..5).map(|i| i.to_be_bytes().to_vec()));
         for &p in Protocol::ALL {
             assert_eq!(p.hello_len().is_some(), p.runs_in_rounds(), "{p}");
+            let started = p.start_chunked_client(set(), crate::Threads::ONE, 1 << 20, &mut rng);
+            assert_eq!(started.is_some(), p.runs_in_rounds(), "{p}");
+            if let Some(started) = started {
+                let (_, hello) = started.unwrap();
+                assert_eq!(Some(hello.len() as u64), p.hello_len(), "{p}");
+            }
         }
-        let set = || crate::ItemSet::new((0u32..5).map(|i| i.to_be_bytes().to_vec()));
-        let (_, hello) = crate::ot::OtClient::start(
-            set(),
-            crate::ot::OtConfig::new(crate::Threads::ONE),
-            &mut rng,
-        )
-        .unwrap();
-        assert_eq!(Some(hello.len() as u64), Protocol::Ot.hello_len());
-        let (_, hello) = crate::cm20::Cm20Client::start(
-            set(),
-            crate::cm20::Cm20Config::new(crate::Threads::ONE),
-            &mut rng,
-        )
-        .unwrap();
-        assert_eq!(Some(hello.len() as u64), Protocol::Cm20.hello_len());
     }
 }

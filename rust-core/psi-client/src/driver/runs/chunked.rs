@@ -5,8 +5,8 @@ use crate::driver::labels::LabelSource;
 use crate::driver::run::Run;
 use crate::error::{ClientError, Result};
 use psi_core::chunked::ChunkedClient;
-use psi_core::ot::{ClientStep, OtClient, OtConfig};
-use psi_core::{ItemSet, MatchOutput, Phase};
+use psi_core::chunked::ClientStep;
+use psi_core::{ItemSet, MatchOutput, Phase, Protocol};
 use psi_http::{Route, SessionCreated};
 use std::time::{Duration, Instant};
 
@@ -14,33 +14,26 @@ use std::time::{Duration, Instant};
 const MAX_OT_ROUNDS: usize = 1 << 16;
 
 impl Run<'_> {
-    pub(super) fn ot(
+    /// A round-based protocol's run (OT-PSI, CM20-PSI: [`Protocol::runs_in_rounds`]): its
+    /// client started by psi-core's plug with requests sized to the server's body limit,
+    /// then its rounds on the protocol's round route. Labels follow as an OPRF query over
+    /// the matches.
+    pub(super) fn rounds(
         &mut self,
         session: &SessionCreated,
         set: ItemSet,
+        protocol: Protocol,
     ) -> Result<(MatchOutput, LabelSource)> {
-        let config = OtConfig::new(self.client.config.threads)
-            .with_max_request_bytes(session.max_body_bytes);
+        let unsupported =
+            || ClientError::BadInput(format!("{protocol} is not supported by this client"));
+        let route = Route::for_protocol(protocol.api_name()).ok_or_else(unsupported)?;
+        let threads = self.client.config.threads;
         let t = self.enter(Phase::ClientStart)?;
-        let (mut client, request) = OtClient::start(set, config, self.rng()?)?;
+        let (mut client, request) = protocol
+            .start_chunked_client(set, threads, session.max_body_bytes, self.rng()?)
+            .ok_or_else(unsupported)??;
         self.leave(Phase::ClientStart, t);
-        self.chunked_rounds(session, Route::OtRound, "OT", &mut client, request)
-    }
-
-    /// CM20-PSI: hello, then one round per matrix chunk (sized to the server's body limit),
-    /// the outputs answering the last. Labels follow as for OT-PSI (an OPRF query over the
-    /// matches).
-    pub(super) fn cm20(
-        &mut self,
-        session: &SessionCreated,
-        set: ItemSet,
-    ) -> Result<(MatchOutput, LabelSource)> {
-        use psi_core::cm20::{Cm20Client, Cm20Config};
-        let config = Cm20Config::for_body_limit(self.client.config.threads, session.max_body_bytes);
-        let t = self.enter(Phase::ClientStart)?;
-        let (mut client, request) = Cm20Client::start(set, config, self.rng()?)?;
-        self.leave(Phase::ClientStart, t);
-        self.chunked_rounds(session, Route::Cm20Round, "CM20", &mut client, request)
+        self.chunked_rounds(session, route, protocol, &mut *client, request)
     }
 
     /// The rounds of OT-PSI and CM20-PSI (psi_core::chunked): each request to `route`, its
@@ -50,11 +43,11 @@ impl Run<'_> {
     /// chunk, or its side of the matching), so that work overlaps the network and the
     /// server's; the requests are the same either way. If the helper cannot be started, or
     /// working ahead fails, the run goes on without it (`handle` then does that work).
-    fn chunked_rounds<C: ChunkedClient>(
+    fn chunked_rounds<C: ChunkedClient + ?Sized>(
         &mut self,
         session: &SessionCreated,
         route: Route,
-        name: &str,
+        protocol: Protocol,
         client: &mut C,
         mut request: Vec<u8>,
     ) -> Result<(MatchOutput, LabelSource)> {
@@ -78,7 +71,9 @@ impl Run<'_> {
             let mut first = true;
             loop {
                 if self.stats.round_trips >= MAX_OT_ROUNDS {
-                    return Err(ClientError::BadResponse(format!("too many {name} rounds")));
+                    return Err(ClientError::BadResponse(format!(
+                        "too many {protocol} rounds"
+                    )));
                 }
                 let mut ahead = Duration::ZERO;
                 let response = if ahead_on && client.has_work_ahead() {

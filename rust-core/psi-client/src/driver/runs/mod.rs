@@ -19,8 +19,7 @@ impl Run<'_> {
     ) -> Result<(MatchOutput, LabelSource)> {
         match protocol {
             Protocol::Dh => self.dh(session, set),
-            Protocol::Ot => self.ot(session, set),
-            Protocol::Cm20 => self.cm20(session, set),
+            p if p.runs_in_rounds() => self.rounds(session, set, p),
             _ => Err(ClientError::BadInput(format!(
                 "{protocol} is not supported by this client"
             ))),
