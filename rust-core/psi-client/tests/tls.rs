@@ -13,15 +13,7 @@ use psi_test_support::pki::pki;
 
 /// A TLS server whose registry holds `+1202000000i` for i < 50; returns it and the CA PEM.
 fn tls_server(name: &str) -> (RunningServer, String) {
-    let dir = std::env::temp_dir().join(format!(
-        "psi-client-tls-{name}-{}-{:?}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = psi_test_support::fresh_dir(&format!("psi-client-tls-{name}"));
     let (ca, cert, key) = pki();
     let mut config = Config::default();
     config.db = (dir.join("r.sqlite")).into();

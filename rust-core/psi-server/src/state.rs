@@ -362,12 +362,7 @@ pub(crate) fn test_state(
     entry: &str,
     config: Config,
 ) -> (Arc<AppState>, std::path::PathBuf) {
-    let dir = std::env::temp_dir().join(format!(
-        "psi-server-{name}-{}-{:?}",
-        std::process::id(),
-        std::time::SystemTime::now()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = psi_test_support::fresh_dir(&format!("psi-server-{name}"));
     let config = Config {
         db: dir.join("registry.sqlite").into(),
         ..config

@@ -82,7 +82,7 @@ pub(crate) fn id_of(flag: &str, user: Option<&str>) -> Option<u32> {
 /// A new, empty directory `<temp>/<prefix>-<pid>-<n>-<random>`, mode 0755. The caller owns
 /// its removal. Under the system temporary directory and not under the checkout: a checkout
 /// may sit under a 0700 directory that an unprivileged server user cannot traverse.
-pub(crate) fn fresh_dir(prefix: &str) -> PathBuf {
+pub fn fresh_dir(prefix: &str) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
     static N: AtomicU64 = AtomicU64::new(0);
     let n = N.fetch_add(1, Ordering::Relaxed);

@@ -32,19 +32,10 @@ pub fn run_psi(args: &[&str], limit: Duration) -> (bool, String, String) {
     )
 }
 
-/// A fresh directory for one test, `psi-cli-PREFIX-NAME-PID-NANOS` under the system's
-/// temporary directory.
+/// A fresh directory for one test, `psi-cli-PREFIX-NAME-...` under the system's temporary
+/// directory (`psi_test_support::fresh_dir`).
 pub fn temp_dir(prefix: &str, name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "psi-cli-{prefix}-{name}-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    psi_test_support::fresh_dir(&format!("psi-cli-{prefix}-{name}"))
 }
 
 /// Starts `psi serve ARGS...` (with `env` added) and waits for its first stdout line, the

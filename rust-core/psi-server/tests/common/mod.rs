@@ -11,16 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "psi-server-test-{name}-{}-{:?}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    psi_test_support::fresh_dir(&format!("psi-server-test-{name}"))
 }
 
 pub fn config(name: &str) -> Config {
