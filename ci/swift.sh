@@ -29,30 +29,13 @@ cargo build "${cargo_flags[@]}" -p psi-cli
 cargo build --locked -p uniffi-bindgen
 
 # The generated bindings are committed (an app on a Mac builds without running uniffi):
-# they must be exactly what uniffi-bindgen makes of this library.
-gen="$(mktemp -d)"
-# The tests stop the servers they start; a test process killed by the timeout cannot, so
-# whatever `psi serve` of theirs is left (their databases are in psi-swift-test-* folders)
-# is stopped on exit.
-stop_test_servers() { pkill -f -- "--db [^ ]*psi-swift-test-" 2>/dev/null || true; }
-trap 'stop_test_servers; rm -rf "$gen"' EXIT
-"$target/debug/uniffi-bindgen" generate --library "$target/$profile/libpsi_ffi.so" \
-  --language swift --out-dir "$gen" --no-format >/dev/null
-committed_swift="$root/ios/Sources/PsiFFI/PsiFFI.swift"
-committed_header="$root/ios/Sources/PsiFFIFfi/PsiFFIFfi.h"
+# they must be exactly what uniffi-bindgen makes of this library (ci/swift-bindings.sh,
+# which also runs on machines without Swift).
 if [ "$regenerate" = 1 ]; then
-  cp "$gen/PsiFFI.swift" "$committed_swift"
-  cp "$gen/PsiFFIFfi.h" "$committed_header"
-  echo "ci/swift.sh: wrote $committed_swift and $committed_header"
-elif ! diff -u "$committed_swift" "$gen/PsiFFI.swift" >"$gen/diff" ||
-  ! diff -u "$committed_header" "$gen/PsiFFIFfi.h" >>"$gen/diff"; then
-  head -60 "$gen/diff" >&2
-  echo "ci/swift.sh: FAILED: the committed Swift bindings differ from uniffi-bindgen's output for this library; run: bash ci/swift.sh --regenerate" >&2
-  exit 1
+  bash "$root/ci/swift-bindings.sh" --regenerate
 else
-  echo "ci/swift.sh: the committed Swift bindings match uniffi-bindgen's output"
+  bash "$root/ci/swift-bindings.sh"
 fi
-
 # The linker gets a folder holding only the static library (with the .so beside it, the
 # linker would take the .so, which then needs an rpath).
 link="$target/swift-link/$profile"
@@ -64,6 +47,13 @@ swift_flags=(-Xlinker "-L$link")
 [ "$profile" = release ] && swift_flags+=(-c release)
 swift build --build-tests "${swift_flags[@]}"
 bin="$(swift build "${swift_flags[@]}" --show-bin-path)"
-# Bounded: the suite takes about a minute; a hang fails after 20 minutes.
+# Bounded: the suite takes about a minute; a hang fails after 20 minutes. `timeout` puts
+# itself and the tests in a process group of their own (its id is timeout's process id);
+# the tests stop the servers they start, but a test process killed by the timeout cannot,
+# so on exit whatever is left of that group (a `psi serve` of theirs) is stopped by that
+# id. Never by name or pattern: other checkouts' and CI runs' servers share the machine.
 PSI_BIN="$target/$profile/psi" PSI_SWIFT_SAMPLE="$bin/psi-swift-sample" \
-  timeout 1200 swift test --skip-build "${swift_flags[@]}" "$@"
+  timeout 1200 swift test --skip-build "${swift_flags[@]}" "$@" &
+tests=$!
+trap 'kill -- "-$tests" 2>/dev/null || true' EXIT
+wait "$tests"

@@ -58,6 +58,8 @@ rustfmt_available() { psi_component_available rustfmt; }
 clippy_available() { psi_component_available clippy; }
 
 suite rust - rust_tests
+# The committed Swift bindings equal uniffi-bindgen's output (Rust only: every machine).
+suite swift-bindings - bash "$root/ci/swift-bindings.sh"
 # The Swift SDK against the real native library and a real server (ci/swift.sh).
 suite swift psi_swift_available bash "$root/ci/swift.sh"
 # The Kotlin SDK against the real native library and a real server; the Android Kotlin

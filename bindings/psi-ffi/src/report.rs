@@ -48,13 +48,13 @@ impl From<psi_client::Phase> for Phase {
 }
 
 /// A progress event: the run entered `phase`; `round` counts the protocol's round trips
-/// so far.
+/// so far; `fraction` is how far the attempt has come (0 to 1, `psi_client::Progress::fraction`).
 ///
 /// A retry event (`retry` is set) enters no phase: the attempt that was in `phase` (at
 /// `round`) failed with a retryable error, and the run starts again from a new session
 /// after `retry.wait_ms` (its phases are heard again). A listener that ignores `retry`
 /// sees that phase once more.
-#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+#[derive(Debug, Clone, PartialEq, uniffi::Record)]
 pub struct ProgressEvent {
     /// The phase entered (for a retry event: the phase the failed attempt was in).
     pub phase: Phase,
@@ -63,6 +63,12 @@ pub struct ProgressEvent {
     /// Set when the run is about to start again (the configuration's `retries`).
     #[uniffi(default = None)]
     pub retry: Option<RetryEvent>,
+    /// How far the attempt has come, from 0 to 1, for a progress bar: the requests
+    /// answered over the requests the cost model predicts for the session, at most 0.99;
+    /// 0 before the session is created and for a retry event. Never goes back within an
+    /// attempt.
+    #[uniffi(default = 0.0)]
+    pub fraction: f64,
 }
 
 impl From<psi_client::Progress> for ProgressEvent {
@@ -71,6 +77,7 @@ impl From<psi_client::Progress> for ProgressEvent {
             phase: p.phase.into(),
             round: saturate(p.round),
             retry: p.retry.map(RetryEvent::from),
+            fraction: p.fraction(),
         }
     }
 }
@@ -271,7 +278,8 @@ pub struct ContactReport {
     /// too small for them (docs/protocol/labels.md); 0 when labels are off or the step
     /// failed (then `label_error` says why).
     pub labels_skipped: u64,
-    /// Matches without a label, whatever the reason (`label_status` says which applies).
+    /// Match rows (entries of `matches`) without a label, whatever the reason
+    /// (`label_status` says which applies): two rows of one identifier count twice.
     pub labels_missing: u64,
     /// What became of the labels: off, complete (a match without a label has none in the
     /// registry), capped (`labels_skipped` did not fit) or failed (`label_error`).
@@ -280,6 +288,9 @@ pub struct ContactReport {
     /// (it changes with every import and key rotation; compare it with an earlier run's to
     /// know whether the registry changed). Empty if the server named none.
     pub registry_etag: String,
+    /// The same version as a plain string, without HTTP's quotes (`registry_etag` `"abc"`
+    /// gives `abc`): what apps store and compare. Empty if the server named none.
+    pub registry_version: String,
 }
 
 impl ContactReport {
@@ -347,6 +358,7 @@ impl ContactReport {
             labels_skipped: run.labels_skipped as u64,
             labels_missing: run.labels_missing as u64,
             label_status: run.label_status.into(),
+            registry_version: psi_client::report::registry_version(&run.registry_etag),
             registry_etag: run.registry_etag,
         })
     }
@@ -365,6 +377,12 @@ pub struct ServerHealth {
     pub max_client_items: u32,
     /// Largest request body the server accepts, in bytes.
     pub max_body_bytes: u64,
+    /// The registry's current version, as a run's `ContactReport::registry_version` names
+    /// it (the ETag of its encoded set without the quotes): compare it with the last run's
+    /// to know whether the registry changed, without running a match. Empty if the server
+    /// names none.
+    #[uniffi(default = "")]
+    pub registry_version: String,
 }
 
 impl From<psi_client::Health> for ServerHealth {
@@ -380,6 +398,7 @@ impl From<psi_client::Health> for ServerHealth {
                 .collect(),
             max_client_items: h.max_client_items,
             max_body_bytes: h.max_body_bytes,
+            registry_version: psi_client::report::registry_version(&h.encoded_set_etag),
         }
     }
 }

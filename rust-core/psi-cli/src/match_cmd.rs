@@ -161,6 +161,7 @@ pub fn run(args: MatchArgs) -> Result<(), String> {
             "labels_missing": run.labels_missing,
             "labels_skipped": run.labels_skipped,
             "registry_etag": run.registry_etag,
+            "registry_version": run.registry_version(),
             "phases_ms": s.phases.iter().map(|(p, d)| (p.name().to_string(), serde_json::Value::from(d.as_secs_f64() * 1e3))).collect::<serde_json::Map<_, _>>(),
             "choice": run.choice.as_ref().map(crate::choice::to_json),
         });

@@ -118,9 +118,31 @@ fn print_table(tokens: &[TokenInfo]) {
             t.id,
             if t.revoked { "revoked" } else { "active" },
             t.created,
-            t.items_per_hour
-                .map_or_else(|| "default".to_string(), |n| n.to_string()),
+            budget_cell(t.items_per_hour),
             t.name.as_deref().unwrap_or("")
         );
+    }
+}
+
+/// A token's items-per-hour budget as the table shows it: its own number, `unlimited` for
+/// its own 0 (as `psi token add --items-per-hour 0` sets), `default` for none of its own
+/// (the server's --items-per-hour). `--json` keeps the stored number (0 = unlimited).
+fn budget_cell(items_per_hour: Option<u64>) -> String {
+    match items_per_hour {
+        None => "default".to_string(),
+        Some(0) => "unlimited".to_string(),
+        Some(n) => n.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::budget_cell;
+
+    #[test]
+    fn an_unlimited_budget_reads_unlimited_not_zero() {
+        assert_eq!(budget_cell(Some(0)), "unlimited");
+        assert_eq!(budget_cell(Some(500)), "500");
+        assert_eq!(budget_cell(None), "default");
     }
 }

@@ -49,7 +49,9 @@ pub struct ContactReport {
     /// Rows given.
     pub rows: usize,
     /// The run (protocol, statistics, label error); its `matches` index the list of
-    /// accepted identifiers, not the rows.
+    /// accepted identifiers, not the rows. Its `labels_missing` counts rows: the rows of
+    /// [`ContactReport::matches`] without a label (two rows of one identifier count twice);
+    /// `labels_skipped` counts distinct identifiers, as the label step does.
     pub run: MatchReport,
 }
 
@@ -84,7 +86,7 @@ impl Client {
             .iter()
             .map(|(_, c)| c.value.as_bytes().to_vec())
             .collect();
-        let run = self.match_items(items, protocol, progress, cancel)?;
+        let mut run = self.match_items(items, protocol, progress, cancel)?;
         // A matched identifier stands for every row that normalized to it.
         let mut matched: std::collections::HashMap<&str, Option<&String>> =
             std::collections::HashMap::new();
@@ -102,7 +104,9 @@ impl Client {
                     label: label.cloned(),
                 })
             })
-            .collect();
+            .collect::<Vec<ContactMatch>>();
+        // Counted in rows, as the matches are: every row of an identifier without a label.
+        run.labels_missing = matches.iter().filter(|m| m.label.is_none()).count();
         Ok(ContactReport {
             matches,
             rejected,

@@ -111,13 +111,34 @@ pub struct MatchReport {
     /// every item, so this is 0 unless a future layout caps it.
     pub labels_skipped: usize,
     /// Matches whose `label` is `None`, whatever the reason ([`MatchReport::label_status`]
-    /// says which applies).
+    /// says which applies): entries of `matches` here; match rows in a
+    /// [`crate::ContactReport`]'s run (every row of such an identifier).
     pub labels_missing: usize,
     /// What became of the labels: off, complete, capped or failed.
     pub label_status: LabelStatus,
     /// The automatic choice that picked `protocol` (its inputs and every protocol's
     /// prediction); `None` when the protocol was fixed.
     pub choice: Option<crate::measure::ChoiceReport>,
+}
+
+impl MatchReport {
+    /// The registry's version as a plain string: [`MatchReport::registry_etag`] without
+    /// HTTP's quotes and weak marker (`"abc"` and `W/"abc"` give `abc`), for apps to store
+    /// and compare. Empty if the server named none.
+    pub fn registry_version(&self) -> String {
+        registry_version(&self.registry_etag)
+    }
+}
+
+/// An ETag as a plain version string: without a leading `W/` and the surrounding quotes;
+/// a value without quotes is returned trimmed, as it is.
+pub fn registry_version(etag: &str) -> String {
+    let t = etag.trim();
+    let t = t.strip_prefix("W/").unwrap_or(t);
+    t.strip_prefix('"')
+        .and_then(|v| v.strip_suffix('"'))
+        .unwrap_or(t)
+        .to_string()
 }
 
 /// What became of the labels of a run's matches: why a match may have `label: None`.
@@ -177,6 +198,26 @@ pub struct Progress {
     pub round: usize,
     /// Set when the run is about to start again ([`crate::ClientConfig::retries`]).
     pub retry: Option<Retry>,
+    /// HTTP requests of this attempt answered so far.
+    pub requests_done: usize,
+    /// The requests the cost model predicts for this attempt (`psi_core::cost::cost` for
+    /// the session's workload), once the session is created; `None` before.
+    pub requests_planned: Option<usize>,
+}
+
+impl Progress {
+    /// How far the attempt has come, from 0 to 1, for a progress bar: the requests
+    /// answered over the requests the cost model predicts for the session, at most 0.99
+    /// (the result, not an event, says the run is done); 0 before the session is created
+    /// and for a retry event (the run starts again). Within an attempt it never goes back.
+    pub fn fraction(&self) -> f64 {
+        match self.requests_planned {
+            Some(planned) if planned > 0 && self.retry.is_none() => {
+                (self.requests_done as f64 / planned as f64).min(0.99)
+            }
+            _ => 0.0,
+        }
+    }
 }
 
 /// Why and when a run starts again (see [`crate::Client::match_items`]).
@@ -269,5 +310,51 @@ impl std::fmt::Display for Retry {
             self.cause,
             self.wait.as_millis()
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_registry_version_is_the_etag_without_its_quotes() {
+        assert_eq!(registry_version("\"3-5f2a\""), "3-5f2a");
+        assert_eq!(registry_version("W/\"3-5f2a\""), "3-5f2a");
+        assert_eq!(registry_version(" \"abc\" "), "abc");
+        // Not quoted: as it is, trimmed; a lone quote is not stripped.
+        assert_eq!(registry_version("abc"), "abc");
+        assert_eq!(registry_version("\"abc"), "\"abc");
+        assert_eq!(registry_version(""), "");
+    }
+
+    #[test]
+    fn the_fraction_is_requests_done_over_planned_below_one() {
+        let at = |done, planned| Progress {
+            phase: Phase::RoundTrip,
+            round: 0,
+            retry: None,
+            requests_done: done,
+            requests_planned: planned,
+        };
+        assert_eq!(at(0, None).fraction(), 0.0);
+        assert_eq!(at(3, None).fraction(), 0.0);
+        assert_eq!(at(0, Some(4)).fraction(), 0.0);
+        assert_eq!(at(2, Some(4)).fraction(), 0.5);
+        // More requests than the model predicted (a retried step, a cached set's
+        // conditional request): held below 1, which only the result means.
+        assert_eq!(at(4, Some(4)).fraction(), 0.99);
+        assert_eq!(at(9, Some(4)).fraction(), 0.99);
+        assert_eq!(at(1, Some(0)).fraction(), 0.0);
+        let retry = Progress {
+            retry: Some(Retry {
+                attempt: 1,
+                retries: 2,
+                cause: RetryCause::EpochMismatch,
+                wait: Duration::from_millis(250),
+            }),
+            ..at(2, Some(4))
+        };
+        assert_eq!(retry.fraction(), 0.0);
     }
 }

@@ -72,6 +72,23 @@ pub(crate) fn step_response_cap(
     )
 }
 
+/// The requests the cost model predicts for a run of `protocol` over `n` items in
+/// `session` (its registry size, limits and label layout), the session's own included, for
+/// the progress fraction. A cached DH-PSI set makes one request fewer than predicted.
+/// `None` when the model cannot size the run.
+pub(crate) fn planned_requests(
+    protocol: Protocol,
+    n: usize,
+    session: &SessionCreated,
+    labels: bool,
+) -> Option<usize> {
+    let w = psi_core::cost::Workload::new(n as u64, session.registry_items)
+        .with_limits(u64::from(session.max_client_items), session.max_body_bytes)
+        .with_label_layout(Some(session.label_bucket_bits), None)
+        .with_labels(labels);
+    psi_core::cost::cost(protocol, &w).map(|c| c.requests.len())
+}
+
 /// The cost model's largest response to one protocol step of `protocol` for `workload`
 /// (the DH-PSI evaluation or encoded set, an OT-PSI or CM20-PSI output chunk; label steps
 /// are left out: their caps are the configured one). `None` when the model cannot size the

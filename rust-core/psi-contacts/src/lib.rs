@@ -173,8 +173,14 @@ impl Normalizer {
     fn normalize_phone(&self, s: &str) -> Result<Contact, Invalid> {
         let s = s.trim();
         let allowed = |c: char| c.is_ascii_digit() || " +-().\u{a0}/".contains(c);
-        // `x` or `ext` introduces an extension, which E.164 has no place for: it is dropped.
-        let main = match s.find("ext").or_else(|| s.find(['x', ';', '#'])) {
+        // `x`, `ext`, `;` (RFC 3966's `;ext=` and other parameters) or `#` introduces an
+        // extension, which E.164 has no place for: the number is cut at the earliest of
+        // these markers and the rest dropped (`+12012760829;ext=12`, `... # ext 5`).
+        let cut = [s.find("ext"), s.find(['x', ';', '#'])]
+            .into_iter()
+            .flatten()
+            .min();
+        let main = match cut {
             Some(i) => &s[..i],
             None => s,
         };
@@ -242,6 +248,19 @@ mod tests {
         assert_eq!(n(" +1 415 555 0123 "), Ok("+14155550123".into()));
         assert_eq!(n("tel:+1-415-555-0123"), Ok("+14155550123".into()));
         assert_eq!(n("415.555.0123 ext. 12"), Ok("+14155550123".into()));
+        // Every spelling of an extension is cut at its earliest marker (issue 34).
+        for spelling in [
+            "+12012760829;ext=12",
+            "tel:+1-201-276-0829;ext=12",
+            "TEL:+1-201-276-0829;EXT=12",
+            "+12012760829 # ext 5",
+            "+12012760829#5",
+            "+1 201 276 0829 x 7",
+            "+1 201 276 0829 ext. 7",
+            "+12012760829;phone-context=example.com",
+        ] {
+            assert_eq!(n(spelling), Ok("+12012760829".into()), "{spelling}");
+        }
         assert_eq!(n("+44 20 7946 0958"), Ok("+442079460958".into()));
         let gb = Normalizer::new("gb").unwrap();
         assert_eq!(gb.region(), "GB");

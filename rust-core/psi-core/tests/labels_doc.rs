@@ -275,3 +275,23 @@ fn labels_md_example() {
     );
     assert_eq!(labels::open(&o2, other).as_deref(), Some(label2.as_str()));
 }
+
+/// The refusal rule of §5.1 as the page states it is the one `check_layout` applies:
+/// `R < MIN_BUCKET_OCCUPANCY * 2^b` (a client built from a wrong constant refuses every
+/// labelled session of a default server, or accepts layouts that pin matches down).
+#[test]
+fn labels_md_states_the_layout_check_the_code_applies() {
+    let doc = std::fs::read_to_string(PATH).expect("docs/protocol/labels.md");
+    let k = labels::MIN_BUCKET_OCCUPANCY;
+    let rule = format!("K < 2^b   and   R < {k} * 2^b");
+    assert!(doc.contains(&rule), "labels.md §5.1 must state `{rule}`");
+    assert!(
+        doc.contains(&format!("`MIN_BUCKET_OCCUPANCY = {k}`")),
+        "labels.md names the constant's value"
+    );
+    // The rule at its edge, as stated: b = 10, one contact (K = 64 < 1,024 buckets).
+    let b = 10u8;
+    let buckets = 1u64 << b;
+    assert!(labels::check_layout(1, k * buckets - 1, b).is_err());
+    assert!(labels::check_layout(1, k * buckets, b).is_ok());
+}

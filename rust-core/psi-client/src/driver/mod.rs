@@ -86,28 +86,40 @@ impl Client {
                 "an item is longer than 65,535 bytes".into(),
             ));
         }
-        let (mut protocol, mut report) = match choice {
+        // A fixed protocol, or the automatic choice's, made in the first attempt that gets
+        // that far (DH-PSI stands in until then).
+        let (mut protocol, policy) = match choice {
             ProtocolChoice::Fixed(p) => (p, None),
-            ProtocolChoice::Auto(policy) => {
-                let r = self.choose(set.len(), policy, cancel)?;
-                (r.choice.protocol, Some(r))
-            }
+            ProtocolChoice::Auto(policy) => (Protocol::Dh, Some(policy)),
         };
+        let mut report = None;
         let mut attempt = 0;
         loop {
             // The attempt's last event: where it was when it failed.
             let mut last = (Phase::CreateSession, 0);
-            let result = {
-                let mut hook = |p: Progress| {
-                    last = (p.phase, p.round);
-                    progress(p)
-                };
-                self.match_once(set.clone(), protocol, &mut hook, cancel)
-            }
-            .map(|mut r| {
-                r.choice = report.take();
-                r
-            });
+            // The choice is part of the attempt: a failure of its health request is retried
+            // like any other request of the run (one retry policy for every request).
+            let chosen = match policy {
+                Some(policy) if report.is_none() => {
+                    self.choose(set.len(), policy, cancel).map(|r| {
+                        protocol = r.choice.protocol;
+                        report = Some(r);
+                    })
+                }
+                _ => Ok(()),
+            };
+            let result = chosen
+                .and_then(|()| {
+                    let mut hook = |p: Progress| {
+                        last = (p.phase, p.round);
+                        progress(p)
+                    };
+                    self.match_once(set.clone(), protocol, &mut hook, cancel)
+                })
+                .map(|mut r| {
+                    r.choice = report.take();
+                    r
+                });
             match result {
                 // The server has no OT capacity left for the protocol the automatic choice
                 // picked; DH-PSI is never refused for it (docs/api.md, "Errors"): run that
@@ -139,6 +151,8 @@ impl Client {
                                 cause,
                                 wait,
                             }),
+                            requests_done: 0,
+                            requests_planned: None,
                         });
                     }
                     wait_unless_cancelled(wait, cancel)?;

@@ -350,6 +350,41 @@ mod tests {
         assert!(events.iter().filter(|p| p.retry.is_none()).count() > 2 * 5);
     }
 
+    /// The automatic choice's first request (the server's health) fails: the run is
+    /// retried as a fixed protocol's is, with a retry event, not failed at once (issue 34).
+    #[test]
+    fn the_automatic_choices_first_request_is_retried_too() {
+        let srv = server();
+        // Request 0 is the health request of the choice (the client has no stored health).
+        let (c, t) = flaky(&srv, &[(0, Fault::Busy)], 2);
+        let mut events = Vec::new();
+        let r = c
+            .match_items(
+                items(),
+                crate::measure::ProtocolChoice::default(),
+                &mut |p| events.push(p),
+                &CancelToken::new(),
+            )
+            .unwrap();
+        assert_eq!(r.matches.len(), 1);
+        assert!(r.choice.is_some(), "the choice is reported once it is made");
+        let retries: Vec<Retry> = events.iter().filter_map(|p| p.retry).collect();
+        assert_eq!(retries.len(), 1, "{events:?}");
+        assert_eq!((retries[0].attempt, retries[0].retries), (1, 2));
+        assert_eq!(*t.sessions.lock().unwrap(), 1);
+        // With retries off, the health request's failure is the run's.
+        let (c, _) = flaky(&srv, &[(0, Fault::Busy)], 0);
+        let e = c
+            .match_items(
+                items(),
+                crate::measure::ProtocolChoice::default(),
+                &mut |_| {},
+                &CancelToken::new(),
+            )
+            .unwrap_err();
+        assert!(matches!(e, ClientError::Http { status: 503, .. }), "{e:?}");
+    }
+
     #[test]
     fn the_last_errors_cause_is_chained() {
         use std::error::Error as _;

@@ -28,6 +28,9 @@ pub(super) struct Run<'a> {
     /// The cap on the protocol steps' responses, sized for the session
     /// ([`crate::server_input::step_response_cap`]) once it is created.
     pub(super) step_cap: Option<u64>,
+    /// The requests the cost model predicts for the session, once it is created (for the
+    /// progress fraction, [`Progress::fraction`]).
+    pub(super) requests_planned: Option<usize>,
 }
 
 impl<'a> Run<'a> {
@@ -46,6 +49,7 @@ impl<'a> Run<'a> {
             session_complete: false,
             max_response: None,
             step_cap: None,
+            requests_planned: None,
         }
     }
 
@@ -71,6 +75,8 @@ impl<'a> Run<'a> {
             phase,
             round: self.stats.round_trips,
             retry: None,
+            requests_done: self.stats.requests,
+            requests_planned: self.requests_planned,
         });
         Ok(Instant::now())
     }

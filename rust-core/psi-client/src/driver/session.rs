@@ -56,6 +56,8 @@ impl Run<'_> {
             return Err(e);
         }
         self.step_cap = server_input::step_response_cap(protocol, n, &s);
+        self.requests_planned =
+            server_input::planned_requests(protocol, n, &s, self.client.config.fetch_labels);
         Ok(s)
     }
 

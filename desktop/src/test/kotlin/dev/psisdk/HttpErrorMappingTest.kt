@@ -91,6 +91,80 @@ class HttpErrorMappingTest {
     }
 
     @Test
+    fun `a retry is heard as a retry event, in the callback and in the flow`(): Unit = runBlocking {
+        val url = server.url("/").toString().trimEnd('/')
+        ContactDiscovery(url, DiscoveryConfig(timeoutMillis = 20_000, retries = 1, protocol = Protocol.DH)).use { retrying ->
+            repeat(4) {
+                server.enqueue(json(409, "{\"error\":\"epoch_mismatch\",\"message\":\"key rotated\"}").build())
+            }
+            val heard = java.util.concurrent.CopyOnWriteArrayList<Progress>()
+            assertThrows<ContactDiscoveryException.Server> {
+                retrying.match(listOf("a@example.com"), Protocol.DH, { heard.add(it) }) { it }
+            }
+            val retry = heard.mapNotNull { it.retry }.single()
+            assertEquals(1, retry.attempt)
+            assertEquals(1, retry.retries)
+            assertEquals(409, retry.status)
+            assertEquals(ServerErrorCode.EPOCH_MISMATCH, retry.code)
+            assertFalse(retry.isTimeout)
+            assertTrue(retry.waitMillis in 0..30_000, "${retry.waitMillis}")
+            assertFalse(retry.reason.contains("a@example.com"))
+            // The retry event starts the bar again; the phases are heard again after it.
+            assertEquals(0.0, heard.first { it.retry != null }.fraction)
+            assertEquals(Phase.CREATE_SESSION, heard.last().phase)
+
+            val events = java.util.concurrent.CopyOnWriteArrayList<MatchEvent<String>>()
+            assertThrows<ContactDiscoveryException.Server> {
+                retrying.matchFlow(listOf("a@example.com"), Protocol.DH) { it }.collect { events.add(it) }
+            }
+            val retrying1 = events.filterIsInstance<MatchEvent.Retrying<String>>().single()
+            assertEquals(1, retrying1.retry.attempt)
+            // A retry is not a phase: no Progressed event carries one.
+            assertTrue(events.filterIsInstance<MatchEvent.Progressed<String>>().all { it.progress.retry == null })
+        }
+    }
+
+    @Test
+    fun `a redirect is not followed`(): Unit = runBlocking {
+        MockWebServer().use { elsewhere ->
+            elsewhere.start()
+            elsewhere.enqueue(json(200, "{\"status\":\"ok\"}").build())
+            server.enqueue(
+                MockResponse.Builder().code(307)
+                    .addHeader("location", elsewhere.url("/v1/health").toString()).build(),
+            )
+            assertThrows<ContactDiscoveryException> { discovery.health() }
+            assertEquals(1, server.requestCount)
+            assertEquals(0, elsewhere.requestCount, "the SDK followed the redirect")
+        }
+    }
+
+    @Test
+    fun `a long error body is not read, its status is kept`(): Unit = runBlocking {
+        // 1 MiB at 64 KiB a second: read whole, it would outlast the 5 s timeout.
+        val body = "{\"error\":\"internal\",\"message\":\"" + "x".repeat(1 shl 20) + "\"}"
+        server.enqueue(json(500, body).throttleBody(64L * 1024, 1, TimeUnit.SECONDS).build())
+        val url = server.url("/").toString().trimEnd('/')
+        ContactDiscovery(url, DiscoveryConfig(timeoutMillis = 5_000, retries = 0, protocol = Protocol.DH)).use { d ->
+            val started = System.nanoTime()
+            val e = assertThrows<ContactDiscoveryException.Server> { d.health() }
+            assertEquals(500, e.status)
+            // The body was dropped: its code is unknown, and no text of it is in the message.
+            assertEquals(ServerErrorCode.UNKNOWN, e.code)
+            assertFalse(e.message!!.contains("xxxx"))
+            assertTrue(System.nanoTime() - started < TimeUnit.SECONDS.toNanos(4))
+        }
+    }
+
+    @Test
+    fun `a short error body is read whole`(): Unit = runBlocking {
+        server.enqueue(json(500, "{\"error\":\"internal\",\"message\":\"" + "y".repeat(8_000) + "\"}").build())
+        val e = assertThrows<ContactDiscoveryException.Server> { discovery.health() }
+        assertEquals(500, e.status)
+        assertEquals(ServerErrorCode.INTERNAL, e.code)
+    }
+
+    @Test
     fun `a 429 carries Retry-After`(): Unit = runBlocking {
         server.enqueue(
             json(429, "{\"error\":\"rate_limited\",\"message\":\"budget spent\"}")

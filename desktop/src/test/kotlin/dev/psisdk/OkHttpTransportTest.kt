@@ -2,6 +2,8 @@ package dev.psisdk
 
 import javax.net.SocketFactory
 import okhttp3.OkHttpClient
+import org.junit.jupiter.api.Assertions.assertEquals
+import org.junit.jupiter.api.Assertions.assertFalse
 import org.junit.jupiter.api.Assertions.assertSame
 import org.junit.jupiter.api.Assertions.assertTrue
 import org.junit.jupiter.api.Test
@@ -30,6 +32,23 @@ class OkHttpTransportTest {
                 throw UnsupportedOperationException()
         }
         val own = OkHttpClient.Builder().socketFactory(custom).build()
-        assertSame(own, OkHttpTransport.adopt(own))
+        assertSame(custom, OkHttpTransport.adopt(own).socketFactory)
+    }
+
+    @Test
+    fun `no client of the SDK follows redirects, whatever the app's does`() {
+        val app = OkHttpClient.Builder().followRedirects(true).followSslRedirects(true).build()
+        for (client in listOf(OkHttpTransport.adopt(app), OkHttpTransport.defaultClient())) {
+            assertFalse(client.followRedirects)
+            assertFalse(client.followSslRedirects)
+        }
+        // The app's own client is left as it was.
+        assertTrue(app.followRedirects)
+    }
+
+    @Test
+    fun `the error body cap is the native library's`() {
+        assertEquals(dev.psisdk.ffi.maxErrorBodyBytes().toLong(), OkHttpTransport.maxErrorBodyBytes)
+        assertEquals(16L * 1024, OkHttpTransport.maxErrorBodyBytes)
     }
 }

@@ -102,6 +102,23 @@ class AndroidLinkHintsTest {
     }
 
     @Test
+    @Config(qualifiers = "de-rDE")
+    fun theDefaultRegionIsTheDevicesRegion() {
+        assertEquals("DE", AndroidDiscovery.deviceRegion(context))
+        val config = AndroidDiscovery.defaultConfig(context)
+        assertEquals("DE", config.defaultRegion)
+        // Everything else is the SDK's default.
+        assertEquals(DiscoveryConfig().timeoutMillis, config.timeoutMillis)
+    }
+
+    @Test
+    @Config(qualifiers = "en")
+    fun aLocaleWithoutRegionKeepsTheSdkDefault() {
+        assertEquals(null, AndroidDiscovery.deviceRegion(context))
+        assertEquals(DiscoveryConfig().defaultRegion, AndroidDiscovery.defaultConfig(context).defaultRegion)
+    }
+
+    @Test
     fun theRegistryCacheGoesToTheAppCacheDirectory() {
         val config = AndroidDiscovery.withAppCache(context, DiscoveryConfig(token = "t"))
         assertEquals(File(context.cacheDir, "psi-sdk").path, config.cacheDirectory)

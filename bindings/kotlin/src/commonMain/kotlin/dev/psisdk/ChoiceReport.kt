@@ -26,6 +26,11 @@ package dev.psisdk
  *   made only when the link is unknown and could change the choice).
  * @property probeBytes body bytes of that probe, both ways.
  * @property overheadMicros time spent choosing (calibration, health request).
+ * @property linkSources where each figure of [link] came from: the round-trip time, the
+ *   upstream and the downstream rate separately ([linkSource] is the whole's: measured as
+ *   soon as one figure was, often only the RTT).
+ * @property fellBackFrom the protocol the choice picked when the server refused it for lack
+ *   of capacity and the run went on with DH-PSI ([protocol]); `null` otherwise.
  */
 data class ChoiceReport(
     val protocol: Protocol,
@@ -45,6 +50,8 @@ data class ChoiceReport(
     val overheadMicros: Long,
     val probeRequests: Int = 0,
     val probeBytes: Long = 0,
+    val linkSources: LinkSources = LinkSources(linkSource, linkSource, linkSource),
+    val fellBackFrom: Protocol? = null,
 ) {
     /** The prediction of [protocol], if it was a candidate. */
     fun prediction(protocol: Protocol): Prediction? = predictions.firstOrNull { it.protocol == protocol }
@@ -115,6 +122,9 @@ data class UnitCosts(
     val threads: Int,
     val cm20LookupNanos: Double? = null,
 )
+
+/** Where each figure of a [LinkEstimate] came from. */
+data class LinkSources(val rtt: InputSource, val up: InputSource, val down: InputSource)
 
 /** Where an input of the choice came from. */
 enum class InputSource {

@@ -42,6 +42,11 @@ expect class ContactDiscovery(serverUrl: String, config: DiscoveryConfig) : Auto
     /**
      * Matches the caller's own contact objects: [identifier] gives each one's phone number
      * or email. The result refers to the same objects.
+     *
+     * [onProgress] hears each phase (with [Progress.fraction] for a progress bar) and each
+     * retry ([Progress.retry]), in order, in the calling coroutine's context: called from
+     * `Dispatchers.Main`, it runs on the main thread. Every event is delivered before the
+     * call returns. An exception it throws is ignored.
      */
     suspend fun <C> match(
         contacts: List<C>,
@@ -53,8 +58,9 @@ expect class ContactDiscovery(serverUrl: String, config: DiscoveryConfig) : Auto
 
     /**
      * The same run as [match], as a cold flow for UIs: collecting it starts the run, which
-     * emits [MatchEvent.Progressed] for each phase in order, then [MatchEvent.Finished].
-     * Cancelling the collection cancels the run.
+     * emits [MatchEvent.Progressed] for each phase in order ([MatchEvent.Retrying] before a
+     * retry starts the phases again), then [MatchEvent.Finished]. Cancelling the collection
+     * cancels the run.
      */
     fun <C> matchFlow(
         contacts: List<C>,

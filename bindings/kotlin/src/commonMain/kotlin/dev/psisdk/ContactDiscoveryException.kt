@@ -6,6 +6,9 @@ package dev.psisdk
  *
  * A cancelled call throws `CancellationException` (coroutines) or completes its
  * `CompletableFuture` as cancelled, not one of these.
+ *
+ * An error of the native library carries it as its [cause] (the generated
+ * `dev.psisdk.ffi.PsiException`, with the same message), for logs and bug reports.
  */
 sealed class ContactDiscoveryException(message: String, cause: Throwable? = null) :
     Exception(message, cause) {
@@ -16,7 +19,8 @@ sealed class ContactDiscoveryException(message: String, cause: Throwable? = null
      * The input or the settings cannot be used: no valid contact, more contacts than the
      * server accepts in one run, an unknown region, a bad URL. Fix the input.
      */
-    class InvalidInput(message: String) : ContactDiscoveryException(message) {
+    class InvalidInput(message: String, cause: Throwable? = null) :
+        ContactDiscoveryException(message, cause) {
         override val isRetryable get() = false
     }
 
@@ -30,7 +34,8 @@ sealed class ContactDiscoveryException(message: String, cause: Throwable? = null
     }
 
     /** The server refused the token (missing or not accepted). Get a new one. */
-    class Unauthorized(message: String) : ContactDiscoveryException(message) {
+    class Unauthorized(message: String, cause: Throwable? = null) :
+        ContactDiscoveryException(message, cause) {
         override val isRetryable get() = false
     }
 
@@ -38,8 +43,8 @@ sealed class ContactDiscoveryException(message: String, cause: Throwable? = null
      * The server's limits are reached (this caller's contacts per hour, or its sessions).
      * Retry after [retryAfterSeconds] if the server said, or later.
      */
-    class RateLimited(message: String, val retryAfterSeconds: Long?) :
-        ContactDiscoveryException(message) {
+    class RateLimited(message: String, val retryAfterSeconds: Long?, cause: Throwable? = null) :
+        ContactDiscoveryException(message, cause) {
         override val isRetryable get() = true
     }
 
@@ -49,14 +54,18 @@ sealed class ContactDiscoveryException(message: String, cause: Throwable? = null
         val status: Int,
         val code: ServerErrorCode,
         override val isRetryable: Boolean,
-    ) : ContactDiscoveryException(message)
+        cause: Throwable? = null,
+    ) : ContactDiscoveryException(message, cause)
 
     /**
      * The server's answer broke the protocol or the API: an incompatible or faulty server,
      * or the registry changed during the run (then [isRetryable]).
      */
-    class ProtocolViolation(message: String, override val isRetryable: Boolean) :
-        ContactDiscoveryException(message)
+    class ProtocolViolation(
+        message: String,
+        override val isRetryable: Boolean,
+        cause: Throwable? = null,
+    ) : ContactDiscoveryException(message, cause)
 
     /** A bug in the SDK. Please report it. */
     class Internal(message: String, cause: Throwable? = null) :

@@ -6,6 +6,12 @@ import kotlin.jvm.JvmOverloads
  * Settings of a [ContactDiscovery] client. Every property has a default; change them with
  * the `with...` methods (from Java: `new DiscoveryConfig().withToken("...")`).
  *
+ * The defaults are the native library's own (`defaultDiscoveryConfig()` of the bindings, the
+ * same on every platform): region `US` (Android: `AndroidDiscovery.defaultConfig` takes the
+ * device's), the automatic choice for the fastest run, one worker thread per core, 60 s per
+ * request, responses up to 32 MiB, labels fetched, a 64 MiB registry cache, `http://` only
+ * to loopback, 2 retries. Creating a config therefore loads the native library.
+ *
  * @property token bearer token, if the server requires one. Kept out of [toString].
  * @property defaultRegion region for phone numbers written without a country code
  *   (ISO 3166 alpha-2, such as `US`, `GB`, `DE`).
@@ -38,16 +44,16 @@ import kotlin.jvm.JvmOverloads
  */
 class DiscoveryConfig @JvmOverloads constructor(
     val token: String? = null,
-    val defaultRegion: String = "US",
-    val protocol: ProtocolChoice = ProtocolChoice.AUTO,
-    val threads: Int = 0,
-    val timeoutMillis: Long = 60_000,
-    val maxResponseBytes: Long = 256L shl 20,
-    val fetchLabels: Boolean = true,
+    val defaultRegion: String = SdkDefaults.defaultRegion,
+    val protocol: ProtocolChoice = SdkDefaults.protocol,
+    val threads: Int = SdkDefaults.threads,
+    val timeoutMillis: Long = SdkDefaults.timeoutMillis,
+    val maxResponseBytes: Long = SdkDefaults.maxResponseBytes,
+    val fetchLabels: Boolean = SdkDefaults.fetchLabels,
     val cacheDirectory: String? = null,
-    val cacheMaxBytes: Long = 64L shl 20,
-    val allowInsecureHttp: Boolean = false,
-    val retries: Int = 2,
+    val cacheMaxBytes: Long = SdkDefaults.cacheMaxBytes,
+    val allowInsecureHttp: Boolean = SdkDefaults.allowInsecureHttp,
+    val retries: Int = SdkDefaults.retries,
     val linkHints: LinkHints = LinkHints.UNKNOWN,
     val measurementsDirectory: String? = null,
 ) {

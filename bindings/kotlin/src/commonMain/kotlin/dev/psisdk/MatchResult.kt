@@ -15,6 +15,18 @@ package dev.psisdk
  * @property requested how the protocol was to be picked (the call's choice or the config's).
  * @property choice how the automatic choice picked [protocol]: every candidate's predicted
  *   time and bytes, and the inputs. `null` when [requested] was a fixed [Protocol].
+ * @property labelStatus what became of the labels: [LabelStatus.OFF] (not asked for),
+ *   [LabelStatus.COMPLETE] (a match without a label has none in the registry),
+ *   [LabelStatus.CAPPED] ([labelsSkipped] did not fit the label step) or [LabelStatus.FAILED]
+ *   ([labelError] says why; the matches are still right).
+ * @property labelsMissing matches without a label, whatever the reason ([labelStatus] says
+ *   which applies).
+ * @property labelsSkipped matches that came back without their label because the label
+ *   step's fixed size is too small for them; 0 when labels are off or the step failed.
+ * @property registryVersion the registry's version that answered the run (the ETag of its
+ *   encoded set, without HTTP's quotes). It changes with every import and key rotation:
+ *   compare it with an earlier run's to tell whether the registry changed. Empty if the
+ *   server named none.
  */
 class MatchResult<C>(
     val matches: List<MatchedContact<C>>,
@@ -24,10 +36,33 @@ class MatchResult<C>(
     val labelError: String?,
     val requested: ProtocolChoice,
     val choice: ChoiceReport?,
+    val labelStatus: LabelStatus = LabelStatus.OFF,
+    val labelsMissing: Long = 0,
+    val labelsSkipped: Long = 0,
+    val registryVersion: String = "",
 ) {
+    /** The server's key epoch that answered the run ([RunStats.epoch]). */
+    val epoch: Long get() = stats.epoch
+
     override fun toString() =
         "MatchResult(matches=${matches.size}, rejected=${rejected.size}, protocol=$protocol, " +
-            "requested=$requested, stats=$stats)"
+            "requested=$requested, labelStatus=$labelStatus, labelsMissing=$labelsMissing, " +
+            "registryVersion=$registryVersion, stats=$stats)"
+}
+
+/** What became of the labels of a run's matches (docs/protocol/labels.md §6). */
+enum class LabelStatus {
+    /** Labels were not asked for ([DiscoveryConfig.fetchLabels] off): no match has one. */
+    OFF,
+
+    /** The label step had a slot for every match: a match without a label has none. */
+    COMPLETE,
+
+    /** Some matches ([MatchResult.labelsSkipped]) did not fit the label step's fixed size. */
+    CAPPED,
+
+    /** The label step failed after the matching ([MatchResult.labelError] says why). */
+    FAILED,
 }
 
 /**

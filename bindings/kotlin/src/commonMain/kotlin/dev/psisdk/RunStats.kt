@@ -1,5 +1,7 @@
 package dev.psisdk
 
+import kotlin.jvm.JvmOverloads
+
 /**
  * Traffic and time of one run, measured by the SDK.
  *
@@ -85,14 +87,55 @@ enum class Phase {
 
 /**
  * A progress event: the run entered [phase]; [round] counts the protocol's round trips
- * started so far.
+ * started so far; [fraction] is how far the run has come, from 0 to 1, for a progress bar
+ * (it never goes back within an attempt; a retry starts again from 0).
+ *
+ * A retry event ([retry] set) enters no phase: the attempt that was in [phase] failed with
+ * an error that may pass, and the run starts again from a new session after
+ * [RetryEvent.waitMillis]; its phases are heard again.
  */
-data class Progress(val phase: Phase, val round: Int)
+data class Progress @JvmOverloads constructor(
+    val phase: Phase,
+    val round: Int,
+    val retry: RetryEvent? = null,
+    val fraction: Double = 0.0,
+)
 
-/** What [ContactDiscovery.matchFlow] emits: progress, then the result. */
+/**
+ * Why and when a run starts again (the configuration's [DiscoveryConfig.retries]). Log-safe:
+ * the kind of error and its code, never its text or a contact.
+ *
+ * @property attempt the attempt about to start, counting retries: 1 for the first retry.
+ * @property retries the retries allowed in all.
+ * @property reason what failed the previous attempt, for logs (`network error`, `timeout`,
+ *   `HTTP 503 (internal)`, `key epoch changed`).
+ * @property isTimeout whether the previous attempt failed for a timeout.
+ * @property status the HTTP status, when the server answered the previous attempt with an error.
+ * @property code the API error code, when the server answered with an error.
+ * @property waitMillis the wait before the new attempt (the backoff, or the server's
+ *   `Retry-After`).
+ */
+data class RetryEvent(
+    val attempt: Int,
+    val retries: Int,
+    val reason: String,
+    val isTimeout: Boolean,
+    val status: Int?,
+    val code: ServerErrorCode?,
+    val waitMillis: Long,
+)
+
+/** What [ContactDiscovery.matchFlow] emits: progress (and retries), then the result. */
 sealed interface MatchEvent<C> {
     /** The run entered a new phase. */
     data class Progressed<C>(val progress: Progress) : MatchEvent<C>
+
+    /**
+     * An attempt failed with an error that may pass: the run starts again from a new
+     * session after [RetryEvent.waitMillis] (its phases are heard again, from
+     * [Phase.CREATE_SESSION]).
+     */
+    data class Retrying<C>(val retry: RetryEvent) : MatchEvent<C>
 
     /** The run finished; the flow completes after this event. */
     data class Finished<C>(val result: MatchResult<C>) : MatchEvent<C>
@@ -106,11 +149,15 @@ sealed interface MatchEvent<C> {
  * @property protocols the protocols the server runs (that this SDK knows).
  * @property maxClientItems the most contacts one run may send.
  * @property maxBodyBytes the largest request body the server accepts.
+ * @property registryVersion the registry's current version, as [MatchResult.registryVersion]
+ *   names it: compare it with the last run's to know whether the registry changed (an
+ *   import, a key rotation) without running a match. Empty if the server names none.
  */
-data class ServerHealth(
+data class ServerHealth @JvmOverloads constructor(
     val epoch: Long,
     val registryItems: Long,
     val protocols: List<Protocol>,
     val maxClientItems: Long,
     val maxBodyBytes: Long,
+    val registryVersion: String = "",
 )

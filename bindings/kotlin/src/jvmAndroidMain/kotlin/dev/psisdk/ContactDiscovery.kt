@@ -11,6 +11,8 @@ import kotlinx.coroutines.CoroutineScope
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.SupervisorJob
 import kotlinx.coroutines.cancel
+import kotlinx.coroutines.coroutineScope
+import kotlinx.coroutines.launch
 import kotlinx.coroutines.channels.Channel
 import kotlinx.coroutines.flow.Flow
 import kotlinx.coroutines.flow.buffer
@@ -23,7 +25,15 @@ actual class ContactDiscovery private constructor(
     actual val config: DiscoveryConfig,
     transport: OkHttpTransport,
 ) : AutoCloseable {
-    /** A client that sends its requests with a default [OkHttpClient]. */
+    /**
+     * A client that sends its requests with a default [OkHttpClient].
+     *
+     * @throws ContactDiscoveryException.InvalidInput if [serverUrl] or [config] cannot be
+     *   used (not `http(s)://`, `http://` to a host that is not loopback without
+     *   [DiscoveryConfig.allowInsecureHttp], a setting out of range).
+     * @throws ContactDiscoveryException.Internal if the native library cannot be loaded.
+     */
+    @Throws(ContactDiscoveryException::class)
     actual constructor(serverUrl: String, config: DiscoveryConfig) :
         this(serverUrl, config, OkHttpTransport(OkHttpTransport.sharedClient))
 
@@ -34,6 +44,7 @@ actual class ContactDiscovery private constructor(
      * server's longest computation (OkHttp's default is 10 s). Nagle's algorithm is turned
      * off on its sockets unless it has its own socket factory.
      */
+    @Throws(ContactDiscoveryException::class)
     constructor(serverUrl: String, config: DiscoveryConfig, httpClient: OkHttpClient) :
         this(serverUrl, config, OkHttpTransport(OkHttpTransport.adopt(httpClient)))
 
@@ -64,16 +75,34 @@ actual class ContactDiscovery private constructor(
     ): MatchResult<C> {
         checkOpen()
         val identifiers = contacts.map(identifier)
+        // The native run calls the listener on its own thread; the events go through a
+        // channel to a coroutine of the caller's, so [onProgress] runs in the calling
+        // coroutine's context (its dispatcher: the main thread for a call from the UI),
+        // in order, and every event is delivered before the call returns.
+        val events = Channel<Progress>(Channel.UNLIMITED)
         val listener = object : ProgressListener {
             override fun onProgress(event: ProgressEvent) {
-                // Called on the run's native thread; the app's callback must not break it.
-                runCatching { onProgress(event.toPublic()) }
+                events.trySend(event.toPublic())
             }
         }
-        val report = NativeLibrary.call {
-            native.matchContacts(identifiers, protocol.toFfi(), linkHints.toFfi(), listener)
+        return coroutineScope {
+            val delivery = launch {
+                for (event in events) {
+                    // The app's callback must not break the run.
+                    runCatching { onProgress(event) }
+                }
+            }
+            try {
+                val report = NativeLibrary.call {
+                    native.matchContacts(identifiers, protocol.toFfi(), linkHints.toFfi(), listener)
+                }
+                events.close()
+                delivery.join()
+                report.toResult(contacts)
+            } finally {
+                events.close()
+            }
         }
-        return report.toResult(contacts)
     }
 
     actual fun <C> matchFlow(
@@ -82,7 +111,10 @@ actual class ContactDiscovery private constructor(
         linkHints: LinkHints,
         identifier: (C) -> String,
     ): Flow<MatchEvent<C>> = channelFlow {
-        val result = match(contacts, protocol, { trySend(MatchEvent.Progressed(it)) }, linkHints, identifier)
+        val result = match(contacts, protocol, { progress ->
+            val retry = progress.retry
+            trySend(if (retry != null) MatchEvent.Retrying(retry) else MatchEvent.Progressed(progress))
+        }, linkHints, identifier)
         send(MatchEvent.Finished(result))
     }.buffer(Channel.UNLIMITED)
 
@@ -94,8 +126,9 @@ actual class ContactDiscovery private constructor(
     /**
      * [match] for Java callers: the result as a [CompletableFuture]; a failure completes it
      * with a [ContactDiscoveryException]. Cancelling the future (`cancel(true)`) cancels
-     * the run; [close] cancels every future still running. [onProgress] is called on the
-     * SDK's run thread: return quickly and do not block.
+     * the run; [close] cancels every future still running. [onProgress] is called in
+     * order on a thread of the SDK's pool (`Dispatchers.Default`), never on the native
+     * run's thread, and every event before the future completes: return quickly.
      *
      * @throws IllegalStateException if the client is closed.
      */

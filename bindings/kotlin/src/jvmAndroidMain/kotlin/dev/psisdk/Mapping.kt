@@ -3,6 +3,9 @@ package dev.psisdk
 import dev.psisdk.ffi.ContactReport
 import dev.psisdk.ffi.ProgressEvent
 import dev.psisdk.ffi.PsiException
+import dev.psisdk.ffi.RetryEvent as FfiRetry
+import dev.psisdk.ffi.LabelStatus as FfiLabelStatus
+import dev.psisdk.ffi.LinkSources as FfiLinkSources
 import kotlin.coroutines.cancellation.CancellationException
 import dev.psisdk.ffi.ChoiceReport as FfiChoiceReport
 import dev.psisdk.ffi.DiscoveryConfig as FfiConfig
@@ -17,8 +20,13 @@ import dev.psisdk.ffi.RejectReason as FfiRejectReason
 import dev.psisdk.ffi.ServerErrorCode as FfiCode
 import dev.psisdk.ffi.ServerHealth as FfiHealth
 
-// Conversions between the generated bindings (dev.psisdk.ffi) and the public API. Every
-// `when` is exhaustive, so a case added on the Rust side fails this compilation.
+// Conversions between the generated bindings (dev.psisdk.ffi) and the public API, in this
+// one file. Every `when` is exhaustive, so a case added on the Rust side fails this
+// compilation. Unsigned numbers become signed ones, clamped (Java has no unsigned types).
+
+internal fun UInt.toIntClamped(): Int = if (this > Int.MAX_VALUE.toUInt()) Int.MAX_VALUE else toInt()
+
+internal fun ULong.toLongClamped(): Long = if (this > Long.MAX_VALUE.toULong()) Long.MAX_VALUE else toLong()
 
 /** The settings for the native client, which checks them; negative numbers cannot cross as unsigned. */
 internal fun DiscoveryConfig.toFfi(): FfiConfig {
@@ -138,7 +146,11 @@ internal fun FfiChoiceReport.toPublic() = ChoiceReport(
     overheadMicros = overheadMicros.toLong(),
     probeRequests = probeRequests.toInt(),
     probeBytes = probeBytes.toLong(),
+    linkSources = linkSources.toPublic(),
+    fellBackFrom = fellBackFrom?.toPublic(),
 )
+
+internal fun FfiLinkSources.toPublic() = LinkSources(rtt.toPublic(), up.toPublic(), down.toPublic())
 
 internal fun Protocol.toFfi() = when (this) {
     Protocol.DH -> FfiProtocol.DH
@@ -168,7 +180,25 @@ internal fun FfiPhase.toPublic() = when (this) {
     FfiPhase.OTHER -> Phase.OTHER
 }
 
-internal fun ProgressEvent.toPublic() = Progress(phase.toPublic(), round.toInt())
+internal fun ProgressEvent.toPublic() =
+    Progress(phase.toPublic(), round.toIntClamped(), retry?.toPublic(), fraction)
+
+internal fun FfiRetry.toPublic() = RetryEvent(
+    attempt = attempt.toIntClamped(),
+    retries = retries.toIntClamped(),
+    reason = reason,
+    isTimeout = timeout,
+    status = status?.toInt(),
+    code = code?.toPublic(),
+    waitMillis = waitMs.toLongClamped(),
+)
+
+internal fun FfiLabelStatus.toPublic() = when (this) {
+    FfiLabelStatus.OFF -> LabelStatus.OFF
+    FfiLabelStatus.COMPLETE -> LabelStatus.COMPLETE
+    FfiLabelStatus.CAPPED -> LabelStatus.CAPPED
+    FfiLabelStatus.FAILED -> LabelStatus.FAILED
+}
 
 internal fun FfiRejectReason.toPublic() = when (this) {
     FfiRejectReason.EMPTY -> RejectReason.EMPTY
@@ -182,13 +212,19 @@ internal fun FfiRejectReason.toPublic() = when (this) {
 
 internal fun <C> ContactReport.toResult(contacts: List<C>): MatchResult<C> {
     val s = stats
+    fun row(r: ULong): Int {
+        if (r >= contacts.size.toULong()) {
+            throw ContactDiscoveryException.Internal("the native library returned row $r of ${contacts.size}")
+        }
+        return r.toInt()
+    }
     return MatchResult(
         matches = matches.map {
-            val i = it.row.toInt()
+            val i = row(it.row)
             MatchedContact(contacts[i], i, it.identifier, it.label)
         },
         rejected = rejected.map {
-            val i = it.row.toInt()
+            val i = row(it.row)
             RejectedContact(contacts[i], i, it.reason.toPublic())
         },
         protocol = protocol.toPublic(),
@@ -211,6 +247,10 @@ internal fun <C> ContactReport.toResult(contacts: List<C>): MatchResult<C> {
         labelError = labelError,
         requested = requested.toPublic(),
         choice = choice?.toPublic(),
+        labelStatus = labelStatus.toPublic(),
+        labelsMissing = labelsMissing.toLongClamped(),
+        labelsSkipped = labelsSkipped.toLongClamped(),
+        registryVersion = registryVersion,
     )
 }
 
@@ -220,6 +260,7 @@ internal fun FfiHealth.toPublic() = ServerHealth(
     protocols = protocols.map { it.toPublic() },
     maxClientItems = maxClientItems.toLong(),
     maxBodyBytes = maxBodyBytes.toLong(),
+    registryVersion = registryVersion,
 )
 
 internal fun FfiCode.toPublic() = when (this) {
@@ -245,16 +286,19 @@ internal fun FfiCode.toPublic() = when (this) {
     FfiCode.UNKNOWN -> ServerErrorCode.UNKNOWN
 }
 
-/** The public exception for a native error; `Cancelled` becomes a [CancellationException]. */
+/**
+ * The public exception for a native error, which it carries as its cause; `Cancelled`
+ * becomes a [CancellationException].
+ */
 internal fun PsiException.toPublic(): Exception = when (this) {
-    is PsiException.InvalidInput -> ContactDiscoveryException.InvalidInput(reason)
-    is PsiException.Network -> ContactDiscoveryException.Network(reason, timeout)
-    is PsiException.Unauthorized -> ContactDiscoveryException.Unauthorized(reason)
+    is PsiException.InvalidInput -> ContactDiscoveryException.InvalidInput(reason, this)
+    is PsiException.Network -> ContactDiscoveryException.Network(reason, timeout, this)
+    is PsiException.Unauthorized -> ContactDiscoveryException.Unauthorized(reason, this)
     is PsiException.RateLimited ->
-        ContactDiscoveryException.RateLimited(reason, retryAfterSecs?.toLong())
+        ContactDiscoveryException.RateLimited(reason, retryAfterSecs?.toLongClamped(), this)
     is PsiException.Server ->
-        ContactDiscoveryException.Server(reason, status.toInt(), code.toPublic(), retryable)
-    is PsiException.Protocol -> ContactDiscoveryException.ProtocolViolation(reason, retryable)
-    is PsiException.Cancelled -> CancellationException("the run was cancelled")
-    is PsiException.Internal -> ContactDiscoveryException.Internal(reason)
+        ContactDiscoveryException.Server(reason, status.toInt(), code.toPublic(), retryable, this)
+    is PsiException.Protocol -> ContactDiscoveryException.ProtocolViolation(reason, retryable, this)
+    is PsiException.Cancelled -> CancellationException("the run was cancelled").also { it.initCause(this) }
+    is PsiException.Internal -> ContactDiscoveryException.Internal(reason, this)
 }

@@ -6,6 +6,7 @@ import dev.psisdk.ffi.HttpRequest
 import dev.psisdk.ffi.HttpResponse
 import dev.psisdk.ffi.HttpTransport
 import dev.psisdk.ffi.TransportException
+import dev.psisdk.ffi.maxErrorBodyBytes as nativeMaxErrorBodyBytes
 import java.io.IOException
 import java.io.InterruptedIOException
 import java.net.InetAddress
@@ -30,6 +31,11 @@ import okio.Buffer
  * types only; each request carries its own timeout (applied as OkHttp's call timeout) and
  * response size cap. Cancelling the coroutine (the native run was cancelled) cancels the
  * OkHttp call. Calls are enqueued, so no thread waits on the network.
+ *
+ * Two rules of every transport (psi-ffi's `HttpRequest`): no redirect is followed (the 3xx
+ * goes back as it is and the native client refuses it: a redirect could send the token
+ * elsewhere), and at most [maxErrorBodyBytes] of an error body (status 400 and above) are
+ * read: a longer one comes back as the status with an empty body.
  */
 internal class OkHttpTransport(private val client: OkHttpClient) : HttpTransport {
     override suspend fun send(request: HttpRequest): HttpResponse {
@@ -69,11 +75,22 @@ internal class OkHttpTransport(private val client: OkHttpClient) : HttpTransport
         return builder.build()
     }
 
-    /** Reads the body, failing as soon as it exceeds [limit] bytes. */
+    /**
+     * Reads the body, failing as soon as it exceeds [limit] bytes; an error body longer
+     * than [maxErrorBodyBytes] is dropped (empty), the status kept.
+     */
     private fun Response.read(limit: Long): HttpResponse {
         val declared = body.contentLength()
-        if (declared > limit) throw TransportException.TooLarge(limit.toULong())
         val source = body.source()
+        if (code >= 400) {
+            // At most the cap plus one byte, so a longer body is known without reading it.
+            val cap = maxErrorBodyBytes
+            val buffer = Buffer()
+            while (buffer.size <= cap && source.read(buffer, cap + 1 - buffer.size) != -1L) Unit
+            val bytes = if (buffer.size > cap) ByteArray(0) else buffer.readByteArray()
+            return HttpResponse(status = code.toUShort(), headers = headerList(), body = bytes)
+        }
+        if (declared > limit) throw TransportException.TooLarge(limit.toULong())
         val bytes = if (declared >= 0) {
             // The usual case: one array of the announced size (a shorter body is an error).
             source.readByteArray(declared)
@@ -85,12 +102,10 @@ internal class OkHttpTransport(private val client: OkHttpClient) : HttpTransport
             }
             buffer.readByteArray()
         }
-        return HttpResponse(
-            status = code.toUShort(),
-            headers = headers.map { (name, value) -> HttpHeader(name.lowercase(), value) },
-            body = bytes,
-        )
+        return HttpResponse(status = code.toUShort(), headers = headerList(), body = bytes)
     }
+
+    private fun Response.headerList() = headers.map { (name, value) -> HttpHeader(name.lowercase(), value) }
 
     private fun IOException.toTransport(): TransportException {
         val what = this::class.java.simpleName
@@ -104,17 +119,20 @@ internal class OkHttpTransport(private val client: OkHttpClient) : HttpTransport
     }
 
     companion object {
+        /** The most of an error body read (psi-ffi's `max_error_body_bytes`, 16 KiB). */
+        val maxErrorBodyBytes: Long by lazy { nativeMaxErrorBodyBytes().toLongClamped() }
+
         /**
-         * The app's [client], with Nagle's algorithm turned off if it uses the default socket
-         * factory (a client with its own socket factory is used as it is). Shares the app's
-         * connection pool, dispatcher and interceptors.
+         * The app's [client] with redirects off (the SDK's rule, whatever the app's client
+         * does), and with Nagle's algorithm turned off if it uses the default socket factory
+         * (a client with its own socket factory keeps it). Shares the app's connection pool,
+         * dispatcher and interceptors.
          */
-        fun adopt(client: OkHttpClient): OkHttpClient =
-            if (client.socketFactory === SocketFactory.getDefault()) {
-                client.newBuilder().socketFactory(NoDelaySocketFactory).build()
-            } else {
-                client
-            }
+        fun adopt(client: OkHttpClient): OkHttpClient {
+            val builder = client.newBuilder().followRedirects(false).followSslRedirects(false)
+            if (client.socketFactory === SocketFactory.getDefault()) builder.socketFactory(NoDelaySocketFactory)
+            return builder.build()
+        }
 
         /** The client every [ContactDiscovery] without an app client shares (one pool). */
         val sharedClient: OkHttpClient by lazy { defaultClient() }
@@ -139,6 +157,8 @@ internal class OkHttpTransport(private val client: OkHttpClient) : HttpTransport
                 },
             )
             .socketFactory(NoDelaySocketFactory)
+            .followRedirects(false)
+            .followSslRedirects(false)
             .readTimeout(0, TimeUnit.MILLISECONDS)
             .writeTimeout(0, TimeUnit.MILLISECONDS)
             .build()

@@ -252,8 +252,8 @@ class AddressBook(
 
 /**
  * A small RFC 4180 CSV reader: quoted fields (with `""` for a quote, and line breaks
- * inside), `\n` or `\r\n` line ends, and `,`, `;` or tab as separator (the one most frequent
- * in the first line outside quotes).
+ * inside), `\n` or `\r\n` line ends, and `,`, `;` or tab as separator (the one found
+ * outside quotes on the most lines of the file).
  */
 private object CsvParser {
     /**
@@ -310,14 +310,28 @@ private object CsvParser {
         return rows
     }
 
+    /**
+     * The separator of [text], decided by all of its lines (as `psi import` decides a file's
+     * format from all of its lines, not the first): of `,`, `;` and tab, the one found
+     * outside quotes on the most lines, `,` on a tie or when none is.
+     */
     private fun separatorOf(text: String): Char {
-        val first = text.lineSequence().firstOrNull { it.isNotBlank() } ?: return ','
+        val candidates = listOf(',', ';', '\t')
+        val lines = mutableMapOf(',' to 0, ';' to 0, '\t' to 0)
+        val onThisLine = mutableSetOf<Char>()
         var quoted = false
-        val counts = mutableMapOf(',' to 0, ';' to 0, '\t' to 0)
-        for (c in first) {
-            if (c == '"') quoted = !quoted
-            else if (!quoted && c in counts) counts[c] = counts.getValue(c) + 1
+        for (c in text) {
+            when {
+                c == '"' -> quoted = !quoted
+                quoted -> Unit
+                c == '\n' || c == '\r' -> {
+                    for (sep in onThisLine) lines[sep] = lines.getValue(sep) + 1
+                    onThisLine.clear()
+                }
+                c in candidates -> onThisLine.add(c)
+            }
         }
-        return counts.entries.maxWith(compareBy<Map.Entry<Char, Int>> { it.value }.thenBy { if (it.key == ',') 1 else 0 }).key
+        for (sep in onThisLine) lines[sep] = lines.getValue(sep) + 1
+        return candidates.maxWith(compareBy<Char> { lines.getValue(it) }.thenBy { if (it == ',') 1 else 0 })
     }
 }

@@ -4,6 +4,7 @@ import dev.psisdk.MatchResult
 import dev.psisdk.MatchedContact
 import dev.psisdk.Phase
 import dev.psisdk.Protocol
+import dev.psisdk.RetryEvent
 import dev.psisdk.ProtocolChoice
 import dev.psisdk.RejectedContact
 
@@ -64,8 +65,13 @@ data class MatchUiState(
          * A run is in progress: in [phase] (null before the first progress event), after
          * [round] round trips; [fraction] estimates how far it is (0 to 1).
          */
-        data class Matching(val phase: Phase?, val round: Int, val fraction: Double) : Status {
-            override val message get() = UserMessages.progress(phase, round)
+        data class Matching(
+            val phase: Phase?,
+            val round: Int,
+            val fraction: Double,
+            val retry: RetryEvent? = null,
+        ) : Status {
+            override val message get() = retry?.let(UserMessages::retrying) ?: UserMessages.progress(phase, round)
         }
 
         /** The run finished; [message] says how many entries matched. */

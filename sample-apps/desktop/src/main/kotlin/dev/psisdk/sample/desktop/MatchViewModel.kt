@@ -116,7 +116,7 @@ class MatchViewModel(
             try {
                 val config = DiscoveryConfig(
                     token = settings.token.ifBlank { null },
-                    defaultRegion = settings.region.ifBlank { "US" },
+                    defaultRegion = settings.region.ifBlank { DiscoveryConfig().defaultRegion },
                     protocol = settings.protocol,
                     cacheDirectory = cacheDirectory,
                 )
@@ -124,11 +124,19 @@ class MatchViewModel(
                     discovery.matchFlow(book.entries, settings.protocol) { it.value }.collect { event ->
                         when (event) {
                             is MatchEvent.Progressed -> publish(gen) { current ->
-                                val running = current.status as? MatchUiState.Status.Matching ?: return@publish current
-                                val fraction = maxOf(running.fraction, estimate(event.progress))
+                                current.status as? MatchUiState.Status.Matching ?: return@publish current
                                 current.copy(
-                                    status = MatchUiState.Status.Matching(event.progress.phase, event.progress.round, fraction),
+                                    status = MatchUiState.Status.Matching(
+                                        event.progress.phase,
+                                        event.progress.round,
+                                        event.progress.fraction,
+                                    ),
                                 )
+                            }
+                            // The run starts again from a new session: the bar starts again.
+                            is MatchEvent.Retrying -> publish(gen) { current ->
+                                current.status as? MatchUiState.Status.Matching ?: return@publish current
+                                current.copy(status = MatchUiState.Status.Matching(null, 0, 0.0, event.retry))
                             }
                             is MatchEvent.Finished -> publish(gen) {
                                 it.copy(status = MatchUiState.Status.Done(UserMessages.done(event.result)), result = event.result)
@@ -198,20 +206,6 @@ class MatchViewModel(
     }
 
     companion object {
-        /**
-         * How far a run is, from the phase it entered: the SDK does not know the number of
-         * round trips in advance (OT-PSI's depends on the sizes), so the protocol rounds
-         * fill the middle of the bar ever more slowly.
-         */
-        internal fun estimate(progress: Progress): Double = when (progress.phase) {
-            Phase.CREATE_SESSION -> 0.05
-            Phase.CLIENT_START -> 0.15
-            Phase.ENCODED_SET -> 0.75
-            Phase.CLIENT_FINISH -> 0.85
-            Phase.LABELS -> 0.9
-            else -> 0.2 + 0.6 * (1 - 1 / (1 + progress.round / 2.0))
-        }
-
         /**
          * The app's cache directory for DH-PSI's encoded registry:
          * `$XDG_CACHE_HOME/psi-sdk-desktop-sample`, else `~/.cache/psi-sdk-desktop-sample`.

@@ -6,6 +6,7 @@ import dev.psisdk.MatchResult
 import dev.psisdk.Phase
 import dev.psisdk.Protocol
 import dev.psisdk.RejectReason
+import dev.psisdk.RetryEvent
 import java.util.Locale
 
 /**
@@ -65,6 +66,18 @@ object UserMessages {
             Phase.OTHER -> "Working"
         }
         return if (round > 0) "Matching: $what (round trip $round)…" else "Matching: $what…"
+    }
+
+    /** The status line while a run waits to start again after a failure that may pass. */
+    fun retrying(retry: RetryEvent): String {
+        val seconds = (retry.waitMillis + 999) / 1000
+        val why = when {
+            retry.isTimeout -> "the server did not answer in time"
+            retry.status != null -> "the server had a problem (HTTP ${retry.status})"
+            else -> "the connection failed"
+        }
+        val wait = if (seconds == 1L) "1 second" else "$seconds seconds"
+        return "Trying again in $wait ($why; attempt ${retry.attempt + 1} of ${retry.retries + 1})…"
     }
 
     /** The protocol's name as the user sees it. */

@@ -85,6 +85,22 @@ class AddressBookTest {
     }
 
     @Test
+    fun `the separator is decided by all rows, not the first`() {
+        // The first row holds a comma and a semicolon once each (a tie, which alone would
+        // give `,`); every row has a semicolon: the file is semicolon-separated.
+        val text = "Walker, Alice;+1 415 555 0101\nBob Martin;+1 415 555 0102\nCarol;carol@example.com\n"
+        val book = AddressBook.parseCsv(text)
+        assertEquals(
+            listOf(
+                Entry("Walker, Alice", "+1 415 555 0101", PHONE),
+                Entry("Bob Martin", "+1 415 555 0102", PHONE),
+                Entry("Carol", "carol@example.com", EMAIL),
+            ),
+            book.entries,
+        )
+    }
+
+    @Test
     fun `a Google Contacts style header picks the value columns, not the type columns`() {
         val book = AddressBook.parseCsv(
             "Given Name,Family Name,E-mail 1 - Type,E-mail 1 - Value,Phone 1 - Type,Phone 1 - Value\n" +
