@@ -111,6 +111,15 @@ impl DiscoveryClient {
                 .map_or_else(MeasurementsFile::in_memory, |d| {
                     MeasurementsFile::open(Path::new(d))
                 });
+            // The phone-number metadata loads once per process on its first use (about
+            // 100 ms on a phone): load it now on a thread of its own, so that the first run
+            // does not stall before its first event.
+            static PRELOAD: std::sync::Once = std::sync::Once::new();
+            PRELOAD.call_once(|| {
+                let _ = std::thread::Builder::new()
+                    .name("psi-preload".into())
+                    .spawn(psi_client::preload_metadata);
+            });
             LIVE_CLIENTS.fetch_add(1, Ordering::SeqCst);
             Ok(Arc::new(DiscoveryClient {
                 base,

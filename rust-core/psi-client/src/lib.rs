@@ -60,7 +60,7 @@ pub use measure::{
     ProtocolChoice, Source,
 };
 pub use measurements_file::{MeasurementsFile, MeasurementsFileError};
-pub use psi_contacts::Invalid;
+pub use psi_contacts::{Invalid, preload_metadata};
 pub use psi_core::cost::{Policy, Prediction, UnitCosts};
 pub use psi_core::{Phase, Protocol, Threads};
 pub use psi_http::{ErrorCode, Feature, Health, StoreState};

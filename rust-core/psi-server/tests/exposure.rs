@@ -242,6 +242,11 @@ fn a_newcomer_at_the_address_cap_replaces_its_idle_connection() {
     let mut first = connect_from(&srv, 2, false);
     first.write_all(HEALTH).unwrap();
     assert_eq!(read_response(&mut first).0, 200);
+    // The server counts the connection idle once it has finished the response's
+    // bookkeeping, which can trail the last byte the client reads by a moment on a loaded
+    // machine (a newcomer in that moment finds no idle connection and is closed: seen
+    // once in a CI run on 2 cores). As the connection-cap test below does, let it settle.
+    std::thread::sleep(Duration::from_millis(200));
     // The same address again: its idle connection is closed, the newcomer served.
     assert_eq!(get(&srv, 2, HEALTH).0, 200);
     let mut b = [0u8; 1];

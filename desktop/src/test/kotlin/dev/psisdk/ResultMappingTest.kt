@@ -54,8 +54,8 @@ class ResultMappingTest {
 
     @Test
     fun `the defaults are the native library's, not a second copy`() {
-        val native = defaultDiscoveryConfig()
         val config = DiscoveryConfig()
+        val native = defaultDiscoveryConfig()
         assertEquals(native.defaultRegion, config.defaultRegion)
         assertEquals(native.timeoutMs.toLong(), config.timeoutMillis)
         assertEquals(native.maxResponseBytes.toLong(), config.maxResponseBytes)
@@ -153,6 +153,31 @@ class ResultMappingTest {
                 executor.shutdownNow()
             }
         }
+
+    @Test
+    fun `the native run calls back on one named thread, not a new thread per event`(): Unit = runBlocking {
+        DiscoveryConfig() // loads the library through the SDK, which sets how its threads attach
+        val threads = CopyOnWriteArrayList<Thread>()
+        val listener = object : dev.psisdk.ffi.ProgressListener {
+            override fun onProgress(event: dev.psisdk.ffi.ProgressEvent) {
+                threads.add(Thread.currentThread())
+            }
+        }
+        val native = dev.psisdk.ffi.DiscoveryClient(
+            server.url,
+            defaultDiscoveryConfig(),
+            OkHttpTransport(OkHttpTransport.sharedClient),
+        )
+        try {
+            native.matchContacts(contacts, dev.psisdk.ffi.ProtocolChoice.Fixed(dev.psisdk.ffi.Protocol.OT), null, listener)
+        } finally {
+            native.close()
+        }
+        assertTrue(threads.size > 5, "$threads")
+        assertEquals(setOf(NativeLibrary.NATIVE_THREAD), threads.map { it.name }.toSet())
+        assertEquals(1, threads.map { System.identityHashCode(it) }.toSet().size, "one Thread for the run's events")
+        assertTrue(threads.first().isDaemon)
+    }
 
     @Test
     fun `a listener that throws does not break the run`(): Unit = runBlocking {

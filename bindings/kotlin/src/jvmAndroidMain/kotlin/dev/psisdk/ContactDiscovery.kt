@@ -19,6 +19,13 @@ import kotlinx.coroutines.flow.buffer
 import kotlinx.coroutines.flow.channelFlow
 import kotlinx.coroutines.future.future
 import okhttp3.OkHttpClient
+import com.sun.jna.Callback
+import com.sun.jna.CallbackThreadInitializer
+import com.sun.jna.Native
+import dev.psisdk.ffi.uniffiCallbackInterfaceHttpTransport
+import dev.psisdk.ffi.uniffiCallbackInterfaceProgressListener
+import dev.psisdk.ffi.uniffiForeignFutureDroppedCallbackImpl
+import dev.psisdk.ffi.uniffiRustFutureContinuationCallbackImpl
 
 actual class ContactDiscovery private constructor(
     private val serverUrl: String,
@@ -173,10 +180,42 @@ actual class ContactDiscovery private constructor(
     override fun toString() = "ContactDiscovery($serverUrl, $config)"
 }
 
-/** Maps the native library's errors to the public ones, in one place. */
+/**
+ * The native library's entry: maps its errors to the public ones, in one place, and sets
+ * how its threads enter the JVM before the library is first loaded.
+ *
+ * The native runs call back into Kotlin (the transport's `send`, progress, the async
+ * machinery's wake-ups) from their own threads. By default JNA attaches such a thread for
+ * each callback and detaches it after: a new, unnamed `Thread` per call, and an attach and a
+ * detach per request. Here each callback keeps its native thread attached, as a daemon
+ * named [NATIVE_THREAD] (JNA detaches it when the native thread ends).
+ */
 internal object NativeLibrary {
+    /** The name the native library's threads have in the JVM (thread dumps, profilers). */
+    const val NATIVE_THREAD = "psi-sdk native"
+
+    init {
+        val attach = CallbackThreadInitializer(true, false, NATIVE_THREAD)
+        val callbacks: List<Callback> = listOf(
+            uniffiCallbackInterfaceHttpTransport.send,
+            uniffiCallbackInterfaceHttpTransport.uniffiFree,
+            uniffiCallbackInterfaceHttpTransport.uniffiClone,
+            uniffiCallbackInterfaceProgressListener.onProgress,
+            uniffiCallbackInterfaceProgressListener.uniffiFree,
+            uniffiCallbackInterfaceProgressListener.uniffiClone,
+            uniffiRustFutureContinuationCallbackImpl,
+            uniffiForeignFutureDroppedCallbackImpl,
+        )
+        for (callback in callbacks) Native.setCallbackThreadInitializer(callback, attach)
+    }
+
+    /** Runs the initializer above (an inline [call] alone would not). */
+    @PublishedApi
+    internal fun ready() = Unit
+
     inline fun <T> call(block: () -> T): T =
         try {
+            ready()
             block()
         } catch (e: PsiException) {
             throw e.toPublic()

@@ -120,7 +120,7 @@ internal class OkHttpTransport(private val client: OkHttpClient) : HttpTransport
 
     companion object {
         /** The most of an error body read (psi-ffi's `max_error_body_bytes`, 16 KiB). */
-        val maxErrorBodyBytes: Long by lazy { nativeMaxErrorBodyBytes().toLongClamped() }
+        val maxErrorBodyBytes: Long by lazy { NativeLibrary.call { nativeMaxErrorBodyBytes() }.toLongClamped() }
 
         /**
          * The app's [client] with redirects off (the SDK's rule, whatever the app's client
