@@ -290,6 +290,7 @@ pub struct ContactReport {
     pub registry_etag: String,
     /// The same version as a plain string, without HTTP's quotes (`registry_etag` `"abc"`
     /// gives `abc`): what apps store and compare. Empty if the server named none.
+    #[uniffi(default = "")]
     pub registry_version: String,
 }
 

@@ -1966,7 +1966,8 @@ public struct ContactReport: Equatable, Hashable {
      */
     public var labelsSkipped: UInt64
     /**
-     * Matches without a label, whatever the reason (`label_status` says which applies).
+     * Match rows (entries of `matches`) without a label, whatever the reason
+     * (`label_status` says which applies): two rows of one identifier count twice.
      */
     public var labelsMissing: UInt64
     /**
@@ -1980,6 +1981,11 @@ public struct ContactReport: Equatable, Hashable {
      * know whether the registry changed). Empty if the server named none.
      */
     public var registryEtag: String
+    /**
+     * The same version as a plain string, without HTTP's quotes (`registry_etag` `"abc"`
+     * gives `abc`): what apps store and compare. Empty if the server named none.
+     */
+    public var registryVersion: String
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -2012,7 +2018,8 @@ public struct ContactReport: Equatable, Hashable {
          * failed (then `label_error` says why).
          */labelsSkipped: UInt64, 
         /**
-         * Matches without a label, whatever the reason (`label_status` says which applies).
+         * Match rows (entries of `matches`) without a label, whatever the reason
+         * (`label_status` says which applies): two rows of one identifier count twice.
          */labelsMissing: UInt64, 
         /**
          * What became of the labels: off, complete (a match without a label has none in the
@@ -2022,7 +2029,11 @@ public struct ContactReport: Equatable, Hashable {
          * The registry's version that answered the run: the ETag of the session's encoded set
          * (it changes with every import and key rotation; compare it with an earlier run's to
          * know whether the registry changed). Empty if the server named none.
-         */registryEtag: String) {
+         */registryEtag: String, 
+        /**
+         * The same version as a plain string, without HTTP's quotes (`registry_etag` `"abc"`
+         * gives `abc`): what apps store and compare. Empty if the server named none.
+         */registryVersion: String = "") {
         self.matches = matches
         self.rejected = rejected
         self.`protocol` = `protocol`
@@ -2034,6 +2045,7 @@ public struct ContactReport: Equatable, Hashable {
         self.labelsMissing = labelsMissing
         self.labelStatus = labelStatus
         self.registryEtag = registryEtag
+        self.registryVersion = registryVersion
     }
 
     
@@ -2062,7 +2074,8 @@ public struct FfiConverterTypeContactReport: FfiConverterRustBuffer {
                 labelsSkipped: FfiConverterUInt64.read(from: &buf), 
                 labelsMissing: FfiConverterUInt64.read(from: &buf), 
                 labelStatus: FfiConverterTypeLabelStatus.read(from: &buf), 
-                registryEtag: FfiConverterString.read(from: &buf)
+                registryEtag: FfiConverterString.read(from: &buf), 
+                registryVersion: FfiConverterString.read(from: &buf)
         )
     }
 
@@ -2078,6 +2091,7 @@ public struct FfiConverterTypeContactReport: FfiConverterRustBuffer {
         FfiConverterUInt64.write(value.labelsMissing, into: &buf)
         FfiConverterTypeLabelStatus.write(value.labelStatus, into: &buf)
         FfiConverterString.write(value.registryEtag, into: &buf)
+        FfiConverterString.write(value.registryVersion, into: &buf)
     }
 }
 
@@ -3076,7 +3090,7 @@ public func FfiConverterTypePrediction_lower(_ value: Prediction) -> RustBuffer 
 
 /**
  * A progress event: the run entered `phase`; `round` counts the protocol's round trips
- * so far.
+ * so far; `fraction` is how far the attempt has come (0 to 1, `psi_client::Progress::fraction`).
  *
  * A retry event (`retry` is set) enters no phase: the attempt that was in `phase` (at
  * `round`) failed with a retryable error, and the run starts again from a new session
@@ -3096,6 +3110,13 @@ public struct ProgressEvent: Equatable, Hashable {
      * Set when the run is about to start again (the configuration's `retries`).
      */
     public var retry: RetryEvent?
+    /**
+     * How far the attempt has come, from 0 to 1, for a progress bar: the requests
+     * answered over the requests the cost model predicts for the session, at most 0.99;
+     * 0 before the session is created and for a retry event. Never goes back within an
+     * attempt.
+     */
+    public var fraction: Double
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -3108,10 +3129,17 @@ public struct ProgressEvent: Equatable, Hashable {
          */round: UInt32, 
         /**
          * Set when the run is about to start again (the configuration's `retries`).
-         */retry: RetryEvent? = nil) {
+         */retry: RetryEvent? = nil, 
+        /**
+         * How far the attempt has come, from 0 to 1, for a progress bar: the requests
+         * answered over the requests the cost model predicts for the session, at most 0.99;
+         * 0 before the session is created and for a retry event. Never goes back within an
+         * attempt.
+         */fraction: Double = Double(0.0)) {
         self.phase = phase
         self.round = round
         self.retry = retry
+        self.fraction = fraction
     }
 
     
@@ -3132,7 +3160,8 @@ public struct FfiConverterTypeProgressEvent: FfiConverterRustBuffer {
             try ProgressEvent(
                 phase: FfiConverterTypePhase.read(from: &buf), 
                 round: FfiConverterUInt32.read(from: &buf), 
-                retry: FfiConverterOptionTypeRetryEvent.read(from: &buf)
+                retry: FfiConverterOptionTypeRetryEvent.read(from: &buf), 
+                fraction: FfiConverterDouble.read(from: &buf)
         )
     }
 
@@ -3140,6 +3169,7 @@ public struct FfiConverterTypeProgressEvent: FfiConverterRustBuffer {
         FfiConverterTypePhase.write(value.phase, into: &buf)
         FfiConverterUInt32.write(value.round, into: &buf)
         FfiConverterOptionTypeRetryEvent.write(value.retry, into: &buf)
+        FfiConverterDouble.write(value.fraction, into: &buf)
     }
 }
 
@@ -3567,6 +3597,13 @@ public struct ServerHealth: Equatable, Hashable {
      * Largest request body the server accepts, in bytes.
      */
     public var maxBodyBytes: UInt64
+    /**
+     * The registry's current version, as a run's `ContactReport::registry_version` names
+     * it (the ETag of its encoded set without the quotes): compare it with the last run's
+     * to know whether the registry changed, without running a match. Empty if the server
+     * names none.
+     */
+    public var registryVersion: String
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -3585,12 +3622,19 @@ public struct ServerHealth: Equatable, Hashable {
          */maxClientItems: UInt32, 
         /**
          * Largest request body the server accepts, in bytes.
-         */maxBodyBytes: UInt64) {
+         */maxBodyBytes: UInt64, 
+        /**
+         * The registry's current version, as a run's `ContactReport::registry_version` names
+         * it (the ETag of its encoded set without the quotes): compare it with the last run's
+         * to know whether the registry changed, without running a match. Empty if the server
+         * names none.
+         */registryVersion: String = "") {
         self.epoch = epoch
         self.registryItems = registryItems
         self.protocols = protocols
         self.maxClientItems = maxClientItems
         self.maxBodyBytes = maxBodyBytes
+        self.registryVersion = registryVersion
     }
 
     
@@ -3613,7 +3657,8 @@ public struct FfiConverterTypeServerHealth: FfiConverterRustBuffer {
                 registryItems: FfiConverterUInt64.read(from: &buf), 
                 protocols: FfiConverterSequenceTypeProtocol.read(from: &buf), 
                 maxClientItems: FfiConverterUInt32.read(from: &buf), 
-                maxBodyBytes: FfiConverterUInt64.read(from: &buf)
+                maxBodyBytes: FfiConverterUInt64.read(from: &buf), 
+                registryVersion: FfiConverterString.read(from: &buf)
         )
     }
 
@@ -3623,6 +3668,7 @@ public struct FfiConverterTypeServerHealth: FfiConverterRustBuffer {
         FfiConverterSequenceTypeProtocol.write(value.protocols, into: &buf)
         FfiConverterUInt32.write(value.maxClientItems, into: &buf)
         FfiConverterUInt64.write(value.maxBodyBytes, into: &buf)
+        FfiConverterString.write(value.registryVersion, into: &buf)
     }
 }
 
