@@ -50,3 +50,10 @@ android="$(fragment android "$root/android/src/androidMain")"
 
 cd "$root"
 mvn -B -q -Dsdk.fragments.jvm="$common,$jvm" -Dsdk.fragments.android="$common,$jvm,$android" -Dpsi.bin="$target/$profile/psi" install "$@"
+
+# An app on Kotlin 2.0 (the oldest supported) built against the SDK just installed, run
+# against a real psi serve (bindings/kotlin/README.md, "Kotlin versions"). Full builds only:
+# extra Maven arguments (-pl, -DskipTests) build a part.
+if [ $# -eq 0 ]; then
+  bash "$root/ci/kotlin-consumer.sh" "$target/$profile/psi"
+fi
