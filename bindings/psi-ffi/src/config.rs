@@ -123,6 +123,15 @@ pub fn default_discovery_config() -> DiscoveryConfig {
     }
 }
 
+/// Loads what the first run would otherwise load on the caller's time: the phone-number
+/// metadata (about 100 ms on a phone, once per process). The platform SDKs call it from a
+/// background thread when the app starts (Kotlin: `ContactDiscovery.preload()`); a client
+/// also starts it on a thread of its own when it is created. Idempotent.
+#[uniffi::export]
+pub fn preload() {
+    psi_client::preload_metadata();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -45,7 +45,7 @@ pub use choice::{
     ProtocolChoice, UnitCosts,
 };
 pub use client::{DiscoveryClient, ProgressListener, live_clients};
-pub use config::{DiscoveryConfig, default_discovery_config};
+pub use config::{DiscoveryConfig, default_discovery_config, preload};
 pub use error::{PsiError, ServerErrorCode};
 pub use protocol::Protocol;
 pub use report::{

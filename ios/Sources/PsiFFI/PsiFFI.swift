@@ -5750,6 +5750,18 @@ public func defaultDiscoveryConfig() -> DiscoveryConfig  {
 })
 }
 /**
+ * Loads what the first run would otherwise load on the caller's time: the phone-number
+ * metadata (about 100 ms on a phone, once per process). The platform SDKs call it from a
+ * background thread when the app starts (Kotlin: `ContactDiscovery.preload()`); a client
+ * also starts it on a thread of its own when it is created. Idempotent.
+ */
+public func preload()  {try! rustCall() {
+        uniffiCallStatus in
+    uniffi_psi_ffi_fn_func_preload(uniffiCallStatus
+    )
+}
+}
+/**
  * The most a platform transport reads of an error body (status 400 and above), in bytes
  * (`psi_client::transport::MAX_ERROR_BODY_BYTES`, 16 KiB): a longer one is dropped and the
  * status returned with an empty body ([`HttpRequest::max_response_bytes`]).
@@ -5781,6 +5793,9 @@ private let initializationResult: InitializationResult = {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_psi_ffi_checksum_func_default_discovery_config() != 4558) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_psi_ffi_checksum_func_preload() != 56986) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_psi_ffi_checksum_func_max_error_body_bytes() != 57964) {

@@ -392,6 +392,12 @@ RustBuffer uniffi_psi_ffi_fn_func_default_discovery_config(RustCallStatus *_Nonn
     
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_FUNC_PRELOAD
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_FUNC_PRELOAD
+void uniffi_psi_ffi_fn_func_preload(RustCallStatus *_Nonnull out_status
+    
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_FUNC_MAX_ERROR_BODY_BYTES
 #define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_FUNC_MAX_ERROR_BODY_BYTES
 uint64_t uniffi_psi_ffi_fn_func_max_error_body_bytes(RustCallStatus *_Nonnull out_status
@@ -667,6 +673,12 @@ uint16_t uniffi_psi_ffi_checksum_func_live_clients(void
 #ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_FUNC_DEFAULT_DISCOVERY_CONFIG
 #define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_FUNC_DEFAULT_DISCOVERY_CONFIG
 uint16_t uniffi_psi_ffi_checksum_func_default_discovery_config(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_FUNC_PRELOAD
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_FUNC_PRELOAD
+uint16_t uniffi_psi_ffi_checksum_func_preload(void
     
 );
 #endif

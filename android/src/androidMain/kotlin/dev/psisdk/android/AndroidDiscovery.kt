@@ -35,6 +35,14 @@ object AndroidDiscovery {
     }
 
     /**
+     * Loads the SDK's native library and its phone-number metadata on a background thread
+     * ([ContactDiscovery.preload]): call it in `Application.onCreate`, so that the first
+     * [DiscoveryConfig], [ContactDiscovery] and run do not pay for it on the main thread.
+     */
+    @JvmStatic
+    fun preload() = ContactDiscovery.preload()
+
+    /**
      * [config] with the encoded-registry cache in the app's cache directory
      * (`Context.getCacheDir()/psi-sdk`), which Android may clear when storage runs low: the
      * SDK then downloads the registry again. The automatic protocol choice's measurements

@@ -19,6 +19,8 @@ import kotlinx.coroutines.flow.buffer
 import kotlinx.coroutines.flow.channelFlow
 import kotlinx.coroutines.future.future
 import okhttp3.OkHttpClient
+import kotlin.concurrent.thread
+import dev.psisdk.ffi.preload as nativePreload
 import com.sun.jna.Callback
 import com.sun.jna.CallbackThreadInitializer
 import com.sun.jna.Native
@@ -42,7 +44,7 @@ actual class ContactDiscovery private constructor(
      */
     @Throws(ContactDiscoveryException::class)
     actual constructor(serverUrl: String, config: DiscoveryConfig) :
-        this(serverUrl, config, OkHttpTransport(OkHttpTransport.sharedClient))
+        this(serverUrl, config, OkHttpTransport(OkHttpTransport.shared))
 
     /**
      * A client that sends its requests with the app's own [httpClient] (its interceptors,
@@ -53,14 +55,15 @@ actual class ContactDiscovery private constructor(
      */
     @Throws(ContactDiscoveryException::class)
     constructor(serverUrl: String, config: DiscoveryConfig, httpClient: OkHttpClient) :
-        this(serverUrl, config, OkHttpTransport(OkHttpTransport.adopt(httpClient)))
+        this(serverUrl, config, OkHttpTransport(lazy { OkHttpTransport.adopt(httpClient) }))
 
     private val native: DiscoveryClient = NativeLibrary.call {
         DiscoveryClient(serverUrl, config.toFfi(), transport)
     }
 
-    /** Runs the futures of the Java API; [close] cancels them. */
-    private val futures = CoroutineScope(SupervisorJob() + Dispatchers.Default)
+    /** Runs the futures of the Java API, made on first use; [close] cancels them. */
+    private val lazyFutures = lazy { CoroutineScope(SupervisorJob() + Dispatchers.Default) }
+    private val futures by lazyFutures
 
     @Volatile
     private var closed = false
@@ -173,11 +176,28 @@ actual class ContactDiscovery private constructor(
 
     actual override fun close() {
         closed = true
-        futures.cancel()
+        if (lazyFutures.isInitialized()) futures.cancel()
         native.close()
     }
 
     override fun toString() = "ContactDiscovery($serverUrl, $config)"
+
+    companion object {
+        /**
+         * Loads the native library and the phone-number metadata on a background thread
+         * (`psi-sdk preload`) and returns at once. The first [DiscoveryConfig] or
+         * [ContactDiscovery] of a process otherwise loads the library on the caller's thread
+         * (about 0.2 s on a desktop, more on a phone), and the first run the metadata: call
+         * this early, such as in `Application.onCreate`, so that neither happens on the main
+         * thread. Idempotent; a failure here is reported by the call that needs the library.
+         */
+        @JvmStatic
+        fun preload() {
+            thread(isDaemon = true, name = "psi-sdk preload") {
+                runCatching { NativeLibrary.call { nativePreload() } }
+            }
+        }
+    }
 }
 
 /**

@@ -37,7 +37,17 @@ import okio.Buffer
  * elsewhere), and at most [maxErrorBodyBytes] of an error body (status 400 and above) are
  * read: a longer one comes back as the status with an empty body.
  */
-internal class OkHttpTransport(private val client: OkHttpClient) : HttpTransport {
+internal class OkHttpTransport(private val lazyClient: Lazy<OkHttpClient>) : HttpTransport {
+    /** A transport over [client], built already. */
+    constructor(client: OkHttpClient) : this(lazyOf(client))
+
+    /**
+     * Built on the first request, on the thread that sends it (never the thread that
+     * created the [ContactDiscovery]: building an OkHttp client initialises its TLS
+     * platform, about 100-200 ms the first time in a process).
+     */
+    private val client: OkHttpClient get() = lazyClient.value
+
     override suspend fun send(request: HttpRequest): HttpResponse {
         val call = client.newCall(request.toOkHttp())
         call.timeout().timeout(request.timeoutMs.toLong(), TimeUnit.MILLISECONDS)
@@ -135,7 +145,10 @@ internal class OkHttpTransport(private val client: OkHttpClient) : HttpTransport
         }
 
         /** The client every [ContactDiscovery] without an app client shares (one pool). */
-        val sharedClient: OkHttpClient by lazy { defaultClient() }
+        val shared: Lazy<OkHttpClient> = lazy { defaultClient() }
+
+        /** [shared], built. */
+        val sharedClient: OkHttpClient get() = shared.value
 
         /**
          * The client used when the app gives none: OkHttp's defaults, except that reads and
