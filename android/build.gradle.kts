@@ -4,6 +4,7 @@
 // targets aarch64-linux-android, armv7-linux-androideabi, x86_64-linux-android and
 // `cargo install cargo-ndk`. Not built on the project's CI machines: see README.md.
 import org.jetbrains.kotlin.gradle.dsl.JvmTarget
+import org.jetbrains.kotlin.gradle.dsl.KotlinVersion
 
 plugins {
     id("com.android.library") version "8.7.3"
@@ -16,6 +17,14 @@ val generated = layout.buildDirectory.dir("generated/uniffi")
 val jniLibs = layout.buildDirectory.dir("rust/jniLibs")
 
 kotlin {
+    // Usable from apps on Kotlin 2.0+, as the JVM jar (bindings/kotlin/README.md, "Kotlin
+    // versions"): metadata and standard library of Kotlin 2.0, dependencies a 2.0 compiler
+    // reads (kotlin-stdlib 2.1.21, coroutines 1.10.2). Not built here: no Android SDK.
+    coreLibrariesVersion = "2.1.21"
+    compilerOptions {
+        languageVersion.set(KotlinVersion.KOTLIN_2_0)
+        apiVersion.set(KotlinVersion.KOTLIN_2_0)
+    }
     androidTarget {
         publishLibraryVariants("release")
         compilerOptions { jvmTarget.set(JvmTarget.JVM_17) }
@@ -26,7 +35,7 @@ kotlin {
         val commonMain by getting {
             kotlin.srcDir(File(repo, "bindings/kotlin/src/commonMain/kotlin"))
             dependencies {
-                implementation("org.jetbrains.kotlinx:kotlinx-coroutines-core:1.11.0")
+                implementation("org.jetbrains.kotlinx:kotlinx-coroutines-core:1.10.2")
             }
         }
         val jvmAndroidMain by creating {

@@ -47,6 +47,27 @@ class OkHttpTransportTest {
     }
 
     @Test
+    fun `the transport builds its OkHttp client on the first request, not when it is made`(): Unit =
+        kotlinx.coroutines.runBlocking {
+            mockwebserver3.MockWebServer().use { server ->
+                server.start()
+                server.enqueue(mockwebserver3.MockResponse.Builder().code(200).body("ok").build())
+                val client = lazy { OkHttpTransport.defaultClient() }
+                val transport = OkHttpTransport(client)
+                assertFalse(client.isInitialized(), "a ContactDiscovery's construction builds no client")
+                val response = transport.send(
+                    dev.psisdk.ffi.HttpRequest(
+                        dev.psisdk.ffi.HttpMethod.GET, server.url("/v1/health").toString(),
+                        emptyList(), ByteArray(0), 5_000u, 1_000u,
+                    ),
+                )
+                assertTrue(client.isInitialized())
+                assertEquals(200, response.status.toInt())
+                assertEquals("ok", String(response.body))
+            }
+        }
+
+    @Test
     fun `the error body cap is the native library's`() {
         assertEquals(dev.psisdk.ffi.maxErrorBodyBytes().toLong(), OkHttpTransport.maxErrorBodyBytes)
         assertEquals(16L * 1024, OkHttpTransport.maxErrorBodyBytes)
