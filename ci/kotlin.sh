@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the native library and the Kotlin bindings, then builds and tests the JVM SDK
 # (desktop/), compiles the Android library's Kotlin against the Android 14 API jar
-# (android/), and builds and tests the desktop sample app (sample-apps/desktop).
+# (android/), builds and tests the desktop sample app (sample-apps/desktop) and the Android
+# sample app's Kotlin (sample-apps/android, Robolectric), then builds a Kotlin 2.0 app
+# against the installed jar and runs it against a real server (ci/kotlin-consumer.sh).
 # Usage: bash ci/kotlin.sh [extra Maven arguments]   (PSI_PROFILE=release for a release library)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
