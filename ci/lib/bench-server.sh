@@ -8,7 +8,8 @@ psi_bench_server() {
   awk 'BEGIN { for (i = 1; i <= 100000; i++) printf "member%d@example.com,Member %d\n", i, i }' >"$work/registry.csv"
   awk 'BEGIN { for (i = 1; i <= 1000; i++) if (i % 10 == 0) printf "member%d@example.com\n", i * 7; else printf "outsider%d@example.org\n", i }' >"$work/contacts.txt"
   "$psi" import --db "$work/r.sqlite" --max-client-items 2000 "$work/registry.csv" >/dev/null
-  "$psi" serve --db "$work/r.sqlite" --max-client-items 2000 --items-per-hour 0 \
+  "$psi" serve --db "$work/r.sqlite" --max-client-items 2000 --items-per-hour 0 --ot-sessions-per-hour 0 \
+    --encoded-set-bytes-per-hour 0 --probe-bytes-per-hour 0 \
     --listen 127.0.0.1:0 >"$work/serve.out" 2>"$work/serve.log" &
   server_pid=$!
   for _ in $(seq 100); do grep -q listening "$work/serve.out" 2>/dev/null && break; sleep 0.1; done

@@ -8,7 +8,7 @@ use psi_client::{ClientError, ErrorCode};
 #[derive(Debug, thiserror::Error, uniffi::Error)]
 #[non_exhaustive]
 pub enum PsiError {
-    /// The caller's input or settings cannot be used (no valid contact, too many contacts
+    /// The caller's input or settings cannot be used (too many contacts
     /// for this server, unknown region, a bad URL or timeout). Fix the input; retrying
     /// the same call fails the same way.
     #[error("invalid input: {reason}")]

@@ -4493,7 +4493,7 @@ enum PsiError: Swift.Error, Equatable, Hashable, Foundation.LocalizedError {
     
     
     /**
-     * The caller's input or settings cannot be used (no valid contact, too many contacts
+     * The caller's input or settings cannot be used (too many contacts
      * for this server, unknown region, a bad URL or timeout). Fix the input; retrying
      * the same call fails the same way.
      */

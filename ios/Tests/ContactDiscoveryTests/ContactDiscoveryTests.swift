@@ -307,12 +307,13 @@ final class ContactDiscoveryTests: XCTestCase {
 
     func testInvalidInputAndSettingsAreInvalidInput() async throws {
         let d = try client()
+        // No valid contact is a result, not an error: every row comes back rejected and
+        // nothing is sent (issue 34; psi_client::MatchReport::nothing_sent).
         for contacts in [["", "nope"], []] {
-            do {
-                _ = try await d.match(contacts)
-                XCTFail("expected an error for \(contacts.count) contacts")
-            } catch ContactDiscoveryError.invalidInput {
-            }
+            let r = try await d.match(contacts)
+            XCTAssertTrue(r.matches.isEmpty)
+            XCTAssertEqual(r.rejected.map(\.index), Array(contacts.indices))
+            XCTAssertEqual(r.stats.requests, 0)
         }
         let url = try Servers.main.url
         XCTAssertThrowsError(try ContactDiscovery(serverURL: URL(string: "ftp://x")!, configuration: config)) {

@@ -179,7 +179,15 @@ pub fn run(args: MatchArgs) -> Result<(), String> {
                 .map_or(String::from("(no label)"), |l| format!("label: {l}"))
         );
     }
-    println!(
+    if run.client_items == 0 {
+        // No valid row: nothing was sent (psi_client::MatchReport::nothing_sent).
+        println!(
+            "no valid contact among {} rows: nothing sent to the server ({} rejected)",
+            report.rows,
+            report.rejected.len()
+        );
+    } else {
+        println!(
         "{} of {} contacts matched ({} queried, {} duplicates, {} rejected) against {} registry entries, {} (epoch {})",
         report.matches.len(),
         report.rows,
@@ -190,6 +198,7 @@ pub fn run(args: MatchArgs) -> Result<(), String> {
         run.protocol,
         run.epoch
     );
+    }
     for r in &report.rejected {
         println!(
             "  rejected line {}: {} ({})",

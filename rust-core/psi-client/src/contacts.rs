@@ -58,8 +58,9 @@ pub struct ContactReport {
 impl Client {
     /// Normalizes `contacts` (phone numbers with [`crate::ClientConfig::default_region`],
     /// emails), matches the valid ones, and maps the results back to the rows. Invalid
-    /// rows are returned with their reason, never dropped silently; if no row is valid the
-    /// run does not start ([`ClientError::BadInput`]).
+    /// rows are returned with their reason, never dropped silently; if no row is valid
+    /// (or there is none) no request is sent and the report has no match, every row in
+    /// `rejected` and the run of [`MatchReport::nothing_sent`].
     pub fn match_contacts<S: AsRef<str>>(
         &self,
         contacts: &[S],
@@ -75,18 +76,23 @@ impl Client {
             .iter()
             .map(|&(row, reason)| Rejected { row, reason })
             .collect();
+        let choice: ProtocolChoice = protocol.into();
         if normalized.accepted.is_empty() {
-            return Err(ClientError::BadInput(format!(
-                "no valid contacts to match ({} rejected)",
-                rejected.len()
-            )));
+            // Nothing to match (an empty address book, or only invalid rows): a result with
+            // every rejected row and no request sent, not an error that would lose them.
+            return Ok(ContactReport {
+                matches: Vec::new(),
+                rejected,
+                rows: contacts.len(),
+                run: MatchReport::nothing_sent(choice, self.config().fetch_labels),
+            });
         }
         let items: Vec<Vec<u8>> = normalized
             .accepted
             .iter()
             .map(|(_, c)| c.value.as_bytes().to_vec())
             .collect();
-        let mut run = self.match_items(items, protocol, progress, cancel)?;
+        let mut run = self.match_items(items, choice, progress, cancel)?;
         // A matched identifier stands for every row that normalized to it.
         let mut matched: std::collections::HashMap<&str, Option<&String>> =
             std::collections::HashMap::new();
@@ -113,5 +119,48 @@ impl Client {
             rows: contacts.len(),
             run,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ClientConfig;
+    use crate::report::LabelStatus;
+    use psi_core::Protocol;
+
+    /// An address book with no valid row (or none at all) is a result, not an error: every
+    /// row comes back rejected with its reason, and nothing is sent (the server here does
+    /// not exist: a request would fail the call).
+    #[test]
+    fn nothing_valid_is_a_result_with_every_rejected_row_and_no_request() {
+        let c = Client::new("http://127.0.0.1:9", ClientConfig::default());
+        let mut events = 0;
+        let r = c
+            .match_contacts(
+                &["", "not a contact", "broken@"],
+                ProtocolChoice::default(),
+                &mut |_| events += 1,
+                &CancelToken::new(),
+            )
+            .unwrap();
+        assert!(r.matches.is_empty());
+        assert_eq!(r.rejected.iter().map(|x| x.row).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(r.rejected[0].reason, Invalid::Empty);
+        assert_eq!(r.rows, 3);
+        assert_eq!(r.run.stats.requests, 0);
+        assert_eq!(events, 0);
+        assert!(r.run.choice.is_none());
+        assert_eq!(r.run.label_status, LabelStatus::Complete);
+        let none: [&str; 0] = [];
+        let r = Client::new(
+            "http://127.0.0.1:9",
+            ClientConfig::default().with_labels(false),
+        )
+        .match_contacts(&none, Protocol::Ot, &mut |_| {}, &CancelToken::new())
+        .unwrap();
+        assert!(r.matches.is_empty() && r.rejected.is_empty());
+        assert_eq!(r.run.protocol, Protocol::Ot);
+        assert_eq!(r.run.label_status, LabelStatus::Off);
     }
 }

@@ -122,6 +122,32 @@ pub struct MatchReport {
 }
 
 impl MatchReport {
+    /// The report of a run that sent nothing because it had no valid item: no match,
+    /// no request (`stats.requests` 0), registry figures unknown (0, empty version), no
+    /// choice made. `protocol` is the fixed one asked for, or DH-PSI for an automatic choice
+    /// (which chose nothing); labels are `Complete` when asked for (no match lacks one),
+    /// else `Off`.
+    pub fn nothing_sent(choice: crate::measure::ProtocolChoice, labels: bool) -> MatchReport {
+        MatchReport {
+            matches: Vec::new(),
+            client_items: 0,
+            duplicates: 0,
+            server_items: 0,
+            epoch: 0,
+            registry_etag: String::new(),
+            protocol: match choice {
+                crate::measure::ProtocolChoice::Fixed(p) => p,
+                crate::measure::ProtocolChoice::Auto(_) => Protocol::Dh,
+            },
+            stats: RunStats::default(),
+            label_error: None,
+            labels_skipped: 0,
+            labels_missing: 0,
+            label_status: LabelStatus::of(labels, None, 0),
+            choice: None,
+        }
+    }
+
     /// The registry's version as a plain string: [`MatchReport::registry_etag`] without
     /// HTTP's quotes and weak marker (`"abc"` and `W/"abc"` give `abc`), for apps to store
     /// and compare. Empty if the server named none.

@@ -53,10 +53,22 @@ class JavaApiTest {
 
     @Test
     void failuresArriveAsTheCauseOfExecutionException() throws Exception {
-        try (ContactDiscovery discovery = new ContactDiscovery(server.getUrl(), new DiscoveryConfig())) {
+        // A port nothing listens on (bound, then closed): the run fails with a network error.
+        int closed;
+        try (java.net.ServerSocket s = new java.net.ServerSocket(0)) {
+            closed = s.getLocalPort();
+        }
+        DiscoveryConfig config = new DiscoveryConfig().withRetries(0).withProtocol(Protocol.DH);
+        try (ContactDiscovery discovery = new ContactDiscovery("http://127.0.0.1:" + closed, config)) {
             ExecutionException e = assertThrows(ExecutionException.class,
-                    () -> discovery.matchAsync(List.of("", "not a contact")).get(30, TimeUnit.SECONDS));
-            assertInstanceOf(ContactDiscoveryException.InvalidInput.class, e.getCause());
+                    () -> discovery.matchAsync(List.of("a@example.com")).get(30, TimeUnit.SECONDS));
+            assertInstanceOf(ContactDiscoveryException.Network.class, e.getCause());
+        }
+        // No valid contact is a result (every row rejected), not a failure.
+        try (ContactDiscovery discovery = new ContactDiscovery(server.getUrl(), new DiscoveryConfig())) {
+            MatchResult<String> r = discovery.matchAsync(List.of("", "not a contact")).get(30, TimeUnit.SECONDS);
+            assertEquals(2, r.getRejected().size());
+            assertTrue(r.getMatches().isEmpty());
         }
     }
 

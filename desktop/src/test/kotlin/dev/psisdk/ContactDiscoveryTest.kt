@@ -160,10 +160,19 @@ class ContactDiscoveryTest {
     }
 
     @Test
-    fun `invalid input and settings are InvalidInput`(): Unit = runBlocking {
+    fun `no valid contact is an empty result, invalid settings are InvalidInput`(): Unit = runBlocking {
         ContactDiscovery(server.url, config).use { d ->
-            assertThrows<ContactDiscoveryException.InvalidInput> { d.match(listOf("", "nope")) }
-            assertThrows<ContactDiscoveryException.InvalidInput> { d.match(emptyList()) }
+            // No valid contact is a result, not an error: the rejected rows come back, and
+            // nothing is sent (issue 34).
+            val nothing = d.match(listOf("", "nope"))
+            assertTrue(nothing.matches.isEmpty())
+            assertEquals(listOf(0, 1), nothing.rejected.map { it.index })
+            assertEquals(listOf(RejectReason.EMPTY, RejectReason.NOT_A_PHONE_NUMBER), nothing.rejected.map { it.reason })
+            assertEquals(0, nothing.stats.requests)
+            assertNull(nothing.choice)
+            val empty = d.match(emptyList())
+            assertTrue(empty.matches.isEmpty() && empty.rejected.isEmpty())
+            assertEquals(0, empty.stats.requests)
         }
         assertThrows<ContactDiscoveryException.InvalidInput> { ContactDiscovery("ftp://x", config) }
         assertThrows<ContactDiscoveryException.InvalidInput> {

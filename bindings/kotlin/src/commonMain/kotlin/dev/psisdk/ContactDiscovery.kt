@@ -31,7 +31,8 @@ expect class ContactDiscovery(serverUrl: String, config: DiscoveryConfig) : Auto
      * Matches [contacts] (phone numbers in any common format, emails) with the protocol
      * [protocol] picks (by default automatically: [MatchResult.choice] says how), on the
      * network [linkHints] describe. Invalid entries come back in [MatchResult.rejected] with
-     * the reason; if none is valid the call fails with [ContactDiscoveryException.InvalidInput].
+     * the reason; if none is valid (or [contacts] is empty) nothing is sent and the result has
+     * no match and every row in [MatchResult.rejected].
      */
     suspend fun match(
         contacts: List<String>,

@@ -16,7 +16,7 @@ sealed class ContactDiscoveryException(message: String, cause: Throwable? = null
     abstract val isRetryable: Boolean
 
     /**
-     * The input or the settings cannot be used: no valid contact, more contacts than the
+     * The input or the settings cannot be used: more contacts than the
      * server accepts in one run, an unknown region, a bad URL. Fix the input.
      */
     class InvalidInput(message: String, cause: Throwable? = null) :

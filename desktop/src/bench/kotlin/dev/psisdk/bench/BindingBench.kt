@@ -11,9 +11,9 @@ import kotlinx.coroutines.runBlocking
  * (one identifier per line), runs `warmups` untimed matches (class loading, JIT, the native
  * library), then `runs` timed ones, each with a new client and so no registry cache (as
  * `psi match` without --cache-dir), and prints one line per timed run:
- * `kotlin-<warmups> <protocol> <millis> <matches> <bytes sent> <bytes received> <run millis>`,
- * where the last is the native run's own wall time (RunStats.totalMicros): the difference
- * is what crossing the binding costs.
+ * `kotlin-<warmups> <protocol> <millis> <matches> <bytes sent> <bytes received> <run millis>
+ * <phases>`, where `<run millis>` is the native run's own wall time (RunStats.totalMicros):
+ * the difference is what crossing the binding costs; `<phases>` is `phase=ms,...`.
  *
  * Usage: BindingBench <server url> <contacts file> <dh|ot> <runs> <warmups>
  */
@@ -26,7 +26,8 @@ fun main(args: Array<String>): Unit = runBlocking {
         val result = ContactDiscovery(url, DiscoveryConfig(protocol = protocol)).use { it.match(contacts) }
         val millis = (System.nanoTime() - started) / 1_000_000
         val s = result.stats
-        return millis to "${result.matches.size} ${s.bytesSent} ${s.bytesReceived} ${s.totalMicros / 1000}"
+        val phases = s.phases.joinToString(",") { "${it.phase.name.lowercase()}=${it.micros / 1000.0}" }
+        return millis to "${result.matches.size} ${s.bytesSent} ${s.bytesReceived} ${s.totalMicros / 1000} $phases"
     }
     repeat(warmups.toInt()) { once() }
     repeat(runs.toInt()) {
