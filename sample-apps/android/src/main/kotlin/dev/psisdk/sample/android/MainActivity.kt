@@ -91,6 +91,11 @@ open class MainActivity : Activity() {
     private fun render(state: UiState) {
         matchButton.isEnabled = state.canMatch
         progress.visibility = if (state.canMatch) View.GONE else View.VISIBLE
+        // A bar that fills with the SDK's fraction (the requests answered over those the
+        // run will make), indeterminate until the session is open and while reading.
+        val fraction = ((state as? UiState.Matching)?.progress?.fraction ?: 0.0)
+        progress.isIndeterminate = fraction <= 0.0
+        progress.progress = (fraction * 100).toInt()
         status.text = state.message
         status.setTextColor(if (state is UiState.Failed || state is UiState.NeedsPermission) Color.RED else Color.DKGRAY)
         matches.clear()
@@ -116,7 +121,10 @@ open class MainActivity : Activity() {
             text = "Match"
             setOnClickListener { onMatchPressed() }
         }
-        progress = ProgressBar(this).apply { isIndeterminate = true }
+        progress = ProgressBar(this, null, android.R.attr.progressBarStyleHorizontal).apply {
+            isIndeterminate = true
+            max = 100
+        }
         status = TextView(this).apply { textSize = 16f }
         protocol = TextView(this)
         matches = ArrayAdapter(this, android.R.layout.simple_list_item_1, mutableListOf<String>())
@@ -127,7 +135,7 @@ open class MainActivity : Activity() {
             addView(TextView(this@MainActivity).apply { text = "Server" })
             addView(serverUrl, LinearLayout.LayoutParams(MATCH_PARENT, WRAP_CONTENT))
             addView(matchButton, LinearLayout.LayoutParams(WRAP_CONTENT, WRAP_CONTENT))
-            addView(progress, LinearLayout.LayoutParams(WRAP_CONTENT, WRAP_CONTENT))
+            addView(progress, LinearLayout.LayoutParams(MATCH_PARENT, WRAP_CONTENT))
             addView(status, LinearLayout.LayoutParams(MATCH_PARENT, WRAP_CONTENT))
             addView(protocol, LinearLayout.LayoutParams(MATCH_PARENT, WRAP_CONTENT))
             addView(list, LinearLayout.LayoutParams(MATCH_PARENT, 0, 1f))

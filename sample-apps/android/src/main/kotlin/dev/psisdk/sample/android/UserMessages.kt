@@ -63,6 +63,11 @@ object UserMessages {
 
     /** The status line during a run; [progress] is null before the first phase. */
     fun progress(progress: Progress?): String {
+        progress?.retry?.let { retry ->
+            val seconds = (retry.waitMillis + 999) / 1000
+            return "The server did not answer as expected; trying again in $seconds s " +
+                "(attempt ${retry.attempt + 1} of ${retry.retries + 1})…"
+        }
         val what = when (progress?.phase) {
             null -> "Starting"
             Phase.CREATE_SESSION -> "Connecting to the server"

@@ -96,6 +96,28 @@ class MainActivityTest {
         assertEquals("Alice Walker — Alice (@alice)\n+1 415 555 0101", list.adapter.getItem(0))
     }
 
+    @Test
+    fun theProgressBarFillsWithTheSdksFraction() {
+        val gate = kotlinx.coroutines.CompletableDeferred<Unit>()
+        matcher = FakeMatcher { onProgress ->
+            onProgress(dev.psisdk.Progress(dev.psisdk.Phase.ENCODED_SET, 1, null, 0.5))
+            gate.await()
+            MatchOutcome(emptyList(), Protocol.DH, 0)
+        }
+        shadowOf(app).grantPermissions(Manifest.permission.READ_CONTACTS)
+        val activity = start()
+
+        activity.pressMatch()
+
+        val bar = activity.views().filterIsInstance<android.widget.ProgressBar>().single()
+        assertEquals(View.VISIBLE, bar.visibility)
+        assertEquals(false, bar.isIndeterminate)
+        assertEquals(50, bar.progress)
+        gate.complete(Unit)
+        shadowOf(Looper.getMainLooper()).idle()
+        assertEquals(View.GONE, bar.visibility)
+    }
+
     companion object {
         val ALICE = Contact("Alice Walker", "+1 415 555 0101", Contact.Kind.PHONE)
 

@@ -1,6 +1,10 @@
 package dev.psisdk.sample.android
 
+import dev.psisdk.Phase
+import dev.psisdk.Progress
 import dev.psisdk.Protocol
+import dev.psisdk.RetryEvent
+import dev.psisdk.ServerErrorCode
 import org.junit.Assert.assertEquals
 import org.junit.Test
 
@@ -24,5 +28,21 @@ class UserMessagesTest {
         )
         assertEquals("Alice Walker\n+1 415 555 0101", UserMessages.matchLine(Match(alice, "+14155550101", null)))
         assertEquals("Matching: Starting…", UserMessages.progress(null))
+    }
+
+    @Test
+    fun aRetryIsShownAsSuchNotAsThePhaseItFailedIn() {
+        val retry = RetryEvent(
+            attempt = 1, retries = 2, reason = "HTTP 503 (internal)", isTimeout = false,
+            status = 503, code = ServerErrorCode.INTERNAL, waitMillis = 1_200,
+        )
+        assertEquals(
+            "The server did not answer as expected; trying again in 2 s (attempt 2 of 3)…",
+            UserMessages.progress(Progress(Phase.ROUND_TRIP, 1, retry)),
+        )
+        assertEquals(
+            "Matching: Waiting for the server (round trip 1)…",
+            UserMessages.progress(Progress(Phase.ROUND_TRIP, 1, null, 0.5)),
+        )
     }
 }
