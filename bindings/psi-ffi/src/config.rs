@@ -42,6 +42,11 @@ pub struct DiscoveryConfig {
     /// client is created and written after each run. `None`: `cache_dir` if set, else
     /// in memory for the life of the client.
     pub measurements_dir: Option<String>,
+    /// A deadline for the whole run in milliseconds, retries and their waits included
+    /// (`psi_client::ClientConfig::deadline`); 0: none. The platform default is 2 minutes
+    /// (`psi_client::config::MOBILE_RUN_DEADLINE`).
+    #[uniffi(default = 120000)]
+    pub deadline_ms: u64,
 }
 
 impl std::fmt::Debug for DiscoveryConfig {
@@ -61,6 +66,7 @@ impl std::fmt::Debug for DiscoveryConfig {
             .field("protocol", &self.protocol)
             .field("link_hints", &self.link_hints)
             .field("measurements_dir", &self.measurements_dir)
+            .field("deadline_ms", &self.deadline_ms)
             .finish()
     }
 }
@@ -82,6 +88,7 @@ impl DiscoveryConfig {
             .with_default_region(self.default_region.clone())
             .with_insecure_http(self.allow_insecure_http)
             .with_retries(self.retries)
+            .with_deadline((self.deadline_ms > 0).then(|| Duration::from_millis(self.deadline_ms)))
             .with_link_hints((&self.link_hints).into());
         // Whitespace around a token is never part of it (a token file's final newline).
         if let Some(t) = &self.token {
@@ -101,7 +108,8 @@ impl DiscoveryConfig {
 /// The default of every setting, from psi-client's own defaults: the platform SDKs start
 /// from this record instead of restating the numbers (per-request timeout 60 s, responses
 /// up to 32 MiB (`psi_client::config::MOBILE_MAX_RESPONSE_BYTES`: a phone's, not the
-/// desktop client's 256 MiB; each route has a smaller cap of its own), 2 retries, a 64 MiB registry cache, labels fetched, region `US`, the
+/// desktop client's 256 MiB; each route has a smaller cap of its own), 2 retries, a whole
+/// run within 2 minutes, a 64 MiB registry cache, labels fetched, region `US`, the
 /// automatic choice for the fastest run, one worker thread per core).
 #[uniffi::export]
 pub fn default_discovery_config() -> DiscoveryConfig {
@@ -120,6 +128,8 @@ pub fn default_discovery_config() -> DiscoveryConfig {
         protocol: ProtocolChoice::default(),
         link_hints: LinkHints::default(),
         measurements_dir: None,
+        deadline_ms: u64::try_from(psi_client::config::MOBILE_RUN_DEADLINE.as_millis())
+            .unwrap_or(u64::MAX),
     }
 }
 
@@ -147,6 +157,14 @@ mod tests {
         assert_eq!(d.retries, core.retries);
         assert_eq!(d.default_region, core.default_region);
         assert_eq!(d.cache_max_bytes, FileCache::DEFAULT_MAX_BYTES);
+        // The whole run's deadline: 2 minutes, as the record's own default says.
+        assert_eq!(d.deadline_ms, 120_000);
+        assert_eq!(d.client_config().deadline, Some(Duration::from_secs(120)));
+        let unbounded = DiscoveryConfig {
+            deadline_ms: 0,
+            ..default_discovery_config()
+        };
+        assert_eq!(unbounded.client_config().deadline, None);
         assert!(d.fetch_labels && !d.allow_insecure_http && d.token.is_none());
         // A token read from a file with its final newline is the token.
         let padded = DiscoveryConfig {

@@ -2176,6 +2176,12 @@ public struct DiscoveryConfig: Equatable, Hashable {
      * in memory for the life of the client.
      */
     public var measurementsDir: String?
+    /**
+     * A deadline for the whole run in milliseconds, retries and their waits included
+     * (`psi_client::ClientConfig::deadline`); 0: none. The platform default is 2 minutes
+     * (`psi_client::config::MOBILE_RUN_DEADLINE`).
+     */
+    public var deadlineMs: UInt64
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -2226,7 +2232,12 @@ public struct DiscoveryConfig: Equatable, Hashable {
          * costs, link estimates per network, each server's last health), read when the
          * client is created and written after each run. `None`: `cache_dir` if set, else
          * in memory for the life of the client.
-         */measurementsDir: String?) {
+         */measurementsDir: String?, 
+        /**
+         * A deadline for the whole run in milliseconds, retries and their waits included
+         * (`psi_client::ClientConfig::deadline`); 0: none. The platform default is 2 minutes
+         * (`psi_client::config::MOBILE_RUN_DEADLINE`).
+         */deadlineMs: UInt64 = UInt64(120000)) {
         self.token = token
         self.defaultRegion = defaultRegion
         self.threads = threads
@@ -2240,6 +2251,7 @@ public struct DiscoveryConfig: Equatable, Hashable {
         self.`protocol` = `protocol`
         self.linkHints = linkHints
         self.measurementsDir = measurementsDir
+        self.deadlineMs = deadlineMs
     }
 
     
@@ -2270,7 +2282,8 @@ public struct FfiConverterTypeDiscoveryConfig: FfiConverterRustBuffer {
                 retries: FfiConverterUInt32.read(from: &buf), 
                 protocol: FfiConverterTypeProtocolChoice.read(from: &buf), 
                 linkHints: FfiConverterTypeLinkHints.read(from: &buf), 
-                measurementsDir: FfiConverterOptionString.read(from: &buf)
+                measurementsDir: FfiConverterOptionString.read(from: &buf), 
+                deadlineMs: FfiConverterUInt64.read(from: &buf)
         )
     }
 
@@ -2288,6 +2301,7 @@ public struct FfiConverterTypeDiscoveryConfig: FfiConverterRustBuffer {
         FfiConverterTypeProtocolChoice.write(value.`protocol`, into: &buf)
         FfiConverterTypeLinkHints.write(value.linkHints, into: &buf)
         FfiConverterOptionString.write(value.measurementsDir, into: &buf)
+        FfiConverterUInt64.write(value.deadlineMs, into: &buf)
     }
 }
 
@@ -5739,7 +5753,8 @@ public func liveClients() -> UInt64  {
  * The default of every setting, from psi-client's own defaults: the platform SDKs start
  * from this record instead of restating the numbers (per-request timeout 60 s, responses
  * up to 32 MiB (`psi_client::config::MOBILE_MAX_RESPONSE_BYTES`: a phone's, not the
- * desktop client's 256 MiB; each route has a smaller cap of its own), 2 retries, a 64 MiB registry cache, labels fetched, region `US`, the
+ * desktop client's 256 MiB; each route has a smaller cap of its own), 2 retries, a whole
+ * run within 2 minutes, a 64 MiB registry cache, labels fetched, region `US`, the
  * automatic choice for the fastest run, one worker thread per core).
  */
 public func defaultDiscoveryConfig() -> DiscoveryConfig  {
@@ -5792,7 +5807,7 @@ private let initializationResult: InitializationResult = {
     if (uniffi_psi_ffi_checksum_func_live_clients() != 59720) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_psi_ffi_checksum_func_default_discovery_config() != 4558) {
+    if (uniffi_psi_ffi_checksum_func_default_discovery_config() != 45293) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_psi_ffi_checksum_func_preload() != 56986) {

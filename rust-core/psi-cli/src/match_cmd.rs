@@ -57,6 +57,11 @@ pub struct MatchArgs {
     /// Per-request timeout in seconds.
     #[arg(long, default_value_t = 60)]
     timeout: u64,
+    /// A deadline for the whole run in seconds, retries and their waits included (each
+    /// request's timeout is cut to what is left); default: none, each request's timeout
+    /// bounds it.
+    #[arg(long)]
+    deadline: Option<u64>,
     /// Directory caching the encoded registry between runs (per server, by ETag) and
     /// the measurements of the automatic choice (`measurements.json`: device costs,
     /// link per network, the server's advertised costs).
@@ -81,6 +86,7 @@ pub fn run(args: MatchArgs) -> Result<(), String> {
     let mut config = ClientConfig::default()
         .with_link_hints(hints)
         .with_timeout(Duration::from_secs(args.timeout.max(1)))
+        .with_deadline(args.deadline.map(|s| Duration::from_secs(s.max(1))))
         .with_labels(!args.no_labels)
         .with_default_region(args.region.clone())
         .with_insecure_http(args.allow_insecure_http);

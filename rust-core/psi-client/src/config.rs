@@ -13,6 +13,12 @@ use std::time::Duration;
 /// its own smaller cap below it ([`crate::server_input`]).
 pub const MOBILE_MAX_RESPONSE_BYTES: u64 = 32 << 20;
 
+/// The whole-run deadline of the platform SDKs (psi-ffi's `default_discovery_config`): 2
+/// minutes. With the per-request timeout of 60 s and 2 retries, a hung server would
+/// otherwise hold a run for about 3 minutes; an app's run of a few thousand contacts takes
+/// seconds.
+pub const MOBILE_RUN_DEADLINE: Duration = Duration::from_secs(120);
+
 /// Client settings. [`ClientConfig::default`] gives the documented defaults.
 #[derive(Clone)]
 #[non_exhaustive]
@@ -51,6 +57,13 @@ pub struct ClientConfig {
     /// What the platform knows of the current network (priors for the choice, and the
     /// network's name under which link estimates are kept).
     pub link_hints: LinkHints,
+    /// A deadline for the whole run, counted from the call: retries, their waits and every
+    /// request of every attempt (each request's timeout is cut to what is left). A run
+    /// that reaches it fails with a timeout ([`crate::ClientError::Network`],
+    /// `timeout: true`). The computation between requests is not interrupted (it is
+    /// bounded by the sizes). Default `None` (the CLI's runs are bounded by their
+    /// requests' timeouts); the platform SDKs use [`MOBILE_RUN_DEADLINE`].
+    pub deadline: Option<Duration>,
 }
 
 impl std::fmt::Debug for ClientConfig {
@@ -65,6 +78,7 @@ impl std::fmt::Debug for ClientConfig {
             .field("allow_insecure_http", &self.allow_insecure_http)
             .field("retries", &self.retries)
             .field("link_hints", &self.link_hints)
+            .field("deadline", &self.deadline)
             .finish()
     }
 }
@@ -81,6 +95,7 @@ impl Default for ClientConfig {
             allow_insecure_http: false,
             retries: 2,
             link_hints: LinkHints::default(),
+            deadline: None,
         }
     }
 }
@@ -96,6 +111,9 @@ impl ClientConfig {
         }
         if self.max_response_bytes == 0 {
             return bad("max_response_bytes must be at least 1");
+        }
+        if self.deadline.is_some_and(|d| d.is_zero()) {
+            return bad("the run's deadline must be at least 1 ms");
         }
         if let Some(t) = &self.token {
             if t.is_empty() {
@@ -150,6 +168,11 @@ impl ClientConfig {
     /// Sets how many times a run that failed with a retryable error is restarted.
     pub fn with_retries(mut self, retries: u32) -> Self {
         self.retries = retries;
+        self
+    }
+    /// Sets the whole run's deadline (`None`: only each request's timeout bounds a run).
+    pub fn with_deadline(mut self, deadline: Option<Duration>) -> Self {
+        self.deadline = deadline;
         self
     }
     /// Sets the platform's link hints.

@@ -22,6 +22,18 @@ impl Client {
         policy: psi_core::cost::Policy,
         cancel: &CancelToken,
     ) -> Result<ChoiceReport> {
+        self.choose_within(n, policy, cancel, None)
+    }
+
+    /// [`Client::choose`] whose requests end by `deadline` (a run's,
+    /// [`crate::ClientConfig::deadline`]).
+    pub(super) fn choose_within(
+        &self,
+        n: usize,
+        policy: psi_core::cost::Policy,
+        cancel: &CancelToken,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<ChoiceReport> {
         let started = self.clock.now();
         let hints = &self.config.link_hints;
         let stored = self.measurements.snapshot();
@@ -30,6 +42,7 @@ impl Client {
             None => {
                 let mut quiet = |_| {};
                 let mut run = Run::new(self, cancel, &mut quiet);
+                run.deadline = deadline;
                 let h = run.health()?;
                 let samples = std::mem::take(&mut run.samples);
                 self.measurements.update(|m| {
@@ -119,6 +132,7 @@ impl Client {
             if crate::measure::probe_worthwhile(&workload, &inputs, policy, &served, factor) {
                 let mut quiet = |_| {};
                 let mut run = Run::new(self, cancel, &mut quiet);
+                run.deadline = deadline;
                 let outcome = run.probe(crate::measure::PROBE_BYTES);
                 probe = (
                     run.stats.requests,

@@ -9,8 +9,35 @@ use crate::server_input::{self, server_timing};
 use crate::transport::{MAX_ERROR_BODY_BYTES, Request, Response, TransportError};
 use psi_core::Phase;
 use psi_http::{ErrorBody, ErrorCode, Route};
+use std::time::{Duration, Instant};
+
+/// The most a session's deletion may take once the run's deadline has passed: the slot is
+/// freed on the server if it answers at once; otherwise the session ends itself later.
+const DELETE_AFTER_DEADLINE: Duration = Duration::from_secs(1);
 
 impl Run<'_> {
+    /// A request's timeout: the configured one, cut to what is left of the run's deadline.
+    /// Past the deadline a request is not sent (a timeout error), except the session's
+    /// deletion, which gets [`DELETE_AFTER_DEADLINE`].
+    fn request_timeout(&self, route: Route) -> Result<Duration> {
+        let configured = self.client.config.timeout;
+        let Some(deadline) = self.deadline else {
+            return Ok(configured);
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if route == Route::DeleteSession {
+            return Ok(configured.min(left.max(DELETE_AFTER_DEADLINE)));
+        }
+        if left.is_zero() {
+            return Err(TransportError {
+                message: "the run's deadline passed".into(),
+                timeout: true,
+            }
+            .into());
+        }
+        Ok(configured.min(left))
+    }
+
     /// Sends one request (checking cancellation first) and turns error statuses into
     /// typed errors.
     pub(super) fn send(
@@ -51,13 +78,14 @@ impl Run<'_> {
             self.max_response,
             config.max_response_bytes,
         );
+        let timeout = self.request_timeout(route)?;
         let t0 = self.client.clock.now();
         let mut resp = self.client.transport.send(Request {
             method: route.method(),
             url: format!("{}{}", self.client.base, path),
             headers,
             body,
-            timeout: config.timeout,
+            timeout,
             max_response_bytes: cap,
             abandon_on_cancel: !matches!(route, Route::CreateSession | Route::DeleteSession),
         })?;

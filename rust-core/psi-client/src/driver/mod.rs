@@ -27,6 +27,7 @@ use psi_core::{ItemSet, Phase, Protocol};
 use psi_http::ErrorCode;
 use retry::{jitter, retry_wait, wait_unless_cancelled};
 use run::Run;
+use std::time::Instant;
 
 impl Client {
     /// `GET /v1/health`: the server's epoch, registry size, protocols, limits and
@@ -94,6 +95,7 @@ impl Client {
         };
         let mut report = None;
         let mut attempt = 0;
+        let deadline = self.config.deadline.map(|d| Instant::now() + d);
         loop {
             // The attempt's last event: where it was when it failed.
             let mut last = (Phase::CreateSession, 0);
@@ -101,7 +103,7 @@ impl Client {
             // like any other request of the run (one retry policy for every request).
             let chosen = match policy {
                 Some(policy) if report.is_none() => {
-                    self.choose(set.len(), policy, cancel).map(|r| {
+                    self.choose_within(set.len(), policy, cancel, deadline).map(|r| {
                         protocol = r.choice.protocol;
                         report = Some(r);
                     })
@@ -114,7 +116,7 @@ impl Client {
                         last = (p.phase, p.round);
                         progress(p)
                     };
-                    self.match_once(set.clone(), protocol, &mut hook, cancel)
+                    self.match_once(set.clone(), protocol, &mut hook, cancel, deadline)
                 })
                 .map(|mut r| {
                     r.choice = report.take();
@@ -140,6 +142,10 @@ impl Client {
                     let Some(wait) = retry_wait(&e, attempt, &mut jitter()) else {
                         return Err(e);
                     };
+                    // No attempt starts after the run's deadline.
+                    if deadline.is_some_and(|d| Instant::now() + wait >= d) {
+                        return Err(e);
+                    }
                     attempt += 1;
                     if let Some(cause) = crate::report::RetryCause::of(&e) {
                         progress(Progress {
@@ -185,8 +191,10 @@ impl Client {
         protocol: Protocol,
         progress: &mut dyn FnMut(Progress),
         cancel: &CancelToken,
+        deadline: Option<Instant>,
     ) -> Result<MatchReport> {
         let mut run = Run::new(self, cancel, progress);
+        run.deadline = deadline;
         let n = set.len();
         let (session, said_no_labels) = run.create_session(protocol, n)?;
         // A layout that would pin matched entries down is refused before anything is

@@ -350,6 +350,40 @@ mod tests {
         assert!(events.iter().filter(|p| p.retry.is_none()).count() > 2 * 5);
     }
 
+    /// A deadline for the whole run bounds it across retries (issue 34): every first
+    /// request stalls; with three attempts of a 400 ms timeout the run would take 1.2 s and
+    /// more, with a 500 ms deadline it ends by then, with a timeout.
+    #[test]
+    fn the_runs_deadline_bounds_every_attempt_and_wait() {
+        let srv = server();
+        let stalls = [(0, Fault::Stall), (1, Fault::Stall), (2, Fault::Stall)];
+        let t = Arc::new(Flaky {
+            inner: HttpTransport::new(),
+            faults: Mutex::new(stalls.to_vec()),
+            seen: Mutex::new(0),
+            sessions: Mutex::new(0),
+        });
+        let config = ClientConfig::default()
+            .with_threads(psi_core::Threads::ONE)
+            .with_timeout(Duration::from_millis(400))
+            .with_retries(2)
+            .with_deadline(Some(Duration::from_millis(500)));
+        let c = Client::with_transport(&srv.url(), t.clone(), config);
+        let started = Instant::now();
+        let e = run(&c, Protocol::Dh).unwrap_err();
+        let took = started.elapsed();
+        assert!(
+            matches!(e, ClientError::Network { timeout: true, .. }),
+            "{e:?}"
+        );
+        assert!(took < Duration::from_millis(1100), "{took:?}");
+        // The first attempt used its 400 ms; the second got what was left, no more.
+        assert!(*t.sessions.lock().unwrap() <= 2);
+        // A deadline of 0 is refused before any request.
+        let zero = ClientConfig::default().with_deadline(Some(Duration::ZERO));
+        assert!(matches!(zero.validate(), Err(ClientError::BadInput(_))));
+    }
+
     /// The automatic choice's first request (the server's health) fails: the run is
     /// retried as a fixed protocol's is, with a retry event, not failed at once (issue 34).
     #[test]

@@ -31,6 +31,9 @@ pub(super) struct Run<'a> {
     /// The requests the cost model predicts for the session, once it is created (for the
     /// progress fraction, [`Progress::fraction`]).
     pub(super) requests_planned: Option<usize>,
+    /// When the whole run must end ([`crate::ClientConfig::deadline`]): each request's
+    /// timeout is cut to what is left.
+    pub(super) deadline: Option<std::time::Instant>,
 }
 
 impl<'a> Run<'a> {
@@ -50,6 +53,7 @@ impl<'a> Run<'a> {
             max_response: None,
             step_cap: None,
             requests_planned: None,
+            deadline: None,
         }
     }
 

@@ -187,6 +187,25 @@ class HttpErrorMappingTest {
     }
 
     @Test
+    fun `the run's deadline bounds a hung server across its retries`(): Unit = runBlocking {
+        // Each attempt's first request would wait 5 s (its timeout) three times over, with
+        // backoffs between: about 16 s. The run's deadline of 1.5 s ends it.
+        repeat(3) { server.enqueue(json(200, "{}").headersDelay(10, TimeUnit.SECONDS).build()) }
+        val url = server.url("/").toString().trimEnd('/')
+        val config = DiscoveryConfig(timeoutMillis = 5_000, retries = 2, protocol = Protocol.DH, deadlineMillis = 1_500)
+        ContactDiscovery(url, config).use { bounded ->
+            val started = System.nanoTime()
+            val e = assertThrows<ContactDiscoveryException.Network> { bounded.match(listOf("a@example.com")) }
+            val took = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started)
+            assertTrue(e.isTimeout, e.message)
+            assertTrue(took in 1_000..4_500, "took $took ms")
+        }
+        assertThrows<ContactDiscoveryException.InvalidInput> {
+            ContactDiscovery(url, DiscoveryConfig(deadlineMillis = -1))
+        }
+    }
+
+    @Test
     fun `a response over the size cap is refused`(): Unit = runBlocking {
         server.enqueue(json(200, "{\"pad\":\"" + "x".repeat(20_000) + "\"}").build())
         val e = assertThrows<ContactDiscoveryException.Network> { discovery.health() }

@@ -66,6 +66,8 @@ class ResultMappingTest {
         assertEquals(native.fetchLabels, config.fetchLabels)
         assertEquals(native.allowInsecureHttp, config.allowInsecureHttp)
         assertEquals(ProtocolChoice.AUTO, config.protocol)
+        assertEquals(native.deadlineMs.toLong(), config.deadlineMillis)
+        assertEquals(120_000L, config.deadlineMillis, "a whole run within 2 minutes")
     }
 
     @Test

@@ -10,7 +10,8 @@ import kotlin.jvm.JvmOverloads
  * same on every platform): region `US` (Android: `AndroidDiscovery.defaultConfig` takes the
  * device's), the automatic choice for the fastest run, one worker thread per core, 60 s per
  * request, responses up to 32 MiB, labels fetched, a 64 MiB registry cache, `http://` only
- * to loopback, 2 retries. Creating a config therefore loads the native library.
+ * to loopback, 2 retries, a whole run within 2 minutes. Creating a config therefore loads the
+ * native library.
  *
  * @property token bearer token, if the server requires one. Kept out of [toString].
  * @property defaultRegion region for phone numbers written without a country code
@@ -41,6 +42,10 @@ import kotlin.jvm.JvmOverloads
  *   Read when the client is created and written after each run, so a later run (or app
  *   start) needs no calibration or health request and starts from the measured link.
  *   `null`: [cacheDirectory] if set, else kept in memory for the life of the client.
+ * @property deadlineMillis a deadline for the whole run, from the call: its retries and their
+ *   waits, and every request (each request's timeout is cut to what is left); a run that
+ *   reaches it fails with [ContactDiscoveryException.Network] whose `isTimeout` is true.
+ *   0: none (only [timeoutMillis] bounds each request). Default 2 minutes.
  */
 class DiscoveryConfig @JvmOverloads constructor(
     val token: String? = null,
@@ -56,6 +61,7 @@ class DiscoveryConfig @JvmOverloads constructor(
     val retries: Int = SdkDefaults.retries,
     val linkHints: LinkHints = LinkHints.UNKNOWN,
     val measurementsDirectory: String? = null,
+    val deadlineMillis: Long = SdkDefaults.deadlineMillis,
 ) {
     /** A copy with the bearer token [token]. */
     fun withToken(token: String?) = copy(token = token)
@@ -92,6 +98,9 @@ class DiscoveryConfig @JvmOverloads constructor(
     /** A copy whose runs use [hints] unless a call passes its own. */
     fun withLinkHints(hints: LinkHints) = copy(linkHints = hints)
 
+    /** A copy whose runs end within [millis] milliseconds in all (0: no deadline). */
+    fun withDeadlineMillis(millis: Long) = copy(deadlineMillis = millis)
+
     /** A copy that keeps the automatic choice's measurements in [directory]. */
     fun withMeasurementsDirectory(directory: String?) = copy(measurementsDirectory = directory)
 
@@ -109,9 +118,11 @@ class DiscoveryConfig @JvmOverloads constructor(
         retries: Int = this.retries,
         linkHints: LinkHints = this.linkHints,
         measurementsDirectory: String? = this.measurementsDirectory,
+        deadlineMillis: Long = this.deadlineMillis,
     ) = DiscoveryConfig(
         token, defaultRegion, protocol, threads, timeoutMillis, maxResponseBytes, fetchLabels,
         cacheDirectory, cacheMaxBytes, allowInsecureHttp, retries, linkHints, measurementsDirectory,
+        deadlineMillis,
     )
 
     override fun toString() =
@@ -120,5 +131,5 @@ class DiscoveryConfig @JvmOverloads constructor(
             "maxResponseBytes=$maxResponseBytes, fetchLabels=$fetchLabels, " +
             "cacheDirectory=$cacheDirectory, cacheMaxBytes=$cacheMaxBytes, " +
             "allowInsecureHttp=$allowInsecureHttp, retries=$retries, linkHints=$linkHints, " +
-            "measurementsDirectory=$measurementsDirectory)"
+            "measurementsDirectory=$measurementsDirectory, deadlineMillis=$deadlineMillis)"
 }

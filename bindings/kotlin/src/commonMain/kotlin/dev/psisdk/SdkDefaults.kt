@@ -14,4 +14,5 @@ internal expect object SdkDefaults {
     val cacheMaxBytes: Long
     val allowInsecureHttp: Boolean
     val retries: Int
+    val deadlineMillis: Long
 }

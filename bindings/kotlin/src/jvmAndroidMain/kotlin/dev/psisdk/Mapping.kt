@@ -36,6 +36,7 @@ internal fun DiscoveryConfig.toFfi(): FfiConfig {
         "maxResponseBytes" to maxResponseBytes,
         "cacheMaxBytes" to cacheMaxBytes,
         "retries" to retries.toLong(),
+        "deadlineMillis" to deadlineMillis,
     )) {
         if (value < 0) throw ContactDiscoveryException.InvalidInput("$name must not be negative")
     }
@@ -53,6 +54,7 @@ internal fun DiscoveryConfig.toFfi(): FfiConfig {
         protocol = protocol.toFfi(),
         linkHints = linkHints.toFfi(),
         measurementsDir = measurementsDirectory,
+        deadlineMs = deadlineMillis.toULong(),
     )
 }
 

@@ -15,4 +15,5 @@ internal actual object SdkDefaults {
     actual val cacheMaxBytes: Long get() = native.cacheMaxBytes.toLongClamped()
     actual val allowInsecureHttp: Boolean get() = native.allowInsecureHttp
     actual val retries: Int get() = native.retries.toIntClamped()
+    actual val deadlineMillis: Long get() = native.deadlineMs.toLongClamped()
 }
