@@ -194,16 +194,16 @@ pub fn run(args: MatchArgs) -> Result<(), String> {
         );
     } else {
         println!(
-        "{} of {} contacts matched ({} queried, {} duplicates, {} rejected) against {} registry entries, {} (epoch {})",
-        report.matches.len(),
-        report.rows,
-        run.client_items,
-        run.duplicates,
-        report.rejected.len(),
-        run.server_items,
-        run.protocol,
-        run.epoch
-    );
+            "{} of {} contacts matched ({} queried, {} duplicates, {} rejected) against {} registry entries, {} (epoch {})",
+            report.matches.len(),
+            report.rows,
+            run.client_items,
+            run.duplicates,
+            report.rejected.len(),
+            run.server_items,
+            run.protocol,
+            run.epoch
+        );
     }
     for r in &report.rejected {
         println!(

@@ -145,7 +145,10 @@ mod tests {
             )
             .unwrap();
         assert!(r.matches.is_empty());
-        assert_eq!(r.rejected.iter().map(|x| x.row).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(
+            r.rejected.iter().map(|x| x.row).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
         assert_eq!(r.rejected[0].reason, Invalid::Empty);
         assert_eq!(r.rows, 3);
         assert_eq!(r.run.stats.requests, 0);

@@ -102,12 +102,12 @@ impl Client {
             // The choice is part of the attempt: a failure of its health request is retried
             // like any other request of the run (one retry policy for every request).
             let chosen = match policy {
-                Some(policy) if report.is_none() => {
-                    self.choose_within(set.len(), policy, cancel, deadline).map(|r| {
+                Some(policy) if report.is_none() => self
+                    .choose_within(set.len(), policy, cancel, deadline)
+                    .map(|r| {
                         protocol = r.choice.protocol;
                         report = Some(r);
-                    })
-                }
+                    }),
                 _ => Ok(()),
             };
             let result = chosen
