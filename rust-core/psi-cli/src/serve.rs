@@ -68,6 +68,13 @@ pub struct ServeArgs {
     /// Longest a request may take, body upload included, in seconds.
     #[arg(long, default_value_t = 120)]
     request_timeout: u64,
+    /// Target average label records per bucket (at least 4: clients refuse sparser
+    /// layouts, `psi_core::labels::MIN_BUCKET_OCCUPANCY`). More hides each fetched bucket
+    /// among more entries, at proportionally more bytes per run
+    /// (docs/protocol/labels.md, sections 5 and 6).
+    #[arg(long, default_value_t = psi_server::Config::default().label_bucket_size,
+          value_parser = parse_label_bucket_size)]
+    label_bucket_size: usize,
     /// Items one client may query per hour; 0 = unlimited. A client is an issued token
     /// (`psi token add`, which may set its own budget), a static token (shared by all who
     /// hold it), or without authentication a client IP address (IPv6: a prefix). Budgets
@@ -260,6 +267,21 @@ fn parse_period(s: &str, min: Duration, too_short: &str) -> Result<Period, Strin
     Ok(Period(Some(d)))
 }
 
+/// `--label-bucket-size`: a whole number of at least `MIN_BUCKET_OCCUPANCY` (4).
+fn parse_label_bucket_size(s: &str) -> Result<usize, String> {
+    let n: usize = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a whole number"))?;
+    let min = psi_core::labels::MIN_BUCKET_OCCUPANCY;
+    if (n as u64) < min {
+        return Err(format!(
+            "{n} is below {min}: clients refuse a layout with fewer than {min} entries per bucket"
+        ));
+    }
+    Ok(n)
+}
+
 pub fn run(args: ServeArgs) -> Result<(), String> {
     use std::io::IsTerminal;
     tracing_subscriber::fmt()
@@ -285,6 +307,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     config.session_ttl = Duration::from_secs(args.session_ttl.max(1));
     config.request_timeout = Duration::from_secs(args.request_timeout.max(1));
     config.items_per_hour = args.items_per_hour;
+    config.label_bucket_size = args.label_bucket_size;
     config.probe_bytes_per_hour = args.probe_bytes_per_hour;
     config.encoded_set_bytes_per_hour = args.encoded_set_bytes_per_hour;
     config.ipv4_block_budgets = args.ipv4_block_budgets;

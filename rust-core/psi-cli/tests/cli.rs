@@ -808,3 +808,31 @@ fn serve_bounds_encoded_set_downloads_and_304s_are_free() {
     assert!(r.header("retry-after").is_some());
     assert_eq!(get(&served.url, Some(&etag)).status, 304);
 }
+
+/// `psi serve --label-bucket-size` sets the label layout the server advertises (issue 34:
+/// the documents named the knob, but no flag set it), and a size clients would refuse
+/// (below `MIN_BUCKET_OCCUPANCY`) is refused at start.
+#[test]
+fn label_bucket_size_sets_the_layout_and_is_checked() {
+    let dir = common::temp_dir("cli", "label-bucket-size");
+    let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    let rows: String = (0..1000)
+        .map(|i| format!("user{i}@example.com,User {i}\n"))
+        .collect();
+    std::fs::write(path("reg.csv"), rows).unwrap();
+    let db = path("r.sqlite");
+    let (ok, _, err) = psi(&["import", "--db", &db, &path("reg.csv")]);
+    assert!(ok, "{err}");
+    let bits = |extra: &[&str]| {
+        let server = Served::start(&db, extra);
+        let client =
+            psi_client::Client::new(&server.url, psi_client::ClientConfig::default());
+        client.health().expect("health").label_bucket_bits
+    };
+    // 1,000 labelled entries: 1000 / 8 = 125 buckets -> 6 bits; 1000 / 64 = 15 -> 3 bits.
+    assert_eq!(bits(&[]), 6);
+    assert_eq!(bits(&["--label-bucket-size", "64"]), 3);
+    let (ok, _, err) = psi(&["serve", "--db", &db, "--label-bucket-size", "3"]);
+    assert!(!ok && err.contains("below 4"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
