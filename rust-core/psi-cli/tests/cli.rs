@@ -825,8 +825,7 @@ fn label_bucket_size_sets_the_layout_and_is_checked() {
     assert!(ok, "{err}");
     let bits = |extra: &[&str]| {
         let server = Served::start(&db, extra);
-        let client =
-            psi_client::Client::new(&server.url, psi_client::ClientConfig::default());
+        let client = psi_client::Client::new(&server.url, psi_client::ClientConfig::default());
         client.health().expect("health").label_bucket_bits
     };
     // 1,000 labelled entries: 1000 / 8 = 125 buckets -> 6 bits; 1000 / 64 = 15 -> 3 bits.
