@@ -702,9 +702,29 @@ fn many_round_runs_work_ahead_and_find_every_match() {
         .collect();
     for p in [Protocol::Ot, Protocol::Cm20] {
         let c = Client::new(&srv.url(), ClientConfig::default().with_labels(false));
+        let mut events = Vec::new();
         let r = c
-            .match_items(items.clone(), p, &mut |_| {}, &none())
+            .match_items(items.clone(), p, &mut |e| events.push(e), &none())
             .unwrap();
+        // One vocabulary (issue 34): the phases timed are the phases entered, and the
+        // outputs' handling is the client's finish, entered last.
+        let entered: std::collections::BTreeSet<&str> =
+            events.iter().map(|e| e.phase.name()).collect();
+        let timed: std::collections::BTreeSet<&str> =
+            r.stats.phases.iter().map(|(ph, _)| ph.name()).collect();
+        assert_eq!(entered, timed, "{p}");
+        assert_eq!(events.last().unwrap().phase, Phase::ClientFinish, "{p}");
+        assert!(events.iter().any(|e| e.phase == Phase::ClientChunk), "{p}");
+        // The progress fraction grows with the requests, below 1.
+        let fractions: Vec<f64> = events.iter().map(|e| e.fraction()).collect();
+        assert!(
+            fractions.windows(2).all(|w| w[0] <= w[1]),
+            "{p}: {fractions:?}"
+        );
+        assert!(
+            *fractions.last().unwrap() > 0.5 && *fractions.last().unwrap() < 1.0,
+            "{p}"
+        );
         let mut found: Vec<usize> = r.matches.iter().map(|m| m.index).collect();
         found.sort_unstable();
         assert_eq!(found, (0..500).collect::<Vec<_>>(), "{p}");

@@ -69,6 +69,10 @@ pub trait ChunkedClient: Send {
     /// Whether [`ChunkedClient::work_ahead`] would do anything now (a driver need not
     /// start a thread for it otherwise).
     fn has_work_ahead(&self) -> bool;
+    /// Whether the response awaited is the server's outputs, the last: its `handle` is
+    /// the client's finish (a driver reports it as [`crate::Phase::ClientFinish`], as
+    /// [`run_loop`] does).
+    fn awaits_outputs(&self) -> bool;
 }
 
 /// A client just started ([`crate::Protocol::start_chunked_client`]) and the hello it

@@ -387,6 +387,10 @@ impl chunked::ChunkedClient for Cm20Client {
     fn has_work_ahead(&self) -> bool {
         Cm20Client::has_work_ahead(self)
     }
+
+    fn awaits_outputs(&self) -> bool {
+        matches!(self.phase, Phase::AwaitOutputs(_))
+    }
 }
 
 #[cfg(test)]

@@ -443,6 +443,10 @@ impl chunked::ChunkedClient for OtClient {
     fn has_work_ahead(&self) -> bool {
         OtClient::has_work_ahead(self)
     }
+
+    fn awaits_outputs(&self) -> bool {
+        matches!(self.phase, Phase::AwaitOutputs(_))
+    }
 }
 
 #[cfg(test)]

@@ -96,8 +96,12 @@ impl Run<'_> {
                 } else {
                     self.round_trip(route, &session.session_id, request)
                 }?;
+                // One vocabulary for events and timings: the phase entered here is the one
+                // the time is recorded under (the outputs' handling is the finish).
                 let phase = if first {
                     Phase::ClientSetup
+                } else if client.awaits_outputs() {
+                    Phase::ClientFinish
                 } else {
                     Phase::ClientChunk
                 };
@@ -110,7 +114,7 @@ impl Run<'_> {
                         request = next;
                     }
                     ClientStep::Done(output) => {
-                        self.leave(Phase::ClientFinish, t);
+                        self.leave(phase, t);
                         self.stats.work_ahead += ahead;
                         return Ok((output, LabelSource::Query));
                     }
