@@ -12,6 +12,9 @@ struct Usage: Error, CustomStringConvertible {
     let description: String
 }
 
+/// `-h` or `--help`: the usage on standard output, exit status 0.
+struct HelpAsked: Error {}
+
 func parseArguments(_ args: [String]) throws -> (server: URL, file: String, configuration: DiscoveryConfiguration) {
     var server: URL?
     var file: String?
@@ -42,7 +45,7 @@ func parseArguments(_ args: [String]) throws -> (server: URL, file: String, conf
             }
         case "--region": configuration.defaultRegion = try value()
         case "--cache-dir": configuration.cacheDirectory = URL(fileURLWithPath: try value())
-        case "-h", "--help": throw Usage(description: "")
+        case "-h", "--help": throw HelpAsked()
         case let arg where arg.hasPrefix("-"): throw Usage(description: "unknown option \(arg)")
         case let arg:
             guard file == nil else { throw Usage(description: "one address book only") }
@@ -80,6 +83,9 @@ func run() async -> Int32 {
         } else {
             print("choice: fixed \(result.protocol)")
         }
+        return 0
+    } catch is HelpAsked {
+        print(usage)
         return 0
     } catch let e as Usage {
         FileHandle.standardError.write(Data(((e.description.isEmpty ? "" : "psi-swift-sample: \(e.description)\n") + usage + "\n").utf8))

@@ -98,6 +98,12 @@ final class SampleTests: XCTestCase {
         let (bad, usage) = try runProcess(binary, ["--server", server.url.absoluteString])
         XCTAssertEqual(bad, 2)
         XCTAssertTrue(usage.contains("usage:"), usage)
+        // Asking for help is not an error (issue 34).
+        for flag in ["--help", "-h"] {
+            let (help, text) = try runProcess(binary, [flag])
+            XCTAssertEqual(help, 0, text)
+            XCTAssertTrue(text.hasPrefix("usage: psi-swift-sample"), text)
+        }
     }
 
     static func sampleBinary() throws -> String {
