@@ -60,6 +60,8 @@ pub use measure::{
     ProtocolChoice, Source,
 };
 pub use measurements_file::{MeasurementsFile, MeasurementsFileError};
+/// Whether the phone-number metadata is loaded (`psi_contacts::metadata_loaded`).
+pub use psi_contacts::metadata_loaded as phone_metadata_loaded;
 pub use psi_contacts::{Invalid, preload_metadata};
 pub use psi_core::cost::{Policy, Prediction, UnitCosts};
 pub use psi_core::{Phase, Protocol, Threads};

@@ -171,6 +171,7 @@ impl Normalizer {
     }
 
     fn normalize_phone(&self, s: &str) -> Result<Contact, Invalid> {
+        preload_metadata();
         let s = s.trim();
         let allowed = |c: char| c.is_ascii_digit() || " +-().\u{a0}/".contains(c);
         // `x`, `ext`, `;` (RFC 3966's `;ext=` and other parameters) or `#` introduces an
@@ -213,8 +214,19 @@ impl Normalizer {
 /// pay for it. Idempotent and cheap once done; the platform clients call it on a thread of
 /// their own when a client is created, off the caller's thread and before the first run.
 pub fn preload_metadata() {
-    let _ = phonenumber::parse(Some(Id::US), "+14155550123");
+    METADATA.get_or_init(|| {
+        let _ = phonenumber::parse(Some(Id::US), "+14155550123");
+    });
 }
+
+/// Whether the phone-number metadata is loaded ([`preload_metadata`], or a first phone
+/// number normalized).
+pub fn metadata_loaded() -> bool {
+    METADATA.get().is_some()
+}
+
+/// Set once the phone-number metadata has been loaded (it loads on its first use).
+static METADATA: std::sync::OnceLock<()> = std::sync::OnceLock::new();
 
 fn normalize_email(lower: &str) -> Result<Contact, Invalid> {
     let s = lower.trim();
