@@ -222,6 +222,16 @@ mod tests {
         faults: &[(usize, Fault)],
         retries: u32,
     ) -> (Client, Arc<Flaky>) {
+        flaky_with(srv, faults, retries, |c| c)
+    }
+
+    /// [`flaky`] with the client's settings changed by `tune`.
+    fn flaky_with(
+        srv: &psi_server::RunningServer,
+        faults: &[(usize, Fault)],
+        retries: u32,
+        tune: impl FnOnce(ClientConfig) -> ClientConfig,
+    ) -> (Client, Arc<Flaky>) {
         let t = Arc::new(Flaky {
             inner: HttpTransport::new(),
             faults: Mutex::new(faults.to_vec()),
@@ -232,7 +242,10 @@ mod tests {
             .with_threads(psi_core::Threads::ONE)
             .with_timeout(Duration::from_millis(400))
             .with_retries(retries);
-        (Client::with_transport(&srv.url(), t.clone(), config), t)
+        (
+            Client::with_transport(&srv.url(), t.clone(), tune(config)),
+            t,
+        )
     }
 
     fn items() -> Vec<Vec<u8>> {
@@ -357,18 +370,9 @@ mod tests {
     fn the_runs_deadline_bounds_every_attempt_and_wait() {
         let srv = server();
         let stalls = [(0, Fault::Stall), (1, Fault::Stall), (2, Fault::Stall)];
-        let t = Arc::new(Flaky {
-            inner: HttpTransport::new(),
-            faults: Mutex::new(stalls.to_vec()),
-            seen: Mutex::new(0),
-            sessions: Mutex::new(0),
+        let (c, t) = flaky_with(&srv, &stalls, 2, |c| {
+            c.with_deadline(Some(Duration::from_millis(500)))
         });
-        let config = ClientConfig::default()
-            .with_threads(psi_core::Threads::ONE)
-            .with_timeout(Duration::from_millis(400))
-            .with_retries(2)
-            .with_deadline(Some(Duration::from_millis(500)));
-        let c = Client::with_transport(&srv.url(), t.clone(), config);
         let started = Instant::now();
         let e = run(&c, Protocol::Dh).unwrap_err();
         let took = started.elapsed();
