@@ -103,6 +103,61 @@ fn transcript_vector() {
     common::check_vector("ot-psi-transcript.json", "OT_PSI_WRITE_VECTORS", &one, &two);
 }
 
+/// The second transcript vector (docs/protocol/ot-psi.md section 9): 900 client items in
+/// a table of 985 bins (a client may use fewer bins than `m(n)`), seeds where the random
+/// walk gives up on four items and the breadth-first search places them (found with the
+/// replay of tests/ot_psi_replay.rs, which checks the count).
+const SEARCH_SEEDS: (u64, u64) = (11, 1011);
+const SEARCH_BINS: usize = 985;
+const SEARCH_CHUNK_ROWS: usize = 256;
+const SEARCH_PLACEMENTS: u64 = 4;
+
+fn search_transcript_json(threads: Threads) -> serde_json::Value {
+    let client: Vec<String> = (0..900).map(|i| format!("c{i}")).collect();
+    let server: Vec<String> = (850..1150).map(|i| format!("c{i}")).collect();
+    let bytes = |v: &[String]| v.iter().map(|x| x.clone().into_bytes()).collect::<Vec<_>>();
+    let config = OtConfig::new(threads)
+        .with_chunk_rows(SEARCH_CHUNK_ROWS)
+        .with_table_size_for_tests(SEARCH_BINS);
+    let (out, transcript) = run(&bytes(&client), &bytes(&server), &config, SEARCH_SEEDS);
+    serde_json::json!({
+        "description": "OT-PSI (protocol id 0x02, suite 0x01) transcript whose Cuckoo placement reaches the breadth-first search (docs/protocol/ot-psi.md section 9.4): 900 client items in a table of `bins` bins instead of m(900), fixed RNG seeds",
+        "produced_by": "rust-core/psi-core/tests/ot_psi.rs, test search_transcript_vector; regenerate with OT_PSI_WRITE_VECTORS=1 cargo test -p psi-core --test ot_psi search_transcript_vector",
+        "rng": "as in ot-psi-transcript.json",
+        "client_seed": SEARCH_SEEDS.0,
+        "server_seed": SEARCH_SEEDS.1,
+        "bins": SEARCH_BINS,
+        "searched_items": SEARCH_PLACEMENTS,
+        "chunk_rows": SEARCH_CHUNK_ROWS,
+        "client_items": client,
+        "server_items": server,
+        "messages": common::vector_messages(&transcript),
+        "match_indices": out.matches.iter().map(|m| m.index).collect::<Vec<_>>(),
+    })
+}
+
+/// Regenerates the search transcript (one and two threads) and compares it with the
+/// checked-in vector.
+#[test]
+fn search_transcript_vector() {
+    let one = search_transcript_json(Threads::ONE);
+    let two = search_transcript_json(Threads::new(2));
+    let items = |v: &serde_json::Value| -> Vec<Vec<u8>> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_str().unwrap().as_bytes().to_vec())
+            .collect()
+    };
+    common::check_vector_of(
+        "ot-psi-transcript-search.json",
+        "OT_PSI_WRITE_VECTORS",
+        &one,
+        &two,
+        &(items(&one["client_items"]), items(&one["server_items"])),
+    );
+}
+
 /// The analytic sizes of the spec match the real messages.
 #[test]
 fn message_sizes_match_the_spec() {

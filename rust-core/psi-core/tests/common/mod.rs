@@ -170,6 +170,18 @@ pub fn vector_messages(transcript: &[Vec<u8>]) -> Vec<serde_json::Value> {
 /// `write_var` is set), message by message first for a readable failure; then checks
 /// the stored matches against the plain intersection of [`vector_sets`].
 pub fn check_vector(name: &str, write_var: &str, one: &serde_json::Value, two: &serde_json::Value) {
+    check_vector_of(name, write_var, one, two, &vector_items());
+}
+
+/// [`check_vector`] for a vector of other sets than [`vector_items`]: `items`, whose plain
+/// intersection the vector's `match_indices` must be.
+pub fn check_vector_of(
+    name: &str,
+    write_var: &str,
+    one: &serde_json::Value,
+    two: &serde_json::Value,
+    items: &Sets,
+) {
     assert_eq!(
         one, two,
         "the transcript must not depend on the thread count"
@@ -196,6 +208,6 @@ pub fn check_vector(name: &str, write_var: &str, one: &serde_json::Value, two: &
         *one == stored,
         "transcript vector differs outside the messages"
     );
-    let (c, s) = vector_items();
-    assert_eq!(serde_json::json!(expected(&c, &s)), stored["match_indices"]);
+    let (c, s) = items;
+    assert_eq!(serde_json::json!(expected(c, s)), stored["match_indices"]);
 }
