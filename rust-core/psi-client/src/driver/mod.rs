@@ -64,7 +64,10 @@ impl Client {
     /// gone altogether; a fresh session is always correct. The cost: each attempt is a
     /// new session, charged again against the caller's item budget. Each request stays
     /// bounded by [`ClientConfig::timeout`](crate::ClientConfig::timeout), so a run ends within about
-    /// `(retries + 1)` runs' worth of timeouts plus the waits.
+    /// `(retries + 1)` runs' worth of timeouts plus the waits, and within
+    /// [`ClientConfig::deadline`](crate::ClientConfig::deadline) when one is set (each request's
+    /// timeout is cut to what is left of it, and no attempt starts after it). The automatic
+    /// choice's requests are part of the first attempt and retried the same way.
     pub fn match_items(
         &self,
         items: Vec<Vec<u8>>,
