@@ -561,7 +561,12 @@ fn transcript_replays_from_the_spec() {
         m,
         v["chunk_rows"].as_u64().unwrap() as usize,
     );
-    let msgs = msgs.expect("placement");
+    assert_messages(&msgs.expect("placement"), &v);
+}
+
+/// The replayed messages against a vector's `messages`: count, then each one's type,
+/// length and SHA-256.
+fn assert_messages(msgs: &[Vec<u8>], v: &serde_json::Value) {
     let expected = v["messages"].as_array().unwrap();
     assert_eq!(msgs.len(), expected.len(), "message count");
     for (k, (mine, e)) in msgs.iter().zip(expected).enumerate() {
@@ -610,22 +615,7 @@ fn the_search_transcript_replays_from_the_spec() {
         "items placed by the search"
     );
     assert!(searches > 0, "the vector must reach the search");
-    let msgs = msgs.expect("placement");
-    let expected = v["messages"].as_array().unwrap();
-    assert_eq!(msgs.len(), expected.len(), "message count");
-    for (k, (mine, e)) in msgs.iter().zip(expected).enumerate() {
-        assert_eq!(
-            mine.len() as u64,
-            e["len"].as_u64().unwrap(),
-            "message {k}: length"
-        );
-        assert_eq!(
-            hex::encode(Sha256::digest(mine)),
-            e["sha256"].as_str().unwrap(),
-            "message {k} (type {}): bytes",
-            mine[4]
-        );
-    }
+    assert_messages(&msgs.expect("placement"), &v);
 }
 
 /// The transcript's table is loose enough that no item reaches the breadth-first search
