@@ -393,10 +393,7 @@ mod tests {
             &self,
             _: psi_client::Request,
         ) -> Result<psi_client::Response, psi_client::TransportError> {
-            Err(psi_client::TransportError {
-                message: "offline".into(),
-                timeout: false,
-            })
+            Err(psi_client::TransportError::failed("offline"))
         }
     }
 

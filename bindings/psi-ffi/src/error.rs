@@ -72,6 +72,17 @@ pub enum PsiError {
         /// What failed (no payload of the panic, which could hold data).
         reason: String,
     },
+    // New variants go last: a variant's number is its place (the generated bindings'
+    // wire form), and older SDK code maps the earlier ones by number.
+    /// The secure connection to the server could not be set up: its certificate is not
+    /// trusted (expired, for another name, an unknown CA, a network intercepting the
+    /// connection) or it does not speak TLS (an `https://` URL to a plain HTTP port).
+    /// Not retryable: fix the URL, the server's certificate or the trusted roots.
+    #[error("TLS failed: {reason}")]
+    Tls {
+        /// What went wrong (the transport's message).
+        reason: String,
+    },
 }
 
 impl PsiError {
@@ -178,6 +189,7 @@ impl From<ClientError> for PsiError {
                 reason: message,
                 timeout,
             },
+            ClientError::Tls { message, .. } => PsiError::Tls { reason: message },
             ClientError::Http {
                 status,
                 code,
@@ -300,10 +312,9 @@ mod tests {
             }
         ));
         assert!(matches!(
-            PsiError::from(ClientError::from(psi_client::TransportError {
-                message: "x".into(),
-                timeout: true
-            })),
+            PsiError::from(ClientError::from(psi_client::TransportError::timed_out(
+                "x"
+            ))),
             PsiError::Network { timeout: true, .. }
         ));
         assert!(matches!(
@@ -317,15 +328,20 @@ mod tests {
             PsiError::from(ClientError::Cancelled),
             PsiError::Cancelled
         ));
+        let tls = ClientError::from(psi_client::TransportError::tls_failed("handshake"));
+        assert!(!tls.is_retryable());
+        assert!(matches!(
+            PsiError::from(tls),
+            PsiError::Tls { reason } if reason == "handshake"
+        ));
     }
 
     #[test]
     fn the_cause_crosses_with_the_error() {
         // A network error's reason is its transport error's message.
-        let e = PsiError::from(ClientError::from(psi_client::TransportError {
-            message: "io: Connection refused (os error 111)".into(),
-            timeout: false,
-        }));
+        let e = PsiError::from(ClientError::from(psi_client::TransportError::failed(
+            "io: Connection refused (os error 111)",
+        )));
         assert!(
             matches!(&e, PsiError::Network { reason, timeout: false }
                 if reason == "io: Connection refused (os error 111)"),
@@ -339,10 +355,7 @@ mod tests {
         #[error("inner cause")]
         struct Inner;
         assert_eq!(with_causes(&Outer(Inner)), "outer: inner cause");
-        let n = ClientError::from(psi_client::TransportError {
-            message: "reset".into(),
-            timeout: false,
-        });
+        let n = ClientError::from(psi_client::TransportError::failed("reset"));
         assert_eq!(
             with_causes(&n),
             "network error: reset",

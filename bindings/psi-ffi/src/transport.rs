@@ -67,7 +67,7 @@ pub struct HttpResponse {
 /// Why a request produced no response.
 #[derive(Debug, thiserror::Error, uniffi::Error)]
 pub enum TransportError {
-    /// Connection refused or reset, DNS, TLS, I/O.
+    /// Connection refused or reset, DNS, I/O.
     #[error("{reason}")]
     Failed {
         /// What went wrong (no bodies, no headers).
@@ -84,6 +84,16 @@ pub enum TransportError {
     TooLarge {
         /// The limit.
         limit: u64,
+    },
+    /// The secure connection could not be set up: the server's certificate is not trusted
+    /// or does not name the host, or the server does not speak TLS (an `https://` URL to
+    /// a plain HTTP port). The run fails with [`crate::PsiError::Tls`], not retried. A
+    /// platform maps its TLS errors here (OkHttp's `SSLException`, URLSession's
+    /// `secureConnectionFailed` and certificate codes).
+    #[error("TLS failed: {reason}")]
+    Tls {
+        /// What went wrong (no certificate contents, no bodies).
+        reason: String,
     },
 }
 
@@ -148,7 +158,13 @@ impl Transport for ForeignTransport {
             timeout_ms: u64::try_from(request.timeout.as_millis()).unwrap_or(u64::MAX),
             max_response_bytes: limit,
         };
-        let failed = |message: String, timeout| psi_client::TransportError { message, timeout };
+        let failed = |message: String, timeout: bool| {
+            if timeout {
+                psi_client::TransportError::timed_out(message)
+            } else {
+                psi_client::TransportError::failed(message)
+            }
+        };
         match block_on(self.inner.send(request), wait, || {
             abortable && self.cancel.is_cancelled()
         }) {
@@ -161,6 +177,9 @@ impl Transport for ForeignTransport {
                 headers: r.headers.into_iter().map(|h| (h.name, h.value)).collect(),
                 body: r.body,
             }),
+            Wait::Done(Err(TransportError::Tls { reason })) => {
+                Err(psi_client::TransportError::tls_failed(reason))
+            }
             Wait::Done(Err(e)) => {
                 let timeout = matches!(e, TransportError::Timeout { .. });
                 Err(failed(e.to_string(), timeout))

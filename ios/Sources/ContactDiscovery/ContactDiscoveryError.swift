@@ -76,6 +76,10 @@ extension ContactDiscoveryError {
         case .Protocol(let reason, let retryable): return .protocolViolation(reason: reason, retryable: retryable)
         case .Cancelled: return nil
         case .Internal(let reason): return .internal(reason: reason)
+        // Not retryable, as the native library says. Until the Swift SDK has its own case
+        // for it (docs/adr/0043-tls-failure-reason.md), the configuration that cannot be
+        // used: the URL's scheme, the server's certificate or the trusted roots.
+        case .Tls(let reason): return .invalidInput(reason: "TLS failed: \(reason)")
         }
     }
 

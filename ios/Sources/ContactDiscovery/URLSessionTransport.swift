@@ -297,7 +297,7 @@ final class Exchange: NSObject, URLSessionDataDelegate, @unchecked Sendable {
             return .Failed(reason: "not connected to the internet (URLError \(urlError.code.rawValue))")
         case .secureConnectionFailed, .serverCertificateUntrusted, .serverCertificateHasBadDate,
             .serverCertificateNotYetValid, .serverCertificateHasUnknownRoot, .clientCertificateRejected:
-            return .Failed(reason: "TLS failed (URLError \(urlError.code.rawValue))")
+            return .Tls(reason: "secure connection failed (URLError \(urlError.code.rawValue))")
         case .badServerResponse, .cannotParseResponse:
             return .Failed(reason: "malformed HTTP response (URLError \(urlError.code.rawValue))")
         default:

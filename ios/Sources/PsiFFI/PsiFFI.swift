@@ -4591,6 +4591,17 @@ enum PsiError: Swift.Error, Equatable, Hashable, Foundation.LocalizedError {
          * What failed (no payload of the panic, which could hold data).
          */reason: String
     )
+    /**
+     * The secure connection to the server could not be set up: its certificate is not
+     * trusted (expired, for another name, an unknown CA, a network intercepting the
+     * connection) or it does not speak TLS (an `https://` URL to a plain HTTP port).
+     * Not retryable: fix the URL, the server's certificate or the trusted roots.
+     */
+    case Tls(
+        /**
+         * What went wrong (the transport's message).
+         */reason: String
+    )
 
     
 
@@ -4648,6 +4659,9 @@ public struct FfiConverterTypePsiError: FfiConverterRustBuffer {
         case 8: return .Internal(
             reason: try FfiConverterString.read(from: &buf)
             )
+        case 9: return .Tls(
+            reason: try FfiConverterString.read(from: &buf)
+            )
 
          default: throw UniffiInternalError.unexpectedEnumCase
         }
@@ -4702,6 +4716,11 @@ public struct FfiConverterTypePsiError: FfiConverterRustBuffer {
         
         case let .Internal(reason):
             writeInt(&buf, Int32(8))
+            FfiConverterString.write(reason, into: &buf)
+            
+        
+        case let .Tls(reason):
+            writeInt(&buf, Int32(9))
             FfiConverterString.write(reason, into: &buf)
             
         }
@@ -5056,7 +5075,7 @@ enum TransportError: Swift.Error, Equatable, Hashable, Foundation.LocalizedError
     
     
     /**
-     * Connection refused or reset, DNS, TLS, I/O.
+     * Connection refused or reset, DNS, I/O.
      */
     case Failed(
         /**
@@ -5078,6 +5097,18 @@ enum TransportError: Swift.Error, Equatable, Hashable, Foundation.LocalizedError
         /**
          * The limit.
          */limit: UInt64
+    )
+    /**
+     * The secure connection could not be set up: the server's certificate is not trusted
+     * or does not name the host, or the server does not speak TLS (an `https://` URL to
+     * a plain HTTP port). The run fails with [`crate::PsiError::Tls`], not retried. A
+     * platform maps its TLS errors here (OkHttp's `SSLException`, URLSession's
+     * `secureConnectionFailed` and certificate codes).
+     */
+    case Tls(
+        /**
+         * What went wrong (no certificate contents, no bodies).
+         */reason: String
     )
 
     
@@ -5117,6 +5148,9 @@ public struct FfiConverterTypeTransportError: FfiConverterRustBuffer {
         case 3: return .TooLarge(
             limit: try FfiConverterUInt64.read(from: &buf)
             )
+        case 4: return .Tls(
+            reason: try FfiConverterString.read(from: &buf)
+            )
 
          default: throw UniffiInternalError.unexpectedEnumCase
         }
@@ -5142,6 +5176,11 @@ public struct FfiConverterTypeTransportError: FfiConverterRustBuffer {
         case let .TooLarge(limit):
             writeInt(&buf, Int32(3))
             FfiConverterUInt64.write(limit, into: &buf)
+            
+        
+        case let .Tls(reason):
+            writeInt(&buf, Int32(4))
+            FfiConverterString.write(reason, into: &buf)
             
         }
     }

@@ -594,9 +594,10 @@ pub mod fake {
                         .expect("json")
                 }
                 Body::NoResponse { timeout } => {
-                    return Err(TransportError {
-                        message: "fuzzed: no response".into(),
-                        timeout: *timeout,
+                    return Err(if *timeout {
+                        TransportError::timed_out("fuzzed: no response")
+                    } else {
+                        TransportError::failed("fuzzed: no response")
                     });
                 }
             };

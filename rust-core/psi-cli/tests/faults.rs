@@ -441,10 +441,7 @@ struct Vanish {
 impl Transport for Vanish {
     fn send(&self, request: Request) -> Result<Response, TransportError> {
         if self.seen.fetch_add(1, Ordering::SeqCst) >= self.after {
-            return Err(TransportError {
-                message: "network gone".into(),
-                timeout: false,
-            });
+            return Err(TransportError::failed("network gone"));
         }
         self.inner.send(request)
     }

@@ -25,6 +25,19 @@ pub enum ClientError {
         /// [`std::error::Error::source`] chain.
         source: TransportError,
     },
+    /// The secure connection could not be set up: the server's certificate is not
+    /// trusted (expired, another name, an unknown CA, a captive portal intercepting the
+    /// connection), or the server does not speak TLS at all (an `https://` URL to a plain
+    /// HTTP port). Not retryable: the same call fails the same way until the URL, the
+    /// trusted roots or the server's certificate change.
+    /// [`std::error::Error::source`] is the transport's error.
+    #[error("TLS failed: {message}")]
+    Tls {
+        /// What went wrong (the transport's message).
+        message: String,
+        /// The transport's error, as it reported it.
+        source: TransportError,
+    },
     /// The server answered with an error status and its JSON error (docs/api.md).
     #[error("server answered HTTP {status} ({code}): {message}")]
     Http {
@@ -77,7 +90,7 @@ impl ClientError {
     }
 }
 
-/// The request did not produce a response (connection, timeout, I/O, size cap).
+/// The request did not produce a response (connection, timeout, I/O, size cap, TLS).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct TransportError {
@@ -85,10 +98,47 @@ pub struct TransportError {
     pub message: String,
     /// True for a timeout.
     pub timeout: bool,
+    /// True when the secure connection could not be set up (an untrusted certificate,
+    /// a server that does not speak TLS): the run fails with [`ClientError::Tls`], which
+    /// is not retried.
+    pub tls: bool,
+}
+
+impl TransportError {
+    /// A failure other than a timeout or TLS: refused, reset, cut short, too large.
+    pub fn failed(message: impl Into<String>) -> TransportError {
+        TransportError {
+            message: message.into(),
+            timeout: false,
+            tls: false,
+        }
+    }
+
+    /// A timeout expired.
+    pub fn timed_out(message: impl Into<String>) -> TransportError {
+        TransportError {
+            timeout: true,
+            ..TransportError::failed(message)
+        }
+    }
+
+    /// The TLS handshake failed ([`TransportError::tls`]).
+    pub fn tls_failed(message: impl Into<String>) -> TransportError {
+        TransportError {
+            tls: true,
+            ..TransportError::failed(message)
+        }
+    }
 }
 
 impl From<TransportError> for ClientError {
     fn from(e: TransportError) -> Self {
+        if e.tls {
+            return ClientError::Tls {
+                message: e.message.clone(),
+                source: e,
+            };
+        }
         ClientError::Network {
             message: e.message.clone(),
             timeout: e.timeout,

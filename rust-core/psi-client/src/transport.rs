@@ -175,12 +175,23 @@ impl HttpTransport {
     }
 }
 
+/// ureq's error as a transport error: a timeout, a TLS failure (the handshake refused the
+/// certificate, or the peer does not speak TLS: rustls reports both, inside an I/O error
+/// once the handshake runs), or any other failure.
 #[cfg(feature = "http")]
 fn transport_error(e: ureq::Error) -> TransportError {
-    let timeout = matches!(e, ureq::Error::Timeout(_));
-    TransportError {
-        message: e.to_string(),
-        timeout,
+    let tls = match &e {
+        ureq::Error::Tls(_) | ureq::Error::Rustls(_) | ureq::Error::TlsRequired => true,
+        ureq::Error::Io(io) => io
+            .get_ref()
+            .is_some_and(|inner| inner.is::<rustls::Error>()),
+        _ => false,
+    };
+    let message = e.to_string();
+    match e {
+        ureq::Error::Timeout(_) => TransportError::timed_out(message),
+        _ if tls => TransportError::tls_failed(message),
+        _ => TransportError::failed(message),
     }
 }
 

@@ -110,10 +110,7 @@ fn http_errors_are_typed_with_code_and_retry_after() {
 
 #[test]
 fn network_bad_response_and_bad_input_errors() {
-    let e = run(&client(Err(TransportError {
-        message: "connection refused".into(),
-        timeout: false,
-    })));
+    let e = run(&client(Err(TransportError::failed("connection refused"))));
     assert!(matches!(e, ClientError::Network { timeout: false, .. }));
     assert!(e.is_retryable());
     let e = run(&client(Ok(json(201, "{\"not\":\"a session\"}", &[]))));

@@ -13,13 +13,20 @@ use psi_test_support::pki::pki;
 
 /// A TLS server whose registry holds `+1202000000i` for i < 50; returns it and the CA PEM.
 fn tls_server(name: &str) -> (RunningServer, String) {
+    server(name, true)
+}
+
+/// The same server, over TLS or plain HTTP.
+fn server(name: &str, tls: bool) -> (RunningServer, String) {
     let dir = psi_test_support::fresh_dir(&format!("psi-client-tls-{name}"));
     let (ca, cert, key) = pki();
     let mut config = Config::default();
     config.db = (dir.join("r.sqlite")).into();
     config.workers = 2;
     config.build_threads = 2;
-    config.tls = Some(ServerTls::from_pem(cert.as_bytes(), key.as_bytes()).unwrap());
+    if tls {
+        config.tls = Some(ServerTls::from_pem(cert.as_bytes(), key.as_bytes()).unwrap());
+    }
     let mut store = Store::open(config.db.sqlite_path().unwrap()).unwrap();
     let ids: Vec<String> = (0..50).map(|i| format!("+1202{i:07}")).collect();
     store
@@ -65,25 +72,67 @@ fn matches_over_https_with_a_private_ca_both_protocols() {
     }
 }
 
+/// A failed handshake is a TLS error, and not retryable.
+fn assert_tls(e: &ClientError, what: &str) {
+    assert!(matches!(e, ClientError::Tls { .. }), "{what}: {e:?}");
+    assert!(!e.is_retryable(), "{what}");
+    assert!(e.to_string().starts_with("TLS failed: "), "{what}: {e}");
+}
+
 #[test]
-fn an_untrusted_certificate_is_a_network_error() {
+fn an_untrusted_certificate_is_a_tls_error_and_not_retried() {
     let (srv, _) = tls_server("untrusted");
     // Mozilla's roots do not include the test CA.
-    let e = Client::new(&srv.url(), ClientConfig::default())
-        .health()
+    let c = Client::new(&srv.url(), ClientConfig::default());
+    assert_tls(&c.health().unwrap_err(), "health, default roots");
+    // A whole run fails on its first request, without the retries a network error gets.
+    let mut retries = 0;
+    let e = c
+        .match_items(
+            items(),
+            Protocol::Dh,
+            &mut |p| retries += usize::from(p.retry.is_some()),
+            &CancelToken::new(),
+        )
         .unwrap_err();
-    assert!(matches!(e, ClientError::Network { .. }), "{e}");
+    assert_tls(&e, "run, default roots");
+    assert_eq!(retries, 0);
     // Another private CA neither.
     let (other_ca, _, _) = pki();
     let t = Arc::new(HttpTransport::with_root_certificates(other_ca.as_bytes()).unwrap());
     let e = Client::with_transport(&srv.url(), t, ClientConfig::default())
         .health()
         .unwrap_err();
-    assert!(matches!(e, ClientError::Network { .. }), "{e}");
+    assert_tls(&e, "another CA");
     assert!(matches!(
         HttpTransport::with_root_certificates(b"no pem here"),
         Err(ClientError::BadInput(_))
     ));
+}
+
+#[test]
+fn https_to_a_plain_http_server_is_a_tls_error() {
+    // The case: an `https://` URL to a server that does not speak TLS.
+    let (srv, _) = server("plain-port", false);
+    let url = format!("https://{}", srv.addr);
+    let c = Client::new(&url, ClientConfig::default());
+    assert_tls(&c.health().unwrap_err(), "health");
+    let e = c
+        .match_items(items(), Protocol::Ot, &mut |_| {}, &CancelToken::new())
+        .unwrap_err();
+    assert_tls(&e, "run");
+    // A port with nothing listening stays a network error, retryable.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let e = Client::new(
+        &format!("https://127.0.0.1:{port}"),
+        ClientConfig::default(),
+    )
+    .health()
+    .unwrap_err();
+    assert!(matches!(e, ClientError::Network { .. }), "{e:?}");
+    assert!(e.is_retryable());
 }
 
 #[test]
@@ -124,10 +173,7 @@ struct Counting(Mutex<usize>);
 impl Transport for Counting {
     fn send(&self, _: Request) -> Result<Response, TransportError> {
         *self.0.lock().unwrap() += 1;
-        Err(TransportError {
-            message: "no network in this test".into(),
-            timeout: false,
-        })
+        Err(TransportError::failed("no network in this test"))
     }
 }
 

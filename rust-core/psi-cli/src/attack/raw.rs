@@ -330,17 +330,13 @@ impl RawTransport {
 
 impl Transport for RawTransport {
     fn send(&self, request: Request) -> Result<Response, TransportError> {
-        let err = |e: std::io::Error| TransportError {
-            message: e.to_string(),
-            timeout: matches!(
-                e.kind(),
-                std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
-            ),
+        let err = |e: std::io::Error| match e.kind() {
+            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
+                TransportError::timed_out(e.to_string())
+            }
+            _ => TransportError::failed(e.to_string()),
         };
-        let server = server_addr(&request.url).map_err(|m| TransportError {
-            message: m,
-            timeout: false,
-        })?;
+        let server = server_addr(&request.url).map_err(TransportError::failed)?;
         let path = request
             .url
             .trim_start_matches("http://")
@@ -369,10 +365,7 @@ impl Transport for RawTransport {
             )
             .map_err(err)?;
         if Instant::now() > deadline {
-            return Err(TransportError {
-                message: "timed out".into(),
-                timeout: true,
-            });
+            return Err(TransportError::timed_out("timed out"));
         }
         Ok(Response {
             status: r.status,

@@ -29,11 +29,7 @@ impl Run<'_> {
             return Ok(configured.min(left.max(DELETE_AFTER_DEADLINE)));
         }
         if left.is_zero() {
-            return Err(TransportError {
-                message: "the run's deadline passed".into(),
-                timeout: true,
-            }
-            .into());
+            return Err(TransportError::timed_out("the run's deadline passed").into());
         }
         Ok(configured.min(left))
     }
@@ -97,10 +93,9 @@ impl Run<'_> {
             resp.body = Vec::new();
         }
         if resp.body.len() as u64 > cap {
-            return Err(TransportError {
-                message: format!("response body over its cap of {cap} bytes"),
-                timeout: false,
-            }
+            return Err(TransportError::failed(format!(
+                "response body over its cap of {cap} bytes"
+            ))
             .into());
         }
         self.stats.requests += 1;

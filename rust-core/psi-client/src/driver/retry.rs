@@ -94,11 +94,7 @@ mod tests {
     }
 
     fn network() -> ClientError {
-        TransportError {
-            message: "reset".into(),
-            timeout: false,
-        }
-        .into()
+        TransportError::failed("reset").into()
     }
 
     #[test]
@@ -183,17 +179,13 @@ mod tests {
                 Some(Fault::CutShort) => {
                     // The server did the work; the client never sees the end of it.
                     let _ = self.inner.send(request);
-                    Err(TransportError {
-                        message: "connection closed before the response body was complete".into(),
-                        timeout: false,
-                    })
+                    Err(TransportError::failed(
+                        "connection closed before the response body was complete",
+                    ))
                 }
                 Some(Fault::Stall) => {
                     std::thread::sleep(request.timeout);
-                    Err(TransportError {
-                        message: "timeout".into(),
-                        timeout: true,
-                    })
+                    Err(TransportError::timed_out("timeout"))
                 }
             }
         }

@@ -58,6 +58,23 @@ class HttpErrorMappingTest {
     }
 
     @Test
+    fun `https to a plain HTTP server is a TLS error, not retried`(): Unit = runBlocking {
+        // The case: the app's URL says https://, the server's port speaks plain HTTP.
+        // Retries on and the automatic choice (which retries its health request): a TLS
+        // failure ends the call at once.
+        val https = "https://127.0.0.1:${server.port}"
+        ContactDiscovery(https, DiscoveryConfig(timeoutMillis = 20_000, retries = 3)).use { d ->
+            val e = assertThrows<ContactDiscoveryException.Tls> { d.match(listOf("+12025550123")) }
+            assertFalse(e.isRetryable)
+            assertTrue(e.message!!.contains("SSL"), e.message)
+            assertTrue(e.cause is dev.psisdk.ffi.PsiException.Tls, "${e.cause}")
+            // Still a kind of Network for an app's existing `when`.
+            assertTrue((e as ContactDiscoveryException) is ContactDiscoveryException.Network)
+            assertThrows<ContactDiscoveryException.Tls> { d.health() }
+        }
+    }
+
+    @Test
     fun `a 500 without the API's JSON is a retryable server error`(): Unit = runBlocking {
         server.enqueue(MockResponse.Builder().code(500).body("<html>oops</html>").build())
         val e = assertThrows<ContactDiscoveryException.Server> { discovery.health() }

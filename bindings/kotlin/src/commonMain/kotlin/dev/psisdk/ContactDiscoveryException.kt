@@ -26,11 +26,26 @@ sealed class ContactDiscoveryException(message: String, cause: Throwable? = null
 
     /**
      * No response from the server: connection refused or reset, a timeout ([isTimeout]), a
-     * response larger than allowed. Retry later, on a better connection.
+     * response larger than allowed. Retry later, on a better connection. One kind is not
+     * retryable: [Tls].
      */
-    class Network(message: String, val isTimeout: Boolean, cause: Throwable? = null) :
+    open class Network(message: String, val isTimeout: Boolean, cause: Throwable? = null) :
         ContactDiscoveryException(message, cause) {
         override val isRetryable get() = true
+    }
+
+    /**
+     * The secure connection could not be set up: the server's certificate is not trusted
+     * (expired, for another name, an unknown CA, a network intercepting the connection) or
+     * the server does not speak TLS (an `https://` URL to a plain HTTP port). Not
+     * retryable: fix the URL, the server's certificate or the trusted roots.
+     *
+     * A kind of [Network] (an app's `when` that handles [Network] keeps compiling and
+     * catches it), but [isRetryable] is false: docs/adr/0043-tls-failure-reason.md.
+     */
+    class Tls(message: String, cause: Throwable? = null) :
+        Network(message, isTimeout = false, cause = cause) {
+        override val isRetryable get() = false
     }
 
     /** The server refused the token (missing or not accepted). Get a new one. */

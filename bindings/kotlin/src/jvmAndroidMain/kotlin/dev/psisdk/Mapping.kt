@@ -303,4 +303,5 @@ internal fun PsiException.toPublic(): Exception = when (this) {
     is PsiException.Protocol -> ContactDiscoveryException.ProtocolViolation(reason, retryable, this)
     is PsiException.Cancelled -> CancellationException("the run was cancelled").also { it.initCause(this) }
     is PsiException.Internal -> ContactDiscoveryException.Internal(reason, this)
+    is PsiException.Tls -> ContactDiscoveryException.Tls(reason, this)
 }

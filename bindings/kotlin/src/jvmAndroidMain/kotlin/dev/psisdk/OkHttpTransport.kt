@@ -14,6 +14,7 @@ import java.net.Socket
 import java.util.concurrent.Executors
 import java.util.concurrent.TimeUnit
 import javax.net.SocketFactory
+import javax.net.ssl.SSLException
 import kotlin.coroutines.resume
 import kotlin.coroutines.resumeWithException
 import kotlinx.coroutines.suspendCancellableCoroutine
@@ -121,10 +122,13 @@ internal class OkHttpTransport(private val lazyClient: Lazy<OkHttpClient>) : Htt
         val what = this::class.java.simpleName
         // OkHttp's call timeout and socket timeouts are InterruptedIOExceptions; a
         // cancelled call is a plain IOException ("Canceled").
-        return if (this is InterruptedIOException) {
-            TransportException.Timeout("no response within the request timeout ($what)")
-        } else {
-            TransportException.Failed("$what: ${message ?: "I/O error"}")
+        // A failed handshake (an untrusted or wrong certificate, a peer that does not
+        // speak TLS) is an SSLException: its own, non-retryable reason.
+        return when (this) {
+            is InterruptedIOException ->
+                TransportException.Timeout("no response within the request timeout ($what)")
+            is SSLException -> TransportException.Tls("$what: ${message ?: "handshake failed"}")
+            else -> TransportException.Failed("$what: ${message ?: "I/O error"}")
         }
     }
 
