@@ -112,6 +112,11 @@ pub struct ServeArgs {
     /// with a token are never limited by it.
     #[arg(long, default_value_t = 50)]
     address_ceiling_budgets: u64,
+    /// Without tokens, a client that has spent less than 1/N of its own budget this hour
+    /// is not refused by a network or the ceiling that others drained (its charges take
+    /// from reserves as large as those levels); 0 = no floor.
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    address_floor_divisor: u64,
     /// Static bearer token, one shared budget (repeat for several; visible in the process
     /// list: prefer --token-file, or per-user tokens from `psi token add`). Also read from
     /// PSI_TOKENS (comma separated). Authentication is on when a static token is given or
@@ -315,6 +320,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     config.ipv6_allocation_prefix = args.ipv6_allocation_prefix;
     config.ipv6_allocation_budgets = args.ipv6_allocation_budgets;
     config.address_ceiling_budgets = args.address_ceiling_budgets;
+    config.address_floor_divisor = args.address_floor_divisor;
     config.tokens = args.tokens.clone();
     if let Some(path) = &args.token_file {
         config.tokens.extend(read_token_file(path)?);

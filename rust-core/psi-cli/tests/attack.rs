@@ -1,6 +1,7 @@
 //! `psi attack --quick` against the real `psi serve` on loopback: two attacks of issue 23
-//! (the session table filled, item 1; the OT slots held by refused requests, item 2), each
-//! beside honest clients, and every honest run completes correctly. Keeps the harness of
+//! (the session table filled, item 1; the OT slots held by refused requests, item 2) and
+//! the budget drain of issue 35 (item 5), each beside honest clients, and every honest run
+//! completes correctly. Keeps the harness of
 //! docs/reliability.md ("Attacks beside honest clients") from rotting. No timed
 //! assertions: the command is bounded by its own --max-secs and --setup-secs, and the test
 //! kills it after 300 s.
@@ -9,12 +10,12 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-#[test]
-fn honest_clients_complete_beside_the_session_fill_and_ot_slot_attacks() {
-    let runs = 4;
+/// `psi attack --quick --json` with `attacks`, 2 honest clients and `runs` runs of 50
+/// contacts per phase: its rows.
+fn attack_rows(attacks: &str, runs: u64) -> Vec<serde_json::Value> {
     let mut child = Command::new(env!("CARGO_BIN_EXE_psi"))
         .args(["attack", "--quick", "--json", "--registry-size", "2000"])
-        .args(["--attack", "session-fill,ot-slot-hold"])
+        .args(["--attack", attacks])
         .args(["--honest-clients", "2", "--contacts", "50"])
         .args([
             "--runs",
@@ -58,7 +59,14 @@ fn honest_clients_complete_beside_the_session_fill_and_ot_slot_attacks() {
     let status = status.unwrap_or_else(|| panic!("psi attack did not end in 300 s: {err}"));
     assert!(status.success(), "psi attack failed: {err}\n{out}");
     let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let rows = rows.as_array().unwrap();
+    rows.as_array().unwrap().clone()
+}
+
+#[test]
+fn honest_clients_complete_beside_the_session_fill_and_ot_slot_attacks() {
+    let runs = 4;
+    let rows = attack_rows("session-fill,ot-slot-hold", runs);
+    let out = serde_json::to_string(&rows).unwrap();
     assert_eq!(rows.len(), 2, "{out}");
     for (row, name) in rows.iter().zip(["session-fill", "ot-slot-hold"]) {
         assert_eq!(row["attack"], name);
@@ -85,5 +93,32 @@ fn honest_clients_complete_beside_the_session_fill_and_ot_slot_attacks() {
             .unwrap_or(0)
             >= 8,
         "the attack took every OT slot: {out}"
+    );
+}
+
+/// Issue 35 item 5: other addresses of the honest clients' /24s drain their networks'
+/// budgets and the server-wide ceiling; each honest client, below its floor (ADR 0044),
+/// still completes every run.
+#[test]
+fn honest_clients_below_their_floor_complete_beside_the_budget_drain() {
+    let runs = 4;
+    let rows = attack_rows("budget-drain", runs);
+    let out = serde_json::to_string(&rows).unwrap();
+    assert_eq!(rows.len(), 1, "{out}");
+    let row = &rows[0];
+    assert_eq!(row["attack_in_place"], true, "{out}");
+    for phase in ["baseline", "under_attack"] {
+        assert_eq!(row[phase]["ok"], runs, "{phase}: {out}");
+        assert_eq!(row[phase]["failed"], 0, "{phase}: {out}");
+    }
+    // The shared levels were spent: the attacker was refused.
+    let outcomes = row["attacker_outcomes"].as_object().unwrap();
+    assert!(
+        outcomes
+            .get("429 rate_limited")
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0)
+            > 0,
+        "{out}"
     );
 }

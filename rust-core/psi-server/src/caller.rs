@@ -175,7 +175,34 @@ pub(crate) fn address_payer(ip: IpAddr, c: &Config) -> Payer {
             LevelKind::Ceiling,
         ));
     }
-    Payer::new(levels)
+    let floor = address_floor(&levels, c.address_floor_divisor);
+    Payer::new(levels).with_floor(floor)
+}
+
+/// The floor of an address caller with `levels` (ADR 0044): its own level, its floor
+/// (`floor:` and its own key: 1/`divisor` of its own budget) and, for each shared level, its
+/// reserve (`reserve:` and the level's key, as large as the level). Only a charge that a
+/// shared level refused takes from these, so a network or the ceiling drained by others
+/// does not refuse a caller that has spent less than its floor this hour; to drain a
+/// reserve an attacker needs one address per floor it holds. Empty with no shared level
+/// or with the floor off (`divisor` 0).
+fn address_floor(levels: &[Level], divisor: u64) -> Vec<Level> {
+    let Some(own) = levels.first() else {
+        return Vec::new();
+    };
+    if divisor == 0 || levels.len() < 2 {
+        return Vec::new();
+    }
+    let mut floor = vec![
+        own.clone(),
+        Level::fraction(format!("floor:{}", own.key()), divisor, LevelKind::Floor),
+    ];
+    floor.extend(
+        levels[1..]
+            .iter()
+            .map(|l| Level::new(format!("reserve:{}", l.key()), l.scale(), l.kind())),
+    );
+    floor
 }
 
 #[cfg(test)]

@@ -90,6 +90,13 @@ pub struct Config {
     /// tokens: without them, whoever holds enough networks can spend this ceiling and
     /// leave other callers without a budget until it refills.
     pub address_ceiling_budgets: u64,
+    /// A caller without a token that has spent less than 1/`address_floor_divisor` of its
+    /// own budget this hour is not refused by a drained network or ceiling (default 16:
+    /// 1,250 items an hour at the default `items_per_hour`, a 1,000-contact run; 0 = no
+    /// floor). Such charges take from the caller's own budget and from each shared
+    /// level's reserve, as large as the level: draining a reserve takes one address per
+    /// floor (docs/adr/0044-a-floor-under-shared-budgets.md).
+    pub address_floor_divisor: u64,
     /// Bytes of full encoded-set downloads (`GET /v1/dh/encoded-set` answered 200) one
     /// caller may take per hour (default 64 MiB, about 10 downloads of a set of 10^6
     /// entries; 0 = no limit); 304 answers are free. A set larger than this is charged
@@ -224,6 +231,7 @@ impl Default for Config {
             ipv6_allocation_prefix: 32,
             ipv6_allocation_budgets: 16,
             address_ceiling_budgets: 50,
+            address_floor_divisor: 16,
             encoded_set_bytes_per_hour: 64 << 20,
             tokens: Vec::new(),
             trusted_proxies: Vec::new(),

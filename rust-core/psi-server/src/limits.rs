@@ -32,13 +32,19 @@ pub(crate) enum LevelKind {
     /// Every caller without a token together: the server-wide ceiling. One bucket,
     /// always tracked.
     Ceiling,
+    /// An address caller's floor: the small part of its own budget that a drained
+    /// network or ceiling does not refuse ([`Payer::floor`]).
+    Floor,
 }
 
 impl LevelKind {
     /// Address and network budgets are as many as callers: above the bucket cap a new one
     /// is not tracked (the ceiling still bounds them all).
     fn optional(self) -> bool {
-        matches!(self, LevelKind::Address | LevelKind::Network)
+        matches!(
+            self,
+            LevelKind::Address | LevelKind::Network | LevelKind::Floor
+        )
     }
 }
 
@@ -46,15 +52,45 @@ impl LevelKind {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Level {
     key: String,
-    /// The bucket holds `scale` per-caller budgets (0: this level is not limited).
+    /// The bucket holds `scale` per-caller budgets (0: this level is not limited)...
     scale: u64,
+    /// ...divided by this (1 but for a floor).
+    divisor: u64,
     kind: LevelKind,
 }
 
 impl Level {
     /// A level of `scale` per-caller budgets under `key`.
     pub(crate) fn new(key: String, scale: u64, kind: LevelKind) -> Level {
-        Level { key, scale, kind }
+        Level {
+            key,
+            scale,
+            divisor: 1,
+            kind,
+        }
+    }
+
+    /// A level of one per-caller budget divided by `divisor` (at least 1) under `key`.
+    pub(crate) fn fraction(key: String, divisor: u64, kind: LevelKind) -> Level {
+        Level {
+            divisor: divisor.max(1),
+            ..Level::new(key, 1, kind)
+        }
+    }
+
+    /// This level's own key.
+    pub(crate) fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// This level's kind.
+    pub(crate) fn kind(&self) -> LevelKind {
+        self.kind
+    }
+
+    /// This level's size in per-caller budgets.
+    pub(crate) fn scale(&self) -> u64 {
+        self.scale
     }
 }
 
@@ -62,15 +98,35 @@ impl Level {
 /// own only; a caller without a token has its address's, its networks' and the
 /// server-wide ceiling ([`crate::caller::address_payer`], ADR 0038). A charge takes from
 /// every level or from none ([`RateLimiter::charge_all`]).
+///
+/// A caller without a token may also have a floor (ADR 0044): the levels a charge refused
+/// by a drained network or the ceiling takes from instead ([`Budgets::charge_all`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Payer {
     levels: Vec<Level>,
+    floor: Vec<Level>,
 }
 
 impl Payer {
     /// A payer with the given levels, narrowest first (the first is the caller's own).
     pub(crate) fn new(levels: Vec<Level>) -> Payer {
-        Payer { levels }
+        Payer {
+            levels,
+            floor: Vec::new(),
+        }
+    }
+
+    /// This payer with a floor: `floor` are the levels a charge refused by a shared level
+    /// (network or ceiling) is taken from instead, all or none: the caller's own, its
+    /// floor (a fraction of its own budget) and each shared level's reserve.
+    pub(crate) fn with_floor(mut self, floor: Vec<Level>) -> Payer {
+        self.floor = floor;
+        self
+    }
+
+    /// The levels of the floor (empty: none), as a payer of its own.
+    fn floor(&self) -> Option<Payer> {
+        (!self.floor.is_empty()).then(|| Payer::new(self.floor.clone()))
     }
 
     /// A token caller: its own budget only.
@@ -174,12 +230,33 @@ impl Budgets {
     }
 
     /// Takes `amount` from every level of `payer`, or from none ([`RateLimiter::charge_all`];
-    /// shared: one statement over the levels' rows, [`SharedBudgets::charge`]).
+    /// shared: one statement over the levels' rows, [`SharedBudgets::charge`]). A charge
+    /// that a drained network or ceiling refuses is taken from the payer's floor instead,
+    /// if it has one and the floor can pay (ADR 0044): a caller that has spent little of
+    /// its own budget this hour is not refused for what others spent.
     pub(crate) async fn charge_all(
         &self,
         payer: &Payer,
         amount: u64,
     ) -> Result<Receipt, ChargeError> {
+        match self.charge_levels(payer, amount).await {
+            Err(ChargeError::Refused(refused))
+                if matches!(refused.kind, LevelKind::Network | LevelKind::Ceiling) =>
+            {
+                if let Some(floor) = payer.floor()
+                    && let Ok(receipt) = self.charge_levels(&floor, amount).await
+                {
+                    return Ok(receipt);
+                }
+                // The shared level's refusal is the one the caller hears.
+                Err(ChargeError::Refused(refused))
+            }
+            other => other,
+        }
+    }
+
+    /// [`Budgets::charge_all`] without the floor.
+    async fn charge_levels(&self, payer: &Payer, amount: u64) -> Result<Receipt, ChargeError> {
         let (sizes, book, store) = match self {
             Budgets::Local(l) => return l.charge_all(payer, amount).map_err(ChargeError::Refused),
             Budgets::Shared { sizes, book, store } => (sizes, *book, store),
@@ -344,7 +421,13 @@ impl RateLimiter {
         } else {
             self.per_hour
         };
-        base.saturating_mul(level.scale)
+        let size = base.saturating_mul(level.scale);
+        if level.divisor > 1 && size > 0 {
+            // A fraction of a limited budget is limited (never 0, which means unlimited).
+            (size / level.divisor).max(1)
+        } else {
+            size
+        }
     }
 
     /// The limited levels of `payer` with their sizes now, narrowest first.

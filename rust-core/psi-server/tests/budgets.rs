@@ -21,6 +21,8 @@ const B: u64 = 100;
 fn server_with(name: &str, tune: impl FnOnce(&mut Config, u64)) -> (RunningServer, Config) {
     let mut c = config(name);
     c.items_per_hour = B;
+    // The levels alone; the floor under them has its own tests below.
+    c.address_floor_divisor = 0;
     c.trusted_proxies = vec!["127.0.0.0/8".parse().unwrap()];
     fill(&c, 50, |_| false);
     let registry = Registry::load(&c, &mut |_, _| {}).unwrap();
@@ -154,6 +156,74 @@ fn a_charge_refused_by_one_level_charges_no_level() {
     assert_eq!(remaining("ip:198.51.100.1"), Some(0));
     assert_eq!(remaining("net:198.51.100.0/24"), Some(0));
     assert_eq!(remaining("ceiling:address"), Some(0));
+}
+
+/// Sessions of `n` items, one from each of `ips`: how many were admitted (each refusal
+/// names `refused_by`).
+fn admitted_n(t: &Raw, ips: impl IntoIterator<Item = String>, n: u32, refused_by: &str) -> usize {
+    let mut ok = 0;
+    for ip in ips {
+        let r = create(t, &ip, n);
+        if r.status == 201 {
+            ok += 1;
+        } else {
+            assert_refused(&r, refused_by);
+        }
+    }
+    ok
+}
+
+#[test]
+fn a_drained_network_does_not_refuse_a_caller_within_its_floor() {
+    // Each caller 100 items, its floor 25 (1/4); an IPv4 /24 200 (and a reserve of 200
+    // that only floor charges take); no ceiling.
+    let (server, _) = server_with("budgets-floor-network", |c, _| {
+        c.ipv4_block_budgets = 2;
+        c.address_ceiling_budgets = 0;
+        c.address_floor_divisor = 4;
+    });
+    let t = raw(&server);
+    // Two addresses drain the /24 (issue 35: five addresses refused every tokenless user
+    // of their /24).
+    assert_eq!(create(&t, "198.51.100.1", 100).status, 201);
+    assert_eq!(create(&t, "198.51.100.2", 100).status, 201);
+    // Another address of it: a run above its floor is refused by the network...
+    assert_refused(&create(&t, "198.51.100.3", 60), "network");
+    // ...one within its floor goes through, charged to its own budget and the reserve...
+    assert_eq!(create(&t, "198.51.100.3", 20).status, 201);
+    // ...and its floor is 25 an hour, not more: 20 + 10 is refused.
+    assert_refused(&create(&t, "198.51.100.3", 10), "network");
+    assert_eq!(create(&t, "198.51.100.3", 5).status, 201);
+    // Draining the reserve takes one address per floor: 175 left, 7 more floors of 25.
+    let more = (10..30).map(|h| format!("198.51.100.{h}"));
+    assert_eq!(admitted_n(&t, more, 25, "network"), 7);
+    // Another /24 is untouched.
+    assert_eq!(create(&t, "198.51.101.1", 100).status, 201);
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn a_drained_ceiling_does_not_refuse_a_caller_within_its_floor() {
+    // Each caller 100 items, its floor 6 (the default 1/16); all callers without a token
+    // 300 (and a reserve of 300).
+    let (server, _) = server_with("budgets-floor-ceiling", |c, _| {
+        c.address_ceiling_budgets = 3;
+        c.address_floor_divisor = 16;
+    });
+    let t = raw(&server);
+    // Three networks spend the ceiling (issue 35: 60 addresses over 15 /24s refused every
+    // 1,000-contact run server-wide).
+    for ip in ["192.0.2.1", "203.0.113.1", "2001:db8:1::1"] {
+        assert_eq!(create(&t, ip, 100).status, 201, "{ip}");
+    }
+    assert_refused(&create(&t, "198.51.100.1", 7), "server-wide");
+    assert_eq!(create(&t, "198.51.100.1", 6).status, 201);
+    assert_refused(&create(&t, "198.51.100.1", 1), "server-wide");
+    // The reserve (300) holds 49 more floors of 6 across addresses of many networks (each
+    // /24 also has its own reserve of 4 budgets, not binding here).
+    let others = (1..=60).map(|i| format!("10.{i}.0.1"));
+    assert_eq!(admitted_n(&t, others, 6, "server-wide"), 49);
+    server.shutdown().unwrap();
 }
 
 fn download(t: &Raw, ip: &str, if_none_match: Option<&str>) -> Response {

@@ -28,9 +28,12 @@ pub enum Attack {
     OtRefused4095,
     /// Item 10: full downloads of the encoded set, repeated.
     SetDownload,
+    /// Issue 35 item 5: the honest clients' networks and the server-wide ceiling kept
+    /// spent by other addresses.
+    BudgetDrain,
 }
 
-const ALL: [Attack; 7] = [
+const ALL: [Attack; 8] = [
     Attack::SessionFill,
     Attack::OtSlotHold,
     Attack::SlowReader,
@@ -38,6 +41,7 @@ const ALL: [Attack; 7] = [
     Attack::FailedSteps,
     Attack::OtRefused4095,
     Attack::SetDownload,
+    Attack::BudgetDrain,
 ];
 
 /// `--attack`: names, or `all`.
@@ -69,7 +73,7 @@ pub struct Tally {
 }
 
 impl Tally {
-    fn add(&self, outcome: impl Into<String>) {
+    pub(super) fn add(&self, outcome: impl Into<String>) {
         *self
             .counts
             .lock()
@@ -79,7 +83,7 @@ impl Tally {
     }
 
     /// Counts an I/O failure by kind (no addresses or data in it).
-    fn io(&self, what: &str, e: &std::io::Error) {
+    pub(super) fn io(&self, what: &str, e: &std::io::Error) {
         let kind = match e.kind() {
             std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => "timed out",
             std::io::ErrorKind::UnexpectedEof
@@ -137,8 +141,20 @@ impl Ctx {
     }
 }
 
+impl Ctx {
+    /// The server's largest session (`max_client_items`).
+    pub(super) fn max_client_items(&self) -> u64 {
+        self.max_client_items
+    }
+
+    /// The server's address.
+    pub(super) fn server(&self) -> SocketAddrV4 {
+        self.server
+    }
+}
+
 /// Bound on every attacker read and write.
-const IO: Duration = Duration::from_secs(10);
+pub(super) const IO: Duration = Duration::from_secs(10);
 
 /// Address `host` (1..=254) of block `block` (127.`block`.0.0/24; the attacks use blocks
 /// 100 to 199, the honest clients 200 and up).
@@ -169,7 +185,7 @@ fn reuse_or_open<'a>(
 }
 
 /// Sleeps up to `d`, returning early (false) once `stop` is set.
-fn pause(stop: &AtomicBool, d: Duration) -> bool {
+pub(super) fn pause(stop: &AtomicBool, d: Duration) -> bool {
     let end = Instant::now() + d;
     while Instant::now() < end {
         if stop.load(Ordering::Relaxed) {
@@ -180,10 +196,10 @@ fn pause(stop: &AtomicBool, d: Duration) -> bool {
     !stop.load(Ordering::Relaxed)
 }
 
-const JSON: (&str, &str) = ("content-type", "application/json");
+pub(super) const JSON: (&str, &str) = ("content-type", "application/json");
 const BIN: (&str, &str) = ("content-type", "application/octet-stream");
 
-fn session_body(protocol: Protocol, n: u64, labels: bool) -> String {
+pub(super) fn session_body(protocol: Protocol, n: u64, labels: bool) -> String {
     format!(
         r#"{{"protocol":"{}","client_items":{n},"labels":{labels}}}"#,
         protocol.api_name()
@@ -191,7 +207,7 @@ fn session_body(protocol: Protocol, n: u64, labels: bool) -> String {
 }
 
 /// The `session_id` and `epoch` of a 201.
-fn created(body: &[u8]) -> Option<(String, u32)> {
+pub(super) fn created(body: &[u8]) -> Option<(String, u32)> {
     let v: serde_json::Value = serde_json::from_slice(body).ok()?;
     Some((
         v["session_id"].as_str()?.to_string(),
@@ -210,6 +226,7 @@ impl Attack {
             Attack::FailedSteps => "failed-steps",
             Attack::OtRefused4095 => "ot-refused-4095",
             Attack::SetDownload => "set-download",
+            Attack::BudgetDrain => "budget-drain",
         }
     }
 
@@ -223,6 +240,8 @@ impl Attack {
             Attack::FailedSteps => 7,
             Attack::OtRefused4095 => 8,
             Attack::SetDownload => 10,
+            // Of issue 35.
+            Attack::BudgetDrain => 5,
         }
     }
 
@@ -247,6 +266,7 @@ impl Attack {
             Attack::FailedSteps => failed_steps(ctx, stop, ready, tally),
             Attack::OtRefused4095 => ot_refused(ctx, stop, ready, tally),
             Attack::SetDownload => set_download(ctx, stop, ready, tally),
+            Attack::BudgetDrain => super::drain::budget_drain(ctx, stop, ready, tally),
         }
     }
 }

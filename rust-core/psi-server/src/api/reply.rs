@@ -112,7 +112,7 @@ pub(super) fn rate_limited(refused: Refused) -> ApiError {
 /// ADR 0038), never an address.
 pub(super) fn budget_refused(what: &str, Refused { wait, kind }: Refused) -> ApiError {
     let whose = match kind {
-        LevelKind::Token | LevelKind::Address => "",
+        LevelKind::Token | LevelKind::Address | LevelKind::Floor => "",
         LevelKind::Network => " of this caller's network (shared by its addresses)",
         LevelKind::Ceiling => {
             " of all callers without a token (server-wide; callers with a token are not limited by it)"
