@@ -513,3 +513,54 @@ fn an_ot_run_charges_its_session_and_label_query_in_the_shared_row() {
         "the run took {refilled} s: the check is too loose"
     );
 }
+
+/// Issue 35 item 5 over the shared table (ADR 0044): a /24 drained through one server does
+/// not refuse, through another, an address of it that is below its floor; the floor and
+/// the network's reserve are rows of the one table, so the floor holds over servers.
+#[test]
+fn the_floor_under_a_drained_network_holds_over_servers() {
+    let pg = TempPostgres::shared();
+    let url = pg.fresh_database();
+    // Callers without a token (their addresses from X-Forwarded-For): 100 items each, a
+    // floor of 25, a /24 of 200 and its reserve of 200.
+    let (servers, url) = servers_on(pg, &url, "shared-budgets-floor", 2, |c| {
+        c.tokens = Vec::new();
+        c.items_per_hour = 100;
+        c.ipv4_block_budgets = 2;
+        c.address_ceiling_budgets = 0;
+        c.address_floor_divisor = 4;
+        c.trusted_proxies = vec!["127.0.0.0/8".parse().unwrap()];
+    });
+    let create = |server: &RunningServer, ip: &str, n: u32| {
+        session(&raw(server), "dh-psi", n, &[("x-forwarded-for", ip)])
+    };
+    // Two addresses drain the /24, one through each server.
+    for (server, ip) in servers.iter().zip(["198.51.100.1", "198.51.100.2"]) {
+        let r = create(server, ip, 100);
+        assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    }
+    // A third address: refused above its floor, admitted within it on either server, and
+    // refused once the floor (counted in the shared row) is spent.
+    let r = create(&servers[1], "198.51.100.3", 60);
+    assert_eq!(r.status, 429, "{}", String::from_utf8_lossy(&r.body));
+    let r = create(&servers[0], "198.51.100.3", 20);
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let r = create(&servers[1], "198.51.100.3", 10);
+    assert_eq!(r.status, 429, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(error_code(&r), "rate_limited");
+    let rows = items_rows(&url);
+    let left = |key: &str| {
+        rows.iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| *v)
+            .unwrap_or_else(|| panic!("no row {key}: {rows:?}"))
+    };
+    // Refills during the test add a fraction of an item at most.
+    assert!((0..=1).contains(&left("net:198.51.100.0/24")), "{rows:?}");
+    assert!((5..=6).contains(&left("floor:ip:198.51.100.3")), "{rows:?}");
+    assert!(
+        (180..=181).contains(&left("reserve:net:198.51.100.0/24")),
+        "{rows:?}"
+    );
+    assert!((80..=81).contains(&left("ip:198.51.100.3")), "{rows:?}");
+}
