@@ -31,7 +31,6 @@ impl Protocol {
             psi_client::Protocol::Dh => Some(Protocol::Dh),
             psi_client::Protocol::Ot => Some(Protocol::Ot),
             psi_client::Protocol::Cm20 => Some(Protocol::Cm20),
-            _ => None,
         }
     }
 }

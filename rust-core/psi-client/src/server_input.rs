@@ -46,7 +46,7 @@ pub(crate) fn route_cap(
         Route::ProbeDown | Route::ProbeUp => probe.unwrap_or(u64::MAX),
         // Label steps: the records' sizes are the server's data, not the protocol's
         // (docs/protocol/labels.md); the configured cap bounds them.
-        _ => u64::MAX,
+        Route::LabelQuery | Route::LabelFetch => u64::MAX,
     };
     own.min(configured)
 }

@@ -337,7 +337,7 @@ impl AppState {
             .filter(|&p| match p {
                 psi_core::Protocol::Ot => self.config.enable_ot,
                 psi_core::Protocol::Cm20 => self.config.enable_ot && self.config.enable_cm20,
-                _ => true,
+                psi_core::Protocol::Dh => true,
             })
             .collect()
     }

@@ -40,11 +40,6 @@ fn method_filter(m: psi_http::Method) -> MethodFilter {
 
 fn handler(route: Route) -> MethodRouter<Arc<AppState>> {
     let f = method_filter(route.method());
-    if let Some(protocol) = route.round_protocol() {
-        return on(f, move |S(state): S<Arc<AppState>>, call: SessionCall| {
-            round(state, call, protocol)
-        });
-    }
     match route {
         Route::Health => on(f, health),
         Route::CreateSession => on(f, create_session),
@@ -55,9 +50,15 @@ fn handler(route: Route) -> MethodRouter<Arc<AppState>> {
         Route::LabelFetch => on(f, label_fetch),
         Route::ProbeDown => on(f, probe_down),
         Route::ProbeUp => on(f, probe_up),
-        _ => on(f, || async {
-            ApiError::new(ErrorCode::NotFound, "no such endpoint")
-        }),
+        // The protocols that run in rounds share one handler (ADR 0039's plug).
+        Route::OtRound | Route::Cm20Round => match route.round_protocol() {
+            Some(protocol) => on(f, move |S(state): S<Arc<AppState>>, call: SessionCall| {
+                round(state, call, protocol)
+            }),
+            None => on(f, || async {
+                ApiError::new(ErrorCode::NotFound, "no such endpoint")
+            }),
+        },
     }
 }
 

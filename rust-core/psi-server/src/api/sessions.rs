@@ -252,7 +252,7 @@ fn start_rounds(
             )
             .map_err(|e| match e {
                 BuildError::Core(e) => ApiError::from(e),
-                BuildError::NoRounds | BuildError::Unsupported => internal(),
+                BuildError::NoRounds => internal(),
             })
         });
     let server = match built {

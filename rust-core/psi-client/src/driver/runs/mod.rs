@@ -6,7 +6,7 @@ mod dh;
 
 use super::labels::LabelSource;
 use super::run::Run;
-use crate::error::{ClientError, Result};
+use crate::error::Result;
 use psi_core::{ItemSet, MatchOutput, Protocol};
 use psi_http::SessionCreated;
 
@@ -17,12 +17,10 @@ impl Run<'_> {
         set: ItemSet,
         protocol: Protocol,
     ) -> Result<(MatchOutput, LabelSource)> {
+        // Every protocol named: a new one does not compile until it has its run.
         match protocol {
             Protocol::Dh => self.dh(session, set),
-            p if p.runs_in_rounds() => self.rounds(session, set, p),
-            _ => Err(ClientError::BadInput(format!(
-                "{protocol} is not supported by this client"
-            ))),
+            Protocol::Ot | Protocol::Cm20 => self.rounds(session, set, protocol),
         }
     }
 }
