@@ -199,6 +199,11 @@ pub struct ServeArgs {
     /// GET /v1/health requests one address may make per hour (0 = no limit).
     #[arg(long, default_value_t = 3_600)]
     health_per_hour: u64,
+    /// Requests with a bearer token not known valid that one address may make per hour
+    /// (each may cost a token lookup); beyond it 429 while authentication is on
+    /// (0 = no limit).
+    #[arg(long, default_value_t = 600)]
+    invalid_tokens_per_hour: u64,
     /// Start a new key epoch when the key is this old (e.g. 24h, 90m, 7d; at least 1m;
     /// `off`: only `psi rotate-key`). The new epoch is built in the background; lookups
     /// and removals are bounded by it (docs/adr/0017-scheduled-key-rotation.md).
@@ -349,6 +354,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     config.max_response_bytes_in_flight = args.max_response_bytes_in_flight;
     config.max_response_bytes_per_address = args.max_response_bytes_per_address;
     config.health_per_hour = args.health_per_hour;
+    config.invalid_tokens_per_hour = args.invalid_tokens_per_hour;
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         // Before the registry build, so a bad file fails fast.
         config.tls = Some(

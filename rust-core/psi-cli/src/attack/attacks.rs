@@ -28,9 +28,11 @@ pub enum Attack {
     OtRefused4095,
     /// Item 10: full downloads of the encoded set, repeated.
     SetDownload,
+    /// Issue 35 item 3: a new made-up bearer token on every request, from one address.
+    UnknownTokens,
 }
 
-const ALL: [Attack; 7] = [
+const ALL: [Attack; 8] = [
     Attack::SessionFill,
     Attack::OtSlotHold,
     Attack::SlowReader,
@@ -38,6 +40,7 @@ const ALL: [Attack; 7] = [
     Attack::FailedSteps,
     Attack::OtRefused4095,
     Attack::SetDownload,
+    Attack::UnknownTokens,
 ];
 
 /// `--attack`: names, or `all`.
@@ -69,7 +72,7 @@ pub struct Tally {
 }
 
 impl Tally {
-    fn add(&self, outcome: impl Into<String>) {
+    pub(super) fn add(&self, outcome: impl Into<String>) {
         *self
             .counts
             .lock()
@@ -79,7 +82,7 @@ impl Tally {
     }
 
     /// Counts an I/O failure by kind (no addresses or data in it).
-    fn io(&self, what: &str, e: &std::io::Error) {
+    pub(super) fn io(&self, what: &str, e: &std::io::Error) {
         let kind = match e.kind() {
             std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => "timed out",
             std::io::ErrorKind::UnexpectedEof
@@ -110,7 +113,7 @@ impl Tally {
 pub struct Ctx {
     url: String,
     server: SocketAddrV4,
-    quick: bool,
+    pub(super) quick: bool,
     max_client_items: u64,
     slow_rate: u64,
 }
@@ -142,13 +145,13 @@ const IO: Duration = Duration::from_secs(10);
 
 /// Address `host` (1..=254) of block `block` (127.`block`.0.0/24; the attacks use blocks
 /// 100 to 199, the honest clients 200 and up).
-fn addr(block: u8, host: u8) -> Ipv4Addr {
+pub(super) fn addr(block: u8, host: u8) -> Ipv4Addr {
     Ipv4Addr::new(127, block.max(1), 0, host.max(1))
 }
 
 /// The attacker's open connection from `from`, or a new one; when it cannot connect, the
 /// error is tallied and the caller waits a second (or until `stop`) before its next try.
-fn reuse_or_open<'a>(
+pub(super) fn reuse_or_open<'a>(
     conn: &'a mut Option<Conn>,
     from: Ipv4Addr,
     ctx: &Ctx,
@@ -169,7 +172,7 @@ fn reuse_or_open<'a>(
 }
 
 /// Sleeps up to `d`, returning early (false) once `stop` is set.
-fn pause(stop: &AtomicBool, d: Duration) -> bool {
+pub(super) fn pause(stop: &AtomicBool, d: Duration) -> bool {
     let end = Instant::now() + d;
     while Instant::now() < end {
         if stop.load(Ordering::Relaxed) {
@@ -210,10 +213,11 @@ impl Attack {
             Attack::FailedSteps => "failed-steps",
             Attack::OtRefused4095 => "ot-refused-4095",
             Attack::SetDownload => "set-download",
+            Attack::UnknownTokens => "unknown-tokens",
         }
     }
 
-    /// The item of issue 23 it reproduces.
+    /// The item of issue 23 it reproduces (35: issue 35's, named in its doc).
     pub fn item(self) -> u8 {
         match self {
             Attack::SessionFill => 1,
@@ -223,6 +227,7 @@ impl Attack {
             Attack::FailedSteps => 7,
             Attack::OtRefused4095 => 8,
             Attack::SetDownload => 10,
+            Attack::UnknownTokens => 35,
         }
     }
 
@@ -247,6 +252,7 @@ impl Attack {
             Attack::FailedSteps => failed_steps(ctx, stop, ready, tally),
             Attack::OtRefused4095 => ot_refused(ctx, stop, ready, tally),
             Attack::SetDownload => set_download(ctx, stop, ready, tally),
+            Attack::UnknownTokens => super::credentials::unknown_tokens(ctx, stop, ready, tally),
         }
     }
 }
