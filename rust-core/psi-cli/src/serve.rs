@@ -78,17 +78,21 @@ pub struct ServeArgs {
     /// Items one client may query per hour; 0 = unlimited. A client is an issued token
     /// (`psi token add`, which may set its own budget), a static token (shared by all who
     /// hold it), or without authentication a client IP address (IPv6: a prefix). Budgets
-    /// are kept in the database across restarts.
+    /// are kept in the database across restarts; with --db postgres://... every instance
+    /// charges one shared budget per client in the database.
     #[arg(long, default_value_t = 20_000)]
     items_per_hour: u64,
     /// Bytes of the bounded link probe (GET and POST /v1/probe, both ways together) one
     /// client may move per hour; 0 = unlimited. Default 16 MiB (64 probes of the largest
-    /// size, about 127 of a client's). Kept in memory: a restart resets it.
+    /// size, about 127 of a client's). With SQLite kept in memory (a restart resets it);
+    /// with --db postgres://... charged in the database, shared by every instance.
     #[arg(long, default_value_t = 16 << 20)]
     probe_bytes_per_hour: u64,
     /// Bytes of full encoded-set downloads (200 answers; 304s are free) one client may
-    /// take per hour; 0 = unlimited. Default 64 MiB (about 10 downloads of a set of 10^6
-    /// entries). With a CDN serving the set, see docs/api.md "Encoded set".
+    /// take per hour, label buckets included; 0 = unlimited. Default 64 MiB (about 10
+    /// downloads of a set of 10^6 entries). With SQLite kept in memory; with --db
+    /// postgres://... shared by every instance. With a CDN serving the set, see docs/api.md
+    /// "Encoded set".
     #[arg(long, default_value_t = 64 << 20)]
     encoded_set_bytes_per_hour: u64,
     /// Without tokens, the budgets (of --items-per-hour and --encoded-set-bytes-per-hour)
