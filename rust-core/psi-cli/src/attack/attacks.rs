@@ -30,9 +30,11 @@ pub enum Attack {
     SetDownload,
     /// Issue 35 item 3: a new made-up bearer token on every request, from one address.
     UnknownTokens,
+    /// Issue 35 item 6: one-item sessions that fetch the most label buckets they may.
+    LabelFetch,
 }
 
-const ALL: [Attack; 8] = [
+const ALL: [Attack; 9] = [
     Attack::SessionFill,
     Attack::OtSlotHold,
     Attack::SlowReader,
@@ -41,6 +43,7 @@ const ALL: [Attack; 8] = [
     Attack::OtRefused4095,
     Attack::SetDownload,
     Attack::UnknownTokens,
+    Attack::LabelFetch,
 ];
 
 /// `--attack`: names, or `all`.
@@ -101,6 +104,11 @@ impl Tally {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Counts `n` response body bytes received.
+    pub(super) fn count_bytes(&self, n: u64) {
+        self.bytes.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Response body bytes the attacker received.
@@ -214,6 +222,7 @@ impl Attack {
             Attack::OtRefused4095 => "ot-refused-4095",
             Attack::SetDownload => "set-download",
             Attack::UnknownTokens => "unknown-tokens",
+            Attack::LabelFetch => "label-fetch",
         }
     }
 
@@ -227,7 +236,7 @@ impl Attack {
             Attack::FailedSteps => 7,
             Attack::OtRefused4095 => 8,
             Attack::SetDownload => 10,
-            Attack::UnknownTokens => 35,
+            Attack::UnknownTokens | Attack::LabelFetch => 35,
         }
     }
 
@@ -253,6 +262,7 @@ impl Attack {
             Attack::OtRefused4095 => ot_refused(ctx, stop, ready, tally),
             Attack::SetDownload => set_download(ctx, stop, ready, tally),
             Attack::UnknownTokens => super::credentials::unknown_tokens(ctx, stop, ready, tally),
+            Attack::LabelFetch => super::label_fetch::label_fetch(ctx, stop, ready, tally),
         }
     }
 }

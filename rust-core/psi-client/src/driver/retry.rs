@@ -289,7 +289,12 @@ mod tests {
         let (c, t) = flaky(&srv, &[(3, Fault::WrongInstance)], 2);
         let r = run(&c, Protocol::Dh).unwrap();
         assert_eq!(r.matches.len(), 1);
-        assert_eq!(r.matches[0].label.as_deref(), Some("alice"), "{:?}", r.label_error);
+        assert_eq!(
+            r.matches[0].label.as_deref(),
+            Some("alice"),
+            "{:?}",
+            r.label_error
+        );
         assert_eq!(r.label_error, None);
         assert_eq!(*t.sessions.lock().unwrap(), 2);
     }
