@@ -235,6 +235,10 @@ fn can_return(route: Route) -> HashSet<ErrorCode> {
         E::TooManySessions,
     ]);
     let authenticated = route != Route::Health;
+    if route == Route::Health {
+        // A trusted proxy's malformed forwarding header (issue 35 item 6).
+        codes.insert(E::BadRequest);
+    }
     let session = route.template().contains("{id}");
     let step = matches!(
         route,

@@ -70,9 +70,6 @@ pub(super) async fn auth(
     let key = if let (true, Some(d)) = (bool::from(static_ok), &digest) {
         format!("token:{}", hex::encode(&d[..8]))
     } else {
-        // The caller's address: for a caller without a token, and for the budget of
-        // credentials not known valid. A trusted proxy's malformed header is refused.
-        let ip = caller_ip(&req, &state)?;
         let creating = req
             .extensions()
             .get::<MatchedPath>()
@@ -82,15 +79,14 @@ pub(super) async fn auth(
         // of such requests (`Config::invalid_tokens_per_hour`), given back if valid.
         let mut receipt = None;
         let fresh = digest.as_ref().and_then(|d| state.accounts.cached(d));
-        let known_valid = |c: &Option<TokenCheck>| {
-            c.as_ref()
-                .and_then(|c| c.token.as_ref())
-                .is_some_and(|t| !t.revoked)
-        };
+        let known_valid =
+            |c: Option<&TokenCheck>| c.and_then(|c| c.token.as_ref()).is_some_and(|t| !t.revoked);
         if let Some(d) = &digest
-            && !known_valid(&fresh)
+            && !known_valid(fresh.as_ref())
             && !state.accounts.known_valid(d)
         {
+            // A trusted proxy's malformed forwarding header is refused (400).
+            let ip = caller_ip(&req, &state)?;
             let c = &state.config;
             let key = ip.map_or_else(
                 || "ip:unknown".to_string(),
@@ -122,7 +118,7 @@ pub(super) async fn auth(
             _ => lookup(&state, creating, digest.as_ref()).await?,
         };
         if let Some(r) = &receipt
-            && known_valid(&Some(check.clone()))
+            && known_valid(Some(&check))
         {
             state.invalid_token_limiter.refund_all(r);
         }
@@ -145,7 +141,8 @@ pub(super) async fn auth(
                     "bearer token not accepted",
                 ));
             }
-            _ => match ip {
+            // The caller's address (a trusted proxy's malformed header: 400).
+            _ => match caller_ip(&req, &state)? {
                 None => "ip:unknown".to_string(),
                 Some(ip) => {
                     let c = &state.config;

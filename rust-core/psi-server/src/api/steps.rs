@@ -291,6 +291,6 @@ pub(super) async fn label_fetch(
     let bytes = axum::body::HttpBody::size_hint(resp.body())
         .exact()
         .unwrap_or(0);
-    super::registry::charge_download(&state, &payer, bytes as usize).await?;
+    super::registry::charge_download(&state, &payer, bytes as usize, true).await?;
     Ok(resp)
 }
