@@ -78,17 +78,21 @@ pub struct ServeArgs {
     /// Items one client may query per hour; 0 = unlimited. A client is an issued token
     /// (`psi token add`, which may set its own budget), a static token (shared by all who
     /// hold it), or without authentication a client IP address (IPv6: a prefix). Budgets
-    /// are kept in the database across restarts.
+    /// are kept in the database across restarts; with --db postgres://... every instance
+    /// charges one shared budget per client in the database.
     #[arg(long, default_value_t = 20_000)]
     items_per_hour: u64,
     /// Bytes of the bounded link probe (GET and POST /v1/probe, both ways together) one
     /// client may move per hour; 0 = unlimited. Default 16 MiB (64 probes of the largest
-    /// size, about 127 of a client's). Kept in memory: a restart resets it.
+    /// size, about 127 of a client's). With SQLite kept in memory (a restart resets it);
+    /// with --db postgres://... charged in the database, shared by every instance.
     #[arg(long, default_value_t = 16 << 20)]
     probe_bytes_per_hour: u64,
     /// Bytes of full encoded-set downloads (200 answers; 304s are free) one client may
-    /// take per hour; 0 = unlimited. Default 64 MiB (about 10 downloads of a set of 10^6
-    /// entries). With a CDN serving the set, see docs/api.md "Encoded set".
+    /// take per hour, label buckets included; 0 = unlimited. Default 64 MiB (about 10
+    /// downloads of a set of 10^6 entries). With SQLite kept in memory; with --db
+    /// postgres://... shared by every instance. With a CDN serving the set, see docs/api.md
+    /// "Encoded set".
     #[arg(long, default_value_t = 64 << 20)]
     encoded_set_bytes_per_hour: u64,
     /// Without tokens, the budgets (of --items-per-hour and --encoded-set-bytes-per-hour)
@@ -204,6 +208,11 @@ pub struct ServeArgs {
     /// GET /v1/health requests one address may make per hour (0 = no limit).
     #[arg(long, default_value_t = 3_600)]
     health_per_hour: u64,
+    /// Requests with a bearer token not known valid that one address may make per hour
+    /// (each may cost a token lookup); beyond it 429 while authentication is on
+    /// (0 = no limit).
+    #[arg(long, default_value_t = 600)]
+    invalid_tokens_per_hour: u64,
     /// Start a new key epoch when the key is this old (e.g. 24h, 90m, 7d; at least 1m;
     /// `off`: only `psi rotate-key`). The new epoch is built in the background; lookups
     /// and removals are bounded by it (docs/adr/0017-scheduled-key-rotation.md).
@@ -355,6 +364,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     config.max_response_bytes_in_flight = args.max_response_bytes_in_flight;
     config.max_response_bytes_per_address = args.max_response_bytes_per_address;
     config.health_per_hour = args.health_per_hour;
+    config.invalid_tokens_per_hour = args.invalid_tokens_per_hour;
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         // Before the registry build, so a bad file fails fast.
         config.tls = Some(

@@ -38,7 +38,13 @@ pub(crate) fn client_ip(
     // Every line of the header, in order, as one list (RFC 9110 §5.3).
     for line in headers.get_all(header.name()).iter().rev() {
         let line = line.to_str().map_err(|_| malformed)?;
-        for hop in split_quoted(line, ',').into_iter().rev() {
+        // X-Forwarded-For has no quoted strings: a `"` the client wrote must not join the
+        // proxy's entry to the client's (issue 35 item 6). Forwarded (RFC 7239) has them.
+        let hops = match header {
+            ClientIpHeader::XForwardedFor => line.split(',').collect(),
+            ClientIpHeader::Forwarded => split_quoted(line, ','),
+        };
+        for hop in hops.into_iter().rev() {
             let ip = match header {
                 ClientIpHeader::XForwardedFor => parse_node(hop),
                 ClientIpHeader::Forwarded => forwarded_for(hop),
@@ -330,6 +336,18 @@ mod tests {
                 "{bad}"
             );
         }
+        // A quote the client wrote left of the proxy's entry is an entry like any other:
+        // never read (it is left of the client's address).
+        let h = headers("x-forwarded-for", &["\"x, 203.0.113.5"]);
+        assert_eq!(
+            client_ip(ip("10.0.0.1"), &h, &trusted, xff),
+            Ok(ip("203.0.113.5"))
+        );
+        let h = headers("x-forwarded-for", &["\"a, b\", 203.0.113.5, 10.0.0.2"]);
+        assert_eq!(
+            client_ip(ip("10.0.0.1"), &h, &trusted, xff),
+            Ok(ip("203.0.113.5"))
+        );
         // The other header is not read.
         let h = headers("forwarded", &["for=203.0.113.5"]);
         assert_eq!(

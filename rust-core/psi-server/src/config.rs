@@ -185,6 +185,13 @@ pub struct Config {
     /// bucket refilled continuously; 0 = no limit). Beyond it: 429 `rate_limited`, and
     /// the connection is closed.
     pub health_per_hour: u64,
+    /// Requests whose bearer token is not known valid that one address (by
+    /// `ipv4_prefix` / `ipv6_prefix`) may make per hour (default 600, a bucket refilled
+    /// continuously; 0 = no limit). Each such request may cost a token lookup; beyond it
+    /// the credential is not looked up: 429 `rate_limited` while authentication is on,
+    /// else the request is served as one without a credential. A token found valid gives
+    /// its charge back. docs/adr/0047-remembered-credentials.md.
+    pub invalid_tokens_per_hour: u64,
     /// TLS certificate and key; `None` serves plain HTTP (loopback, or behind a TLS
     /// proxy).
     pub tls: Option<ServerTls>,
@@ -254,6 +261,7 @@ impl Default for Config {
             max_response_bytes_in_flight: 512 << 20,
             max_response_bytes_per_address: 64 << 20,
             health_per_hour: 3_600,
+            invalid_tokens_per_hour: 600,
             tls: None,
             rotate_every: Some(Duration::from_secs(24 * 3600)),
             watch_store: Some(Duration::from_secs(2)),

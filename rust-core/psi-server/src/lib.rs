@@ -27,6 +27,7 @@ mod limits;
 mod listen;
 mod net;
 mod registry;
+mod remember;
 pub mod sealing;
 mod server;
 mod sessions;

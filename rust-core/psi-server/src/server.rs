@@ -59,6 +59,7 @@ pub async fn serve(
                 state.limiter.limiter().sweep();
                 state.probe_limiter.limiter().sweep();
                 state.health_limiter.sweep();
+                state.invalid_token_limiter.sweep();
                 state.download_limiter.limiter().sweep();
                 // Shared budgets: rows full again are deleted (one statement for all).
                 if let Some(store) = state.limiter.shared_store()
@@ -130,8 +131,24 @@ async fn watch_store(state: Arc<AppState>, every: Duration) {
         match looked {
             Ok(Ok(mut s)) => {
                 store.0 = s.0.take();
-                failing = false;
-                state.store_health.answered();
+                // The "any tokens" answer, kept fresh for requests without a credential
+                // (PostgreSQL; a no-op otherwise).
+                match state.accounts.look_for_tokens().await {
+                    Ok(()) => {
+                        failing = false;
+                        state.store_health.answered();
+                    }
+                    Err(accounts::LookupError::Unavailable(e)) => {
+                        state.store_health.unreachable(&e);
+                        failing = true;
+                    }
+                    Err(e) => {
+                        if !failing {
+                            tracing::warn!(error = %e, "looking for issued tokens failed");
+                        }
+                        failing = true;
+                    }
+                }
             }
             Ok(Err(e)) if state.store_health.failed(&e) => failing = true,
             Ok(Err(e)) if !failing => {

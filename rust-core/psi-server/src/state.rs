@@ -57,7 +57,11 @@ pub struct AppState {
     /// (`Config::encoded_set_bytes_per_hour`; in memory only with SQLite).
     pub(crate) download_limiter: limits::Budgets,
     /// Issued tokens and saved budgets (its own database connection).
-    pub(crate) accounts: accounts::Accounts,
+    pub(crate) accounts: Arc<accounts::Accounts>,
+    /// Each address's hourly budget of requests whose bearer token is not known valid
+    /// (`Config::invalid_tokens_per_hour`; in memory only, swept with the other budgets):
+    /// bounds the token lookups a stranger can cause (issue 35 item 3).
+    pub(crate) invalid_token_limiter: limits::RateLimiter,
     /// Whether the database answered the last look: while it does not, health says so
     /// and new sessions are refused (store_health.rs).
     pub(crate) store_health: store_health::StoreHealth,
@@ -82,16 +86,23 @@ impl AppState {
     /// database for issued tokens and budgets (blocking) and restores the saved budgets.
     pub fn with_registry(config: Config, registry: Registry) -> Arc<AppState> {
         let limiter = limits::RateLimiter::new(config.items_per_hour);
-        let accounts = accounts::Accounts::open(&config.db, &limiter, config.session_ttl);
         let instance = config.instance.clone().unwrap_or_else(InstanceName::random);
         // Several instances on one PostgreSQL charge every budget in its shared table (one
-        // pool for all four): a caller spreading requests over them has one budget.
+        // pool for all four, and for the token lookups): a caller spreading requests over
+        // them has one budget.
         let shared = match &config.db {
             storage::Database::Postgres(pg) => {
                 Some(storage::postgres::budgets::SharedBudgets::open(pg))
             }
             _ => None,
         };
+        let accounts = Arc::new(accounts::Accounts::open(
+            &config.db,
+            &limiter,
+            config.session_ttl,
+            shared.clone().map(storage::PgTokenLookup::new),
+            config.watch_store.is_some() && !config.db.is_memory(),
+        ));
         use storage::postgres::budgets::Book;
         let book = |limiter: limits::RateLimiter, book: Book| match &shared {
             Some(store) => limits::Budgets::shared(limiter, book, store.clone()),
@@ -123,6 +134,7 @@ impl AppState {
                 Book::ProbeBytes,
             ),
             health_limiter: limits::RateLimiter::in_memory(config.health_per_hour),
+            invalid_token_limiter: limits::RateLimiter::in_memory(config.invalid_tokens_per_hour),
             download_limiter: book(
                 limits::RateLimiter::in_memory(config.encoded_set_bytes_per_hour),
                 Book::DownloadBytes,

@@ -75,6 +75,12 @@ impl StoreHealth {
         }
     }
 
+    /// A call on the request path's pool found the database unreachable (`e` names no
+    /// credential).
+    pub(crate) fn unreachable(&self, e: &str) {
+        self.lost(&e);
+    }
+
     fn lost(&self, e: &dyn std::fmt::Display) {
         if !self.down.swap(true, Ordering::Relaxed) {
             tracing::error!(error = %e, "the database does not answer: refusing new sessions until it does");

@@ -235,6 +235,10 @@ fn can_return(route: Route) -> HashSet<ErrorCode> {
         E::TooManySessions,
     ]);
     let authenticated = route != Route::Health;
+    if route == Route::Health {
+        // A trusted proxy's malformed forwarding header (issue 35 item 6).
+        codes.insert(E::BadRequest);
+    }
     let session = route.template().contains("{id}");
     let step = matches!(
         route,
@@ -242,8 +246,10 @@ fn can_return(route: Route) -> HashSet<ErrorCode> {
     );
     if authenticated {
         // `auth`: no or a refused token; an unreadable trusted-proxy client header; the
-        // token lookup's database away (store_health.rs).
+        // token lookup's database away (store_health.rs); the address's budget of
+        // credentials not known valid spent (429, listed above for every route).
         codes.extend([
+            E::RateLimited,
             E::MissingToken,
             E::InvalidToken,
             E::BadRequest,

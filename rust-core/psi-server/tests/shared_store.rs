@@ -400,7 +400,13 @@ fn a_url_with_a_password_is_refused_and_the_password_comes_from_a_file() {
     assert!(s.connect_blocking().is_ok());
     assert!(!format!("{s} {s:?}").contains(pg.password()));
     let bare = PgSettings::from_url(&url).unwrap();
-    assert!(bare.connect_blocking().is_err());
+    // Without a password the error says where one comes from (issue 35), not only
+    // "invalid configuration".
+    let e = bare
+        .connect_blocking()
+        .err()
+        .expect("refused without a password");
+    assert!(e.to_string().contains("--db-password-file"), "{e}");
 }
 
 #[test]

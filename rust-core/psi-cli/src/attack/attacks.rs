@@ -31,9 +31,13 @@ pub enum Attack {
     /// Issue 35 item 5: the honest clients' networks and the server-wide ceiling kept
     /// spent by other addresses.
     BudgetDrain,
+    /// Issue 35 item 3: a new made-up bearer token on every request, from one address.
+    UnknownTokens,
+    /// Issue 35 item 6: one-item sessions that fetch the most label buckets they may.
+    LabelFetch,
 }
 
-const ALL: [Attack; 8] = [
+const ALL: [Attack; 10] = [
     Attack::SessionFill,
     Attack::OtSlotHold,
     Attack::SlowReader,
@@ -42,6 +46,8 @@ const ALL: [Attack; 8] = [
     Attack::OtRefused4095,
     Attack::SetDownload,
     Attack::BudgetDrain,
+    Attack::UnknownTokens,
+    Attack::LabelFetch,
 ];
 
 /// `--attack`: names, or `all`.
@@ -104,6 +110,11 @@ impl Tally {
             .clone()
     }
 
+    /// Counts `n` response body bytes received.
+    pub(super) fn count_bytes(&self, n: u64) {
+        self.bytes.fetch_add(n, Ordering::Relaxed);
+    }
+
     /// Response body bytes the attacker received.
     pub fn bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed)
@@ -114,7 +125,7 @@ impl Tally {
 pub struct Ctx {
     url: String,
     server: SocketAddrV4,
-    quick: bool,
+    pub(super) quick: bool,
     max_client_items: u64,
     slow_rate: u64,
 }
@@ -158,13 +169,13 @@ pub(super) const IO: Duration = Duration::from_secs(10);
 
 /// Address `host` (1..=254) of block `block` (127.`block`.0.0/24; the attacks use blocks
 /// 100 to 199, the honest clients 200 and up).
-fn addr(block: u8, host: u8) -> Ipv4Addr {
+pub(super) fn addr(block: u8, host: u8) -> Ipv4Addr {
     Ipv4Addr::new(127, block.max(1), 0, host.max(1))
 }
 
 /// The attacker's open connection from `from`, or a new one; when it cannot connect, the
 /// error is tallied and the caller waits a second (or until `stop`) before its next try.
-fn reuse_or_open<'a>(
+pub(super) fn reuse_or_open<'a>(
     conn: &'a mut Option<Conn>,
     from: Ipv4Addr,
     ctx: &Ctx,
@@ -227,10 +238,12 @@ impl Attack {
             Attack::OtRefused4095 => "ot-refused-4095",
             Attack::SetDownload => "set-download",
             Attack::BudgetDrain => "budget-drain",
+            Attack::UnknownTokens => "unknown-tokens",
+            Attack::LabelFetch => "label-fetch",
         }
     }
 
-    /// The item of issue 23 it reproduces.
+    /// The item of issue 23 it reproduces (35: issue 35's, named in its doc).
     pub fn item(self) -> u8 {
         match self {
             Attack::SessionFill => 1,
@@ -240,8 +253,7 @@ impl Attack {
             Attack::FailedSteps => 7,
             Attack::OtRefused4095 => 8,
             Attack::SetDownload => 10,
-            // Of issue 35.
-            Attack::BudgetDrain => 5,
+            Attack::BudgetDrain | Attack::UnknownTokens | Attack::LabelFetch => 35,
         }
     }
 
@@ -267,6 +279,8 @@ impl Attack {
             Attack::OtRefused4095 => ot_refused(ctx, stop, ready, tally),
             Attack::SetDownload => set_download(ctx, stop, ready, tally),
             Attack::BudgetDrain => super::drain::budget_drain(ctx, stop, ready, tally),
+            Attack::UnknownTokens => super::credentials::unknown_tokens(ctx, stop, ready, tally),
+            Attack::LabelFetch => super::label_fetch::label_fetch(ctx, stop, ready, tally),
         }
     }
 }

@@ -20,7 +20,8 @@ impl Run<'_> {
     /// The label step, run whenever labels are on, matches or not: its requests and their
     /// sizes depend on `n` and the session's layout only (docs/protocol/labels.md §6). A
     /// failure here (say, the hourly budget ran out) costs the labels, not the matches,
-    /// which are computed and paid for: it is reported in the result. Cancellation is not
+    /// which are computed and paid for: it is reported in the result. Except `421
+    /// wrong_instance`: the run is retried like any step's 421. Cancellation is not
     /// a failure of the step: the run ends with `Cancelled`. Returns the matches, the
     /// failure and the number of matches whose label did not fit the step.
     pub(super) fn labels(
@@ -50,6 +51,15 @@ impl Run<'_> {
                 Ok((out, None, skipped))
             }
             Err(ClientError::Cancelled) => Err(ClientError::Cancelled),
+            // The step reached an instance that does not hold the session (a balancer's
+            // misroute or failover): a new run, on a new session, gets the labels; retried
+            // like the same answer to any other step (issue 35).
+            Err(
+                e @ ClientError::Http {
+                    code: psi_http::ErrorCode::WrongInstance,
+                    ..
+                },
+            ) => Err(e),
             Err(e) => Ok((out, Some(e.to_string()), 0)),
         }
     }

@@ -136,6 +136,9 @@ mod tests {
         Stall,
         /// 400: not retryable.
         BadRequest,
+        /// 421 `wrong_instance`: a balancer sent the step to an instance without the
+        /// session.
+        WrongInstance,
     }
 
     /// Forwards to a real server, replacing the answer to the `at`-th request (0-based)
@@ -176,6 +179,7 @@ mod tests {
                 None => self.inner.send(request),
                 Some(Fault::Busy) => Ok(json(503, "server_busy", &[("retry-after", "0")])),
                 Some(Fault::BadRequest) => Ok(json(400, "bad_request", &[])),
+                Some(Fault::WrongInstance) => Ok(json(421, "wrong_instance", &[])),
                 Some(Fault::CutShort) => {
                     // The server did the work; the client never sees the end of it.
                     let _ = self.inner.send(request);
@@ -267,6 +271,24 @@ mod tests {
             assert_eq!(*t.sessions.lock().unwrap(), faults.len() + 1, "{faults:?}");
             assert!(started.elapsed() < Duration::from_secs(10));
         }
+    }
+
+    #[test]
+    fn a_421_on_the_label_step_is_retried_with_a_new_session_and_the_labels_arrive() {
+        let srv = server();
+        // DH: request 0 creates the session, 1 is the query, 2 the encoded set, 3 the
+        // label fetch.
+        let (c, t) = flaky(&srv, &[(3, Fault::WrongInstance)], 2);
+        let r = run(&c, Protocol::Dh).unwrap();
+        assert_eq!(r.matches.len(), 1);
+        assert_eq!(
+            r.matches[0].label.as_deref(),
+            Some("alice"),
+            "{:?}",
+            r.label_error
+        );
+        assert_eq!(r.label_error, None);
+        assert_eq!(*t.sessions.lock().unwrap(), 2);
     }
 
     #[test]

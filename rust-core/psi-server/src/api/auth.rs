@@ -2,14 +2,15 @@
 //! ([`ClientKey`], [`ClientBlock`], and the budgets it pays from).
 
 use super::reply::{ApiError, internal, store_unavailable};
-use crate::limits::Payer;
+use crate::accounts::{LookupError, TokenCheck};
+use crate::limits::{Level, LevelKind, Payer};
 use crate::state::AppState;
 use axum::extract::{ConnectInfo, MatchedPath, Request, State as S};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::Response;
 use psi_http::{ErrorCode, Route};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use subtle::ConstantTimeEq;
 
@@ -29,8 +30,9 @@ pub(super) struct ClientBlock(pub(super) String);
 /// - a static token (`Config::tokens`): `token:` and 8 bytes of its SHA-256, a budget
 ///   shared by everyone holding it;
 /// - a token issued into the database (`psi token add`): `token-id:` and its id, with its
-///   own budget; looked up by digest on every request, so issuing and revoking take
-///   effect at once;
+///   own budget; looked up by digest (crate::accounts: at once with SQLite, within a
+///   second with PostgreSQL); a credential not known valid is charged to the address's
+///   budget of such requests (`Config::invalid_tokens_per_hour`);
 /// - without authentication: `ip:` and the client's address or prefix ([`crate::caller`]).
 ///
 /// Authentication is on when static tokens are configured or any token was ever issued.
@@ -68,32 +70,58 @@ pub(super) async fn auth(
     let key = if let (true, Some(d)) = (bool::from(static_ok), &digest) {
         format!("token:{}", hex::encode(&d[..8]))
     } else {
-        // Issued tokens: looked up by digest (an index lookup; its timing depends on the
-        // presented token's digest only, which does not help find a 256-bit token).
-        let st = state.clone();
-        let looked = tokio::task::spawn_blocking(move || st.accounts.check(digest.as_ref()))
-            .await
-            .map_err(|_| internal())?;
-        let check = match looked {
-            Ok(check) => check,
-            // The database is away: a step of a running session goes on with the
-            // database's last answer for this credential; a new session is refused
-            // (store_health.rs).
-            Err(e) if state.store_health.failed(&e) => {
-                let creating = req
-                    .extensions()
-                    .get::<MatchedPath>()
-                    .is_some_and(|p| p.as_str() == Route::CreateSession.template());
-                match state.accounts.remembered(digest.as_ref()) {
-                    Some(check) if !creating => check,
-                    _ => return Err(store_unavailable()),
+        let creating = req
+            .extensions()
+            .get::<MatchedPath>()
+            .is_some_and(|p| p.as_str() == Route::CreateSession.template());
+        let mut digest = digest;
+        // A credential not known valid costs a lookup: charged to the address's budget
+        // of such requests (`Config::invalid_tokens_per_hour`), given back if valid.
+        let mut receipt = None;
+        let fresh = digest.as_ref().and_then(|d| state.accounts.cached(d));
+        let known_valid =
+            |c: Option<&TokenCheck>| c.and_then(|c| c.token.as_ref()).is_some_and(|t| !t.revoked);
+        if let Some(d) = &digest
+            && !known_valid(fresh.as_ref())
+            && !state.accounts.known_valid(d)
+        {
+            // A trusted proxy's malformed forwarding header is refused (400).
+            let ip = caller_ip(&req, &state)?;
+            let c = &state.config;
+            let key = ip.map_or_else(
+                || "ip:unknown".to_string(),
+                |ip| crate::caller::rate_key_ip(ip, c.ipv4_prefix, c.ipv6_prefix),
+            );
+            let payer = Payer::new(vec![Level::new(key, 1, LevelKind::Address)]);
+            match state.invalid_token_limiter.charge_all(&payer, 1) {
+                Ok(r) => receipt = Some(r),
+                Err(refused) => {
+                    // Not looked up. Authentication on: refused; off: a caller without
+                    // a token (what the lookup would have found anyway).
+                    let auth_on = !state.config.tokens.is_empty()
+                        || lookup(&state, creating, None).await?.any_issued;
+                    if auth_on {
+                        let mut e = ApiError::new(
+                            ErrorCode::RateLimited,
+                            "too many requests with a bearer token that is not accepted from \
+                             this address",
+                        );
+                        e.retry_after = Some(refused.wait);
+                        return Err(e);
+                    }
+                    digest = None;
                 }
             }
-            Err(e) => {
-                tracing::error!(error = %e, "token lookup failed");
-                return Err(internal());
-            }
+        }
+        let check = match fresh {
+            Some(check) if digest.is_some() => check,
+            _ => lookup(&state, creating, digest.as_ref()).await?,
         };
+        if let Some(r) = &receipt
+            && known_valid(Some(&check))
+        {
+            state.invalid_token_limiter.refund_all(r);
+        }
         let auth_on = !state.config.tokens.is_empty() || check.any_issued;
         match check.token {
             Some(t) if !t.revoked => {
@@ -113,40 +141,20 @@ pub(super) async fn auth(
                     "bearer token not accepted",
                 ));
             }
-            _ => {
-                let peer = req
-                    .extensions()
-                    .get::<ConnectInfo<SocketAddr>>()
-                    .map(|c| c.0.ip());
-                match peer {
-                    None => "ip:unknown".to_string(),
-                    Some(peer) => {
-                        let c = &state.config;
-                        let ip = crate::caller::client_ip(
-                            peer,
-                            req.headers(),
-                            &c.trusted_proxies,
-                            c.client_ip_header,
-                        )
-                        .map_err(|e| {
-                            ApiError::new(
-                                ErrorCode::BadRequest,
-                                format!(
-                                    "the trusted proxy's {} header is not a list of IP addresses",
-                                    e.0.name()
-                                ),
-                            )
-                        })?;
-                        block = Some(crate::caller::rate_key_ip(
-                            ip,
-                            c.ipv4_prefix.min(c.ipv4_block_prefix),
-                            c.ipv6_prefix.min(c.ipv6_block_prefix),
-                        ));
-                        payer = Some(crate::caller::address_payer(ip, c));
-                        crate::caller::rate_key_ip(ip, c.ipv4_prefix, c.ipv6_prefix)
-                    }
+            // The caller's address (a trusted proxy's malformed header: 400).
+            _ => match caller_ip(&req, &state)? {
+                None => "ip:unknown".to_string(),
+                Some(ip) => {
+                    let c = &state.config;
+                    block = Some(crate::caller::rate_key_ip(
+                        ip,
+                        c.ipv4_prefix.min(c.ipv4_block_prefix),
+                        c.ipv6_prefix.min(c.ipv6_block_prefix),
+                    ));
+                    payer = Some(crate::caller::address_payer(ip, c));
+                    crate::caller::rate_key_ip(ip, c.ipv4_prefix, c.ipv6_prefix)
                 }
-            }
+            },
         }
     };
     req.extensions_mut()
@@ -155,4 +163,52 @@ pub(super) async fn auth(
         .insert(payer.unwrap_or_else(|| Payer::token(&key)));
     req.extensions_mut().insert(ClientKey(key));
     Ok(next.run(req).await)
+}
+
+/// The client's address ([`crate::caller::client_ip`]), `None` without a peer address; a
+/// trusted proxy's forwarding header that is not a list of addresses is `400 bad_request`.
+pub(super) fn caller_ip(req: &Request, state: &AppState) -> Result<Option<IpAddr>, ApiError> {
+    let Some(peer) = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip())
+    else {
+        return Ok(None);
+    };
+    let c = &state.config;
+    crate::caller::client_ip(peer, req.headers(), &c.trusted_proxies, c.client_ip_header)
+        .map(Some)
+        .map_err(|e| {
+            ApiError::new(
+                ErrorCode::BadRequest,
+                format!(
+                    "the trusted proxy's {} header is not a list of IP addresses",
+                    e.0.name()
+                ),
+            )
+        })
+}
+
+/// The database's answer about `digest` ([`crate::accounts::Accounts::check`]). While
+/// the database is away, a step of a running session goes on with its last answer for
+/// this credential; a new session (`creating`) is refused (store_health.rs).
+async fn lookup(
+    state: &Arc<AppState>,
+    creating: bool,
+    digest: Option<&[u8; 32]>,
+) -> Result<TokenCheck, ApiError> {
+    match state.accounts.check(digest).await {
+        Ok(check) => Ok(check),
+        Err(LookupError::Unavailable(e)) => {
+            state.store_health.unreachable(&e);
+            match state.accounts.remembered(digest) {
+                Some(check) if !creating => Ok(check),
+                _ => Err(store_unavailable()),
+            }
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "token lookup failed");
+            Err(internal())
+        }
+    }
 }

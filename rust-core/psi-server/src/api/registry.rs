@@ -23,10 +23,20 @@ pub(super) async fn health(
 ) -> Result<Json<Health>, Response> {
     if let Some(Extension(ConnectInfo(peer))) = peer {
         let c = &state.config;
-        // A trusted proxy's malformed forwarding header counts against the proxy.
+        // A trusted proxy's malformed forwarding header is refused (400), never charged
+        // to the proxy's own address: a balancer probing from it would be refused.
         let ip =
             crate::caller::client_ip(peer.ip(), &headers, &c.trusted_proxies, c.client_ip_header)
-                .unwrap_or(peer.ip());
+                .map_err(|e| {
+                ApiError::new(
+                    ErrorCode::BadRequest,
+                    format!(
+                        "the trusted proxy's {} header is not a list of IP addresses",
+                        e.0.name()
+                    ),
+                )
+                .into_response()
+            })?;
         let key = crate::caller::rate_key_ip(ip, c.ipv4_prefix, c.ipv6_prefix);
         if let Err(wait) = state.health_limiter.charge(&key, 1) {
             let mut e = ApiError::new(
@@ -65,16 +75,28 @@ pub(super) async fn health(
     }))
 }
 
-/// Charges a full encoded-set download of `bytes` to the caller's hourly download budget
+/// Charges `bytes` of a download to the caller's hourly download budget
 /// (`Config::encoded_set_bytes_per_hour`, with the network and ceiling levels of a caller
-/// without a token, ADR 0038). A set larger than the per-caller budget is charged the
-/// budget: one full download an hour, not none.
-async fn charge_download(state: &AppState, payer: &Payer, bytes: usize) -> Result<(), ApiError> {
+/// without a token, ADR 0038): a full encoded set, or a label fetch's buckets
+/// (`labels: true`). A download larger than the per-caller budget is charged the budget:
+/// one an hour, not none.
+pub(super) async fn charge_download(
+    state: &AppState,
+    payer: &Payer,
+    bytes: usize,
+    labels: bool,
+) -> Result<(), ApiError> {
     let limiter = &state.download_limiter;
     let charge = (bytes as u64).min(limiter.per_hour());
     let charged = limiter.charge_all(payer, charge).await;
     charged.map(drop).map_err(|e| {
         charge_error(state, e, |refused| {
+            if labels {
+                return budget_refused(
+                    "download bytes-per-hour limit (label buckets count like encoded-set downloads)",
+                    refused,
+                );
+            }
             let mut e = budget_refused("encoded-set download bytes-per-hour limit", refused);
             e.message.push_str(
                 " (a request whose If-None-Match names the current set is answered 304 and not charged)",
@@ -122,7 +144,7 @@ pub(super) async fn encoded_set(
     let mut resp = if matches {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
-        charge_download(&state, &payer, r.encoded.len()).await?;
+        charge_download(&state, &payer, r.encoded.len(), false).await?;
         (
             [(header::CONTENT_TYPE, psi_http::BINARY)],
             r.encoded.clone(),

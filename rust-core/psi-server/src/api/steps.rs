@@ -236,6 +236,7 @@ pub(super) async fn label_query(
 
 pub(super) async fn label_fetch(
     S(state): S<Arc<AppState>>,
+    Extension(payer): Extension<Payer>,
     SessionCall {
         session: s,
         body,
@@ -250,7 +251,7 @@ pub(super) async fn label_fetch(
         lock(&s).client_items as usize,
         registry.labels.bucket_bits(),
     );
-    transition(
+    let resp = transition(
         &state,
         &s,
         |g| {
@@ -283,5 +284,13 @@ pub(super) async fn label_fetch(
             Err(e) => (phase, Err(e.into())),
         },
     )
-    .await
+    .await?;
+    // The buckets' bytes (about 55 KB for a one-item session at 10^6 labeled entries) are
+    // charged to the caller's download budget like a full encoded set (issue 35 item 6):
+    // once it is spent the answer is not sent (429; the session is over).
+    let bytes = axum::body::HttpBody::size_hint(resp.body())
+        .exact()
+        .unwrap_or(0);
+    super::registry::charge_download(&state, &payer, bytes as usize, true).await?;
+    Ok(resp)
 }

@@ -96,6 +96,22 @@ pub enum SettingsError {
 pub(crate) fn error_text(e: &::postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{} ({})", db.message(), db.code().code()),
-        None => e.to_string(),
+        None => {
+            let mut text = e.to_string();
+            if let Some(cause) = std::error::Error::source(e).map(|c| c.to_string())
+                && !text.contains(&cause)
+            {
+                text = format!("{text}: {cause}");
+            }
+            // The server asked for a password and none was given (issue 35): say where
+            // one comes from instead of only "invalid configuration".
+            if text.contains("password missing") {
+                text.push_str(
+                    " (the database asks for a password: give --db-password-file FILE, \
+                     PSI_DB_PASSWORD_FILE or PSI_DB_PASSWORD)",
+                );
+            }
+            text
+        }
     }
 }

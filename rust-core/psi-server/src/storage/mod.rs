@@ -29,7 +29,7 @@ pub use contract::{
     Revoked, SavedBudget, SetWork, StoredSet, TokenInfo, read_snapshot,
 };
 pub use error::{SettingsError, StoreError};
-pub use postgres::{PgAccounts, PgSettings, PgStore, TlsMode};
+pub use postgres::{PgAccounts, PgSettings, PgStore, PgTokenLookup, TlsMode};
 pub(crate) use refresh::encode_set;
 pub use refresh::{RefreshStats, etag, refresh};
 pub use sqlite::Store;

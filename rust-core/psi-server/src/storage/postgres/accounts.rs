@@ -6,6 +6,7 @@
 use super::super::contract::{AccountStore, NewToken, Revoked, SavedBudget, TokenInfo};
 use super::super::error::StoreError;
 use super::super::tokens::TokenIssue;
+use super::budgets::{BudgetError, SharedBudgets};
 use super::schema;
 use super::settings::PgSettings;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -33,6 +34,44 @@ impl PgAccounts {
 
     fn conn(&self) -> MutexGuard<'_, postgres::Client> {
         self.client.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Token lookups on the request path: async, on the pool the shared budgets are charged
+/// through (never a blocking connection behind a lock; docs/adr/0040-shared-store.md).
+#[derive(Clone)]
+pub struct PgTokenLookup {
+    pool: SharedBudgets,
+}
+
+impl PgTokenLookup {
+    /// Lookups on `pool`'s connections.
+    pub fn new(pool: SharedBudgets) -> PgTokenLookup {
+        PgTokenLookup { pool }
+    }
+
+    /// The token whose digest is `digest`, revoked or not.
+    pub async fn token_by_digest(
+        &self,
+        digest: &[u8; 32],
+    ) -> Result<Option<TokenInfo>, BudgetError> {
+        let client = self.pool.client().await?;
+        let row = client
+            .query_opt(
+                &format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE digest = $1"),
+                &[&digest.as_slice()],
+            )
+            .await?;
+        Ok(row.as_ref().map(token_row))
+    }
+
+    /// True once any token was issued (revoked ones count).
+    pub async fn has_tokens(&self) -> Result<bool, BudgetError> {
+        let client = self.pool.client().await?;
+        Ok(client
+            .query_one("SELECT EXISTS (SELECT 1 FROM tokens)", &[])
+            .await?
+            .get(0))
     }
 }
 

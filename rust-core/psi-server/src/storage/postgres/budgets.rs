@@ -282,8 +282,9 @@ impl SharedBudgets {
         }
     }
 
-    /// A connection from the pool (bounded wait).
-    async fn client(&self) -> Result<deadpool_postgres::Client, BudgetError> {
+    /// A connection from the pool (bounded wait); also the token lookups'
+    /// ([`super::PgTokenLookup`]).
+    pub(crate) async fn client(&self) -> Result<deadpool_postgres::Client, BudgetError> {
         match &self.pool {
             Ok(pool) => Ok(pool.get().await?),
             Err(reason) => Err(BudgetError::Unavailable(reason.clone())),

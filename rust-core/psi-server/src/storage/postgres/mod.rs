@@ -5,7 +5,8 @@
 //! - `schema`: the tables, created on first open (docs/deploy.md "Tables").
 //! - [`PgStore`] (`registry`): the registry and its key epochs, keys sealed under the
 //!   at-rest key; `lease`: the build lease, an advisory lock.
-//! - [`PgAccounts`] (`accounts`): issued tokens.
+//! - [`PgAccounts`] (`accounts`): issued tokens; [`PgTokenLookup`]: their lookups on the
+//!   request path, on the budgets' async pool.
 //! - [`budgets`]: the hourly budgets every instance charges, atomically, in one table.
 
 mod accounts;
@@ -18,7 +19,7 @@ pub mod settings;
 pub use super::error::SettingsError;
 pub use settings::{PgSettings, TlsMode};
 
-pub use accounts::PgAccounts;
+pub use accounts::{PgAccounts, PgTokenLookup};
 pub use registry::PgStore;
 
 use super::contract::{AccountStore, RegistryStore};
