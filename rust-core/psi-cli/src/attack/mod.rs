@@ -35,7 +35,8 @@ use std::time::{Duration, Instant};
 pub struct AttackArgs {
     /// Attacks to run, comma separated, or `all`: session-fill (issue 23 item 1),
     /// ot-slot-hold (2), slow-reader (3), connection-hog (4), failed-steps (7),
-    /// ot-refused-4095 (8), set-download (10).
+    /// ot-refused-4095 (8), set-download (10), upload-hold (issue 35 item 1), body-hold
+    /// (issue 35 item 2).
     #[arg(long, value_delimiter = ',', default_value = "all")]
     attack: Vec<String>,
     /// Synthetic registry entries, imported into a temporary database (`psi import
