@@ -547,3 +547,48 @@ fn one_address_block_cannot_take_every_connection() {
     other.write_all(HEALTH).unwrap();
     assert_eq!(read_response(&mut other).0, 200, "another block is served");
 }
+
+/// Issue 35 item 1: an OT-PSI round whose upload makes no progress does not keep its run
+/// alive: the run is idle after `ot_idle_timeout` and its OT slot is freed for the next
+/// session. Before the fix the request counted as in progress from its head, so the run
+/// held the server's only slot until the request timeout (`503 ot_capacity`).
+#[test]
+fn an_ot_round_whose_upload_stalls_frees_its_slot() {
+    use psi_client::Method;
+    let srv = server(|c| {
+        c.max_ot_sessions = 1;
+        c.ot_idle_timeout = Duration::from_secs(1);
+        c.ot_hello_timeout = Duration::from_secs(60);
+        c.session_idle_timeout = Duration::from_secs(60);
+        c.request_timeout = Duration::from_secs(120);
+        c.upload_grace = Duration::from_secs(60);
+    });
+    let t = common::raw(&srv);
+    let id = common::session_id(&common::session(&t, "ot-psi", 3, &[]));
+    let mut rng = <rand_chacha::ChaCha20Rng as rand_core::SeedableRng>::from_seed([9; 32]);
+    let set = psi_core::ItemSet::new(["a", "b", "c"].map(String::from));
+    let (_client, hello) = psi_core::Protocol::Ot
+        .start_chunked_client(set, psi_core::Threads::ONE, 8 << 20, &mut rng)
+        .unwrap()
+        .unwrap();
+    let round = format!("/v1/sessions/{id}/ot/round");
+    let bin = [("content-type", psi_http::BINARY)];
+    assert_eq!(
+        common::send(&t, Method::Post, &round, &bin, &hello).status,
+        200
+    );
+    // The next round's head, and no body.
+    let mut stalled = connect_from(&srv, 1, false);
+    stalled
+        .write_all(
+            format!(
+                "POST {round} HTTP/1.1\r\nhost: x\r\ncontent-type: application/octet-stream\r\ncontent-length: 1000\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let next = common::session(&t, "ot-psi", 3, &[]);
+    assert_eq!(next.status, 201, "{}", String::from_utf8_lossy(&next.body));
+    drop(stalled);
+}
