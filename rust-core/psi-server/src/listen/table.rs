@@ -755,4 +755,65 @@ mod tests {
         let _also_busy = third.begin();
         assert!(!t.make_room_for("ip:a", "b:a"));
     }
+
+    #[test]
+    fn the_upload_with_the_least_progress_is_closed_at_the_connection_cap() {
+        let t = Arc::new(Table::new(limits(u64::MAX, u64::MAX, Duration::ZERO)));
+        assert!(!t.evict_upload(), "no upload in progress");
+        let (stalled, moving, done) = (
+            t.register(Some("ip:a".into()), None),
+            t.register(Some("ip:b".into()), None),
+            t.register(Some("ip:c".into()), None),
+        );
+        let (r1, r2, r3) = (stalled.begin(), moving.begin(), done.begin());
+        stalled.upload_started(Some(64));
+        let id = moving.upload_started(Some(64));
+        moving.received(id, 10, &r2.uploaded());
+        let id = done.upload_started(Some(1));
+        done.received(id, 1, &r3.uploaded());
+        done.upload_done(id);
+        assert!(t.evict_upload());
+        assert!(
+            stalled.lock().evicted,
+            "no byte arrived: the least progress"
+        );
+        assert!(!moving.lock().evicted && !done.lock().evicted);
+        // Its deadline: the grace (zero here) plus 64 bytes at 1,000 bytes/s.
+        assert!(moving.deadline(&t.limits).is_some());
+        assert_eq!(t.lock().uploads.total, 11);
+        drop((r1, r2, r3));
+        assert_eq!(t.lock().uploads.total, 0, "released when the requests end");
+    }
+
+    #[test]
+    fn request_bytes_are_capped_per_address_and_in_total() {
+        let t = Arc::new(Table::new(limits(100, 150, Duration::ZERO)));
+        let a = t.register(Some("ip:a".into()), None);
+        let b = t.register(Some("ip:b".into()), None);
+        let c = t.register(Some("ip:c".into()), None);
+        assert!(a.admit(true).is_ok(), "nothing held: admitted");
+        let ra = a.begin();
+        let id = a.upload_started(None);
+        a.received(id, 100, &ra.uploaded());
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(matches!(
+            a.admit(true),
+            Err(Refusal::UploadsOfAddress { .. })
+        ));
+        assert!(
+            a.admit(false).is_ok(),
+            "a request without a body is not refused"
+        );
+        let rb = b.begin();
+        let id = b.upload_started(None);
+        b.received(id, 60, &rb.uploaded());
+        // 160 held of 150: the longest upload past the grace (a's) is closed for c.
+        assert!(c.admit(true).is_ok());
+        assert!(a.lock().evicted && !b.lock().evicted);
+        assert_eq!(t.lock().uploads.total, 60);
+        drop(ra);
+        assert_eq!(t.lock().uploads.total, 60, "a's bytes were released once");
+        drop(rb);
+        assert_eq!(t.lock().uploads.total, 0);
+    }
 }
