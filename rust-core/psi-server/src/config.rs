@@ -147,10 +147,11 @@ pub struct Config {
     pub idle_timeout: Duration,
     /// Most open connections (default 512, below the usual 1,024 open-file limit so
     /// the SQLite file and the listener always get descriptors). At the cap the
-    /// connection with no request in progress that has been quiet longest is closed to
-    /// make room; when every connection has a request in progress, further connections
+    /// connection that has been quiet longest among those with no request in progress
+    /// and those whose request body is arriving (since its last byte) is closed to make
+    /// room; when every other connection has a request in progress, further connections
     /// queue in the listen backlog until one closes
-    /// (docs/adr/0037-connection-exposure.md).
+    /// (docs/adr/0037-connection-exposure.md, docs/adr/0045-upload-deadline-and-request-bytes.md).
     pub max_connections: usize,
     /// Most open connections of one address (default 32; IPv4 addresses and IPv6
     /// prefixes as `ipv4_prefix` and `ipv6_prefix` make a caller; trusted proxies are

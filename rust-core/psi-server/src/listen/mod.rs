@@ -2,11 +2,12 @@
 //! caps, the bytes of responses in flight and graceful shutdown
 //! (docs/adr/0019-tls-and-connection-limits.md, docs/adr/0037-connection-exposure.md).
 //!
-//! - At most `max_connections` connections are open. At the cap the connection with no
-//!   request in progress that has been quiet longest is closed to make room, or else the
-//!   one whose request body upload has made the least progress; only when every
-//!   connection has a request in progress and none is uploading does the loop wait for
-//!   one to close (further connections queue in the kernel's listen backlog).
+//! - At most `max_connections` connections are open. At the cap the connection that has
+//!   been quiet longest among those with no request in progress and those whose request
+//!   body is arriving (quiet since the body's last byte, or its head: the upload that has
+//!   made the least progress) is closed to make room; only when every connection has a
+//!   request in progress and none is uploading does the loop wait for one to close
+//!   (further connections queue in the kernel's listen backlog).
 //! - At most `max_connections_per_address` connections of one address (IPv4 address or
 //!   IPv6 prefix, by `ipv4_prefix`/`ipv6_prefix`; trusted proxies are exempt), and
 //!   `max_connections_per_block` of one address block (`ipv4_block_prefix`/
@@ -44,7 +45,7 @@ mod watched;
 
 pub(crate) use limits::Limits;
 
-use self::table::{Clock, Table, Whose};
+use self::table::{Clock, Table};
 use self::watched::{Tracked, Uploaded, Watched};
 use axum::Router;
 use axum::body::Body;
@@ -110,9 +111,8 @@ pub(crate) async fn run(
             drop(tcp);
             continue;
         }
-        // At the cap, close the longest-quiet idle connection, or else the upload with
-        // the least progress; wait for it (or, when every connection is busy, for any)
-        // to close.
+        // At the cap, close the longest-quiet idle or uploading connection; wait for it
+        // (or, when every connection is busy, for any) to close.
         let permit = match permits.clone().try_acquire_owned() {
             Ok(p) => p,
             Err(_) => {
@@ -121,13 +121,11 @@ pub(crate) async fn run(
                 let mut asked = false;
                 loop {
                     if !asked {
-                        asked = table.evict_idle(Whose::Any);
+                        asked = table.evict_quietest();
                         if asked {
                             tracing::debug!(
-                                "connection cap reached: the longest-idle connection closed"
+                                "connection cap reached: the longest-quiet idle or uploading connection closed"
                             );
-                        } else {
-                            asked = table.evict_upload();
                         }
                     }
                     tokio::select! {

@@ -141,7 +141,6 @@ impl TableInner {
 /// Whose connections an eviction may close.
 #[derive(Clone, Copy)]
 pub(super) enum Whose<'a> {
-    Any,
     Address(&'a str),
     Block(&'a str),
 }
@@ -149,7 +148,6 @@ pub(super) enum Whose<'a> {
 impl Whose<'_> {
     fn covers(self, c: &Clock) -> bool {
         match self {
-            Whose::Any => true,
             Whose::Address(a) => c.address.as_deref() == Some(a),
             Whose::Block(b) => c.block.as_deref() == Some(b),
         }
@@ -251,28 +249,32 @@ impl Table {
         }
     }
 
-    /// Tells the connection whose upload has made the least progress (fewest body bytes
-    /// received, then the oldest) to close: at the connection cap when none is idle, a
-    /// request whose body does not come must not hold a connection. False if no upload
-    /// is in progress.
-    pub(super) fn evict_upload(&self) -> bool {
+    /// At the connection cap: tells the connection that has been quiet longest to close,
+    /// among the idle ones (no request in progress, nothing left to write; quiet since
+    /// their last byte) and those whose request body is arriving (quiet since the body's
+    /// last byte, or the head when none came): the upload that made the least progress.
+    /// A request whose body does not come must not hold a connection, and a newcomer that
+    /// has not yet sent its request head (idle for an instant) is not closed for one.
+    /// False if there is none.
+    pub(super) fn evict_quietest(&self) -> bool {
         let g = self.lock();
         let victim = g
             .conns
             .values()
             .filter_map(|c| {
                 let s = c.lock();
-                let u = s.upload.as_ref()?;
-                (!s.evicted).then_some(((u.received, u.started), c))
+                let quiet_since = match &s.upload {
+                    Some(u) => u.last_progress,
+                    None if s.in_flight == 0 && s.pending == 0 => s.last_activity,
+                    None => return None,
+                };
+                (!s.evicted).then_some((quiet_since, c))
             })
-            .min_by_key(|(k, _)| *k)
+            .min_by_key(|(t, _)| *t)
             .map(|(_, c)| c.clone());
         drop(g);
         match victim {
             Some(c) => {
-                tracing::debug!(
-                    "connection cap reached: the upload with the least progress closed"
-                );
                 c.evict();
                 true
             }
@@ -430,6 +432,8 @@ struct Upload {
     started: Instant,
     declared: Option<u64>,
     received: u64,
+    /// The body's last byte, or its start.
+    last_progress: Instant,
     /// When the body must have arrived (`None` without `min_upload_rate`).
     deadline: Option<Instant>,
 }
@@ -541,6 +545,7 @@ impl Clock {
             started: now,
             declared,
             received: 0,
+            last_progress: now,
             deadline: self.upload_deadline(now, declared.unwrap_or(0)),
         });
         drop(s);
@@ -566,6 +571,7 @@ impl Clock {
         uploaded.fetch_add(n, Ordering::Relaxed);
         if let Some(u) = s.upload.as_mut().filter(|u| u.id == id) {
             u.received = u.received.saturating_add(n);
+            u.last_progress = Instant::now();
             if u.declared.is_none() {
                 u.deadline = self.upload_deadline(u.started, u.received);
             }
@@ -757,27 +763,30 @@ mod tests {
     }
 
     #[test]
-    fn the_upload_with_the_least_progress_is_closed_at_the_connection_cap() {
+    fn the_quietest_idle_or_uploading_connection_is_closed_at_the_connection_cap() {
         let t = Arc::new(Table::new(limits(u64::MAX, u64::MAX, Duration::ZERO)));
-        assert!(!t.evict_upload(), "no upload in progress");
         let (stalled, moving, done) = (
             t.register(Some("ip:a".into()), None),
             t.register(Some("ip:b".into()), None),
             t.register(Some("ip:c".into()), None),
         );
         let (r1, r2, r3) = (stalled.begin(), moving.begin(), done.begin());
+        assert!(!t.evict_quietest(), "every connection busy, none uploading");
         stalled.upload_started(Some(64));
         let id = moving.upload_started(Some(64));
+        let id_done = done.upload_started(Some(1));
+        std::thread::sleep(Duration::from_millis(5));
+        // A newcomer that has not sent its head yet is idle, but only for an instant.
+        let newcomer = t.register(Some("ip:d".into()), None);
         moving.received(id, 10, &r2.uploaded());
-        let id = done.upload_started(Some(1));
-        done.received(id, 1, &r3.uploaded());
-        done.upload_done(id);
-        assert!(t.evict_upload());
+        done.received(id_done, 1, &r3.uploaded());
+        done.upload_done(id_done);
+        assert!(t.evict_quietest());
         assert!(
             stalled.lock().evicted,
-            "no byte arrived: the least progress"
+            "no byte since its head: the least progress"
         );
-        assert!(!moving.lock().evicted && !done.lock().evicted);
+        assert!(!moving.lock().evicted && !done.lock().evicted && !newcomer.lock().evicted);
         // Its deadline: the grace (zero here) plus 64 bytes at 1,000 bytes/s.
         assert!(moving.deadline(&t.limits).is_some());
         assert_eq!(t.lock().uploads.total, 11);
