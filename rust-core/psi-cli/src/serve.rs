@@ -205,6 +205,25 @@ pub struct ServeArgs {
     /// requests are refused (429) until its readers catch up.
     #[arg(long, default_value_t = 64 << 20)]
     max_response_bytes_per_address: u64,
+    /// Most open connections of one address block (IPv4 /24, IPv6 /48, as for
+    /// sessions; trusted proxies exempt).
+    #[arg(long, default_value_t = 128)]
+    max_connections_per_block: usize,
+    /// Bytes per second a client must at least upload a request body at, after
+    /// --upload-grace; a slower upload is cut off (0 = no limit).
+    #[arg(long, default_value_t = 8 << 10)]
+    min_upload_rate: u64,
+    /// Seconds every request body gets before --min-upload-rate counts.
+    #[arg(long, default_value_t = 10)]
+    upload_grace: u64,
+    /// Most request body bytes received for requests in progress, server-wide; at the
+    /// cap the longest upload is closed for a new one, or the new one refused (503).
+    #[arg(long, default_value_t = 256 << 20)]
+    max_request_bytes_in_flight: u64,
+    /// Most request body bytes received for requests in progress of one address;
+    /// beyond it its uploads are refused (429).
+    #[arg(long, default_value_t = 32 << 20)]
+    max_request_bytes_per_address: u64,
     /// GET /v1/health requests one address may make per hour (0 = no limit).
     #[arg(long, default_value_t = 3_600)]
     health_per_hour: u64,
@@ -363,6 +382,11 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     config.send_grace = Duration::from_secs(args.send_grace);
     config.max_response_bytes_in_flight = args.max_response_bytes_in_flight;
     config.max_response_bytes_per_address = args.max_response_bytes_per_address;
+    config.max_connections_per_block = args.max_connections_per_block.max(1);
+    config.min_upload_rate = args.min_upload_rate;
+    config.upload_grace = Duration::from_secs(args.upload_grace);
+    config.max_request_bytes_in_flight = args.max_request_bytes_in_flight;
+    config.max_request_bytes_per_address = args.max_request_bytes_per_address;
     config.health_per_hour = args.health_per_hour;
     config.invalid_tokens_per_hour = args.invalid_tokens_per_hour;
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {

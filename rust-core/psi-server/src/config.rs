@@ -154,10 +154,11 @@ pub struct Config {
     pub idle_timeout: Duration,
     /// Most open connections (default 512, below the usual 1,024 open-file limit so
     /// the SQLite file and the listener always get descriptors). At the cap the
-    /// connection with no request in progress that has been quiet longest is closed to
-    /// make room; when every connection has a request in progress, further connections
+    /// connection that has been quiet longest among those with no request in progress
+    /// and those whose request body is arriving (since its last byte) is closed to make
+    /// room; when every other connection has a request in progress, further connections
     /// queue in the listen backlog until one closes
-    /// (docs/adr/0037-connection-exposure.md).
+    /// (docs/adr/0037-connection-exposure.md, docs/adr/0045-upload-deadline-and-request-bytes.md).
     pub max_connections: usize,
     /// Most open connections of one address (default 32; IPv4 addresses and IPv6
     /// prefixes as `ipv4_prefix` and `ipv6_prefix` make a caller; trusted proxies are
@@ -181,6 +182,27 @@ pub struct Config {
     /// until its readers catch up. An address with nothing in flight is always admitted,
     /// so one response of any size is always possible.
     pub max_response_bytes_per_address: u64,
+    /// Most open connections of one address block, `ipv4_block_prefix` or
+    /// `ipv6_block_prefix` as for sessions (default 128; trusted proxies exempt): many
+    /// addresses of one network cannot take every connection. A newcomer beyond it closes
+    /// the block's longest-quiet idle connection, or is closed at once.
+    pub max_connections_per_block: usize,
+    /// Bytes per second a client must at least upload a request body at (default 8 KiB/s,
+    /// 64 kbit/s; 0: no limit): a body must arrive within `upload_grace` plus its declared
+    /// length (at most `max_body_bytes`) at this rate, or the connection is closed, as a
+    /// slow reader is (docs/adr/0045-upload-deadline-and-request-bytes.md).
+    pub min_upload_rate: u64,
+    /// Time every request body gets before `min_upload_rate` counts (default 10 s).
+    pub upload_grace: Duration,
+    /// Most request body bytes received for requests in progress, in total (default
+    /// 256 MiB). At the cap the connection whose upload has been going longest (at least
+    /// `upload_grace`) is closed for a new upload; only when there is none is the upload
+    /// refused (503 `too_many_sessions`). Requests without a body are not refused.
+    pub max_request_bytes_in_flight: u64,
+    /// Most request body bytes received for requests in progress of one address (default
+    /// 32 MiB; trusted proxies exempt): beyond it the address's uploads are refused (429
+    /// `rate_limited`). An address holding nothing is always admitted.
+    pub max_request_bytes_per_address: u64,
     /// `GET /v1/health` requests one address may make per hour (default 3,600, a
     /// bucket refilled continuously; 0 = no limit). Beyond it: 429 `rate_limited`, and
     /// the connection is closed.
@@ -260,6 +282,11 @@ impl Default for Config {
             send_grace: Duration::from_secs(10),
             max_response_bytes_in_flight: 512 << 20,
             max_response_bytes_per_address: 64 << 20,
+            max_connections_per_block: 128,
+            min_upload_rate: 8 << 10,
+            upload_grace: Duration::from_secs(10),
+            max_request_bytes_in_flight: 256 << 20,
+            max_request_bytes_per_address: 32 << 20,
             health_per_hour: 3_600,
             invalid_tokens_per_hour: 600,
             tls: None,

@@ -86,9 +86,17 @@ pub async fn serve(
         send_grace: state.config.send_grace,
         max_response_bytes_in_flight: state.config.max_response_bytes_in_flight,
         max_response_bytes_per_address: state.config.max_response_bytes_per_address,
+        max_connections_per_block: state.config.max_connections_per_block,
+        min_upload_rate: state.config.min_upload_rate,
+        upload_grace: state.config.upload_grace,
+        max_body_bytes: state.config.max_body_bytes as u64,
+        max_request_bytes_in_flight: state.config.max_request_bytes_in_flight,
+        max_request_bytes_per_address: state.config.max_request_bytes_per_address,
         trusted_proxies: state.config.trusted_proxies.clone(),
         ipv4_prefix: state.config.ipv4_prefix,
         ipv6_prefix: state.config.ipv6_prefix,
+        ipv4_block_prefix: state.config.ipv4_block_prefix,
+        ipv6_block_prefix: state.config.ipv6_block_prefix,
     };
     let tls = state.config.tls.as_ref().map(ServerTls::acceptor);
     let result = listen::run(listener, router(state.clone()), tls, limits, shutdown).await;

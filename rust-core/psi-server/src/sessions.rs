@@ -170,14 +170,17 @@ pub(crate) struct Session {
     /// protocol's final response completes the session.
     pub labels: bool,
     pub phase: SessionPhase,
-    /// Requests of this session in progress (body upload included): counted by
-    /// `api::transition::SessionCall`, so a session is never ended as idle while one is
-    /// under way (each is bounded by `Config::request_timeout`).
+    /// Requests of this session in progress, from when their body has arrived: counted
+    /// by `api::transition::SessionCall`, so a session is never ended as idle while one
+    /// is under way (each is bounded by `Config::request_timeout`). While a body arrives,
+    /// each part of it restarts the idle period (`last_active`) instead: an upload that
+    /// makes no progress leaves the session idle.
     pub in_flight: u32,
     /// When the session was created.
     pub created: Instant,
-    /// When its last successful step ended (or it was created): refused requests (400,
-    /// 409, 415, ...) do not count, so they cannot keep a session alive.
+    /// When its last successful step ended (or it was created, or a part of a step's
+    /// body arrived): refused requests (400, 409, 415, ...) do not count, so they cannot
+    /// keep a session alive longer than their upload.
     pub last_active: Instant,
     /// Whether a step of the session has succeeded (for a round-based session: its
     /// hello was answered).

@@ -34,6 +34,11 @@ fn server(f: impl FnOnce(&mut psi_server::Config)) -> psi_server::RunningServer 
 /// A connection to `srv` from 127.0.0.`host`, with a small receive buffer when `small`
 /// (so the client's kernel does not read ahead for a slow reader).
 fn connect_from(srv: &psi_server::RunningServer, host: u8, small: bool) -> TcpStream {
+    connect_at(srv, Ipv4Addr::new(127, 0, 0, host), small)
+}
+
+/// A connection to `srv` from `from` (any address of 127.0.0.0/8).
+fn connect_at(srv: &psi_server::RunningServer, from: Ipv4Addr, small: bool) -> TcpStream {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .build()
@@ -45,7 +50,7 @@ fn connect_from(srv: &psi_server::RunningServer, host: u8, small: bool) -> TcpSt
             if small {
                 socket.set_recv_buffer_size(4096)?;
             }
-            socket.bind(SocketAddr::from((Ipv4Addr::new(127, 0, 0, host), 0)))?;
+            socket.bind(SocketAddr::from((from, 0)))?;
             socket.connect(to).await?.into_std()
         })
         .unwrap();
@@ -318,4 +323,272 @@ fn health_is_rate_limited_per_address_and_the_connection_closed() {
     );
     // Another address is not limited.
     assert_eq!(get(&srv, 3, HEALTH).0, 200);
+}
+
+/// `POST /v1/sessions` with a declared body that never comes (issue 35 item 1): the
+/// request is in progress, and before the upload deadline it held its connection for
+/// the whole request timeout.
+fn stalled_upload(srv: &psi_server::RunningServer, host: u8) -> TcpStream {
+    let mut s = connect_from(srv, host, false);
+    s.write_all(
+        b"POST /v1/sessions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 64\r\n\r\n",
+    )
+    .unwrap();
+    s
+}
+
+/// Whether the server closed `s` within `within` (a reset counts; a response does not).
+fn closed_within(mut s: &TcpStream, within: Duration) -> bool {
+    s.set_read_timeout(Some(within)).unwrap();
+    let mut b = [0u8; 256];
+    match s.read(&mut b) {
+        Ok(0) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        Ok(_) => false,
+    }
+}
+
+/// Issue 35 item 1: every connection is taken by an upload that never sends its body
+/// (one per address, so the per-address cap does not act). A newcomer is served at
+/// once: the upload that made the least progress is closed for it. Before the fix the
+/// newcomer waited in the listen backlog for the 120 s request timeout.
+#[test]
+fn at_the_connection_cap_a_stalled_upload_is_closed_for_a_newcomer() {
+    let srv = server(|c| {
+        c.max_connections = 8;
+        c.request_timeout = Duration::from_secs(120);
+    });
+    let held: Vec<TcpStream> = (0..8).map(|i| stalled_upload(&srv, 2 + i)).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let mut s = connect_from(&srv, 20, false);
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(HEALTH).unwrap();
+    assert_eq!(read_response(&mut s).0, 200, "the newcomer was served");
+    // One of the stalled uploads was closed for it.
+    let closed = held
+        .iter()
+        .filter(|s| closed_within(s, Duration::from_millis(300)))
+        .count();
+    assert_eq!(closed, 1, "one stalled upload closed");
+}
+
+/// Issue 35 item 1: an upload must arrive within the upload grace plus its declared
+/// length at the minimum upload rate; a stalled one is cut off long before the request
+/// timeout. Before the fix it was answered `408` only after the 120 s timeout.
+#[test]
+fn a_stalled_upload_is_cut_off_at_its_upload_deadline() {
+    let srv = server(|c| {
+        c.request_timeout = Duration::from_secs(120);
+        c.upload_grace = Duration::from_secs(1);
+        c.min_upload_rate = 1024;
+    });
+    let s = stalled_upload(&srv, 2);
+    let t = Instant::now();
+    // 1 s of grace and 64 bytes at 1 KiB/s.
+    assert!(closed_within(&s, Duration::from_secs(6)), "not cut off");
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(900), "cut off after {took:?}");
+    // An upload that arrives in time is served.
+    dh_session(&srv, 3, 10);
+}
+
+/// Issue 35 item 2: a JSON route refuses a declared body above its few KiB before reading
+/// any of it (`413 body_too_large` at once). Before the fix every route took 8 MiB and
+/// the server waited for the body.
+#[test]
+fn a_json_route_refuses_a_large_declared_body_before_reading_it() {
+    let srv = server(|_| {});
+    let mut s = connect_from(&srv, 2, false);
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(
+        b"POST /v1/sessions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000000\r\n\r\n",
+    )
+    .unwrap();
+    let (status, head) = read_response(&mut s);
+    assert_eq!(status, 413, "{head}");
+}
+
+/// Creates a DH-PSI session of `n` items from 127.0.0.`host`; its id and epoch.
+fn dh_session(srv: &psi_server::RunningServer, host: u8, n: u32) -> (String, u32) {
+    let body = format!(r#"{{"protocol":"dh-psi","client_items":{n}}}"#);
+    let mut s = connect_from(srv, host, false);
+    s.write_all(
+        format!(
+            "POST /v1/sessions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let mut data = Vec::new();
+    let mut buf = [0u8; 4096];
+    let v: serde_json::Value = loop {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&data));
+        data.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&data);
+        if let Some(i) = text.find("\r\n\r\n")
+            && let Ok(v) = serde_json::from_str(&text[i + 4..])
+        {
+            break v;
+        }
+    };
+    (
+        v["session_id"].as_str().unwrap().to_string(),
+        v["epoch"].as_u64().unwrap() as u32,
+    )
+}
+
+/// Issue 35 item 2: a round route of a session without rounds (DH-PSI) is refused before
+/// its body is read (`409 wrong_phase` at once). Before the fix the server read up to
+/// 8 MiB first.
+#[test]
+fn a_round_of_a_session_without_rounds_is_refused_before_its_body() {
+    let srv = server(|_| {});
+    let (id, _) = dh_session(&srv, 2, 10);
+    let mut s = connect_from(&srv, 2, false);
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(
+        format!(
+            "POST /v1/sessions/{id}/ot/round HTTP/1.1\r\nhost: x\r\ncontent-type: application/octet-stream\r\ncontent-length: 4000000\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let (status, head) = read_response(&mut s);
+    assert_eq!(status, 409, "{head}");
+}
+
+/// Issue 35 item 2: request body bytes being received count against a server-wide cap,
+/// as response bytes do. Two uploads hold more than the cap (their last byte never
+/// sent); a third upload is refused (`503 too_many_sessions`), while a request without a
+/// body is still served. Before the fix the third was read and answered whatever the
+/// bytes held.
+#[test]
+fn request_bytes_being_received_are_capped_server_wide() {
+    let n = 1000;
+    let srv = server(|c| {
+        c.max_request_bytes_in_flight = 48 * 1024;
+        c.upload_grace = Duration::from_secs(60);
+    });
+    let len = psi_core::dh::sizes::query(n as u64) as usize;
+    assert!(2 * len > 48 * 1024, "two queries hold more than the cap");
+    // Sessions first: creating one is an upload too.
+    let sessions: Vec<_> = (2..=4).map(|host| dh_session(&srv, host, n)).collect();
+    let mut held = Vec::new();
+    for (host, (id, epoch)) in [2, 3].into_iter().zip(&sessions) {
+        let q = common::query(*epoch, n as usize);
+        let mut s = connect_from(&srv, host, false);
+        s.write_all(
+            format!(
+                "POST /v1/sessions/{id}/dh/query HTTP/1.1\r\nhost: x\r\ncontent-type: application/octet-stream\r\ncontent-length: {len}\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        s.write_all(&q[..len - 1]).unwrap();
+        held.push(s);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let (id, epoch) = &sessions[2];
+    let q = common::query(*epoch, n as usize);
+    let mut s = connect_from(&srv, 4, false);
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(
+        format!(
+            "POST /v1/sessions/{id}/dh/query HTTP/1.1\r\nhost: x\r\ncontent-type: application/octet-stream\r\ncontent-length: {len}\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let _ = s.write_all(&q);
+    let (status, head) = read_response(&mut s);
+    assert_eq!(status, 503, "{head}");
+    assert_eq!(get(&srv, 5, HEALTH).0, 200);
+    // Once the held uploads end, uploads are taken again.
+    drop(held);
+    std::thread::sleep(Duration::from_millis(500));
+    let mut s = connect_from(&srv, 4, false);
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(
+        format!(
+            "POST /v1/sessions/{id}/dh/query HTTP/1.1\r\nhost: x\r\ncontent-type: application/octet-stream\r\ncontent-length: {len}\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    s.write_all(&q).unwrap();
+    assert_eq!(read_response(&mut s).0, 200);
+}
+
+/// Issue 35 item 1: connections are capped per address block (an IPv4 /24) as well as
+/// per address: three addresses of one /24 keep three busy connections between them,
+/// and an address of another block is served.
+#[test]
+fn one_address_block_cannot_take_every_connection() {
+    let srv = server(|c| {
+        c.max_connections = 16;
+        c.max_connections_per_address = 2;
+        c.max_connections_per_block = 3;
+    });
+    let mut held: Vec<TcpStream> = Vec::new();
+    for host in [2, 3, 4] {
+        for _ in 0..2 {
+            held.push(busy(&srv, host));
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    let closed = held
+        .iter()
+        .filter(|s| closed_within(s, Duration::from_millis(300)))
+        .count();
+    assert_eq!(closed, 3, "the block keeps three connections");
+    let mut other = connect_at(&srv, Ipv4Addr::new(127, 0, 1, 2), false);
+    other.write_all(HEALTH).unwrap();
+    assert_eq!(read_response(&mut other).0, 200, "another block is served");
+}
+
+/// Issue 35 item 1: an OT-PSI round whose upload makes no progress does not keep its run
+/// alive: the run is idle after `ot_idle_timeout` and its OT slot is freed for the next
+/// session. Before the fix the request counted as in progress from its head, so the run
+/// held the server's only slot until the request timeout (`503 ot_capacity`).
+#[test]
+fn an_ot_round_whose_upload_stalls_frees_its_slot() {
+    use psi_client::Method;
+    let srv = server(|c| {
+        c.max_ot_sessions = 1;
+        c.ot_idle_timeout = Duration::from_secs(1);
+        c.ot_hello_timeout = Duration::from_secs(60);
+        c.session_idle_timeout = Duration::from_secs(60);
+        c.request_timeout = Duration::from_secs(120);
+        c.upload_grace = Duration::from_secs(60);
+    });
+    let t = common::raw(&srv);
+    let id = common::session_id(&common::session(&t, "ot-psi", 3, &[]));
+    let mut rng = <rand_chacha::ChaCha20Rng as rand_core::SeedableRng>::from_seed([9; 32]);
+    let set = psi_core::ItemSet::new(["a", "b", "c"].map(String::from));
+    let (_client, hello) = psi_core::Protocol::Ot
+        .start_chunked_client(set, psi_core::Threads::ONE, 8 << 20, &mut rng)
+        .unwrap()
+        .unwrap();
+    let round = format!("/v1/sessions/{id}/ot/round");
+    let bin = [("content-type", psi_http::BINARY)];
+    assert_eq!(
+        common::send(&t, Method::Post, &round, &bin, &hello).status,
+        200
+    );
+    // The next round's head, and no body.
+    let mut stalled = connect_from(&srv, 1, false);
+    stalled
+        .write_all(
+            format!(
+                "POST {round} HTTP/1.1\r\nhost: x\r\ncontent-type: application/octet-stream\r\ncontent-length: 1000\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let next = common::session(&t, "ot-psi", 3, &[]);
+    assert_eq!(next.status, 201, "{}", String::from_utf8_lossy(&next.body));
+    drop(stalled);
 }

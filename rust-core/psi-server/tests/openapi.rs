@@ -226,13 +226,16 @@ fn error_codes_and_statuses_match_psi_http() {
 fn can_return(route: Route) -> HashSet<ErrorCode> {
     use ErrorCode as E;
     // Every request: the `deadline` layer; a failed blocking task or lookup; the
-    // connection layer's response bytes in flight, of the address (429) or of the server
-    // (503), checked before the router (docs/adr/0037-connection-exposure.md).
+    // connection layer's response bytes in flight and request bytes being received, of
+    // the address (429) or of the server (503), checked before the router
+    // (docs/adr/0037-connection-exposure.md, 0045); the route's body limit on the
+    // declared length (413, docs/adr/0045-upload-deadline-and-request-bytes.md).
     let mut codes = HashSet::from([
         E::RequestTimeout,
         E::Internal,
         E::RateLimited,
         E::TooManySessions,
+        E::BodyTooLarge,
     ]);
     let authenticated = route != Route::Health;
     if route == Route::Health {

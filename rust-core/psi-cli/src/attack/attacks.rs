@@ -1,6 +1,9 @@
-//! The attacks of `psi attack`, one per item of issue 23 that a caller can run against a
-//! server, each from loopback addresses 127.N.0.M with N below 200 (the honest clients
-//! send from 127.200.0.1 and up).
+//! The attacks of `psi attack`, one per item of issue 23 (and the upload items of issue
+//! 35, in [`uploads`]) that a caller can run against a server, each from loopback
+//! addresses 127.N.0.M with N below 200 (the honest clients send from 127.200.0.1 and
+//! up).
+
+mod uploads;
 
 use super::raw::{Conn, RawTransport, server_addr};
 use psi_client::{CancelToken, Client, ClientConfig, Method};
@@ -28,6 +31,10 @@ pub enum Attack {
     OtRefused4095,
     /// Item 10: full downloads of the encoded set, repeated.
     SetDownload,
+    /// Issue 35 item 1: requests whose declared body never comes, on every connection.
+    UploadHold,
+    /// Issue 35 item 2: 8 MiB bodies held one byte short of their end.
+    BodyHold,
     /// Issue 35 item 5: the honest clients' networks and the server-wide ceiling kept
     /// spent by other addresses.
     BudgetDrain,
@@ -37,7 +44,7 @@ pub enum Attack {
     LabelFetch,
 }
 
-const ALL: [Attack; 10] = [
+const ALL: [Attack; 12] = [
     Attack::SessionFill,
     Attack::OtSlotHold,
     Attack::SlowReader,
@@ -45,6 +52,8 @@ const ALL: [Attack; 10] = [
     Attack::FailedSteps,
     Attack::OtRefused4095,
     Attack::SetDownload,
+    Attack::UploadHold,
+    Attack::BodyHold,
     Attack::BudgetDrain,
     Attack::UnknownTokens,
     Attack::LabelFetch,
@@ -237,23 +246,29 @@ impl Attack {
             Attack::FailedSteps => "failed-steps",
             Attack::OtRefused4095 => "ot-refused-4095",
             Attack::SetDownload => "set-download",
+            Attack::UploadHold => "upload-hold",
+            Attack::BodyHold => "body-hold",
             Attack::BudgetDrain => "budget-drain",
             Attack::UnknownTokens => "unknown-tokens",
             Attack::LabelFetch => "label-fetch",
         }
     }
 
-    /// The item of issue 23 it reproduces (35: issue 35's, named in its doc).
-    pub fn item(self) -> u8 {
+    /// The item it reproduces: of issue 23 (`4`), or of another issue (`35.1`).
+    pub fn item(self) -> &'static str {
         match self {
-            Attack::SessionFill => 1,
-            Attack::OtSlotHold => 2,
-            Attack::SlowReader => 3,
-            Attack::ConnectionHog => 4,
-            Attack::FailedSteps => 7,
-            Attack::OtRefused4095 => 8,
-            Attack::SetDownload => 10,
-            Attack::BudgetDrain | Attack::UnknownTokens | Attack::LabelFetch => 35,
+            Attack::SessionFill => "1",
+            Attack::OtSlotHold => "2",
+            Attack::SlowReader => "3",
+            Attack::ConnectionHog => "4",
+            Attack::FailedSteps => "7",
+            Attack::OtRefused4095 => "8",
+            Attack::SetDownload => "10",
+            Attack::UploadHold => "35.1",
+            Attack::BodyHold => "35.2",
+            Attack::BudgetDrain => "35.5",
+            Attack::UnknownTokens => "35.3",
+            Attack::LabelFetch => "35.6",
         }
     }
 
@@ -262,7 +277,7 @@ impl Attack {
     pub fn server_args(self, quick: bool) -> Vec<String> {
         let args: &[&str] = match (self, quick) {
             (Attack::SessionFill, true) => &["--max-sessions", "128"],
-            (Attack::ConnectionHog, true) => &["--max-connections", "32"],
+            (Attack::ConnectionHog | Attack::UploadHold, true) => &["--max-connections", "32"],
             _ => &[],
         };
         args.iter().map(|s| s.to_string()).collect()
@@ -278,6 +293,8 @@ impl Attack {
             Attack::FailedSteps => failed_steps(ctx, stop, ready, tally),
             Attack::OtRefused4095 => ot_refused(ctx, stop, ready, tally),
             Attack::SetDownload => set_download(ctx, stop, ready, tally),
+            Attack::UploadHold => uploads::upload_hold(ctx, stop, ready, tally),
+            Attack::BodyHold => uploads::body_hold(ctx, stop, ready, tally),
             Attack::BudgetDrain => super::drain::budget_drain(ctx, stop, ready, tally),
             Attack::UnknownTokens => super::credentials::unknown_tokens(ctx, stop, ready, tally),
             Attack::LabelFetch => super::label_fetch::label_fetch(ctx, stop, ready, tally),

@@ -38,8 +38,8 @@ use std::time::{Duration, Instant};
 pub struct AttackArgs {
     /// Attacks to run, comma separated, or `all`: session-fill (issue 23 item 1),
     /// ot-slot-hold (2), slow-reader (3), connection-hog (4), failed-steps (7),
-    /// ot-refused-4095 (8), set-download (10); budget-drain (issue 35 item 5),
-    /// unknown-tokens (issue 35 item 3), label-fetch (issue 35 item 6).
+    /// ot-refused-4095 (8), set-download (10); of issue 35: upload-hold (item 1), body-hold
+    /// (item 2), unknown-tokens (item 3), budget-drain (item 5), label-fetch (item 6).
     #[arg(long, value_delimiter = ',', default_value = "all")]
     attack: Vec<String>,
     /// Synthetic registry entries, imported into a temporary database (`psi import

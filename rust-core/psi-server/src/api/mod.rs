@@ -23,6 +23,7 @@ use self::transition::SessionCall;
 use crate::state::AppState;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State as S};
+use axum::http::header;
 use axum::middleware::{Next, from_fn, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter, on};
@@ -36,6 +37,59 @@ fn method_filter(m: psi_http::Method) -> MethodFilter {
         psi_http::Method::Post => MethodFilter::POST,
         psi_http::Method::Delete => MethodFilter::DELETE,
     }
+}
+
+/// The most request body bytes a JSON route (`POST /v1/sessions`) and a route without a
+/// body take (issue 35 item 2: every route took `max_body_bytes`).
+const JSON_BODY_LIMIT: usize = 4 << 10;
+
+/// The most body bytes a request of `route` may declare or send, checked before any of
+/// it is read: a few KiB for JSON and body-less routes, the probe's size for the upload
+/// probe, `max_body_bytes` for session steps (whose own limit, from the session, is
+/// checked by `transition::SessionCall`).
+fn body_limit(route: Route, max_body_bytes: usize) -> usize {
+    if route.round_protocol().is_some() {
+        return max_body_bytes;
+    }
+    match route {
+        Route::DhQuery | Route::LabelQuery | Route::LabelFetch => max_body_bytes,
+        Route::ProbeDown | Route::ProbeUp => {
+            usize::try_from(psi_http::PROBE_MAX_BYTES).unwrap_or(usize::MAX)
+        }
+        _ => JSON_BODY_LIMIT.min(max_body_bytes),
+    }
+}
+
+/// Refuses a request declaring more than `limit` body bytes (`413 body_too_large`)
+/// before its body is read; a body sent without a length is cut at `limit` by
+/// [`DefaultBodyLimit`].
+async fn declared_limit(S(limit): S<usize>, req: Request, next: Next) -> Response {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return ApiError::new(
+            ErrorCode::BodyTooLarge,
+            format!("this endpoint takes at most {limit} request body bytes"),
+        )
+        .into_response();
+    }
+    next.run(req).await
+}
+
+/// [`handler`] under the route's body limit ([`body_limit`]).
+fn limited(route: Route, max_body_bytes: usize) -> MethodRouter<Arc<AppState>> {
+    let limit = body_limit(route, max_body_bytes);
+    let h = if route == Route::ProbeDown {
+        // Same path as ProbeUp: one method router with both methods.
+        handler(route).merge(handler(Route::ProbeUp))
+    } else {
+        handler(route)
+    };
+    h.layer(DefaultBodyLimit::max(limit))
+        .layer(from_fn_with_state(limit, declared_limit))
 }
 
 fn handler(route: Route) -> MethodRouter<Arc<AppState>> {
@@ -67,18 +121,14 @@ fn handler(route: Route) -> MethodRouter<Arc<AppState>> {
 pub fn router(state: Arc<AppState>) -> Router {
     let mut open = Router::new();
     let mut api = Router::new();
+    let max = state.config.max_body_bytes;
     for &route in Route::ALL {
         if route == Route::Health {
-            open = open.route(route.template(), handler(route));
+            open = open.route(route.template(), limited(route, max));
         } else if route == Route::ProbeUp {
-            // Same path as ProbeDown: one method router with both methods.
-        } else if route == Route::ProbeDown {
-            api = api.route(
-                route.template(),
-                handler(route).merge(handler(Route::ProbeUp)),
-            );
+            // Same path as ProbeDown: served by its method router (`limited`).
         } else {
-            api = api.route(route.template(), handler(route));
+            api = api.route(route.template(), limited(route, max));
         }
     }
     let api = api.route_layer(from_fn_with_state(state.clone(), auth));

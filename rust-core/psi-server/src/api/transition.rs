@@ -24,8 +24,11 @@ pub(super) struct SessionCall {
     pub(super) _active: Active,
 }
 
-/// A request of a session in progress, from before its body is read until it is answered
-/// or dropped: the sweep never ends an OT run as idle while one is under way.
+/// A request of a session in progress, from when its body has arrived until it is
+/// answered or dropped: the sweep never ends an OT run as idle while one is under way.
+/// While the body arrives, each part of it restarts the session's idle period instead,
+/// so an upload that makes no progress leaves the session idle (issue 35 item 1: it
+/// held an OT slot for the whole request timeout).
 pub(super) struct Active(Arc<Mutex<Session>>);
 
 impl Active {
@@ -56,16 +59,17 @@ impl FromRequest<Arc<AppState>> for SessionCall {
             return Err(internal());
         };
         let session = session(state, &id, &client)?;
-        let active = Active::start(&session);
         let route = parts
             .extensions
             .get::<MatchedPath>()
             .and_then(|p| Route::ALL.iter().find(|r| r.template() == p.as_str()))
             .copied();
         let limit = step_limit(route, &lock(&session), state.config.max_body_bytes);
-        let body = read_step_body(&parts.headers, body, limit)
+        let progress = || lock(&session).last_active = Instant::now();
+        let body = read_step_body(&parts.headers, body, limit, progress)
             .await
             .map_err(|e| refused(state, &session, e))?;
+        let active = Active::start(&session);
         Ok(SessionCall {
             session,
             body,
@@ -86,8 +90,9 @@ struct StepLimit {
 /// [`StepLimit`] of a request on `route` for session `g`: a DH query is exactly
 /// `dh::sizes::query(n)` bytes (a longer one declares more elements than the session's
 /// `n`: `count_mismatch`), a label query at most `label_slots(n)` elements and a label
-/// fetch at most `fetch_buckets(n, b)` ids (`too_many_items`), an OT-PSI or CM20-PSI hello
-/// its fixed size (`invalid_message`); anything else at most `max_body_bytes`.
+/// fetch at most `fetch_buckets(n, b)` ids (`too_many_items`), a round route of a session
+/// of another protocol nothing (`wrong_phase`), an OT-PSI or CM20-PSI hello its fixed size
+/// (`invalid_message`); anything else at most `max_body_bytes`.
 fn step_limit(route: Option<Route>, g: &Session, max_body_bytes: usize) -> StepLimit {
     let n = g.client_items as usize;
     let (bytes, refuse) = match route {
@@ -119,8 +124,16 @@ fn step_limit(route: Option<Route>, g: &Session, max_body_bytes: usize) -> StepL
             );
             (bytes, e)
         }
-        // The first round of a round-based session: its protocol's hello. (A round route
-        // of a session without rounds is refused once read: `expect_protocol`.)
+        // A round route of a session of another protocol (one without rounds, DH-PSI):
+        // refused before its body is read (issue 35 item 2), as `expect_protocol` would.
+        Some(route) if route.round_protocol().is_some_and(|p| p != g.protocol) => {
+            let e = wrong_phase(format!(
+                "this is an {} session; use the round route of the session's protocol (or /dh/query)",
+                g.protocol.api_name()
+            ));
+            (0, e)
+        }
+        // The first round of a round-based session: its protocol's hello.
         Some(route)
             if route.round_protocol().is_some()
                 && !g.stepped
@@ -163,11 +176,12 @@ pub(super) fn too_large() -> ApiError {
 /// Reads a step's binary body: the content type and a declared `Content-Length` are
 /// checked before any byte of it is read (a body above `max_body_bytes` is
 /// `body_too_large`, one above the step's limit the step's refusal), and reading stops
-/// at the limit (a body sent without a length).
+/// at the limit (a body sent without a length). `progress` is called as parts arrive.
 async fn read_step_body(
     headers: &HeaderMap,
     mut body: axum::body::Body,
     limit: StepLimit,
+    mut progress: impl FnMut(),
 ) -> Result<Bytes, ApiError> {
     use http_body::Body as _;
     let ct = headers
@@ -189,7 +203,8 @@ async fn read_step_body(
     {
         return Err(limit.refusal(len));
     }
-    let mut out = Vec::with_capacity(declared.unwrap_or(0) as usize);
+    // Grown as bytes arrive: a declared length costs the client nothing until it sends.
+    let mut out = Vec::with_capacity(declared.unwrap_or(0).min(PREALLOCATE) as usize);
     while let Some(frame) =
         std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await
     {
@@ -200,10 +215,14 @@ async fn read_step_body(
                 return Err(limit.refusal((out.len() + data.len()) as u64));
             }
             out.extend_from_slice(&data);
+            progress();
         }
     }
     Ok(Bytes::from(out))
 }
+
+/// Most bytes of a step's body allocated before they arrive.
+const PREALLOCATE: u64 = 64 << 10;
 
 /// Whether a refusal counts as a failed step of its session: a 400, a body the server read
 /// and refused (`bad_request`, `invalid_message`, `count_mismatch`, `too_many_items`),

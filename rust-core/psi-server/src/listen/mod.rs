@@ -2,13 +2,17 @@
 //! caps, the bytes of responses in flight and graceful shutdown
 //! (docs/adr/0019-tls-and-connection-limits.md, docs/adr/0037-connection-exposure.md).
 //!
-//! - At most `max_connections` connections are open. At the cap the connection with no
-//!   request in progress that has been quiet longest is closed to make room; only when
-//!   every connection has a request in progress does the loop wait for one to close
+//! - At most `max_connections` connections are open. At the cap the connection that has
+//!   been quiet longest among those with no request in progress and those whose request
+//!   body is arriving (quiet since the body's last byte, or its head: the upload that has
+//!   made the least progress) is closed to make room; only when every connection has a
+//!   request in progress and none is uploading does the loop wait for one to close
 //!   (further connections queue in the kernel's listen backlog).
 //! - At most `max_connections_per_address` connections of one address (IPv4 address or
-//!   IPv6 prefix, by `ipv4_prefix`/`ipv6_prefix`; trusted proxies are exempt): a newcomer
-//!   beyond it closes that address's longest-quiet idle connection, or is itself closed.
+//!   IPv6 prefix, by `ipv4_prefix`/`ipv6_prefix`; trusted proxies are exempt), and
+//!   `max_connections_per_block` of one address block (`ipv4_block_prefix`/
+//!   `ipv6_block_prefix`): a newcomer beyond either closes that address's (block's)
+//!   longest-quiet idle connection, or is itself closed.
 //! - A connection with no request in progress is closed when the client sends nothing
 //!   for `idle_timeout` (a fresh connection, or keep-alive after a response), or when a
 //!   request head that has started to arrive is not complete `header_read_timeout`
@@ -21,7 +25,17 @@
 //!   refused (429 `rate_limited`); at `max_response_bytes_in_flight` the connection
 //!   whose response has been sending longest (at least `send_grace`) is closed, and only
 //!   when there is none is the request refused (503 `too_many_sessions`).
-//! - Requests in progress are bounded by the router's `request_timeout`, not here.
+//! - A request body must arrive within `upload_grace` plus its declared length (at most
+//!   `max_body_bytes`; a body without a length: the bytes received so far) at
+//!   `min_upload_rate`; a client that uploads slower is cut off
+//!   (docs/adr/0045-upload-deadline-and-request-bytes.md).
+//! - Body bytes received for requests in progress are counted per address and in total,
+//!   until their request ends. A request with a body from an address holding
+//!   `max_request_bytes_per_address` is refused (429 `rate_limited`); at
+//!   `max_request_bytes_in_flight` the connection whose upload has been going longest
+//!   (at least `upload_grace`) is closed, and only when there is none is the request
+//!   refused (503 `too_many_sessions`).
+//! - Requests in progress are otherwise bounded by the router's `request_timeout`.
 //! - Shutdown: stop accepting, let every connection finish the request it is serving
 //!   (hyper's graceful shutdown), then return once all are closed.
 
@@ -32,7 +46,7 @@ mod watched;
 pub(crate) use limits::Limits;
 
 use self::table::{Clock, Table};
-use self::watched::{Tracked, Watched};
+use self::watched::{Tracked, Uploaded, Watched};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
@@ -88,16 +102,17 @@ pub(crate) async fn run(
             () = &mut shutdown => break,
         };
         let address = limits.address(peer);
-        if let Some(a) = &address
-            && !table.make_room_for(a)
+        let block = limits.block(peer);
+        if let (Some(a), Some(b)) = (&address, &block)
+            && !table.make_room_for(a, b)
         {
-            // Every connection of this address has a request in progress.
-            tracing::debug!("connection closed at accept: the address is at its cap");
+            // Every connection of this address (or block) has a request in progress.
+            tracing::debug!("connection closed at accept: the address or its block is at its cap");
             drop(tcp);
             continue;
         }
-        // At the cap, close the longest-quiet idle connection; wait for it (or, when
-        // every connection is busy, for any) to close.
+        // At the cap, close the longest-quiet idle or uploading connection; wait for it
+        // (or, when every connection is busy, for any) to close.
         let permit = match permits.clone().try_acquire_owned() {
             Ok(p) => p,
             Err(_) => {
@@ -106,10 +121,10 @@ pub(crate) async fn run(
                 let mut asked = false;
                 loop {
                     if !asked {
-                        asked = table.evict_idle(None);
+                        asked = table.evict_quietest();
                         if asked {
                             tracing::debug!(
-                                "connection cap reached: the longest-idle connection closed"
+                                "connection cap reached: the longest-quiet idle or uploading connection closed"
                             );
                         }
                     }
@@ -125,7 +140,7 @@ pub(crate) async fn run(
         };
         // Request/response traffic: no Nagle delay on a response's last segment.
         let _ = tcp.set_nodelay(true);
-        let clock = table.register(address);
+        let clock = table.register(address, block);
         let conn = connection(
             tcp,
             peer,
@@ -259,8 +274,21 @@ async fn serve_http<IO>(
         let clock = service_clock.clone();
         let mut app = app.clone();
         async move {
-            let resp = match clock.admit() {
-                Ok(()) => tower_service::Service::call(&mut app, req).await?,
+            use http_body::Body as _;
+            let with_body = !req.body().is_end_stream();
+            let resp = match clock.admit(with_body) {
+                Ok(()) => {
+                    // The body counts as an upload (deadline, bytes) until it has all
+                    // arrived or is dropped unread.
+                    let req = if with_body {
+                        let declared = req.body().size_hint().exact();
+                        let id = clock.upload_started(declared);
+                        req.map(|body| Body::new(Uploaded::new(body, &in_flight, id)))
+                    } else {
+                        req.map(Body::new)
+                    };
+                    tower_service::Service::call(&mut app, req).await?
+                }
                 Err(refusal) => refusal.response(),
             };
             // The response's bytes count as in flight until written to the socket.

@@ -98,3 +98,64 @@ impl AsyncWrite for Watched {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
+
+/// A request body that reports what arrives to the connection's [`Clock`]: its bytes
+/// count as request bytes until the request ends, and the upload is over (its deadline
+/// gone) at the body's end or when it is dropped unread.
+pub(super) struct Uploaded {
+    inner: hyper::body::Incoming,
+    clock: Arc<Clock>,
+    uploaded: Arc<std::sync::atomic::AtomicU64>,
+    id: u64,
+}
+
+impl Uploaded {
+    pub(super) fn new(inner: hyper::body::Incoming, request: &InFlight, id: u64) -> Self {
+        Uploaded {
+            inner,
+            clock: request.clock().clone(),
+            uploaded: request.uploaded(),
+            id,
+        }
+    }
+}
+
+impl http_body::Body for Uploaded {
+    type Data = axum::body::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let r = Pin::new(&mut self.inner).poll_frame(cx);
+        match &r {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    self.clock
+                        .received(self.id, data.len() as u64, &self.uploaded);
+                }
+                if self.inner.is_end_stream() {
+                    self.clock.upload_done(self.id);
+                }
+            }
+            Poll::Ready(_) => self.clock.upload_done(self.id),
+            Poll::Pending => {}
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for Uploaded {
+    fn drop(&mut self) {
+        self.clock.upload_done(self.id);
+    }
+}
