@@ -6,7 +6,7 @@
 //! lookup); with PostgreSQL through the async pool, each answer reused for [`FRESH_FOR`],
 //! and a request without a credential answered from the "any tokens" flag the store
 //! watcher keeps fresh. Only answers that name an issued token are remembered for an
-//! outage; unknown credentials never fill memory. docs/adr/0047-remembered-credentials.md.
+//! outage; unknown credentials never fill memory. docs/adr/0046-remembered-credentials.md.
 
 use crate::limits::{RateLimiter, unix_ms};
 use crate::remember::Expiring;

@@ -212,7 +212,7 @@ pub struct Config {
     /// continuously; 0 = no limit). Each such request may cost a token lookup; beyond it
     /// the credential is not looked up: 429 `rate_limited` while authentication is on,
     /// else the request is served as one without a credential. A token found valid gives
-    /// its charge back. docs/adr/0047-remembered-credentials.md.
+    /// its charge back. docs/adr/0046-remembered-credentials.md.
     pub invalid_tokens_per_hour: u64,
     /// TLS certificate and key; `None` serves plain HTTP (loopback, or behind a TLS
     /// proxy).

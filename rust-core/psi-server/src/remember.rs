@@ -1,5 +1,5 @@
 //! A bounded memory of answers keyed by a credential digest ([`Expiring`]): what the
-//! server remembers about bearer tokens (crate::accounts, docs/adr/0047-remembered-credentials.md).
+//! server remembers about bearer tokens (crate::accounts, docs/adr/0046-remembered-credentials.md).
 //!
 //! Every operation is O(1) (amortized): entries expire in the order they were put (one
 //! lifetime for all), so the oldest is always at the front of a queue; a full memory

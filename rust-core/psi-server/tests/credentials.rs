@@ -1,5 +1,5 @@
 //! Unknown credentials against the real server on loopback (issue 35 items 3 and 4,
-//! docs/adr/0047-remembered-credentials.md): a caller inventing bearer tokens is charged
+//! docs/adr/0046-remembered-credentials.md): a caller inventing bearer tokens is charged
 //! for each one it presents (`Config::invalid_tokens_per_hour`), and is refused once its
 //! address's budget is spent, while other callers and valid tokens are served; with
 //! PostgreSQL a request without a credential costs no lookup while no token exists.

@@ -4,7 +4,7 @@
 //! token). Each request is `DELETE /v1/sessions/{unknown}`, authenticated like every step
 //! and then answered `404 unknown_session`. In place once `TOKENS` (quick: `QUICK_TOKENS`)
 //! distinct tokens were sent: more than the 65,536 credentials the server once remembered
-//! before every lookup scanned them all (docs/adr/0047-remembered-credentials.md).
+//! before every lookup scanned them all (docs/adr/0046-remembered-credentials.md).
 
 use super::attacks::{Ctx, Tally, addr, pause, reuse_or_open};
 use psi_client::Method;
