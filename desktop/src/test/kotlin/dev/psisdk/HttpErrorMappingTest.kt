@@ -1,5 +1,6 @@
 package dev.psisdk
 
+import dev.psisdk.testing.PsiServer
 import java.util.concurrent.TimeUnit
 import kotlinx.coroutines.runBlocking
 import mockwebserver3.MockResponse
@@ -59,18 +60,20 @@ class HttpErrorMappingTest {
 
     @Test
     fun `https to a plain HTTP server is a TLS error, not retried`(): Unit = runBlocking {
-        // The case: the app's URL says https://, the server's port speaks plain HTTP.
-        // Retries on and the automatic choice (which retries its health request): a TLS
-        // failure ends the call at once.
-        val https = "https://127.0.0.1:${server.port}"
-        ContactDiscovery(https, DiscoveryConfig(timeoutMillis = 20_000, retries = 3)).use { d ->
-            val e = assertThrows<ContactDiscoveryException.Tls> { d.match(listOf("+12025550123")) }
-            assertFalse(e.isRetryable)
-            assertTrue(e.message!!.contains("SSL"), e.message)
-            assertTrue(e.cause is dev.psisdk.ffi.PsiException.Tls, "${e.cause}")
-            // Still a kind of Network for an app's existing `when`.
-            assertTrue((e as ContactDiscoveryException) is ContactDiscoveryException.Network)
-            assertThrows<ContactDiscoveryException.Tls> { d.health() }
+        // The case: the app's URL says https://, the server's port (a real `psi
+        // serve`) speaks plain HTTP. Retries on and the automatic choice (which retries its
+        // health request): a TLS failure ends the call at once.
+        PsiServer(listOf("alice@example.com,Alice")).use { plain ->
+            val https = plain.url.replace("http://", "https://")
+            ContactDiscovery(https, DiscoveryConfig(timeoutMillis = 20_000, retries = 3)).use { d ->
+                val e = assertThrows<ContactDiscoveryException.Tls> { d.match(listOf("alice@example.com")) }
+                assertFalse(e.isRetryable)
+                assertTrue(e.message!!.contains("SSL"), e.message)
+                assertTrue(e.cause is dev.psisdk.ffi.PsiException.Tls, "${e.cause}")
+                // Still a kind of Network for an app's existing `when`.
+                assertTrue((e as ContactDiscoveryException) is ContactDiscoveryException.Network)
+                assertThrows<ContactDiscoveryException.Tls> { d.health() }
+            }
         }
     }
 
