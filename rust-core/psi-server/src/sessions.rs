@@ -172,15 +172,20 @@ pub(crate) struct Session {
     pub phase: SessionPhase,
     /// Requests of this session in progress, from when their body has arrived: counted
     /// by `api::transition::SessionCall`, so a session is never ended as idle while one
-    /// is under way (each is bounded by `Config::request_timeout`). While a body arrives,
-    /// each part of it restarts the idle period (`last_active`) instead: an upload that
-    /// makes no progress leaves the session idle.
+    /// is under way (each is bounded by `Config::request_timeout`).
     pub in_flight: u32,
+    /// Bodies of this session's requests being received, and when a part of one last
+    /// arrived: while one arrives, the session's quiet time counts from its last part
+    /// ([`Session::quiet_since`]), so an upload making progress is not ended as idle and
+    /// one that makes none leaves the session idle (issue 35 item 1). Once the body is
+    /// read this no longer counts: a refused request does not keep the session alive.
+    pub uploads: u32,
+    /// When a part of a body being received last arrived (see `uploads`).
+    pub upload_progress: Instant,
     /// When the session was created.
     pub created: Instant,
-    /// When its last successful step ended (or it was created, or a part of a step's
-    /// body arrived): refused requests (400, 409, 415, ...) do not count, so they cannot
-    /// keep a session alive longer than their upload.
+    /// When its last successful step ended (or it was created): refused requests (400,
+    /// 409, 415, ...) do not count, so they cannot keep a session alive.
     pub last_active: Instant,
     /// Whether a step of the session has succeeded (for a round-based session: its
     /// hello was answered).
@@ -202,6 +207,16 @@ impl Session {
     pub(crate) fn failed_step(&mut self) -> bool {
         self.failures = self.failures.saturating_add(1);
         self.failures >= MAX_FAILED_STEPS
+    }
+
+    /// Since when the session has been quiet: its last successful step, or the last part
+    /// of a body still being received if that is later.
+    pub(crate) fn quiet_since(&self) -> Instant {
+        if self.uploads > 0 {
+            self.last_active.max(self.upload_progress)
+        } else {
+            self.last_active
+        }
     }
 
     /// Whether the session may be ended as idle: no step running, no request under way.
@@ -476,7 +491,7 @@ impl Sessions {
             if matches!(g.phase, SessionPhase::Busy | SessionPhase::Done) {
                 continue;
             }
-            let quiet = now.saturating_duration_since(g.last_active);
+            let quiet = now.saturating_duration_since(g.quiet_since());
             // The hello deadline holds even while a request is under way: a hello is
             // small, and a trickled upload must not hold an OT slot.
             let no_hello = g.protocol.runs_in_rounds()
@@ -515,10 +530,10 @@ fn evict(map: &mut HashMap<String, Entry>, now: Instant, grace: Duration) -> boo
         *count += 1;
         let Ok(g) = s.try_lock() else { continue };
         if g.idle()
-            && now.saturating_duration_since(g.last_active) >= grace
-            && oldest.is_none_or(|(t, _)| g.last_active < t)
+            && now.saturating_duration_since(g.quiet_since()) >= grace
+            && oldest.is_none_or(|(t, _)| g.quiet_since() < t)
         {
-            *oldest = Some((g.last_active, id));
+            *oldest = Some((g.quiet_since(), id));
         }
     }
     let Some(id) = blocks
@@ -627,6 +642,8 @@ mod tests {
                         in_flight: 0,
                         created: Instant::now(),
                         last_active: Instant::now(),
+                        uploads: 0,
+                        upload_progress: Instant::now(),
                         stepped: false,
                         failures: 0,
                     },

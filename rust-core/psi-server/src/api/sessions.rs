@@ -63,6 +63,8 @@ pub(super) async fn create_session(
         in_flight: 0,
         created: Instant::now(),
         last_active: Instant::now(),
+        uploads: 0,
+        upload_progress: Instant::now(),
         stepped: false,
         failures: 0,
     };

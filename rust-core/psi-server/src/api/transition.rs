@@ -26,15 +26,35 @@ pub(super) struct SessionCall {
 
 /// A request of a session in progress, from when its body has arrived until it is
 /// answered or dropped: the sweep never ends an OT run as idle while one is under way.
-/// While the body arrives, each part of it restarts the session's idle period instead,
-/// so an upload that makes no progress leaves the session idle (issue 35 item 1: it
-/// held an OT slot for the whole request timeout).
+/// While the body arrives, the session's quiet time counts from its last part instead
+/// ([`Uploading`]), so an upload that makes no progress leaves the session idle (issue 35
+/// item 1: it held an OT slot for the whole request timeout).
 pub(super) struct Active(Arc<Mutex<Session>>);
 
 impl Active {
     fn start(session: &Arc<Mutex<Session>>) -> Active {
         lock(session).in_flight += 1;
         Active(session.clone())
+    }
+}
+
+/// A body of a session's request being received ([`Session::uploads`]): the session's
+/// quiet time counts from its last part until it is read (or the request dropped).
+struct Uploading(Arc<Mutex<Session>>);
+
+impl Uploading {
+    fn start(session: &Arc<Mutex<Session>>) -> Uploading {
+        let mut g = lock(session);
+        g.uploads += 1;
+        g.upload_progress = Instant::now();
+        Uploading(session.clone())
+    }
+}
+
+impl Drop for Uploading {
+    fn drop(&mut self) {
+        let mut g = lock(&self.0);
+        g.uploads = g.uploads.saturating_sub(1);
     }
 }
 
@@ -65,10 +85,12 @@ impl FromRequest<Arc<AppState>> for SessionCall {
             .and_then(|p| Route::ALL.iter().find(|r| r.template() == p.as_str()))
             .copied();
         let limit = step_limit(route, &lock(&session), state.config.max_body_bytes);
-        let progress = || lock(&session).last_active = Instant::now();
-        let body = read_step_body(&parts.headers, body, limit, progress)
-            .await
-            .map_err(|e| refused(state, &session, e))?;
+        let body = {
+            let _uploading = Uploading::start(&session);
+            let progress = || lock(&session).upload_progress = Instant::now();
+            read_step_body(&parts.headers, body, limit, progress).await
+        }
+        .map_err(|e| refused(state, &session, e))?;
         let active = Active::start(&session);
         Ok(SessionCall {
             session,
@@ -395,6 +417,8 @@ mod tests {
                     in_flight: 0,
                     created: Instant::now(),
                     last_active: Instant::now(),
+                    uploads: 0,
+                    upload_progress: Instant::now(),
                     stepped: false,
                     failures: 0,
                 },

@@ -113,20 +113,29 @@ pub fn send(
     headers: &[(&'static str, &str)],
     body: &[u8],
 ) -> Response {
-    t.transport
-        .send(Request {
-            method,
-            url: format!("{}{path}", t.base),
-            headers: headers
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            body: body.to_vec(),
-            timeout: Duration::from_secs(30),
-            max_response_bytes: 64 << 20,
-            abandon_on_cancel: true,
-        })
-        .unwrap()
+    try_send(t, method, path, headers, body).unwrap()
+}
+
+/// [`send`], its transport error returned.
+pub fn try_send(
+    t: &Raw,
+    method: Method,
+    path: &str,
+    headers: &[(&'static str, &str)],
+    body: &[u8],
+) -> Result<Response, psi_client::TransportError> {
+    t.transport.send(Request {
+        method,
+        url: format!("{}{path}", t.base),
+        headers: headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        body: body.to_vec(),
+        timeout: Duration::from_secs(30),
+        max_response_bytes: 64 << 20,
+        abandon_on_cancel: true,
+    })
 }
 
 pub fn error_code(r: &Response) -> String {
