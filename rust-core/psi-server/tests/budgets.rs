@@ -57,16 +57,7 @@ fn assert_refused(r: &Response, says: &str) {
 /// Sessions of a full budget each from `ips`: how many were admitted; every refusal is a
 /// `429` naming the caller's network.
 fn admitted(t: &Raw, ips: impl IntoIterator<Item = String>) -> usize {
-    let mut ok = 0;
-    for ip in ips {
-        let r = create(t, &ip, B as u32);
-        if r.status == 201 {
-            ok += 1;
-        } else {
-            assert_refused(&r, "network");
-        }
-    }
-    ok
+    admitted_n(t, ips, B as u32, "network")
 }
 
 #[test]

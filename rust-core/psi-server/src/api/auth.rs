@@ -178,15 +178,7 @@ pub(super) fn caller_ip(req: &Request, state: &AppState) -> Result<Option<IpAddr
     let c = &state.config;
     crate::caller::client_ip(peer, req.headers(), &c.trusted_proxies, c.client_ip_header)
         .map(Some)
-        .map_err(|e| {
-            ApiError::new(
-                ErrorCode::BadRequest,
-                format!(
-                    "the trusted proxy's {} header is not a list of IP addresses",
-                    e.0.name()
-                ),
-            )
-        })
+        .map_err(super::reply::malformed_forwarding)
 }
 
 /// The database's answer about `digest` ([`crate::accounts::Accounts::check`]). While

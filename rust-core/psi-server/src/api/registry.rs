@@ -27,16 +27,7 @@ pub(super) async fn health(
         // to the proxy's own address: a balancer probing from it would be refused.
         let ip =
             crate::caller::client_ip(peer.ip(), &headers, &c.trusted_proxies, c.client_ip_header)
-                .map_err(|e| {
-                ApiError::new(
-                    ErrorCode::BadRequest,
-                    format!(
-                        "the trusted proxy's {} header is not a list of IP addresses",
-                        e.0.name()
-                    ),
-                )
-                .into_response()
-            })?;
+                .map_err(|e| super::reply::malformed_forwarding(e).into_response())?;
         let key = crate::caller::rate_key_ip(ip, c.ipv4_prefix, c.ipv6_prefix);
         if let Err(wait) = state.health_limiter.charge(&key, 1) {
             let mut e = ApiError::new(

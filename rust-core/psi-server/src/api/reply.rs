@@ -102,6 +102,18 @@ pub(super) fn charge_error(
     }
 }
 
+/// `400 bad_request` for a trusted proxy's forwarding header that is not a list of IP
+/// addresses: refused, never charged to the proxy's own address.
+pub(super) fn malformed_forwarding(e: crate::caller::MalformedForwarding) -> ApiError {
+    ApiError::new(
+        ErrorCode::BadRequest,
+        format!(
+            "the trusted proxy's {} header is not a list of IP addresses",
+            e.0.name()
+        ),
+    )
+}
+
 /// `429 rate_limited` with `Retry-After` for an items charge refused at `refused.kind`.
 pub(super) fn rate_limited(refused: Refused) -> ApiError {
     budget_refused("items-per-hour limit", refused)

@@ -125,6 +125,28 @@ impl Bytes {
 }
 
 impl TableInner {
+    /// The connection not yet told to close, for which `keep` holds, whose `since` is
+    /// earliest (`since` gives `None` for one that does not qualify): the one choice of
+    /// every eviction here.
+    fn earliest(
+        &self,
+        keep: impl Fn(&Clock) -> bool,
+        since: impl Fn(&ClockState) -> Option<Instant>,
+    ) -> Option<Arc<Clock>> {
+        self.conns
+            .values()
+            .filter(|c| keep(c))
+            .filter_map(|c| {
+                let s = c.lock();
+                if s.evicted {
+                    return None;
+                }
+                since(&s).map(|t| (t, c))
+            })
+            .min_by_key(|(t, _)| *t)
+            .map(|(_, c)| c.clone())
+    }
+
     fn release(&mut self, address: Option<&str>, n: u64) {
         self.total = self.total.saturating_sub(n);
         if let Some(a) = address
@@ -229,16 +251,10 @@ impl Table {
     /// been quiet longest, of `whose`, to close. False if there is none.
     pub(super) fn evict_idle(&self, whose: Whose<'_>) -> bool {
         let g = self.lock();
-        let victim = g
-            .conns
-            .values()
-            .filter(|c| whose.covers(c))
-            .filter_map(|c| {
-                let s = c.lock();
-                (!s.evicted && s.in_flight == 0 && s.pending == 0).then_some((s.last_activity, c))
-            })
-            .min_by_key(|(t, _)| *t)
-            .map(|(_, c)| c.clone());
+        let victim = g.earliest(
+            |c| whose.covers(c),
+            |s| (s.in_flight == 0 && s.pending == 0).then_some(s.last_activity),
+        );
         drop(g);
         match victim {
             Some(c) => {
@@ -258,20 +274,14 @@ impl Table {
     /// False if there is none.
     pub(super) fn evict_quietest(&self) -> bool {
         let g = self.lock();
-        let victim = g
-            .conns
-            .values()
-            .filter_map(|c| {
-                let s = c.lock();
-                let quiet_since = match &s.upload {
-                    Some(u) => u.last_progress,
-                    None if s.in_flight == 0 && s.pending == 0 => s.last_activity,
-                    None => return None,
-                };
-                (!s.evicted).then_some((quiet_since, c))
-            })
-            .min_by_key(|(t, _)| *t)
-            .map(|(_, c)| c.clone());
+        let victim = g.earliest(
+            |_| true,
+            |s| match &s.upload {
+                Some(u) => Some(u.last_progress),
+                None if s.in_flight == 0 && s.pending == 0 => Some(s.last_activity),
+                None => None,
+            },
+        );
         drop(g);
         match victim {
             Some(c) => {
@@ -299,18 +309,14 @@ impl Table {
             return Ok(());
         }
         let now = Instant::now();
-        let victim = g
-            .conns
-            .values()
-            .filter(|c| c.id != clock.id)
-            .filter_map(|c| {
-                let s = c.lock();
+        let victim = g.earliest(
+            |c| c.id != clock.id,
+            |s| {
                 let started = s.upload.as_ref()?.started;
-                (!s.evicted && s.request_bytes > 0 && now.duration_since(started) >= l.upload_grace)
-                    .then_some((started, c))
-            })
-            .min_by_key(|(t, _)| *t)
-            .map(|(_, c)| c.clone());
+                (s.request_bytes > 0 && now.duration_since(started) >= l.upload_grace)
+                    .then_some(started)
+            },
+        );
         let Some(victim) = victim else {
             return Err(Refusal::UploadsBusy);
         };
@@ -346,18 +352,13 @@ impl Table {
             return Ok(());
         }
         let now = Instant::now();
-        let victim = g
-            .conns
-            .values()
-            .filter(|c| c.id != clock.id)
-            .filter_map(|c| {
-                let s = c.lock();
+        let victim = g.earliest(
+            |c| c.id != clock.id,
+            |s| {
                 let started = s.send_started?;
-                (!s.evicted && s.pending > 0 && now.duration_since(started) >= l.send_grace)
-                    .then_some((started, c))
-            })
-            .min_by_key(|(t, _)| *t)
-            .map(|(_, c)| c.clone());
+                (s.pending > 0 && now.duration_since(started) >= l.send_grace).then_some(started)
+            },
+        );
         let Some(victim) = victim else {
             return Err(Refusal::Busy);
         };
