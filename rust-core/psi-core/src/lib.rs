@@ -12,6 +12,8 @@
 //! - [`ot`]: OT-extension PSI (KKRT16 batched OPRF with Cuckoo hashing; least computation).
 //! - [`cm20`]: CM20 PSI (Chase-Miao multi-point OPRF from OT extension; fewer bytes than
 //!   OT-PSI at similar computation; semi-honest clients).
+//! - [`gbf`]: GBF-PSI (PSZ14's random garbled Bloom filter over OT extension, after
+//!   DCW13; semi-honest clients).
 //! - `ote` (crate-private): the OT extension OT-PSI and CM20-PSI stand on (base OTs,
 //!   IKNP, the pseudorandom code, the bit transpose).
 //! - [`chunked`]: the session skeleton OT-PSI and CM20-PSI share (message types, phases,
@@ -38,6 +40,7 @@ pub mod cost;
 mod cost_terms;
 pub mod dh;
 pub mod error;
+pub mod gbf;
 pub mod golomb;
 pub mod items;
 pub mod labels;

@@ -23,6 +23,7 @@ impl Protocol {
             Protocol::Dh => crate::dh::cost::charge(client_items),
             Protocol::Ot => crate::ot::cost::charge(client_items),
             Protocol::Cm20 => crate::cm20::cost::charge(client_items),
+            Protocol::Gbf => crate::gbf::cost::charge(client_items),
         }
     }
 
@@ -34,6 +35,7 @@ impl Protocol {
             Protocol::Dh => None,
             Protocol::Ot => Some(crate::ot::sizes::hello()),
             Protocol::Cm20 => Some(crate::cm20::sizes::hello()),
+            Protocol::Gbf => Some(crate::gbf::sizes::hello()),
         }
     }
 
@@ -63,6 +65,10 @@ impl Protocol {
                 let config = crate::cm20::Cm20Config::for_body_limit(threads, max_body_bytes);
                 Some(boxed(crate::cm20::Cm20Client::start(set, config, rng)))
             }
+            Protocol::Gbf => {
+                let config = crate::gbf::GbfConfig::for_body_limit(threads, max_body_bytes);
+                Some(boxed(crate::gbf::GbfClient::start(set, config, rng)))
+            }
         }
     }
 
@@ -73,6 +79,7 @@ impl Protocol {
             Protocol::Dh => crate::dh::cost::terms(w),
             Protocol::Ot => crate::ot::cost::terms(w),
             Protocol::Cm20 => crate::cm20::cost::terms(w),
+            Protocol::Gbf => crate::gbf::cost::terms(w),
         }
     }
 }

@@ -22,11 +22,15 @@ pub enum Protocol {
     /// CM20 PSI (Chase-Miao lightweight multi-point OPRF from OT extension): KKRT-like
     /// computation with fewer bytes; semi-honest clients only (docs/protocol/cm20-psi.md).
     Cm20 = 0x03,
+    /// GBF-PSI (PSZ14's random garbled Bloom filter over OT extension, after DCW13): the
+    /// client's Bloom filter chooses the OTs; more bytes up than the others, no group
+    /// operations per item; semi-honest clients (docs/protocol/gbf-psi.md).
+    Gbf = 0x04,
 }
 
 impl Protocol {
     /// Every protocol, in wire-id order.
-    pub const ALL: &'static [Protocol] = &[Protocol::Dh, Protocol::Ot, Protocol::Cm20];
+    pub const ALL: &'static [Protocol] = &[Protocol::Dh, Protocol::Ot, Protocol::Cm20, Protocol::Gbf];
 
     /// The protocol id in byte 3 of every message header.
     pub fn wire_id(self) -> u8 {
@@ -44,6 +48,7 @@ impl Protocol {
             Protocol::Dh => "dh-psi",
             Protocol::Ot => "ot-psi",
             Protocol::Cm20 => "cm20-psi",
+            Protocol::Gbf => "gbf-psi",
         }
     }
 
@@ -58,6 +63,7 @@ impl Protocol {
             Protocol::Dh => "dh",
             Protocol::Ot => "ot",
             Protocol::Cm20 => "cm20",
+            Protocol::Gbf => "gbf",
         }
     }
 
@@ -66,7 +72,7 @@ impl Protocol {
     pub fn runs_in_rounds(self) -> bool {
         match self {
             Protocol::Dh => false,
-            Protocol::Ot | Protocol::Cm20 => true,
+            Protocol::Ot | Protocol::Cm20 | Protocol::Gbf => true,
         }
     }
 
@@ -77,7 +83,7 @@ impl Protocol {
     pub fn labels_need_query(self) -> bool {
         match self {
             Protocol::Dh => false,
-            Protocol::Ot | Protocol::Cm20 => true,
+            Protocol::Ot | Protocol::Cm20 | Protocol::Gbf => true,
         }
     }
 
@@ -94,6 +100,10 @@ impl Protocol {
                 "CM20-PSI (Chase-Miao OPRF from OT extension): OT-like computation, fewer bytes \
                  than OT-PSI; semi-honest clients"
             }
+            Protocol::Gbf => {
+                "GBF-PSI (PSZ14 random garbled Bloom filter over OT extension): no group \
+                 operations per item, most bytes up; semi-honest clients"
+            }
         }
     }
 }
@@ -105,13 +115,16 @@ impl fmt::Display for Protocol {
             Protocol::Dh => "DH-PSI",
             Protocol::Ot => "OT-PSI",
             Protocol::Cm20 => "CM20-PSI",
+            Protocol::Gbf => "GBF-PSI",
         })
     }
 }
 
 /// The protocol name was not recognised (the text is not echoed: it may be user input).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown protocol (expected one of: dh, ot, cm20, dh-psi, ot-psi, cm20-psi)")]
+#[error(
+    "unknown protocol (expected one of: dh, ot, cm20, gbf, dh-psi, ot-psi, cm20-psi, gbf-psi)"
+)]
 pub struct UnknownProtocol;
 
 /// Parses the short name or the API name, case-insensitively.
@@ -167,6 +180,9 @@ mod tests {
         assert_eq!(Protocol::Cm20.wire_id(), 0x03);
         assert_eq!("cm20".parse::<Protocol>(), Ok(Protocol::Cm20));
         assert_eq!("cm20-psi".parse::<Protocol>(), Ok(Protocol::Cm20));
+        assert_eq!(Protocol::Gbf.wire_id(), 0x04);
+        assert_eq!("gbf".parse::<Protocol>(), Ok(Protocol::Gbf));
+        assert_eq!(Protocol::Gbf.to_string(), "GBF-PSI");
         assert_eq!("cm21".parse::<Protocol>(), Err(UnknownProtocol));
         assert_eq!(Protocol::Ot.to_string(), "OT-PSI");
     }

@@ -293,24 +293,7 @@ impl Cm20Client {
             Some(mine) => mine,
             None => threads.install(|| st.own_values(n))?,
         };
-        // Merge the two sorted lists; the server's is checked value by value as it streams.
-        // At most one index per own value; sized first, so no reallocation leaves a copy.
-        let mut matched: Zeroizing<Vec<usize>> = Zeroizing::new(Vec::with_capacity(mine.len()));
-        let mut values = out.values();
-        let mut k = 0;
-        while let Some(v) = values.next_value()? {
-            while k < mine.len() && mine[k].0 < v {
-                k += 1;
-            }
-            // Own values equal to `v` are taken once (`k` moves past them), even if the
-            // server's list repeats `v`.
-            while k < mine.len() && mine[k].0 == v {
-                matched.push(mine[k].1 as usize);
-                k += 1;
-            }
-        }
-        matched.sort_unstable();
-        matched.dedup();
+        let matched = out.matches(&mine)?;
         let output = MatchOutput::new(&self.items, &matched, p.server_items);
         self.phase = Phase::Done;
         Ok(ClientStep::Done(output))

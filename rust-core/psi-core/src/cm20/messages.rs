@@ -7,7 +7,6 @@ use super::params::{self, MAX_WIDTH, MIN_HEIGHT};
 use super::rot;
 use crate::chunked::{self, put_base_ot, read_base_ot, read_suite};
 use crate::error::DecodeError;
-use crate::golomb::{self, MAX_RICE_BITS};
 use crate::ote::base_ot::RECEIVER_MSG_LEN;
 use crate::protocol::Protocol;
 use crate::wire::{self, Reader, check_limit as limit};
@@ -28,7 +27,7 @@ pub const MAX_HEIGHT: u32 = 1 << 26;
 /// Bytes of a matrix chunk's fixed fields (PRF key, first column, column count).
 pub const CHUNK_FIELDS_LEN: usize = 16 + 2 + 2;
 /// Bytes of the outputs message's fixed fields.
-pub const OUTPUTS_FIELDS_LEN: usize = 1 + 4 + 1 + 4;
+pub const OUTPUTS_FIELDS_LEN: usize = chunked::SORTED_OUTPUTS_FIELDS_LEN;
 /// Body length of a hello message.
 pub const HELLO_BODY_LEN: usize = 1 + 32 + 4 + 4 + chunked::BASE_OT_FIELD_LEN;
 /// Body length of a setup message for width `w`.
@@ -59,7 +58,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Message<'_>, DecodeError> {
             message_type::CHUNK_ACK => Message::Ack(Ack {
                 next_column: r.u16()?,
             }),
-            message_type::OUTPUTS => Message::Outputs(Outputs::read(r)?),
+            message_type::OUTPUTS => Message::Outputs(Outputs::read(r, MAX_ITEMS)?),
             t => return Err(DecodeError::UnknownMessageType(t)),
         })
     })
@@ -231,69 +230,5 @@ impl Ack {
     }
 }
 
-/// Message 0x05; `data` borrows the response bytes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Outputs<'a> {
-    pub(crate) output_bits: u8,
-    pub(crate) server_items: u32,
-    pub(crate) rice_bits: u8,
-    pub(crate) data: &'a [u8],
-}
-
-impl<'a> Outputs<'a> {
-    pub(crate) fn encode(
-        output_bits: u8,
-        server_items: u32,
-        rice_bits: u8,
-        data: &[u8],
-    ) -> Vec<u8> {
-        let body = OUTPUTS_FIELDS_LEN + data.len();
-        let mut out = wire::begin(Protocol::Cm20, message_type::OUTPUTS, body);
-        out.push(output_bits);
-        out.extend_from_slice(&server_items.to_be_bytes());
-        out.push(rice_bits);
-        out.extend_from_slice(&(data.len() as u32).to_be_bytes());
-        out.extend_from_slice(data);
-        wire::finish(out)
-    }
-
-    fn read(r: &mut Reader<'a>) -> Result<Outputs<'a>, DecodeError> {
-        let output_bits = r.u8()?;
-        if !(40..=128).contains(&output_bits) {
-            return Err(DecodeError::InvalidParameter {
-                what: "output bits",
-            });
-        }
-        let server_items = r.u32()?;
-        limit("server items", server_items as u64, MAX_ITEMS as u64)?;
-        let rice_bits = r.u8()?;
-        if rice_bits > output_bits.min(MAX_RICE_BITS) {
-            return Err(DecodeError::InvalidParameter { what: "rice bits" });
-        }
-        let len = r.u32()? as usize;
-        if r.remaining() != len {
-            return Err(DecodeError::LengthMismatch {
-                what: "coded outputs",
-                declared: len as u64,
-                actual: r.remaining() as u64,
-            });
-        }
-        let data = r.take(len)?;
-        Ok(Outputs {
-            output_bits,
-            server_items,
-            rice_bits,
-            data,
-        })
-    }
-
-    /// The sorted values, checked as they stream.
-    pub(crate) fn values(&self) -> golomb::Decoder<'a> {
-        golomb::Decoder::new(
-            self.data,
-            self.server_items as u64,
-            self.output_bits,
-            self.rice_bits,
-        )
-    }
-}
+/// Message 0x05 ([`chunked::SortedOutputs`], a layout GBF-PSI's outputs share).
+pub(crate) type Outputs<'a> = chunked::SortedOutputs<'a>;

@@ -309,19 +309,14 @@ impl Cm20Server {
             unreachable!("checked above")
         };
         let n_s = self.items.len();
-        let (l2, k, data) = threads.install(|| {
+        threads.install(|| {
             let mut values = if only {
                 prf::outputs(&ev.sid, &ev.parts[0], n_s, w, p.output_bits)
             } else {
                 prf::hash_parts(&ev.sid, &ev.parts, n_s, w, p.output_bits)
             };
-            // Sorted: the position of a value says nothing about which item it belongs to.
-            values.par_sort_unstable();
-            let l2 = p.output_bits as u8;
-            let k = crate::golomb::best_rice_bits(&values, l2);
-            (l2, k, crate::golomb::encode(&values, l2, k))
-        })?;
-        Ok(Outputs::encode(l2, n_s as u32, k, &data))
+            Outputs::encode(crate::Protocol::Cm20, p.output_bits as u8, &mut values)
+        })
     }
 }
 

@@ -62,19 +62,8 @@ pub fn outputs(data_len: u64) -> u64 {
     (HEADER_LEN + OUTPUTS_FIELDS_LEN) as u64 + data_len
 }
 
-/// The expected outputs message for `n` uniformly random values of `l2` bits: the
-/// Golomb-Rice payload with the parameter `k = max(0, l2 - bit_length(n))` (the centre of
-/// [`crate::golomb::rice_candidates`]), whose gaps are close to exponential with mean
-/// `μ = 2^l2 / n`, so a value costs `k + 1 + 1 / (e^(2^k / μ) - 1)` bits on average.
-/// The encoder picks the best `k` for the actual values, so the real payload is at most
-/// this plus the spread of a random variable (about `0.01 %` at `n = 10^5`).
+/// The expected outputs message for `n` uniformly random values of `l2` bits
+/// ([`crate::chunked::sorted_outputs_expected`], the layout GBF-PSI shares).
 pub fn outputs_expected(n: u64, l2: u32) -> u64 {
-    if n == 0 {
-        return outputs(0);
-    }
-    let bit_length = 64 - n.leading_zeros();
-    let k = l2.saturating_sub(bit_length);
-    let mu = 2f64.powi(l2 as i32) / n as f64;
-    let per = k as f64 + 1.0 + 1.0 / ((2f64.powi(k as i32) / mu).exp() - 1.0);
-    outputs((n as f64 * per / 8.0).ceil() as u64)
+    crate::chunked::sorted_outputs_expected(n, l2)
 }

@@ -271,6 +271,12 @@ impl PendingReceiver {
     }
 }
 
+/// Checks a sender point `A` as [`Receiver::finish`] will, so that a receiver can refuse
+/// a bad one before it commits its state.
+pub(crate) fn check_sender_point(bytes: &[u8; 32]) -> Result<(), DecodeError> {
+    decode_point(bytes, 0).map(|_| ())
+}
+
 /// Decodes a canonical, non-identity ristretto255 point.
 fn decode_point(bytes: &[u8; 32], index: usize) -> Result<RistrettoPoint, DecodeError> {
     let p = CompressedRistretto(*bytes)

@@ -13,6 +13,13 @@
 //!   with index `s_j`.
 //!
 //! `G` is the AES-CTR [`Prg`] (64 bytes from block 0).
+//!
+//! GBF-PSI ([`crate::gbf`]) needs `m` OTs, far more than 512: it runs the same extension
+//! as instances `r = 0, 1, ...` of 512 OTs each over the *same* base keys, instance `r`
+//! taking the columns' stream blocks `4r .. 4r + 3` (`G`'s bytes `64r .. 64r + 63`) and
+//! hashing its rows with their global index `512 r + j` ([`receiver_at`], [`sender_at`]).
+//! That is plain IKNP with `G` stretched to `m` bits per column, cut into 512-row slices;
+//! instance 0 is exactly the extension above.
 
 use super::base_ot::BASE_OTS;
 use super::prc::{Block, CODE_BITS, CODE_BYTES, Prg, Row, ds, hash};
@@ -34,14 +41,27 @@ pub(crate) fn receiver(
     keys: &[[Block; 2]],
     s: &Row,
 ) -> (Vec<u8>, Zeroizing<Vec<Block>>) {
+    receiver_at(sid, keys, s, 0)
+}
+
+/// [`receiver`] for instance `r` of a longer extension (the module's last paragraph):
+/// OTs `512 r .. 512 r + 511`, choice bits `s`.
+pub(crate) fn receiver_at(
+    sid: &[u8; 32],
+    keys: &[[Block; 2]],
+    s: &Row,
+    r: u32,
+) -> (Vec<u8>, Zeroizing<Vec<Block>>) {
     assert_eq!(keys.len(), BASE_OTS);
+    let block = 4 * r as u64;
+    let first_row = r as usize * CODE_BITS;
     let mut t = Zeroizing::new(vec![0u8; U_LEN]);
     let mut u = vec![0u8; U_LEN];
     for (i, k) in keys.iter().enumerate() {
         let ti = &mut t[i * CODE_BYTES..(i + 1) * CODE_BYTES];
-        Prg::new(&k[0]).fill(0, ti);
+        Prg::new(&k[0]).fill(block, ti);
         let ui = &mut u[i * CODE_BYTES..(i + 1) * CODE_BYTES];
-        Prg::new(&k[1]).fill(0, ui);
+        Prg::new(&k[1]).fill(block, ui);
         for ((u, t), s) in ui.iter_mut().zip(ti.iter()).zip(s) {
             *u ^= t ^ s;
         }
@@ -52,7 +72,7 @@ pub(crate) fn receiver(
         .map(|j| {
             row_hash(
                 sid,
-                j,
+                first_row + j,
                 rows[16 * j..16 * j + 16].try_into().expect("16 bytes"),
             )
         })
@@ -68,14 +88,27 @@ pub(crate) fn sender(
     delta: &[u8],
     u: &[u8],
 ) -> Zeroizing<Vec<[Block; 2]>> {
+    sender_at(sid, keys, delta, u, 0)
+}
+
+/// [`sender`] for instance `r` of a longer extension (the module's last paragraph).
+pub(crate) fn sender_at(
+    sid: &[u8; 32],
+    keys: &[Block],
+    delta: &[u8],
+    u: &[u8],
+    r: u32,
+) -> Zeroizing<Vec<[Block; 2]>> {
     assert_eq!(keys.len(), BASE_OTS);
+    let block = 4 * r as u64;
+    let first_row = r as usize * CODE_BITS;
     assert_eq!(delta.len(), BASE_OTS);
     assert_eq!(u.len(), U_LEN);
     let mut q = Zeroizing::new(vec![0u8; U_LEN]);
     let mut delta_block: Block = [0; 16];
     for i in 0..BASE_OTS {
         let qi = &mut q[i * CODE_BYTES..(i + 1) * CODE_BYTES];
-        Prg::new(&keys[i]).fill(0, qi);
+        Prg::new(&keys[i]).fill(block, qi);
         // Constant time in the secret bit Δ_i.
         let mask = 0u8.wrapping_sub(delta[i] & 1);
         for (q, u) in qi.iter_mut().zip(&u[i * CODE_BYTES..(i + 1) * CODE_BYTES]) {
@@ -89,11 +122,11 @@ pub(crate) fn sender(
     let seeds = (0..CODE_BITS)
         .map(|j| {
             let mut qj: Block = rows[16 * j..16 * j + 16].try_into().expect("16 bytes");
-            let s0 = row_hash(sid, j, &qj);
+            let s0 = row_hash(sid, first_row + j, &qj);
             for (a, b) in qj.iter_mut().zip(delta_block.iter()) {
                 *a ^= b;
             }
-            let s1 = row_hash(sid, j, &qj);
+            let s1 = row_hash(sid, first_row + j, &qj);
             [s0, s1]
         })
         .collect();
@@ -128,6 +161,36 @@ mod tests {
             let sj = ((s[j / 8] >> (j % 8)) & 1) as usize;
             assert_eq!(server[j], client[j][sj], "OT {j}");
             assert_ne!(server[j], client[j][1 - sj], "OT {j}");
+        }
+    }
+
+    /// Instance `r` of a longer extension keeps the OT relation and shares no seed with
+    /// instance 0; instance 0 is the plain extension.
+    #[test]
+    fn instances_of_a_longer_extension() {
+        let sid = [7u8; 32];
+        let keys: Vec<[Block; 2]> = (0..BASE_OTS)
+            .map(|i| [[i as u8; 16], [(i as u8) ^ 0x3c; 16]])
+            .collect();
+        let delta: Vec<u8> = (0..BASE_OTS).map(|i| (i % 2) as u8).collect();
+        let chosen: Vec<Block> = keys
+            .iter()
+            .zip(&delta)
+            .map(|(k, &d)| k[d as usize])
+            .collect();
+        let s: Row = core::array::from_fn(|i| (i as u8).wrapping_mul(11));
+        let (u0, r0) = receiver(&sid, &keys, &s);
+        assert_eq!((u0.clone(), r0.to_vec()), {
+            let (u, r) = receiver_at(&sid, &keys, &s, 0);
+            (u, r.to_vec())
+        });
+        let (u3, r3) = receiver_at(&sid, &keys, &s, 3);
+        assert_ne!(u0, u3);
+        let c3 = sender_at(&sid, &chosen, &delta, &u3, 3);
+        for j in 0..CODE_BITS {
+            let sj = ((s[j / 8] >> (j % 8)) & 1) as usize;
+            assert_eq!(r3[j], c3[j][sj], "OT {j}");
+            assert_ne!(r3[j], r0[j], "OT {j}");
         }
     }
 }
