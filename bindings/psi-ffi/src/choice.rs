@@ -476,7 +476,7 @@ mod tests {
             }),
             psi_client::ProtocolChoice::Auto(psi_client::Policy::FewestBytes)
         );
-        for p in [Protocol::Dh, Protocol::Ot, Protocol::Cm20] {
+        for p in [Protocol::Dh, Protocol::Ot, Protocol::Cm20, Protocol::Gbf] {
             assert_eq!(
                 psi_client::ProtocolChoice::from(ProtocolChoice::Fixed { protocol: p }),
                 psi_client::ProtocolChoice::Fixed(p.into())

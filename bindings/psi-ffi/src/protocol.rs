@@ -12,6 +12,10 @@ pub enum Protocol {
     /// CM20-PSI: OT-like computation with fewer bytes than OT-PSI; only against servers
     /// that enable it (it trusts the client to follow the protocol).
     Cm20,
+    /// GBF-PSI: PSZ14's random garbled Bloom filter; no group operations per item, the
+    /// most bytes up; only against servers that enable it (it trusts the client to follow
+    /// the protocol).
+    Gbf,
 }
 
 impl From<Protocol> for psi_client::Protocol {
@@ -20,6 +24,7 @@ impl From<Protocol> for psi_client::Protocol {
             Protocol::Dh => psi_client::Protocol::Dh,
             Protocol::Ot => psi_client::Protocol::Ot,
             Protocol::Cm20 => psi_client::Protocol::Cm20,
+            Protocol::Gbf => psi_client::Protocol::Gbf,
         }
     }
 }
@@ -31,6 +36,7 @@ impl Protocol {
             psi_client::Protocol::Dh => Some(Protocol::Dh),
             psi_client::Protocol::Ot => Some(Protocol::Ot),
             psi_client::Protocol::Cm20 => Some(Protocol::Cm20),
+            psi_client::Protocol::Gbf => Some(Protocol::Gbf),
         }
     }
 }

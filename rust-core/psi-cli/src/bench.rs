@@ -40,6 +40,7 @@ pub fn run(quick: bool, thread_counts: &[usize], protocols: &[Protocol]) -> Resu
             Protocol::Dh => run_dh(quick, thread_counts)?,
             Protocol::Ot => run_ot(quick, thread_counts)?,
             Protocol::Cm20 => run_cm20(quick, thread_counts)?,
+            Protocol::Gbf => run_gbf(quick, thread_counts)?,
         }
     }
     Ok(())
@@ -135,6 +136,93 @@ fn run_cm20(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
     );
     println!();
     cm20_tcp(quick)
+}
+
+/// GBF-PSI rows, each beside a KKRT16 (OT-PSI) and a CM20-PSI run of the same sets made
+/// just before it in the same process, so the ratios compare like with like on a noisy
+/// machine. `PSI_BENCH_GBF_ONLY=n` keeps the cases whose larger set has `n` items.
+fn run_gbf(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
+    use psi_core::cm20::Cm20Config;
+    use psi_core::gbf::{self, GbfConfig};
+    use psi_core::ot::OtConfig;
+    use psi_core::{ItemSet, Threads};
+    use std::sync::Arc;
+    let mut cases: Vec<(usize, usize, usize)> = if quick {
+        vec![(1 << 8, 1 << 8, 1 << 7), (1 << 12, 1 << 12, 1 << 11), (1000, 10_000, 100)]
+    } else {
+        vec![
+            (1 << 12, 1 << 12, 1 << 11),
+            (1 << 16, 1 << 16, 1 << 15),
+            (1 << 20, 1 << 20, 1 << 19),
+            (1000, 100_000, 100),
+        ]
+    };
+    if let Some(n) = std::env::var("PSI_BENCH_GBF_ONLY").ok().and_then(|v| v.parse::<usize>().ok()) {
+        cases.retain(|c| c.0.max(c.1) == n);
+    }
+    println!("# psi bench: GBF-PSI (PSZ14 random garbled Bloom filter) beside OT-PSI (KKRT16) and CM20-PSI");
+    println!();
+    println!(
+        "In one process through the real message encoding; 16 MiB requests, no labels. Each GBF row is run right after a KKRT and a CM20 run of the same sets (same process, same threads)."
+    );
+    println!();
+    println!(
+        "| n_c | n_s | threads | k | m | GBF client ms | GBF server ms | GBF total ms | GBF CPU s | round trips | bytes c->s | bytes s->c | bytes / spec | peak heap MB | KKRT total ms | KKRT bytes | CM20 total ms | CM20 bytes | time / KKRT | bytes / KKRT | time / CM20 | bytes / CM20 |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for &(n_c, n_s, overlap) in &cases {
+        let (client, server) = sets(n_c, n_s, overlap);
+        let (client, server) = (ItemSet::new(&client), Arc::new(ItemSet::new(&server)));
+        for &t in thread_counts {
+            let kkrt = crate::runner::run_ot(&client, &server, &OtConfig::new(Threads::new(t)))?;
+            let cm20 = crate::runner::run_cm20(&client, &server, &Cm20Config::new(Threads::new(t)))?;
+            reset_peak_heap();
+            let r = crate::runner::run_gbf(&client, &server, &GbfConfig::new(Threads::new(t)))?;
+            let peak = peak_heap_bytes();
+            if [r.matches, kkrt.matches, cm20.matches] != [overlap; 3] {
+                return Err(format!(
+                    "wrong result: {} (GBF), {} (KKRT) and {} (CM20) matches, expected {overlap}",
+                    r.matches, kkrt.matches, cm20.matches
+                ));
+            }
+            let p = r.stats.params.ok_or("no parameters")?;
+            let spec = gbf::sizes::traffic(n_c as u64, n_s as u64);
+            let spec_total = spec.client_to_server + spec.server_to_client;
+            let total = r.stats.client_to_server_bytes + r.stats.server_to_client_bytes;
+            let kkrt_total = kkrt.stats.client_to_server_bytes + kkrt.stats.server_to_client_bytes;
+            let cm20_total = cm20.stats.client_to_server_bytes + cm20.stats.server_to_client_bytes;
+            let secs = |d: Duration| d.as_secs_f64();
+            println!(
+                "| {} | {} | {t} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {} | {:.4} | {} | {} | {} | {} | {} | {:.2} | {:.1} | {:.2} | {:.1} |",
+                thousands(n_c as u64),
+                thousands(n_s as u64),
+                p.hashes,
+                thousands(p.filter_bits as u64),
+                ms(r.side(true)),
+                ms(r.side(false)),
+                ms(r.wall),
+                r.cpu.as_secs_f64(),
+                r.stats.round_trips,
+                thousands(r.stats.client_to_server_bytes),
+                thousands(r.stats.server_to_client_bytes),
+                total as f64 / spec_total as f64,
+                mb(peak),
+                ms(kkrt.wall),
+                thousands(kkrt_total),
+                ms(cm20.wall),
+                thousands(cm20_total),
+                secs(r.wall) / secs(kkrt.wall),
+                total as f64 / kkrt_total as f64,
+                secs(r.wall) / secs(cm20.wall),
+                total as f64 / cm20_total as f64,
+            );
+        }
+    }
+    println!();
+    println!(
+        "bytes / spec compares with docs/protocol/gbf-psi.md's formula (psi_core::gbf::sizes::traffic: exact client to server, expected Golomb-Rice payload server to client); peak heap includes both input sets and both sides' state."
+    );
+    Ok(())
 }
 
 /// `PSI_BENCH_CM20_ONLY=n`: the CM20 tables keep only the cases whose larger set has `n`

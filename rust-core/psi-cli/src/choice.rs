@@ -13,21 +13,23 @@ pub enum ProtocolArg {
     Fixed(psi_core::Protocol),
 }
 
-/// Parses a protocol named on the command line (`dh`, `ot`, `cm20`, or the API names
-/// `dh-psi`, `ot-psi`, `cm20-psi`): `psi bench --protocol`, `psi loadgen --protocol`.
+/// Parses a protocol named on the command line (`dh`, `ot`, `cm20`, `gbf`, or the API
+/// names `dh-psi`, `ot-psi`, `cm20-psi`, `gbf-psi`): `psi bench --protocol`, `psi loadgen --protocol`.
 pub fn parse_protocol(s: &str) -> Result<psi_core::Protocol, String> {
     s.parse()
         .map_err(|e: psi_core::protocol::UnknownProtocol| e.to_string())
 }
 
-/// Parses `--protocol`: `auto` or a protocol (`dh`, `ot`, `cm20`, or `dh-psi`, `ot-psi`,
-/// `cm20-psi`).
+/// Parses `--protocol`: `auto` or a protocol (its short or API name, [`parse_protocol`]).
 pub fn parse_arg(s: &str) -> Result<ProtocolArg, String> {
     if s.trim().eq_ignore_ascii_case("auto") {
         return Ok(ProtocolArg::Auto);
     }
     parse_protocol(s).map(ProtocolArg::Fixed).map_err(|_| {
-        "unknown protocol (expected one of: auto, dh, ot, cm20, dh-psi, ot-psi, cm20-psi)".into()
+        let short = psi_core::Protocol::ALL.iter().map(|p| p.short_name());
+        let api = psi_core::Protocol::ALL.iter().map(|p| p.api_name());
+        let names: Vec<&str> = std::iter::once("auto").chain(short).chain(api).collect();
+        format!("unknown protocol (expected one of: {})", names.join(", "))
     })
 }
 

@@ -95,6 +95,7 @@ pub fn run(
     config.max_client_items = client_items.len().max(1000);
     // CM20 is opt-in on a server (semi-honest clients only); the demo's client is ours.
     config.enable_cm20 = matches!(choice, psi_client::ProtocolChoice::Fixed(Protocol::Cm20));
+    config.enable_gbf = matches!(choice, psi_client::ProtocolChoice::Fixed(Protocol::Gbf));
     let mut store =
         psi_server::Store::open(std::path::Path::new(":memory:")).map_err(|e| e.to_string())?;
     let labels: Vec<String> = (0..server.len()).map(|i| format!("member-{i}")).collect();

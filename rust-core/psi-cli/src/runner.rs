@@ -59,19 +59,27 @@ pub fn run_dh(client: &[Vec<u8>], server: &[Vec<u8>], threads: usize) -> Result<
     })
 }
 
-/// Results of one OT-PSI run.
-pub struct OtRun {
+/// Results of one run of a round protocol (OT-PSI, CM20-PSI, GBF-PSI) in this process;
+/// `S` is the protocol's in-memory traffic record.
+pub struct RoundRun<S> {
     /// Wall time per step kind, in first-seen order (chunks summed).
     pub steps: Vec<(psi_core::Phase, std::time::Duration)>,
     /// Process CPU time of the whole run.
     pub cpu: std::time::Duration,
     pub wall: std::time::Duration,
-    pub stats: psi_core::ot::InMemoryTraffic,
+    pub stats: S,
     pub matches: usize,
     pub output: psi_core::MatchOutput,
 }
 
-impl OtRun {
+/// Results of one OT-PSI run.
+pub type OtRun = RoundRun<psi_core::ot::InMemoryTraffic>;
+/// Results of one CM20-PSI run.
+pub type Cm20Run = RoundRun<psi_core::cm20::InMemoryTraffic>;
+/// Results of one GBF-PSI run.
+pub type GbfRun = RoundRun<psi_core::gbf::InMemoryTraffic>;
+
+impl<S> RoundRun<S> {
     /// Total wall time of one side's steps.
     pub fn side(&self, client: bool) -> std::time::Duration {
         side_total(&self.steps, client)
@@ -87,19 +95,16 @@ impl OtRun {
     }
 }
 
-/// Runs OT-PSI with both sides in this process, through the real message encoding,
-/// timing each step.
-pub fn run_ot(
-    client: &ItemSet,
-    server: &std::sync::Arc<ItemSet>,
-    config: &psi_core::ot::OtConfig,
-) -> Result<OtRun, String> {
-    let mut rng = os_rng()?;
-    let (result, steps, t) = timed_steps(|on_step| {
-        psi_core::ot::run_in_memory(client.clone(), server.clone(), config, &mut rng, on_step)
-    });
+/// Runs `run` (an in-memory run of a round protocol, given the step observer), timing
+/// each step.
+fn round_run<S>(
+    run: impl FnOnce(
+        &mut dyn FnMut(psi_core::Phase),
+    ) -> psi_core::Result<(psi_core::MatchOutput, S)>,
+) -> Result<RoundRun<S>, String> {
+    let (result, steps, t) = timed_steps(|on_step| run(on_step));
     let (output, stats) = result.map_err(|e| e.to_string())?;
-    Ok(OtRun {
+    Ok(RoundRun {
         steps,
         cpu: t.cpu,
         wall: t.wall,
@@ -109,23 +114,17 @@ pub fn run_ot(
     })
 }
 
-/// Results of one CM20-PSI run.
-pub struct Cm20Run {
-    /// Wall time per step kind, in first-seen order (chunks summed).
-    pub steps: Vec<(psi_core::Phase, std::time::Duration)>,
-    /// Process CPU time of the whole run.
-    pub cpu: std::time::Duration,
-    pub wall: std::time::Duration,
-    pub stats: psi_core::cm20::InMemoryTraffic,
-    pub matches: usize,
-    pub output: psi_core::MatchOutput,
-}
-
-impl Cm20Run {
-    /// Total wall time of one side's steps.
-    pub fn side(&self, client: bool) -> std::time::Duration {
-        side_total(&self.steps, client)
-    }
+/// Runs OT-PSI with both sides in this process, through the real message encoding,
+/// timing each step.
+pub fn run_ot(
+    client: &ItemSet,
+    server: &std::sync::Arc<ItemSet>,
+    config: &psi_core::ot::OtConfig,
+) -> Result<OtRun, String> {
+    let mut rng = os_rng()?;
+    round_run(|on_step| {
+        psi_core::ot::run_in_memory(client.clone(), server.clone(), config, &mut rng, on_step)
+    })
 }
 
 /// Runs CM20-PSI with both sides in this process, through the real message encoding,
@@ -136,17 +135,21 @@ pub fn run_cm20(
     config: &psi_core::cm20::Cm20Config,
 ) -> Result<Cm20Run, String> {
     let mut rng = os_rng()?;
-    let (result, steps, t) = timed_steps(|on_step| {
+    round_run(|on_step| {
         psi_core::cm20::run_in_memory(client.clone(), server.clone(), config, &mut rng, on_step)
-    });
-    let (output, stats) = result.map_err(|e| e.to_string())?;
-    Ok(Cm20Run {
-        steps,
-        cpu: t.cpu,
-        wall: t.wall,
-        stats,
-        matches: output.matches.len(),
-        output,
+    })
+}
+
+/// Runs GBF-PSI with both sides in this process, through the real message encoding,
+/// timing each step.
+pub fn run_gbf(
+    client: &ItemSet,
+    server: &std::sync::Arc<ItemSet>,
+    config: &psi_core::gbf::GbfConfig,
+) -> Result<GbfRun, String> {
+    let mut rng = os_rng()?;
+    round_run(|on_step| {
+        psi_core::gbf::run_in_memory(client.clone(), server.clone(), config, &mut rng, on_step)
     })
 }
 

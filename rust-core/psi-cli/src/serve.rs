@@ -167,6 +167,11 @@ pub struct ServeArgs {
     /// any numbers it likes against the registry (docs/adr/0021-cm20-psi.md).
     #[arg(long)]
     enable_cm20: bool,
+    /// Also serve GBF-PSI (PSZ14's random garbled Bloom filter: no group operations per
+    /// item, the most bytes up). Off by default for CM20's reason: semi-honest clients
+    /// only (docs/adr/0048-gbf-psi.md).
+    #[arg(long)]
+    enable_gbf: bool,
     /// TLS certificate chain (PEM, leaf first): serve HTTPS. Needs --tls-key.
     #[arg(long, requires = "tls_key")]
     tls_cert: Option<std::path::PathBuf>,
@@ -374,6 +379,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     config.ot_idle_timeout = Duration::from_secs(args.ot_idle_timeout.max(1));
     config.enable_ot = !args.no_ot;
     config.enable_cm20 = args.enable_cm20;
+    config.enable_gbf = args.enable_gbf;
     config.header_read_timeout = Duration::from_secs(args.header_read_timeout.max(1));
     config.idle_timeout = Duration::from_secs(args.idle_timeout.max(1));
     config.max_connections = args.max_connections.max(1);

@@ -40,7 +40,11 @@ pub(crate) fn route_cap(
     let own = match route {
         Route::Health => HEALTH_RESPONSE_BYTES,
         Route::CreateSession | Route::DeleteSession => SESSION_RESPONSE_BYTES,
-        Route::DhQuery | Route::DhEncodedSet | Route::OtRound | Route::Cm20Round => {
+        Route::DhQuery
+        | Route::DhEncodedSet
+        | Route::OtRound
+        | Route::Cm20Round
+        | Route::GbfRound => {
             step.unwrap_or(u64::MAX)
         }
         Route::ProbeDown | Route::ProbeUp => probe.unwrap_or(u64::MAX),

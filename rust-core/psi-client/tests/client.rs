@@ -586,7 +586,7 @@ fn label_traffic_does_not_depend_on_the_matches() {
         let (routes_all, labels_all) = &traffic[1];
         let want = match protocol {
             Protocol::Dh => vec![("POST /v1/sessions/{id}/labels/fetch".to_string(), 4 * n)],
-            Protocol::Ot | Protocol::Cm20 => vec![
+            Protocol::Ot | Protocol::Cm20 | Protocol::Gbf => vec![
                 (
                     "POST /v1/sessions/{id}/labels/query".to_string(),
                     17 + 32 * n,

@@ -52,6 +52,8 @@ pub enum Route {
     OtRound,
     /// `POST /v1/sessions/{id}/cm20/round`: one CM20-PSI round.
     Cm20Round,
+    /// `POST /v1/sessions/{id}/gbf/round`: one GBF-PSI round.
+    GbfRound,
     /// `POST /v1/sessions/{id}/labels/query`: the label OPRF query (OT-PSI sessions).
     LabelQuery,
     /// `POST /v1/sessions/{id}/labels/fetch`: fetch label buckets.
@@ -84,6 +86,7 @@ impl Route {
         Route::DhEncodedSet,
         Route::OtRound,
         Route::Cm20Round,
+        Route::GbfRound,
         Route::LabelQuery,
         Route::LabelFetch,
         Route::ProbeDown,
@@ -99,6 +102,7 @@ impl Route {
             | Route::DhQuery
             | Route::OtRound
             | Route::Cm20Round
+            | Route::GbfRound
             | Route::LabelQuery
             | Route::LabelFetch
             | Route::ProbeUp => Method::Post,
@@ -115,6 +119,7 @@ impl Route {
             Route::DhEncodedSet => "/v1/dh/encoded-set",
             Route::OtRound => "/v1/sessions/{id}/ot/round",
             Route::Cm20Round => "/v1/sessions/{id}/cm20/round",
+            Route::GbfRound => "/v1/sessions/{id}/gbf/round",
             Route::LabelQuery => "/v1/sessions/{id}/labels/query",
             Route::LabelFetch => "/v1/sessions/{id}/labels/fetch",
             Route::ProbeDown | Route::ProbeUp => "/v1/probe",
@@ -144,6 +149,7 @@ impl Route {
             "dh-psi" => Some(Route::DhQuery),
             "ot-psi" => Some(Route::OtRound),
             "cm20-psi" => Some(Route::Cm20Round),
+            "gbf-psi" => Some(Route::GbfRound),
             _ => None,
         }
     }
@@ -160,7 +166,8 @@ pub const JSON: &str = "application/json";
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSession {
-    /// The protocol's API name (`psi_core::Protocol::api_name`: `"dh-psi"`, `"ot-psi"`, `"cm20-psi"`).
+    /// The protocol's API name (`psi_core::Protocol::api_name`: `"dh-psi"`, `"ot-psi"`,
+    /// `"cm20-psi"`, `"gbf-psi"`).
     pub protocol: String,
     /// Number of distinct items the client will query (a number above the server's
     /// limit gets `too_many_items`, however large).

@@ -138,6 +138,11 @@ pub struct Config {
     /// against the registry offline; docs/adr/0021-cm20-psi.md). Needs `enable_ot` too
     /// (CM20 runs share the OT slots, budget and workers).
     pub enable_cm20: bool,
+    /// Serve GBF-PSI sessions (default false, for CM20-PSI's reason: a malicious client
+    /// can set more bits in its Bloom filter than its items need and learn the values of
+    /// more registry entries; docs/adr/0048-gbf-psi.md). Needs `enable_ot` too (GBF runs
+    /// share the OT slots, budget and workers).
+    pub enable_gbf: bool,
     /// Target average label records per bucket (default 8: buckets hold 8 to 16 on
     /// average, so a client of 1,000 contacts fetches under 1 MB of labels from 10^6
     /// labelled entries; docs/adr/0033-a-label-for-every-match.md). More hides each
@@ -273,6 +278,7 @@ impl Default for Config {
             build_threads: cores,
             enable_ot: true,
             enable_cm20: false,
+            enable_gbf: false,
             label_bucket_size: 8,
             header_read_timeout: Duration::from_secs(20),
             idle_timeout: Duration::from_secs(30),

@@ -12,6 +12,7 @@ use crate::limits::{Budgets, RateLimiter};
 use crate::storage::postgres::budgets::{Book, SharedBudgets};
 use psi_core::chunked::ChunkedServer;
 use psi_core::cm20::{Cm20Config, Cm20Server, Cm20Set};
+use psi_core::gbf::{GbfConfig, GbfServer};
 use psi_core::ot::{OtConfig, OtServer};
 use psi_core::{ItemSet, Protocol, Threads};
 use rand_core::CryptoRng;
@@ -120,6 +121,12 @@ impl RoundServer {
                 }
                 .map(|s| RoundServer(Box::new(s)))
                 .map_err(BuildError::Core)
+            }
+            Protocol::Gbf => {
+                let config = GbfConfig::new(Threads::ONE).with_expected_client_items(n);
+                GbfServer::new(items.clone(), config, rng)
+                    .map(|s| RoundServer(Box::new(s)))
+                    .map_err(BuildError::Core)
             }
         }
     }

@@ -349,6 +349,7 @@ impl AppState {
             .filter(|&p| match p {
                 psi_core::Protocol::Ot => self.config.enable_ot,
                 psi_core::Protocol::Cm20 => self.config.enable_ot && self.config.enable_cm20,
+                psi_core::Protocol::Gbf => self.config.enable_ot && self.config.enable_gbf,
                 psi_core::Protocol::Dh => true,
             })
             .collect()

@@ -115,6 +115,7 @@ fn every_route_is_documented_and_nothing_else() {
             Route::DhQuery
             | Route::OtRound
             | Route::Cm20Round
+            | Route::GbfRound
             | Route::LabelQuery
             | Route::LabelFetch
             | Route::ProbeUp => Some(vec![psi_http::BINARY.to_string()]),
@@ -294,7 +295,7 @@ fn can_return(route: Route) -> HashSet<ErrorCode> {
         ]),
         // Charged to the hourly budget.
         Route::LabelQuery => codes.extend([E::RateLimited]),
-        Route::DhQuery | Route::OtRound | Route::Cm20Round | Route::LabelFetch => {}
+        Route::DhQuery | Route::OtRound | Route::Cm20Round | Route::GbfRound | Route::LabelFetch => {}
         // `X-PSI-Epoch`: not a number, or an epoch not served; the download budget.
         Route::DhEncodedSet => codes.extend([E::BadRequest, E::EpochMismatch, E::RateLimited]),
         // `bytes` missing or above the cap; the hourly probe budget.

@@ -105,7 +105,7 @@ fn handler(route: Route) -> MethodRouter<Arc<AppState>> {
         Route::ProbeDown => on(f, probe_down),
         Route::ProbeUp => on(f, probe_up),
         // The protocols that run in rounds share one handler (ADR 0039's plug).
-        Route::OtRound | Route::Cm20Round => match route.round_protocol() {
+        Route::OtRound | Route::Cm20Round | Route::GbfRound => match route.round_protocol() {
             Some(protocol) => on(f, move |S(state): S<Arc<AppState>>, call: SessionCall| {
                 round(state, call, protocol)
             }),

@@ -68,7 +68,7 @@ pub(super) async fn dh_query(
             expect_protocol(
                 g,
                 Protocol::Dh,
-                "use its round route (/ot/round, /cm20/round)",
+                "use its round route (/ot/round, /cm20/round, /gbf/round)",
             )?;
             match g.phase {
                 SessionPhase::DhAwaitingQuery | SessionPhase::Busy => Ok(()),

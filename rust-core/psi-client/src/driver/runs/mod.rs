@@ -1,5 +1,5 @@
 //! The protocols' steps of a run, one room per family: DH-PSI (`dh`: one query and the
-//! encoded registry) and the chunked rounds of OT-PSI and CM20-PSI (`chunked`).
+//! encoded registry) and the chunked rounds of OT-PSI, CM20-PSI and GBF-PSI (`chunked`).
 
 mod chunked;
 mod dh;
@@ -20,7 +20,7 @@ impl Run<'_> {
         // Every protocol named: a new one does not compile until it has its run.
         match protocol {
             Protocol::Dh => self.dh(session, set),
-            Protocol::Ot | Protocol::Cm20 => self.rounds(session, set, protocol),
+            Protocol::Ot | Protocol::Cm20 | Protocol::Gbf => self.rounds(session, set, protocol),
         }
     }
 }

@@ -20,4 +20,11 @@ enum class Protocol : ProtocolChoice {
      * protocol).
      */
     CM20,
+
+    /**
+     * GBF-PSI (PSZ14's random garbled Bloom filter over OT extension): no group operations per
+     * item, the most bytes up. Only servers that enable it accept it (it trusts the client to
+     * follow the protocol).
+     */
+    GBF,
 }

@@ -6,7 +6,7 @@ import kotlin.jvm.JvmOverloads
 /**
  * How a run picks its protocol: [Auto] predicts every protocol the server runs from the
  * workload, the network, this device and the server, and takes the best by its [ChoicePolicy];
- * a [Protocol] (`Protocol.DH`, `Protocol.OT`, `Protocol.CM20`) is itself a fixed choice.
+ * a [Protocol] (`Protocol.DH`, `Protocol.OT`, `Protocol.CM20`, `Protocol.GBF`) is itself a fixed choice.
  *
  * ```
  * DiscoveryConfig()                                                 // Auto(FASTEST), the default

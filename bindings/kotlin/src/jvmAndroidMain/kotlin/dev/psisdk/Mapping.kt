@@ -158,12 +158,14 @@ internal fun Protocol.toFfi() = when (this) {
     Protocol.DH -> FfiProtocol.DH
     Protocol.OT -> FfiProtocol.OT
     Protocol.CM20 -> FfiProtocol.CM20
+    Protocol.GBF -> FfiProtocol.GBF
 }
 
 internal fun FfiProtocol.toPublic() = when (this) {
     FfiProtocol.DH -> Protocol.DH
     FfiProtocol.OT -> Protocol.OT
     FfiProtocol.CM20 -> Protocol.CM20
+    FfiProtocol.GBF -> Protocol.GBF
 }
 
 internal fun FfiPhase.toPublic() = when (this) {

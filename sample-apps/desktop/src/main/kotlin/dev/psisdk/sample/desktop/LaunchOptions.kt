@@ -74,8 +74,9 @@ data class LaunchOptions(
                             "dh", "dh-psi" -> Protocol.DH
                             "ot", "ot-psi" -> Protocol.OT
                             "cm20", "cm20-psi" -> Protocol.CM20
+                            "gbf", "gbf-psi" -> Protocol.GBF
                             "auto" -> ProtocolChoice.AUTO
-                            else -> throw IllegalArgumentException("--protocol is dh, ot, cm20 or auto")
+                            else -> throw IllegalArgumentException("--protocol is dh, ot, cm20, gbf or auto")
                         },
                     )
                     "--auto-match" -> options.copy(autoMatch = true)

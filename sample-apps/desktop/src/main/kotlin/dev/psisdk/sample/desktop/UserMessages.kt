@@ -85,6 +85,7 @@ object UserMessages {
         Protocol.DH -> "DH-PSI"
         Protocol.OT -> "OT-PSI"
         Protocol.CM20 -> "CM20-PSI"
+        Protocol.GBF -> "GBF-PSI"
     }
 
     /** The status line after a run. */
