@@ -609,7 +609,7 @@ mod tests {
             );
         }
         // A name no protocol has gets no route.
-        assert_eq!(psi_http::Route::for_protocol("gbf-psi"), None);
+        assert_eq!(psi_http::Route::for_protocol("spot-psi"), None);
     }
 
     /// The OT-session budget is never saved: once a caller's bucket is full again the

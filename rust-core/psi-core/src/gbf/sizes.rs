@@ -42,7 +42,7 @@ pub fn traffic_with(client_items: u64, server_items: u64, config: &GbfConfig) ->
 pub fn hello() -> u64 {
     (HEADER_LEN + HELLO_BODY_LEN) as u64
 }
-/// The setup message: 8,333 bytes.
+/// The setup message: 8,246 bytes.
 pub fn setup() -> u64 {
     (HEADER_LEN + SETUP_BODY_LEN) as u64
 }

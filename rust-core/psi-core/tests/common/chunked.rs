@@ -1,9 +1,11 @@
-//! One in-memory session of an OT-extension protocol (OT-PSI, CM20-PSI) driven to its end
-//! message by message from seeded generators: the run `ot_psi.rs` and `cm20_psi.rs` share.
+//! One in-memory session of an OT-extension protocol (OT-PSI, CM20-PSI, GBF-PSI) driven to
+//! its end message by message from seeded generators: the run `ot_psi.rs`, `cm20_psi.rs`
+//! and `gbf_psi.rs` share.
 
 use super::check_output;
 use psi_core::chunked::{ChunkedClient, ChunkedServer, ClientStep};
 use psi_core::cm20::{Cm20Client, Cm20Config, Cm20Server};
+use psi_core::gbf::{GbfClient, GbfConfig, GbfServer};
 use psi_core::ot::{OtClient, OtConfig, OtServer};
 use psi_core::{ItemSet, MatchOutput};
 use rand_chacha::ChaCha20Rng;
@@ -22,7 +24,7 @@ pub trait Protocol: Clone {
     fn client_done(client: &Self::Client) -> bool;
 }
 
-/// Both protocols start a client, make a server and say a client is done the same way.
+/// Every protocol starts a client, make a server and say a client is done the same way.
 macro_rules! protocol {
     ($config:ty, $client:ty, $server:ty) => {
         impl Protocol for $config {
@@ -43,6 +45,7 @@ macro_rules! protocol {
 
 protocol!(OtConfig, OtClient, OtServer);
 protocol!(Cm20Config, Cm20Client, Cm20Server);
+protocol!(GbfConfig, GbfClient, GbfServer);
 
 /// Runs a whole session in memory, the client's generator seeded with `seeds.0` and the
 /// server's with `seeds.1`; returns the output and every message in order (see [`drive`]).
