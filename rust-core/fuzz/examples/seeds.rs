@@ -137,5 +137,26 @@ fn main() {
     {
         write("cm20", &format!("short-{i}"), s);
     }
+    // GBF-PSI: as CM20-PSI.
+    let g = psi_fuzz::gbf();
+    let (_, hello) = psi_core::gbf::GbfClient::start(
+        ItemSet::new(g.client_items.clone()),
+        g.client_config(),
+        &mut psi_fuzz::rng(g.client_seed),
+    )
+    .expect("client");
+    assert_eq!(
+        hex::encode(Sha256::digest(&hello)),
+        g.sha256[0],
+        "GBF-PSI hello = tests/vectors/gbf-psi-transcript.json"
+    );
+    write("wire_frame", "gbf-hello", &hello);
+    write("gbf", "honest", &[]);
+    for (i, s) in [&[0x40u8, 0, 0, 0][..], &[0xc0, 0, 0, 0, 1], &[1, 0x40, 0, 0, 0, 3, 0]]
+        .iter()
+        .enumerate()
+    {
+        write("gbf", &format!("short-{i}"), s);
+    }
     println!("seeds written");
 }

@@ -644,3 +644,72 @@ pub fn cm20() -> &'static Cm20 {
         })
     })
 }
+
+/// The GBF-PSI transcript vector (`tests/vectors/gbf-psi-transcript.json`), compiled in.
+pub const GBF_TRANSCRIPT: &str = include_str!("../../../tests/vectors/gbf-psi-transcript.json");
+
+/// The GBF-PSI fixture (chunking: the client's request limit in bytes).
+pub type Gbf = Transcript<RequestBytes>;
+
+impl Gbf {
+    /// Client configuration: one thread, the vector's chunking.
+    pub fn client_config(&self) -> psi_core::gbf::GbfConfig {
+        psi_core::gbf::GbfConfig::new(Threads::ONE).with_max_request_bytes(self.chunking.0)
+    }
+
+    /// Server configuration: one thread, at most 1024 client items.
+    pub fn server_config(&self) -> psi_core::gbf::GbfConfig {
+        psi_core::gbf::GbfConfig::new(Threads::ONE).with_max_client_items(1024)
+    }
+}
+
+/// The GBF-PSI fixture, built on first use.
+pub fn gbf() -> &'static Gbf {
+    static GBF: OnceLock<Gbf> = OnceLock::new();
+    GBF.get_or_init(|| {
+        transcript(GBF_TRANSCRIPT, |v| {
+            RequestBytes(v["max_request_bytes"].as_u64().expect("bytes"))
+        })
+    })
+}
+
+/// The body of the round protocols' state-machine targets (`cm20`, `gbf`): a sequence of
+/// steps, each sent to `server` (the honest client's next request, an edited one, any
+/// message, or a repeat); the server's answers go to the honest client, and every fuzzed
+/// message is also given to a second client waiting for its setup (`start` makes both).
+/// With no steps the run must finish with `matches`.
+pub fn round_steps<C: psi_core::chunked::ChunkedClient, S: psi_core::chunked::ChunkedServer>(
+    steps: &[Send],
+    protocol: Protocol,
+    start: impl Fn() -> (C, Vec<u8>),
+    mut server: S,
+    matches: &[usize],
+) {
+    use psi_core::chunked::ClientStep;
+    let (mut client, mut request) = start();
+    let (mut bystander, _) = start();
+    let mut previous = Vec::new();
+    let mut output = None;
+    let honest_tail = std::iter::repeat_n(Send::Valid, 64);
+    for s in steps.iter().take(8).cloned().chain(honest_tail) {
+        if server.is_finished() || output.is_some() {
+            break;
+        }
+        let msg = s.bytes(&request, &previous, protocol);
+        let _ = bystander.handle(&msg);
+        if let Ok(response) = server.handle(&msg) {
+            let _ = bystander.handle(&response);
+            match client.handle(&response) {
+                Ok(ClientStep::Send(next)) => request = next,
+                Ok(ClientStep::Done(out)) => output = Some(out),
+                Err(_) => {}
+            }
+        }
+        previous = msg;
+    }
+    if steps.is_empty() {
+        let out = output.expect("honest run finishes");
+        let got: Vec<usize> = out.matches.iter().map(|m| m.index).collect();
+        assert_eq!(got, matches, "transcript matches");
+    }
+}
