@@ -131,9 +131,13 @@ fn main() {
     );
     write("wire_frame", "cm20-hello", &hello);
     write("cm20", "honest", &[]);
-    for (i, s) in [&[0x40u8, 0, 0, 0][..], &[0xc0, 0, 0, 0, 1], &[1, 0x40, 0, 0, 0, 3, 0]]
-        .iter()
-        .enumerate()
+    for (i, s) in [
+        &[0x40u8, 0, 0, 0][..],
+        &[0xc0, 0, 0, 0, 1],
+        &[1, 0x40, 0, 0, 0, 3, 0],
+    ]
+    .iter()
+    .enumerate()
     {
         write("cm20", &format!("short-{i}"), s);
     }
@@ -152,9 +156,13 @@ fn main() {
     );
     write("wire_frame", "gbf-hello", &hello);
     write("gbf", "honest", &[]);
-    for (i, s) in [&[0x40u8, 0, 0, 0][..], &[0xc0, 0, 0, 0, 1], &[1, 0x40, 0, 0, 0, 3, 0]]
-        .iter()
-        .enumerate()
+    for (i, s) in [
+        &[0x40u8, 0, 0, 0][..],
+        &[0xc0, 0, 0, 0, 1],
+        &[1, 0x40, 0, 0, 0, 3, 0],
+    ]
+    .iter()
+    .enumerate()
     {
         write("gbf", &format!("short-{i}"), s);
     }

@@ -613,8 +613,7 @@ pub mod fake {
 }
 
 /// The CM20-PSI transcript vector (`tests/vectors/cm20-psi-transcript.json`), compiled in.
-pub const CM20_TRANSCRIPT: &str =
-    include_str!("../../../tests/vectors/cm20-psi-transcript.json");
+pub const CM20_TRANSCRIPT: &str = include_str!("../../../tests/vectors/cm20-psi-transcript.json");
 
 /// CM20-PSI's chunking: the client's request limit in bytes (several chunks).
 #[derive(Debug, Clone, Copy)]

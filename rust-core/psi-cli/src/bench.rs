@@ -148,7 +148,11 @@ fn run_gbf(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
     use psi_core::{ItemSet, Threads};
     use std::sync::Arc;
     let mut cases: Vec<(usize, usize, usize)> = if quick {
-        vec![(1 << 8, 1 << 8, 1 << 7), (1 << 12, 1 << 12, 1 << 11), (1000, 10_000, 100)]
+        vec![
+            (1 << 8, 1 << 8, 1 << 7),
+            (1 << 12, 1 << 12, 1 << 11),
+            (1000, 10_000, 100),
+        ]
     } else {
         vec![
             (1 << 12, 1 << 12, 1 << 11),
@@ -157,10 +161,15 @@ fn run_gbf(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
             (1000, 100_000, 100),
         ]
     };
-    if let Some(n) = std::env::var("PSI_BENCH_GBF_ONLY").ok().and_then(|v| v.parse::<usize>().ok()) {
+    if let Some(n) = std::env::var("PSI_BENCH_GBF_ONLY")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
         cases.retain(|c| c.0.max(c.1) == n);
     }
-    println!("# psi bench: GBF-PSI (PSZ14 random garbled Bloom filter) beside OT-PSI (KKRT16) and CM20-PSI");
+    println!(
+        "# psi bench: GBF-PSI (PSZ14 random garbled Bloom filter) beside OT-PSI (KKRT16) and CM20-PSI"
+    );
     println!();
     println!(
         "In one process through the real message encoding; 16 MiB requests, no labels. Each GBF row is run right after a KKRT and a CM20 run of the same sets (same process, same threads)."
@@ -169,13 +178,16 @@ fn run_gbf(quick: bool, thread_counts: &[usize]) -> Result<(), String> {
     println!(
         "| n_c | n_s | threads | k | m | GBF client ms | GBF server ms | GBF total ms | GBF CPU s | round trips | bytes c->s | bytes s->c | bytes / spec | peak heap MB | KKRT total ms | KKRT bytes | CM20 total ms | CM20 bytes | time / KKRT | bytes / KKRT | time / CM20 | bytes / CM20 |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for &(n_c, n_s, overlap) in &cases {
         let (client, server) = sets(n_c, n_s, overlap);
         let (client, server) = (ItemSet::new(&client), Arc::new(ItemSet::new(&server)));
         for &t in thread_counts {
             let kkrt = crate::runner::run_ot(&client, &server, &OtConfig::new(Threads::new(t)))?;
-            let cm20 = crate::runner::run_cm20(&client, &server, &Cm20Config::new(Threads::new(t)))?;
+            let cm20 =
+                crate::runner::run_cm20(&client, &server, &Cm20Config::new(Threads::new(t)))?;
             reset_peak_heap();
             let r = crate::runner::run_gbf(&client, &server, &GbfConfig::new(Threads::new(t)))?;
             let peak = peak_heap_bytes();

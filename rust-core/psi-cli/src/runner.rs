@@ -98,9 +98,7 @@ impl<S> RoundRun<S> {
 /// Runs `run` (an in-memory run of a round protocol, given the step observer), timing
 /// each step.
 fn round_run<S>(
-    run: impl FnOnce(
-        &mut dyn FnMut(psi_core::Phase),
-    ) -> psi_core::Result<(psi_core::MatchOutput, S)>,
+    run: impl FnOnce(&mut dyn FnMut(psi_core::Phase)) -> psi_core::Result<(psi_core::MatchOutput, S)>,
 ) -> Result<RoundRun<S>, String> {
     let (result, steps, t) = timed_steps(|on_step| run(on_step));
     let (output, stats) = result.map_err(|e| e.to_string())?;

@@ -44,9 +44,7 @@ pub(crate) fn route_cap(
         | Route::DhEncodedSet
         | Route::OtRound
         | Route::Cm20Round
-        | Route::GbfRound => {
-            step.unwrap_or(u64::MAX)
-        }
+        | Route::GbfRound => step.unwrap_or(u64::MAX),
         Route::ProbeDown | Route::ProbeUp => probe.unwrap_or(u64::MAX),
         // Label steps: the records' sizes are the server's data, not the protocol's
         // (docs/protocol/labels.md); the configured cap bounds them.

@@ -137,7 +137,11 @@ impl<'a> SortedOutputs<'a> {
     /// The message for `values` (any order; sorted here, so that a value's position says
     /// nothing about which item it belongs to) of `output_bits` bits each, with the
     /// Golomb-Rice parameter that codes them shortest.
-    pub(crate) fn encode(protocol: crate::Protocol, output_bits: u8, values: &mut [u128]) -> Vec<u8> {
+    pub(crate) fn encode(
+        protocol: crate::Protocol,
+        output_bits: u8,
+        values: &mut [u128],
+    ) -> Vec<u8> {
         use rayon::slice::ParallelSliceMut;
         values.par_sort_unstable();
         let k = crate::golomb::best_rice_bits(values, output_bits);
@@ -153,7 +157,10 @@ impl<'a> SortedOutputs<'a> {
     }
 
     /// Reads the message body; at most `max_items` values.
-    pub(crate) fn read(r: &mut Reader<'a>, max_items: u32) -> Result<SortedOutputs<'a>, DecodeError> {
+    pub(crate) fn read(
+        r: &mut Reader<'a>,
+        max_items: u32,
+    ) -> Result<SortedOutputs<'a>, DecodeError> {
         let output_bits = r.u8()?;
         if !(40..=128).contains(&output_bits) {
             return Err(DecodeError::InvalidParameter {
@@ -232,7 +239,8 @@ pub fn sorted_outputs_expected(n: u64, l2: u32) -> u64 {
     let k = l2.saturating_sub(bit_length);
     let mu = 2f64.powi(l2 as i32) / n as f64;
     let per = k as f64 + 1.0 + 1.0 / ((2f64.powi(k as i32) / mu).exp() - 1.0);
-    (crate::wire::HEADER_LEN + SORTED_OUTPUTS_FIELDS_LEN) as u64 + (n as f64 * per / 8.0).ceil() as u64
+    (crate::wire::HEADER_LEN + SORTED_OUTPUTS_FIELDS_LEN) as u64
+        + (n as f64 * per / 8.0).ceil() as u64
 }
 
 /// Reads the suite byte that opens both hello and setup; anything but `suite` is refused.

@@ -30,7 +30,8 @@ pub enum Protocol {
 
 impl Protocol {
     /// Every protocol, in wire-id order.
-    pub const ALL: &'static [Protocol] = &[Protocol::Dh, Protocol::Ot, Protocol::Cm20, Protocol::Gbf];
+    pub const ALL: &'static [Protocol] =
+        &[Protocol::Dh, Protocol::Ot, Protocol::Cm20, Protocol::Gbf];
 
     /// The protocol id in byte 3 of every message header.
     pub fn wire_id(self) -> u8 {
@@ -122,9 +123,7 @@ impl fmt::Display for Protocol {
 
 /// The protocol name was not recognised (the text is not echoed: it may be user input).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "unknown protocol (expected one of: dh, ot, cm20, gbf, dh-psi, ot-psi, cm20-psi, gbf-psi)"
-)]
+#[error("unknown protocol (expected one of: dh, ot, cm20, gbf, dh-psi, ot-psi, cm20-psi, gbf-psi)")]
 pub struct UnknownProtocol;
 
 /// Parses the short name or the API name, case-insensitively.

@@ -33,7 +33,12 @@ fn unbalanced_both_ways_and_many_chunks() {
 #[test]
 fn contacts_against_a_large_registry() {
     let config = GbfConfig::new(Threads::new(2));
-    check(&items("+1555", 0..1000), &items("+1555", 900..100_900), &config, 10);
+    check(
+        &items("+1555", 0..1000),
+        &items("+1555", 900..100_900),
+        &config,
+        10,
+    );
 }
 
 proptest! {
@@ -106,7 +111,12 @@ fn transcript_json(threads: Threads) -> serde_json::Value {
 fn transcript_vector() {
     let one = transcript_json(Threads::ONE);
     let two = transcript_json(Threads::new(2));
-    common::check_vector("gbf-psi-transcript.json", "GBF_PSI_WRITE_VECTORS", &one, &two);
+    common::check_vector(
+        "gbf-psi-transcript.json",
+        "GBF_PSI_WRITE_VECTORS",
+        &one,
+        &two,
+    );
 }
 
 /// The analytic sizes of the spec match the real messages: exactly for everything but the
@@ -124,11 +134,17 @@ fn message_sizes_match_the_spec() {
         assert_eq!(t.len() as u64, 2 * want.round_trips);
         let outputs = t.last().unwrap().len() as u64;
         let chunks = want.round_trips - 1;
-        assert_eq!(server_bytes - outputs, gbf::sizes::setup() + gbf::sizes::acks(chunks));
+        assert_eq!(
+            server_bytes - outputs,
+            gbf::sizes::setup() + gbf::sizes::acks(chunks)
+        );
         let l = gbf::params::output_bits(n_c as u64, n_s as u64);
         let expect = psi_core::chunked::sorted_outputs_expected(n_s as u64, l) as f64;
         let rel = (outputs as f64 - expect).abs() / expect;
-        assert!(rel < 0.01, "{n_c} x {n_s}: outputs {outputs} vs expected {expect}");
+        assert!(
+            rel < 0.01,
+            "{n_c} x {n_s}: outputs {outputs} vs expected {expect}"
+        );
     }
 }
 
@@ -141,8 +157,7 @@ fn malformed_oversized_and_wrong_phase_messages_are_typed_errors() {
     let mut srng = ChaCha20Rng::seed_from_u64(6);
     let (mut client, hello) =
         GbfClient::start(ItemSet::new(items("w", 0..200)), config.clone(), &mut crng).unwrap();
-    let mut server =
-        GbfServer::new(ItemSet::new(items("w", 100..300)), config, &mut srng).unwrap();
+    let mut server = GbfServer::new(ItemSet::new(items("w", 100..300)), config, &mut srng).unwrap();
     assert!(matches!(
         decode_err(server.handle(&[])),
         DecodeError::Truncated { .. }
@@ -155,7 +170,10 @@ fn malformed_oversized_and_wrong_phase_messages_are_typed_errors() {
     }
     let mut bad = hello.clone();
     bad[4] = 0x09;
-    assert_eq!(decode_err(server.handle(&bad)), DecodeError::UnknownMessageType(9));
+    assert_eq!(
+        decode_err(server.handle(&bad)),
+        DecodeError::UnknownMessageType(9)
+    );
     // Another protocol's id.
     let mut bad = hello.clone();
     bad[3] = 0x03;
@@ -177,6 +195,9 @@ fn malformed_oversized_and_wrong_phase_messages_are_typed_errors() {
     }
     // The hello still works; the client refuses a hello as a response.
     let setup = server.handle(&hello).unwrap();
-    assert!(matches!(client.handle(&hello), Err(Error::WrongPhase { .. })));
+    assert!(matches!(
+        client.handle(&hello),
+        Err(Error::WrongPhase { .. })
+    ));
     assert!(client.handle(&setup).is_ok());
 }

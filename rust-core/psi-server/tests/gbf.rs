@@ -35,7 +35,12 @@ fn matches_labels_and_request_count() {
     );
     let items = items(registry);
     let report = client
-        .match_items(items.clone(), Protocol::Gbf, &mut |_| {}, &CancelToken::new())
+        .match_items(
+            items.clone(),
+            Protocol::Gbf,
+            &mut |_| {},
+            &CancelToken::new(),
+        )
         .unwrap();
     let reg: HashSet<Vec<u8>> = (0..registry).map(|i| id(i).into_bytes()).collect();
     let expected: Vec<usize> = (0..items.len())
@@ -64,9 +69,18 @@ fn matches_labels_and_request_count() {
     assert_eq!(report.stats.protocol_bytes_sent, t.client_to_server);
     let rel = (report.stats.protocol_bytes_received as f64 - t.server_to_client as f64).abs()
         / t.server_to_client as f64;
-    assert!(rel < 0.01, "{} vs {}", report.stats.protocol_bytes_received, t.server_to_client);
+    assert!(
+        rel < 0.01,
+        "{} vs {}",
+        report.stats.protocol_bytes_received,
+        t.server_to_client
+    );
     assert_eq!(server.state.live_sessions(), 0);
-    assert_eq!(server.state.ot_runs_in_progress(), 0, "the OT slot is freed at the end");
+    assert_eq!(
+        server.state.ot_runs_in_progress(),
+        0,
+        "the OT slot is freed at the end"
+    );
     server.shutdown().unwrap();
 }
 
@@ -86,7 +100,12 @@ fn off_unless_enabled() {
     let client = Client::new(&server.url(), ClientConfig::default());
     assert!(
         client
-            .match_items(vec![b"x".to_vec()], Protocol::Gbf, &mut |_| {}, &CancelToken::new())
+            .match_items(
+                vec![b"x".to_vec()],
+                Protocol::Gbf,
+                &mut |_| {},
+                &CancelToken::new()
+            )
             .is_err()
     );
     server.shutdown().unwrap();
@@ -107,7 +126,12 @@ fn round_route_checks_and_the_server_keeps_serving() {
             &bin,
             b"x",
         );
-        assert_eq!(r.status, 409, "{other}: {}", String::from_utf8_lossy(&r.body));
+        assert_eq!(
+            r.status,
+            409,
+            "{other}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
     }
     let path = format!("/v1/sessions/{id}/gbf/round");
     // Garbage and a truncated hello: typed 400s, the session kept.

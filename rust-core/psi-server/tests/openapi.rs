@@ -295,7 +295,11 @@ fn can_return(route: Route) -> HashSet<ErrorCode> {
         ]),
         // Charged to the hourly budget.
         Route::LabelQuery => codes.extend([E::RateLimited]),
-        Route::DhQuery | Route::OtRound | Route::Cm20Round | Route::GbfRound | Route::LabelFetch => {}
+        Route::DhQuery
+        | Route::OtRound
+        | Route::Cm20Round
+        | Route::GbfRound
+        | Route::LabelFetch => {}
         // `X-PSI-Epoch`: not a number, or an epoch not served; the download budget.
         Route::DhEncodedSet => codes.extend([E::BadRequest, E::EpochMismatch, E::RateLimited]),
         // `bytes` missing or above the cap; the hourly probe budget.

@@ -44,7 +44,8 @@ impl GbfConfig {
     /// are limited to `max_body_bytes`: chunks of at most that many bytes and at most
     /// [`DEFAULT_MAX_REQUEST_BYTES`].
     pub fn for_body_limit(threads: Threads, max_body_bytes: u64) -> Self {
-        GbfConfig::new(threads).with_max_request_bytes(max_body_bytes.min(DEFAULT_MAX_REQUEST_BYTES))
+        GbfConfig::new(threads)
+            .with_max_request_bytes(max_body_bytes.min(DEFAULT_MAX_REQUEST_BYTES))
     }
 
     /// Client: chunks of at most `bytes` per request (a server's body limit).

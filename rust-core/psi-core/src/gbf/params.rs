@@ -93,7 +93,11 @@ mod tests {
         ];
         for &(n_c, n_s, k, m, l) in table {
             let p = Params::new(n_c, n_s).unwrap();
-            assert_eq!((p.hashes, p.filter_bits, p.output_bits), (k, m, l), "{n_c} x {n_s}");
+            assert_eq!(
+                (p.hashes, p.filter_bits, p.output_bits),
+                (k, m, l),
+                "{n_c} x {n_s}"
+            );
         }
     }
 

@@ -24,7 +24,12 @@ fn indices(out: &MatchOutput) -> Vec<usize> {
 
 #[test]
 fn finds_the_intersection() {
-    let (out, stats) = run(set(0..300), set(200..5000), &GbfConfig::new(Threads::ONE), 1);
+    let (out, stats) = run(
+        set(0..300),
+        set(200..5000),
+        &GbfConfig::new(Threads::ONE),
+        1,
+    );
     assert_eq!(indices(&out), (200..300).collect::<Vec<_>>());
     assert_eq!(out.server_items, 4800);
     assert_eq!(stats.round_trips, 2);
@@ -35,7 +40,10 @@ fn finds_the_intersection() {
     assert_eq!(t.round_trips as usize, stats.round_trips);
     // The outputs' size is an estimate; the rest of the way down is exact.
     let down = stats.server_to_client_bytes as f64;
-    assert!((down / t.server_to_client as f64 - 1.0).abs() < 0.01, "{down}");
+    assert!(
+        (down / t.server_to_client as f64 - 1.0).abs() < 0.01,
+        "{down}"
+    );
 }
 
 #[test]
@@ -57,7 +65,12 @@ fn empty_and_disjoint_sets() {
     let config = GbfConfig::new(Threads::ONE);
     assert!(run(set(0..0), set(0..100), &config, 3).0.matches.is_empty());
     assert!(run(set(0..100), set(0..0), &config, 4).0.matches.is_empty());
-    assert!(run(set(0..100), set(100..200), &config, 5).0.matches.is_empty());
+    assert!(
+        run(set(0..100), set(100..200), &config, 5)
+            .0
+            .matches
+            .is_empty()
+    );
     let (out, _) = run(set(0..64), set(0..64), &config, 6);
     assert_eq!(indices(&out), (0..64).collect::<Vec<_>>());
 }
@@ -141,7 +154,9 @@ fn the_server_checks_chunks_and_phases() {
     bad[HEADER_LEN + 3] = 1;
     assert!(matches!(
         server.handle(&bad),
-        Err(Error::Decode(DecodeError::InvalidParameter { what: "first instance" }))
+        Err(Error::Decode(DecodeError::InvalidParameter {
+            what: "first instance"
+        }))
     ));
     // A truncated chunk.
     let mut short = chunk[..chunk.len() - 1].to_vec();
