@@ -116,13 +116,13 @@ fn round_route_checks_and_the_server_keeps_serving() {
     let server = gbf_server("gbf-bad", 500);
     let t = raw(&server);
     let bin = [("content-type", "application/octet-stream")];
-    let id = session_id(&session(&t, "gbf-psi", 10, &[]));
+    let sid = session_id(&session(&t, "gbf-psi", 10, &[]));
     // The OT and CM20 routes on a GBF session: wrong phase.
     for other in ["ot", "cm20"] {
         let r = send(
             &t,
             Method::Post,
-            &format!("/v1/sessions/{id}/{other}/round"),
+            &format!("/v1/sessions/{sid}/{other}/round"),
             &bin,
             b"x",
         );
@@ -133,7 +133,7 @@ fn round_route_checks_and_the_server_keeps_serving() {
             String::from_utf8_lossy(&r.body)
         );
     }
-    let path = format!("/v1/sessions/{id}/gbf/round");
+    let path = format!("/v1/sessions/{sid}/gbf/round");
     // Garbage and a truncated hello: typed 400s, the session kept.
     let mut rng = <rand_chacha::ChaCha20Rng as rand_core::SeedableRng>::seed_from_u64(3);
     let set = psi_core::ItemSet::new((0..10).map(id));
