@@ -248,7 +248,9 @@ pub struct ServeArgs {
     #[arg(long, default_value = "2s", value_parser = parse_watch_store)]
     watch_store: Period,
     /// Seconds the previous key epoch stays served after a rotation, so sessions started
-    /// before it can finish (default: the session lifetime).
+    /// before it can finish (default: the session lifetime). Several instances on one
+    /// PostgreSQL: give them all the same value (one started during the overlap serves the
+    /// previous epoch's set until the overlap, counted from the rotation, ends).
     #[arg(long)]
     epoch_overlap: Option<u64>,
 }

@@ -230,7 +230,9 @@ pub struct Config {
     /// process (`psi import`, `psi rotate-key`) and, once the change is complete, serves
     /// it (default 2 s; `None`: only on [`AppState::reload`](crate::AppState::reload), i.e. SIGHUP). A cheap
     /// read-only query; the server never writes to pick a change up
-    /// ([`AppState::reload_if_changed`](crate::AppState::reload_if_changed)).
+    /// ([`AppState::reload_if_changed`](crate::AppState::reload_if_changed)). The same
+    /// looks probe a shared PostgreSQL's health: while it does not answer they come every
+    /// 250 ms, so sessions are accepted within one interval of its return.
     pub watch_store: Option<Duration>,
     /// How long the previous epoch keeps being served after a new one is swapped in
     /// (default 300 s, the default session lifetime): sessions created before the swap

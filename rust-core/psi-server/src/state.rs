@@ -30,6 +30,19 @@ pub(crate) struct Epochs {
     current: Arc<Registry>,
     /// The previous epoch's registry and when it stops being served.
     retired: Option<(Arc<Registry>, Instant)>,
+    /// An instance started during an overlap: the previous epoch's encoded set as the
+    /// shared store keeps it ([`storage::RegistryStore::previous_set`]), served to
+    /// `GET /v1/dh/encoded-set` with that epoch until the overlap ends (timed from the
+    /// current key's creation). It has no session of that epoch: it needs nothing else.
+    kept: Option<(Arc<ServedSet>, Instant)>,
+}
+
+/// An encoded set as `GET /v1/dh/encoded-set` serves it.
+#[derive(Clone)]
+pub(crate) struct ServedSet {
+    pub(crate) epoch: u32,
+    pub(crate) encoded: axum::body::Bytes,
+    pub(crate) etag: String,
 }
 
 /// Shared state of a running server.
@@ -83,7 +96,9 @@ impl AppState {
     }
 
     /// State around an already loaded registry. Opens its own connection to the
-    /// database for issued tokens and budgets (blocking) and restores the saved budgets.
+    /// database for issued tokens and budgets (blocking) and restores the saved budgets;
+    /// on the shared store, reads the previous epoch's set if its overlap is still on
+    /// ([`AppState::load_previous_set`]).
     pub fn with_registry(config: Config, registry: Registry) -> Arc<AppState> {
         let limiter = limits::RateLimiter::new(config.items_per_hour);
         let instance = config.instance.clone().unwrap_or_else(InstanceName::random);
@@ -125,7 +140,7 @@ impl AppState {
         if let Some(store) = &shared {
             sessions.share_ot_budget(store.clone());
         }
-        Arc::new(AppState {
+        let state = Arc::new(AppState {
             instance,
             sessions,
             limiter: book(limiter, Book::Items),
@@ -147,11 +162,21 @@ impl AppState {
             epochs: RwLock::new(Epochs {
                 current: Arc::new(registry),
                 retired: None,
+                kept: None,
             }),
             rebuilding: Mutex::new(()),
             epoch_retired: tokio::sync::Notify::new(),
             config,
-        })
+        });
+        // Started during an overlap (after a rotation): the previous epoch's set, kept in
+        // the shared store, is served from the first request, as the other instances
+        // serve it.
+        if matches!(state.config.db, storage::Database::Postgres(_))
+            && let Err(e) = state.load_previous_set()
+        {
+            tracing::warn!(error = %e, "reading the previous key epoch's set failed");
+        }
+        state
     }
 
     /// This instance's name: the prefix of its session ids.
@@ -181,6 +206,70 @@ impl AppState {
         }
     }
 
+    /// The encoded set of key epoch `epoch` (`None`: the current one), while it is served:
+    /// the current epoch's, the previous one's during the overlap (from its registry, or
+    /// the set kept in the shared store when this instance started after the rotation).
+    pub(crate) fn encoded_set_for(&self, epoch: Option<u32>) -> Option<ServedSet> {
+        let served = |r: &Registry| ServedSet {
+            epoch: r.dh.epoch(),
+            encoded: r.encoded.clone(),
+            etag: r.etag.clone(),
+        };
+        let Some(epoch) = epoch else {
+            return Some(served(&self.registry()));
+        };
+        if let Some(r) = self.registry_for(epoch) {
+            return Some(served(&r));
+        }
+        let epochs = self.epochs.read().unwrap_or_else(|e| e.into_inner());
+        match &epochs.kept {
+            Some((set, until)) if set.epoch == epoch && Instant::now() < *until => {
+                Some(set.as_ref().clone())
+            }
+            _ => None,
+        }
+    }
+
+    /// Serves the previous epoch's encoded set kept in the shared store, when this
+    /// instance started during that epoch's overlap (an instance started after a rotation
+    /// knows only the current key; the others still serve the previous epoch's set, so a
+    /// client holding it must not be refused here). The overlap is timed from the
+    /// current key's creation: it ends no later than on the instances that swapped the
+    /// epoch in. Blocking. Returns the time left, `None` when there is nothing to serve.
+    pub(crate) fn load_previous_set(&self) -> Result<Option<Duration>, StoreError> {
+        if self.config.db.is_memory() {
+            return Ok(None);
+        }
+        let mut store = self.config.db.open_registry_read_only()?;
+        let Some((set, since)) = store.previous_set(self.config.max_client_items)? else {
+            return Ok(None);
+        };
+        let left = since
+            .checked_add(self.config.epoch_overlap)
+            .and_then(|end| end.duration_since(std::time::SystemTime::now()).ok())
+            .unwrap_or(Duration::ZERO);
+        let mut epochs = self.epochs.write().unwrap_or_else(|e| e.into_inner());
+        if left.is_zero()
+            || epochs.retired.is_some()
+            || set.epoch.checked_add(1) != Some(epochs.current.dh.epoch())
+        {
+            return Ok(None);
+        }
+        tracing::info!(
+            epoch = set.epoch,
+            left_s = left.as_secs(),
+            "previous key epoch's encoded set served from the store until its overlap ends"
+        );
+        let served = ServedSet {
+            epoch: set.epoch,
+            encoded: axum::body::Bytes::from(set.bytes),
+            etag: set.etag,
+        };
+        epochs.kept = Some((Arc::new(served), instant_after(left)));
+        self.epoch_retired.notify_one();
+        Ok(Some(left))
+    }
+
     /// Swaps `registry` in. A registry of another epoch than the current one retires the
     /// current one, which stays served for `epoch_overlap`; one of the same epoch (after
     /// an import) replaces it and keeps the previous epoch's overlap as it was.
@@ -190,6 +279,7 @@ impl AppState {
         let mut epochs = self.epochs.write().unwrap_or_else(|e| e.into_inner());
         let old = std::mem::replace(&mut epochs.current, registry);
         if old.dh.epoch() != stats.epoch {
+            epochs.kept = None;
             epochs.retired = Some((old, instant_after(self.config.epoch_overlap)));
             self.epoch_retired.notify_one();
         }
@@ -198,16 +288,47 @@ impl AppState {
 
     /// Drops the previous epoch once its overlap is over (its sessions are refused from
     /// then on anyway; this frees its memory). Returns how long until that happens.
+    /// The previous epoch's set kept from the store (see [`AppState::load_previous_set`])
+    /// is dropped the same way.
     pub(crate) fn drop_retired(&self) -> Option<Duration> {
         let mut epochs = self.epochs.write().unwrap_or_else(|e| e.into_inner());
-        let until = epochs.retired.as_ref()?.1;
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            epochs.retired = None;
-            tracing::info!("previous key epoch no longer served");
-            return None;
+        let now = Instant::now();
+        let mut left = None;
+        if let Some((_, until)) = &epochs.retired {
+            let l = until.saturating_duration_since(now);
+            if l.is_zero() {
+                epochs.retired = None;
+                tracing::info!("previous key epoch no longer served");
+            } else {
+                left = Some(l);
+            }
         }
-        Some(left)
+        if let Some((_, until)) = &epochs.kept {
+            let l = until.saturating_duration_since(now);
+            if l.is_zero() {
+                epochs.kept = None;
+                tracing::info!("previous key epoch's encoded set no longer served");
+            } else {
+                left = Some(left.map_or(l, |x: Duration| x.min(l)));
+            }
+        }
+        left
+    }
+
+    /// True while a previous epoch is served (its registry or its kept set).
+    pub(crate) fn serves_previous_epoch(&self) -> bool {
+        let epochs = self.epochs.read().unwrap_or_else(|e| e.into_inner());
+        epochs.retired.is_some() || epochs.kept.is_some()
+    }
+
+    /// Deletes from the shared store the sets of epochs whose overlap is over (nothing
+    /// for SQLite, which keeps none). Blocking.
+    pub(crate) fn forget_previous_sets(&self) -> Result<u64, StoreError> {
+        if !matches!(self.config.db, storage::Database::Postgres(_)) {
+            return Ok(0);
+        }
+        self.file_store()?
+            .forget_previous_sets(self.config.epoch_overlap)
     }
 
     /// Re-reads the store (after an import or a key rotation) and swaps the registry in.

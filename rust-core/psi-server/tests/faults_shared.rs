@@ -5,7 +5,10 @@
 //!   session goes on; once the database is back the instance reconnects by itself;
 //! - PostgreSQL restarted while runs are in flight: every run succeeds or fails with a
 //!   retryable error, never a wrong result; no registry row and no budget charge is lost
-//!   or doubled.
+//!   or doubled;
+//! - PostgreSQL restarted again and again, at different moments of the watchers' looks:
+//!   each instance accepts new sessions within one watch interval of PostgreSQL accepting
+//!   connections (docs/deploy.md, "Faults").
 //!
 //! (An instance SIGKILLed mid-run is psi-cli/tests/faults_shared.rs: it needs processes.)
 
@@ -298,5 +301,68 @@ fn a_postgres_restart_during_runs_loses_and_doubles_nothing() {
         charged <= admitted + 2.0 && charged + 2.0 >= completed,
         "charged {charged:.1} items, admitted {admitted}, completed {completed}; failed runs: {:?}",
         failed.lock().unwrap()
+    );
+}
+
+/// The documented bound (docs/deploy.md, "Faults"): new sessions are accepted again within
+/// one watch interval (`--watch-store`, 2 s) of PostgreSQL accepting connections. Issue 35
+/// measured up to 3.7 s. The cause: a restart breaks the watcher's kept connection, and a
+/// look that found it broken marked the store unavailable, even with the database back,
+/// until the next look a whole interval later; a look made while the database was down
+/// also waited a whole interval. So an instance could accept sessions right after the
+/// restart and then refuse them for up to two seconds. Measured here: five restarts, each
+/// at another moment of the two instances' 2 s look cycles; after `pg_ctl restart -w`
+/// returns (the database accepts connections), both instances are asked for a session every
+/// 100 ms for two watch intervals and a half; the figure is when the last refusal came
+/// (every refusal the typed retryable 503). Prints the figures recorded in
+/// docs/reliability.md.
+#[test]
+fn after_a_postgres_restart_instances_accept_sessions_within_one_watch_interval() {
+    const WATCH: Duration = Duration::from_secs(2);
+    let pg = TempPostgres::start();
+    let mut c = config(&pg, "faults-accept-bound");
+    c.max_sessions_per_client = 10_000;
+    c.max_sessions_per_block = 10_000;
+    c.items_per_hour = 1_000_000;
+    assert_eq!(c.watch_store, Some(WATCH));
+    let servers = [common::start(c.clone()), common::start(c)];
+    let raws: Vec<_> = servers.iter().map(raw).collect();
+    for t in &raws {
+        assert_eq!(session(t, "dh-psi", 3, &[]).status, 201);
+    }
+    let mut took = Vec::new();
+    for k in 0..5u64 {
+        // Restarts at different phases of the look cycle (and the instances' cycles are
+        // apart by their start).
+        std::thread::sleep(Duration::from_millis(300 + 430 * k));
+        pg.restart();
+        let back = Instant::now();
+        let mut last_refused = [Duration::ZERO; 2];
+        while back.elapsed() < WATCH * 5 / 2 {
+            for (i, t) in raws.iter().enumerate() {
+                let r = session(t, "dh-psi", 3, &[]);
+                if r.status != 201 {
+                    assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
+                    assert_eq!(error_code(&r), "store_unavailable");
+                    last_refused[i] = back.elapsed();
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        took.extend(last_refused);
+    }
+    let mut sorted = took.clone();
+    sorted.sort();
+    let median = (sorted[sorted.len() / 2 - 1] + sorted[sorted.len() / 2]) / 2;
+    let max = *sorted.last().unwrap();
+    eprintln!(
+        "last refusal after a PostgreSQL restart, {} samples (2 instances x 5 restarts): \
+         median {median:?}, max {max:?}, all {took:?}",
+        took.len()
+    );
+    assert!(
+        max < WATCH,
+        "an instance refused sessions {max:?} after PostgreSQL was back (bound: one watch \
+         interval, {WATCH:?}); all: {took:?}"
     );
 }

@@ -186,6 +186,170 @@ fn three_instances_serve_one_registry_and_follow_imports_and_rotations() {
     }
 }
 
+/// A balancer's view of the instances: requests of a session go to the instance that
+/// holds it (`base`); the encoded-set download, which names no session, goes to `other`
+/// once it is set (the instance restarted by `hook`, run once before the first request
+/// whose path ends with `/dh/query`). Counts the sessions created.
+struct Balancer {
+    inner: HttpTransport,
+    base: String,
+    other: Arc<Mutex<Option<String>>>,
+    hook: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    sessions_created: Mutex<u32>,
+    set_answers: Mutex<Vec<u16>>,
+}
+
+impl Transport for Balancer {
+    fn send(&self, mut request: Request) -> Result<Response, TransportError> {
+        if request.url.ends_with("/dh/query") {
+            let hook = self.hook.lock().unwrap().take();
+            if let Some(hook) = hook {
+                hook();
+            }
+        }
+        if request.method == Method::Post && request.url.ends_with("/v1/sessions") {
+            *self.sessions_created.lock().unwrap() += 1;
+        }
+        let set = request.url.ends_with("/v1/dh/encoded-set");
+        if set && let Some(other) = self.other.lock().unwrap().as_ref() {
+            request.url = request.url.replacen(&self.base, other, 1);
+        }
+        let r = self.inner.send(request)?;
+        if set {
+            self.set_answers.lock().unwrap().push(r.status);
+        }
+        Ok(r)
+    }
+}
+
+/// `GET /v1/dh/encoded-set` with `X-PSI-Epoch: epoch` and, if given, `If-None-Match`.
+fn set_of_epoch(server: &RunningServer, epoch: u32, etag: Option<&str>) -> Response {
+    let epoch = epoch.to_string();
+    let mut h = vec![("x-psi-epoch", epoch.as_str())];
+    if let Some(etag) = etag {
+        h.push(("if-none-match", etag));
+    }
+    send(&raw(server), Method::Get, "/v1/dh/encoded-set", &h, b"")
+}
+
+/// Issue 35 (several-instance check): an instance restarted after a rotation knew only
+/// the new key and refused the previous epoch's set with 409 while the others served it,
+/// so a client whose set download the balancer sent there paid a second run. Now the
+/// shared store keeps the previous epoch's set through the overlap and a restarted
+/// instance serves it (the same bytes and ETag, a 304 for its holder), until the overlap
+/// ends; then `409 epoch_mismatch`, as everywhere, and the store forgets it.
+#[test]
+fn an_instance_restarted_after_a_rotation_serves_the_previous_epochs_set_through_the_overlap() {
+    const OVERLAP: Duration = Duration::from_secs(10);
+    let (settings, _dir) = fresh("shared-restart-overlap");
+    import(&settings, 0..300, |i| i < 10);
+    let mut config = pg_config("shared-restart-overlap", &settings);
+    config.epoch_overlap = OVERLAP;
+    let first = start_pg(&config);
+    let second = Arc::new(Mutex::new(Some(start_pg(&config))));
+    let (etag1, set1) = encoded_set(&first);
+    let restarted: Arc<Mutex<Option<RunningServer>>> = Arc::new(Mutex::new(None));
+    let other = Arc::new(Mutex::new(None));
+
+    // A run whose session is on the first instance in epoch 1. Before its query the
+    // first instance rotates, the second follows and is restarted; the balancer sends the
+    // run's set download to the restarted one.
+    let rotated_at = Arc::new(Mutex::new(None));
+    let hook = {
+        let (rotator, second, restarted, other, config, rotated_at) = (
+            first.state.clone(),
+            second.clone(),
+            restarted.clone(),
+            other.clone(),
+            config.clone(),
+            rotated_at.clone(),
+        );
+        Box::new(move || {
+            *rotated_at.lock().unwrap() = Some(Instant::now());
+            assert_eq!(rotator.rotate().unwrap().epoch, 2);
+            let old = second.lock().unwrap().take().unwrap();
+            wait_for(WATCH * 20, "the second instance to serve epoch 2", || {
+                old.state.registry().stats().epoch == 2
+            });
+            old.shutdown().unwrap();
+            let again = start_pg(&config);
+            assert_eq!(again.state.registry().stats().epoch, 2);
+            *other.lock().unwrap() = Some(again.url());
+            *restarted.lock().unwrap() = Some(again);
+        })
+    };
+    let balancer = Arc::new(Balancer {
+        inner: HttpTransport::new(),
+        base: first.url(),
+        other,
+        hook: Mutex::new(Some(hook)),
+        sessions_created: Mutex::new(0),
+        set_answers: Mutex::new(Vec::new()),
+    });
+    let r = run(&Client::with_transport(
+        &first.url(),
+        balancer.clone(),
+        ClientConfig::default(),
+    ));
+    assert_eq!(r.epoch, 1, "the run finished in the epoch it started in");
+    assert_eq!(matched(&r).len(), 2);
+    assert_eq!(r.matches[0].label.as_deref(), Some("user-3"));
+    assert_eq!(
+        *balancer.set_answers.lock().unwrap(),
+        vec![200],
+        "the restarted instance served epoch 1's set"
+    );
+    assert_eq!(*balancer.sessions_created.lock().unwrap(), 1, "one run");
+
+    // The restarted instance serves epoch 1's set as the first does: the same bytes and
+    // ETag, and 304 to a client holding it.
+    let again = restarted.lock().unwrap().take().unwrap();
+    let r = set_of_epoch(&again, 1, None);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.header("etag"), Some(etag1.as_str()));
+    assert_eq!(r.header("x-psi-epoch"), Some("1"));
+    assert_eq!(r.body, set1);
+    let r = set_of_epoch(&again, 1, Some(&etag1));
+    assert_eq!(r.status, 304);
+    // The current epoch's set is the one every instance serves.
+    assert_eq!(encoded_set(&again), encoded_set(&first));
+
+    // After the overlap (timed from the rotation): the documented 409 epoch_mismatch on
+    // both, and the store no longer holds the set.
+    let rotated_at = rotated_at.lock().unwrap().unwrap();
+    let left = (rotated_at + OVERLAP).saturating_duration_since(Instant::now());
+    std::thread::sleep(left);
+    wait_for(
+        Duration::from_secs(10),
+        "the overlap to end everywhere",
+        || {
+            set_of_epoch(&again, 1, None).status == 409
+                && set_of_epoch(&first, 1, None).status == 409
+        },
+    );
+    let r = set_of_epoch(&again, 1, Some(&etag1));
+    assert_eq!(r.status, 409);
+    assert_eq!(error_code(&r), "epoch_mismatch");
+    wait_for(
+        Duration::from_secs(10),
+        "the store to forget epoch 1's set",
+        || {
+            PgStore::open(&settings)
+                .unwrap()
+                .previous_set(config.max_client_items)
+                .unwrap()
+                .is_none()
+        },
+    );
+    // A restart after the overlap serves no previous epoch.
+    again.shutdown().unwrap();
+    let late = start_pg(&config);
+    assert_eq!(set_of_epoch(&late, 1, None).status, 409);
+    for s in [first, late] {
+        s.shutdown().unwrap();
+    }
+}
+
 #[test]
 fn racing_refreshes_compute_each_output_once_and_the_lease_is_reentrant() {
     let (settings, _dir) = fresh("shared-race");

@@ -112,11 +112,10 @@ pub(super) async fn encoded_set(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let t = Instant::now();
-    let r = match headers.get(psi_http::EPOCH_HEADER) {
-        None => state.registry(),
-        Some(v) => {
-            let epoch = v
-                .to_str()
+    let epoch = match headers.get(psi_http::EPOCH_HEADER) {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
                 .ok()
                 .and_then(|v| v.trim().parse::<u32>().ok())
                 .ok_or_else(|| {
@@ -124,10 +123,10 @@ pub(super) async fn encoded_set(
                         ErrorCode::BadRequest,
                         "X-PSI-Epoch must be a decimal key epoch",
                     )
-                })?;
-            state.registry_for(epoch).ok_or_else(epoch_gone)?
-        }
+                })?,
+        ),
     };
+    let r = state.encoded_set_for(epoch).ok_or_else(epoch_gone)?;
     let matches = headers
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
@@ -147,7 +146,7 @@ pub(super) async fn encoded_set(
         h.insert(header::ETAG, v);
     }
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert(psi_http::EPOCH_HEADER, HeaderValue::from(r.dh.epoch()));
+    h.insert(psi_http::EPOCH_HEADER, HeaderValue::from(r.epoch));
     server_timing(&mut resp, t.elapsed().as_secs_f64() * 1e3);
     Ok(resp)
 }

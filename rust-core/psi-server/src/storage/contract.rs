@@ -12,8 +12,10 @@ pub trait RegistryStore: SetWork + Send {
     fn key_created(&mut self) -> Result<Option<std::time::SystemTime>, StoreError>;
     /// The current key, creating the epoch-1 key on first use.
     fn current_key(&mut self) -> Result<ServerKey, StoreError>;
-    /// Starts a new epoch with a fresh key; deletes the old key and encoded sets. The next
-    /// [`refresh`](super::refresh()) recomputes every output.
+    /// Starts a new epoch with a fresh key; deletes the old key and the encoded sets of
+    /// older epochs (the shared store keeps the old epoch's sets for its overlap:
+    /// [`RegistryStore::previous_set`]). The next [`refresh`](super::refresh())
+    /// recomputes every output.
     fn rotate_key(&mut self) -> Result<ServerKey, StoreError>;
     /// Adds entries (already normalized); existing identifiers count as duplicates and get
     /// the new label if one is given. One transaction; bumps the version.
@@ -41,6 +43,25 @@ pub trait RegistryStore: SetWork + Send {
     fn encoded_set(&mut self, max_client_items: usize) -> Result<Option<StoredSet>, StoreError>;
     /// Every entry with its output (after a [`refresh`](super::refresh())).
     fn entries(&self) -> Result<Vec<LoadedEntry>, StoreError>;
+    /// The encoded set at `max_client_items` of the epoch before the current one, kept
+    /// through that epoch's overlap so that an instance started after a rotation serves it
+    /// as the instances that swapped the epoch in do, with when the current key was
+    /// created (the overlap's start). Only the set: it is what a client holding the
+    /// previous epoch's set asks any instance for (`GET /v1/dh/encoded-set` is not routed
+    /// by session), and it is public; the previous key is not kept (a restarted instance
+    /// has no session of that epoch to evaluate). The shared store keeps it; a SQLite
+    /// store (one instance, which holds the previous epoch in memory) keeps none.
+    fn previous_set(
+        &mut self,
+        _max_client_items: usize,
+    ) -> Result<Option<(StoredSet, std::time::SystemTime)>, StoreError> {
+        Ok(None)
+    }
+    /// Deletes the sets of epochs before the current one once `overlap` has passed since
+    /// the current key was created; returns how many were deleted.
+    fn forget_previous_sets(&mut self, _overlap: std::time::Duration) -> Result<u64, StoreError> {
+        Ok(0)
+    }
     /// Runs `read` inside one read transaction (one committed state). `read` must not
     /// write. See [`read_snapshot`] for the typed form.
     fn snapshot(
@@ -95,7 +116,8 @@ pub trait SetWork {
     /// Every entry's output, in entry order.
     fn all_outputs(&mut self) -> Result<Vec<[u8; OUTPUT_LEN]>, StoreError>;
     /// Stores `set` (built at `version` for `max_client_items`), replacing that size's and
-    /// other epochs' sets, in one transaction.
+    /// older epochs' sets (the shared store keeps the previous epoch's:
+    /// [`RegistryStore::previous_set`]), in one transaction.
     fn put_set(
         &mut self,
         max_client_items: usize,

@@ -208,7 +208,11 @@ impl RegistryStore for PgStore {
             &[&epoch, &sealed],
         )?;
         tx.execute("DELETE FROM keys WHERE epoch <> $1", &[&epoch])?;
-        tx.execute("DELETE FROM encoded_sets", &[])?;
+        // The old epoch's sets stay for its overlap (`previous_set`); older ones go.
+        tx.execute(
+            "DELETE FROM encoded_sets WHERE epoch < $1::BIGINT - 1",
+            &[&epoch],
+        )?;
         tx.commit()?;
         Ok(new)
     }
@@ -378,6 +382,46 @@ impl RegistryStore for PgStore {
             .collect()
     }
 
+    fn previous_set(
+        &mut self,
+        max_client_items: usize,
+    ) -> Result<Option<(StoredSet, std::time::SystemTime)>, StoreError> {
+        // One statement: the current epoch, its key's creation and the set of the epoch
+        // before it, from one committed state.
+        let row = self.conn().query_opt(
+            "SELECT s.epoch, s.etag, s.bytes, k.created_ms
+             FROM keys k JOIN encoded_sets s ON s.epoch = k.epoch - 1
+             WHERE k.epoch = (SELECT max(epoch) FROM keys) AND s.max_client_items = $1",
+            &[&size_of(max_client_items)],
+        )?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let created: Option<i64> = row.get(3);
+        let Some(created) = created else {
+            // A key of unknown age: its overlap cannot be timed.
+            return Ok(None);
+        };
+        let set = StoredSet {
+            epoch: epoch_of(row.get(0))?,
+            etag: row.get(1),
+            bytes: row.get(2),
+        };
+        let since = std::time::UNIX_EPOCH + std::time::Duration::from_millis(created.max(0) as u64);
+        Ok(Some((set, since)))
+    }
+
+    fn forget_previous_sets(&mut self, overlap: std::time::Duration) -> Result<u64, StoreError> {
+        let overlap_ms = i64::try_from(overlap.as_millis()).unwrap_or(i64::MAX);
+        Ok(self.conn().execute(
+            "DELETE FROM encoded_sets s USING keys k
+             WHERE k.epoch = (SELECT max(epoch) FROM keys) AND s.epoch < k.epoch
+               AND k.created_ms IS NOT NULL
+               AND k.created_ms <= (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT - $1",
+            &[&overlap_ms],
+        )?)
+    }
+
     fn snapshot(
         &mut self,
         read: &mut dyn FnMut(&mut dyn RegistryStore) -> Result<(), StoreError>,
@@ -486,7 +530,8 @@ impl SetWork for PgStore {
         let epoch = i64::from(set.epoch);
         let size = max_client_items as i64;
         tx.execute(
-            "DELETE FROM encoded_sets WHERE epoch <> $1 OR max_client_items = $2",
+            "DELETE FROM encoded_sets
+             WHERE epoch < $1::BIGINT - 1 OR epoch > $1 OR (epoch = $1 AND max_client_items = $2)",
             &[&epoch, &size],
         )?;
         tx.execute(

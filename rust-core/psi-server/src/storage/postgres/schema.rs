@@ -9,7 +9,9 @@
 //!   moved to another epoch's row or another database does not open.
 //! - `entries(id, identifier, label, epoch, output)`, `encoded_sets(epoch,
 //!   max_client_items, version, etag, bytes)`, `tokens(id, digest, name, created, revoked,
-//!   items_per_hour)`: as in SQLite ([`crate::storage::sqlite`]).
+//!   items_per_hour)`: as in SQLite ([`crate::storage::sqlite`]), except that a rotation
+//!   keeps the previous epoch's encoded sets (not its key) until its overlap is over
+//!   (`RegistryStore::previous_set`: an instance started during the overlap serves it).
 //!
 //! Creation is one transaction under a transaction-level advisory lock, so instances
 //! starting together on an empty database do not race each other's `CREATE TABLE`.
