@@ -302,12 +302,10 @@ fn an_answer_sent_before_the_body_is_read_loses_nothing() {
         s.write_all(&[b' '; 64 << 10])
             .unwrap_or_else(|e| panic!("round {round}: the rest of the upload: {e}"));
         let mut buf = [0u8; 4096];
-        loop {
-            match s.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => panic!("round {round}: {n} bytes after the answer"),
-                Err(e) => panic!("round {round}: the connection was reset: {e}"),
-            }
+        match s.read(&mut buf) {
+            Ok(0) => {}
+            Ok(n) => panic!("round {round}: {n} bytes after the answer"),
+            Err(e) => panic!("round {round}: the connection was reset: {e}"),
         }
     }
 }
