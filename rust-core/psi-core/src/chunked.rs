@@ -94,6 +94,10 @@ pub trait ChunkedServer: Send {
     fn is_done(&self) -> bool;
     /// True once the run is over, successfully or not: no further message is accepted.
     fn is_finished(&self) -> bool;
+    /// The most bytes the next request can have in this phase: the hello's size before
+    /// the hello, the rest of the matrix in one chunk while chunks arrive, 0 once the run
+    /// is over. A driver refuses a longer request before reading it.
+    fn next_request_max(&self) -> u64;
 }
 
 /// A decoded message of either protocol; each protocol names its own body types.

@@ -106,4 +106,67 @@ mod tests {
             }
         }
     }
+
+    /// Every request of a run fits the server's [`crate::chunked::ChunkedServer::next_request_max`]
+    /// before it is handled (what a server holds each round to before reading it), the whole
+    /// matrix in one chunk exactly, and nothing fits once the run is over.
+    #[test]
+    fn every_request_fits_the_servers_next_request_max() {
+        use crate::chunked::{ChunkedServer, ClientStep};
+        use rand_chacha::rand_core::SeedableRng;
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(2);
+        let items = std::sync::Arc::new(crate::ItemSet::new(
+            (0u32..300).map(|i| i.to_be_bytes().to_vec()),
+        ));
+        for max_body in [1u64 << 20, 4 << 10] {
+            for p in [Protocol::Ot, Protocol::Cm20] {
+                let set = crate::ItemSet::new((0u32..5).map(|i| i.to_be_bytes().to_vec()));
+                let (mut client, mut request) = p
+                    .start_chunked_client(set, crate::Threads::ONE, max_body, &mut rng)
+                    .unwrap()
+                    .unwrap();
+                let mut server: Box<dyn ChunkedServer> = match p {
+                    Protocol::Ot => Box::new(
+                        crate::ot::OtServer::new(
+                            items.clone(),
+                            crate::ot::OtConfig::new(crate::Threads::ONE)
+                                .with_expected_client_items(5),
+                            &mut rng,
+                        )
+                        .unwrap(),
+                    ),
+                    _ => Box::new(
+                        crate::cm20::Cm20Server::new(
+                            items.clone(),
+                            crate::cm20::Cm20Config::new(crate::Threads::ONE)
+                                .with_expected_client_items(5),
+                            &mut rng,
+                        )
+                        .unwrap(),
+                    ),
+                };
+                let mut round = 0;
+                loop {
+                    let max = server.next_request_max();
+                    assert!(
+                        request.len() as u64 <= max,
+                        "{p} round {round}: {} > {max}",
+                        request.len()
+                    );
+                    if round == 0 || max_body == 1 << 20 {
+                        // The hello, and with a large body limit the one chunk: exactly.
+                        assert_eq!(request.len() as u64, max, "{p} round {round}");
+                    }
+                    let response = server.handle(&request).unwrap();
+                    match client.handle(&response).unwrap() {
+                        ClientStep::Send(next) => request = next,
+                        ClientStep::Done(_) => break,
+                    }
+                    round += 1;
+                }
+                assert!(server.is_done());
+                assert_eq!(server.next_request_max(), 0, "{p}");
+            }
+        }
+    }
 }

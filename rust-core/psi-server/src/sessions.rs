@@ -79,6 +79,12 @@ impl RoundServer {
     pub(crate) fn is_finished(&self) -> bool {
         self.0.is_finished()
     }
+
+    /// The most bytes the next request of this run can have (psi-core's
+    /// [`ChunkedServer::next_request_max`]: the hello, then the rest of the matrix).
+    pub(crate) fn next_request_max(&self) -> u64 {
+        self.0.next_request_max()
+    }
 }
 
 /// Why [`RoundServer::build`] built no state machine.

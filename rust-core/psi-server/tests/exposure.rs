@@ -592,3 +592,80 @@ fn an_ot_round_whose_upload_stalls_frees_its_slot() {
     assert_eq!(next.status, 201, "{}", String::from_utf8_lossy(&next.body));
     drop(stalled);
 }
+
+/// Issue 35 item 2, the rounds after the hello: an OT-PSI or CM20-PSI round declaring
+/// more bytes than the rest of its run's matrix (one chunk of every row or column not
+/// yet sent, as the session's state machine knows it) is refused `413 body_too_large`
+/// before its body is read, and the run goes on. Before the fix these rounds took up to
+/// `max_body_bytes`: a declared length without its body was waited for (no answer), and
+/// a longer body was read whole and refused `400`.
+#[test]
+fn a_round_longer_than_the_rest_of_its_matrix_is_refused_before_its_body() {
+    use psi_client::Method;
+    use psi_core::chunked::ClientStep;
+    let srv = server(|c| {
+        c.enable_cm20 = true;
+        c.upload_grace = Duration::from_secs(60);
+        c.request_timeout = Duration::from_secs(120);
+    });
+    let t = common::raw(&srv);
+    let bin = [("content-type", psi_http::BINARY)];
+    for (protocol, name, path) in [
+        (psi_core::Protocol::Ot, "ot-psi", "ot"),
+        (psi_core::Protocol::Cm20, "cm20-psi", "cm20"),
+    ] {
+        let id = common::session_id(&common::session(&t, name, 3, &[]));
+        let mut rng = <rand_chacha::ChaCha20Rng as rand_core::SeedableRng>::from_seed([5; 32]);
+        let set = psi_core::ItemSet::new(["a", "b", "c"].map(String::from));
+        let (mut client, hello) = protocol
+            .start_chunked_client(set, psi_core::Threads::ONE, 8 << 20, &mut rng)
+            .unwrap()
+            .unwrap();
+        let round = format!("/v1/sessions/{id}/{path}/round");
+        let setup = common::send(&t, Method::Post, &round, &bin, &hello);
+        assert_eq!(setup.status, 200, "{name}");
+        let ClientStep::Send(chunk) = client.handle(&setup.body).unwrap() else {
+            panic!("{name}: the run ended at the setup");
+        };
+        // The whole matrix in one chunk is the most this round can be: one byte more,
+        // declared and not sent, is answered at once (from the session's own address).
+        let mut s = connect_from(&srv, 1, false);
+        s.write_all(
+            format!(
+                "POST {round} HTTP/1.1\r\nhost: x\r\ncontent-type: application/octet-stream\r\ncontent-length: {}\r\n\r\n",
+                chunk.len() + 1
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        let (status, _) = read_response(&mut s);
+        assert_eq!(
+            status, 413,
+            "{name}: a declared length above the rest of the matrix"
+        );
+        drop(s);
+        // Sent whole: the same refusal, a typed JSON error.
+        let mut longer = chunk.clone();
+        longer.extend_from_slice(&[0; 64]);
+        let r = common::send(&t, Method::Post, &round, &bin, &longer);
+        assert_eq!(
+            r.status,
+            413,
+            "{name}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        assert_eq!(common::error_code(&r), "body_too_large", "{name}");
+        // The real chunk still completes the run.
+        let r = common::send(&t, Method::Post, &round, &bin, &chunk);
+        assert_eq!(
+            r.status,
+            200,
+            "{name}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        assert!(
+            matches!(client.handle(&r.body).unwrap(), ClientStep::Done(_)),
+            "{name}: one chunk was the whole matrix"
+        );
+    }
+}

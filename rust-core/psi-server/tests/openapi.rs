@@ -478,32 +478,14 @@ fn json_bodies_match_psi_http() {
     assert!(psi_http::EPOCH_HEADER.eq_ignore_ascii_case("X-PSI-Epoch"));
 }
 
+/// A request: path, headers, body.
+type Case<'a> = (String, Vec<(&'static str, &'a str)>, Vec<u8>);
+
 /// Requests the reference client never sends, to every route of a real server on
 /// loopback: every answer that is an error is a JSON `ErrorBody` whose code has the
 /// response's status, and that status is documented for the route. (schemathesis covers
 /// far more; these are the cases it rarely generates, such as a session id that is not
 /// UTF-8, which axum's own `Path` rejection once answered in plain text.)
-/// A request: path, headers, body.
-type Case<'a> = (String, Vec<(&'static str, &'a str)>, Vec<u8>);
-
-/// [`common::send`], sent a second time if the first got no response. A request with a
-/// body the server answers without reading (an unknown route, a route without a body) can
-/// lose its answer to a reset: the server closes the connection with the body unread, and
-/// the client's kernel may drop the answer (no lingering close yet; known, issue 35 notes).
-/// Twice in a row fails the test.
-fn send_once_more_if_reset(
-    t: &common::Raw,
-    method: psi_http::Method,
-    path: &str,
-    headers: &[(&'static str, &str)],
-    body: &[u8],
-) -> psi_client::Response {
-    common::try_send(t, method, path, headers, body).unwrap_or_else(|_| {
-        common::try_send(t, method, path, headers, body)
-            .unwrap_or_else(|e| panic!("{method:?} {path}: no response twice: {e}"))
-    })
-}
-
 #[test]
 fn odd_requests_get_documented_json_errors() {
     let doc = document();
@@ -536,7 +518,7 @@ fn odd_requests_get_documented_json_errors() {
             ));
         }
         for (path, headers, body) in cases {
-            let r = send_once_more_if_reset(&t, route.method(), &path, &headers, &body);
+            let r = common::send(&t, route.method(), &path, &headers, &body);
             if r.status < 400 {
                 continue;
             }

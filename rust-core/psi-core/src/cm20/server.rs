@@ -157,6 +157,20 @@ impl Cm20Server {
         self.phase.is_finished()
     }
 
+    /// The most bytes the next request can have: a hello ([`super::sizes::hello`]), then
+    /// one chunk of every column not yet received ([`super::sizes::matrix`]), 0 once the
+    /// run is over.
+    pub fn next_request_max(&self) -> u64 {
+        match &self.phase {
+            Phase::AwaitHello(_) => super::sizes::hello(),
+            Phase::AwaitChunk(ev) => {
+                let rest = (ev.params.width as usize).saturating_sub(ev.next_column) as u64;
+                super::sizes::matrix(rest, ev.params.column_bytes() as u64, 1)
+            }
+            Phase::Done | Phase::Failed => 0,
+        }
+    }
+
     /// The run's parameters, once the hello has been answered.
     pub fn params(&self) -> Option<Params> {
         match &self.phase {
@@ -335,6 +349,10 @@ impl chunked::ChunkedServer for Cm20Server {
 
     fn is_finished(&self) -> bool {
         Cm20Server::is_finished(self)
+    }
+
+    fn next_request_max(&self) -> u64 {
+        Cm20Server::next_request_max(self)
     }
 }
 

@@ -238,6 +238,20 @@ impl OtServer {
         self.phase.is_finished()
     }
 
+    /// The most bytes the next request can have: a hello ([`super::sizes::hello`]), then
+    /// one chunk of every row not yet received ([`super::sizes::matrix`]), 0 once the run
+    /// is over.
+    pub fn next_request_max(&self) -> u64 {
+        match &self.phase {
+            Phase::AwaitHello(_) => super::sizes::hello(),
+            Phase::AwaitChunk(ev) => {
+                let rest = ev.bins.saturating_sub(ev.next_row).max(1) as u64;
+                super::sizes::matrix(rest, rest)
+            }
+            Phase::Done | Phase::Failed => 0,
+        }
+    }
+
     /// The checks of a hello's fixed fields that the decoder cannot make (they depend on
     /// the session's configuration).
     fn check_hello(&self, hello: &Hello) -> Result<()> {
@@ -373,6 +387,10 @@ impl chunked::ChunkedServer for OtServer {
 
     fn is_finished(&self) -> bool {
         OtServer::is_finished(self)
+    }
+
+    fn next_request_max(&self) -> u64 {
+        OtServer::next_request_max(self)
     }
 }
 

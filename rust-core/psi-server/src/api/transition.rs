@@ -114,7 +114,8 @@ struct StepLimit {
 /// `n`: `count_mismatch`), a label query at most `label_slots(n)` elements and a label
 /// fetch at most `fetch_buckets(n, b)` ids (`too_many_items`), a round route of a session
 /// of another protocol nothing (`wrong_phase`), an OT-PSI or CM20-PSI hello its fixed size
-/// (`invalid_message`); anything else at most `max_body_bytes`.
+/// (`invalid_message`), a later round of a run in progress at most the rest of its
+/// matrix in one chunk (`body_too_large`); anything else at most `max_body_bytes`.
 fn step_limit(route: Option<Route>, g: &Session, max_body_bytes: usize) -> StepLimit {
     let n = g.client_items as usize;
     let (bytes, refuse) = match route {
@@ -168,6 +169,22 @@ fn step_limit(route: Option<Route>, g: &Session, max_body_bytes: usize) -> StepL
             );
             (bytes, e)
         }
+        // A later round of a run in progress: at most the rest of its matrix in one
+        // chunk, as the session's state machine knows it (issue 35: these took
+        // `max_body_bytes`).
+        Some(route) if route.round_protocol() == Some(g.protocol) => match &g.phase {
+            SessionPhase::ChunkedRunning(run) => {
+                let bytes = usize::try_from(run.server.next_request_max()).unwrap_or(usize::MAX);
+                let e = ApiError::new(
+                    ErrorCode::BodyTooLarge,
+                    format!(
+                        "the next request of this session's run is at most {bytes} bytes; this one is longer"
+                    ),
+                );
+                (bytes, e)
+            }
+            _ => (max_body_bytes, too_large()),
+        },
         _ => (max_body_bytes, too_large()),
     };
     StepLimit {

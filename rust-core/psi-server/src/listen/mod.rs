@@ -36,6 +36,16 @@
 //!   (at least `upload_grace`) is closed, and only when there is none is the request
 //!   refused (503 `too_many_sessions`).
 //! - Requests in progress are otherwise bounded by the router's `request_timeout`.
+//! - A response to a request whose body was not read to its end (a refusal before the
+//!   body) says `connection: close`: hyper does not keep such a connection, and a
+//!   keep-alive client would otherwise send its next request into the close.
+//! - Lingering close: when hyper ends a connection (a response sent without reading its
+//!   request's body, `connection: close`), the connection's write half is shut down and
+//!   what the client still sends is read and discarded, until it closes or for at most
+//!   [`LINGER_TIME`] and [`LINGER_BYTES`] (nginx's `lingering_close`): closing a socket
+//!   with unread input resets it, and the client can lose the answer already sent. A
+//!   lingering connection has no request in progress: it is idle in the table (evicted
+//!   first at the caps) and under its idle and header-read limits.
 //! - Shutdown: stop accepting, let every connection finish the request it is serving
 //!   (hyper's graceful shutdown), then return once all are closed.
 
@@ -50,11 +60,13 @@ use self::watched::{Tracked, Uploaded, Watched};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
+use axum::http::{HeaderValue, header};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -64,6 +76,13 @@ use tokio::time::Instant;
 /// How often a newcomer waiting at the connection cap looks for an idle connection to
 /// close when none was idle.
 const EVICT_RETRY: Duration = Duration::from_millis(250);
+
+/// The longest a closing connection reads and discards what the client still sends
+/// (nginx's `lingering_time` is 30 s; a client that has its answer closes at once).
+const LINGER_TIME: Duration = Duration::from_secs(5);
+
+/// The most bytes a closing connection reads and discards.
+const LINGER_BYTES: u64 = 16 << 20;
 
 /// The first byte of a TLS handshake record (RFC 8446 §5.1, `ContentType.handshake`).
 const TLS_HANDSHAKE: u8 = 0x16;
@@ -273,17 +292,23 @@ async fn serve_http<IO>(
         let in_flight = service_clock.begin();
         let clock = service_clock.clone();
         let mut app = app.clone();
-        async move {
+        // Boxed: hyper hands the socket back (`poll_without_shutdown`) only for an
+        // `Unpin` service future.
+        Box::pin(async move {
             use http_body::Body as _;
             let with_body = !req.body().is_end_stream();
-            let resp = match clock.admit(with_body) {
+            // Until the body's end has been read: then the answer closes the connection.
+            let unread = Arc::new(AtomicBool::new(with_body));
+            let mut resp = match clock.admit(with_body) {
                 Ok(()) => {
                     // The body counts as an upload (deadline, bytes) until it has all
                     // arrived or is dropped unread.
                     let req = if with_body {
                         let declared = req.body().size_hint().exact();
                         let id = clock.upload_started(declared);
-                        req.map(|body| Body::new(Uploaded::new(body, &in_flight, id)))
+                        req.map(|body| {
+                            Body::new(Uploaded::new(body, &in_flight, id, unread.clone()))
+                        })
                     } else {
                         req.map(Body::new)
                     };
@@ -291,6 +316,13 @@ async fn serve_http<IO>(
                 }
                 Err(refusal) => refusal.response(),
             };
+            // Answered with its body unread (a refusal before the body): hyper will not
+            // keep the connection, so the answer says so, or a keep-alive client sends
+            // its next request into the close and loses it.
+            if unread.load(Ordering::Relaxed) {
+                resp.headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
             // The response's bytes count as in flight until written to the socket.
             let size = http_body::Body::size_hint(resp.body());
             clock.sending(size.exact().unwrap_or(size.lower()));
@@ -300,27 +332,26 @@ async fn serve_http<IO>(
                     _in_flight: in_flight,
                 })
             }))
-        }
+        })
     });
     // hyper's own header timer is off: it also runs while a keep-alive connection
     // waits, which would tie the idle limit to the header limit. The clock does both.
-    let conn = hyper::server::conn::http1::Builder::new()
+    let mut conn = hyper::server::conn::http1::Builder::new()
         .header_read_timeout(None)
         .serve_connection(TokioIo::new(io), service);
-    tokio::pin!(conn);
     let mut shutting_down = false;
     loop {
         let deadline = clock.deadline(&limits);
         tokio::select! {
-            r = conn.as_mut() => {
+            r = std::future::poll_fn(|cx| conn.poll_without_shutdown(cx)) => {
                 if let Err(e) = r {
                     tracing::debug!(error = %e, "connection ended with an error");
                 }
-                return;
+                break;
             }
             _ = stopping.wait_for(|&s| s), if !shutting_down => {
                 shutting_down = true;
-                conn.as_mut().graceful_shutdown();
+                std::pin::Pin::new(&mut conn).graceful_shutdown();
             }
             // A request head started, a request ended, a response was handed over or
             // the connection was evicted: the deadline moved.
@@ -330,6 +361,49 @@ async fn serve_http<IO>(
                     tracing::debug!(
                         "connection closed: idle, slow request head, slow reader or evicted"
                     );
+                    return;
+                }
+            }
+        }
+    }
+    // hyper is done with the connection (its answers are written): close it lingering.
+    let io = conn.into_parts().io.into_inner();
+    linger(io, &limits, &clock, stopping).await;
+}
+
+/// Shuts down the write half of `io` (the client reads the end of the answer) and reads
+/// and discards its input until the client closes, for at most [`LINGER_TIME`] and
+/// [`LINGER_BYTES`], or until the connection's own limits end it (idle, header read,
+/// eviction) or the server stops; see the module doc.
+async fn linger<IO>(mut io: IO, limits: &Limits, clock: &Clock, mut stopping: watch::Receiver<bool>)
+where
+    IO: AsyncRead + AsyncWrite + Unpin,
+{
+    let until = Instant::now() + LINGER_TIME;
+    let drain = async {
+        if io.shutdown().await.is_err() {
+            return;
+        }
+        let mut buf = vec![0u8; 16 << 10];
+        let mut discarded = 0u64;
+        while discarded < LINGER_BYTES {
+            match io.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => discarded += n as u64,
+            }
+        }
+    };
+    tokio::pin!(drain);
+    loop {
+        let deadline = clock.deadline(limits).map_or(until, |d| d.min(until));
+        tokio::select! {
+            () = drain.as_mut() => return,
+            _ = stopping.wait_for(|&s| s) => return,
+            () = clock.changed.notified() => {}
+            () = tokio::time::sleep_until(deadline) => {
+                if Instant::now() >= until
+                    || clock.deadline(limits).is_some_and(|d| d <= Instant::now())
+                {
                     return;
                 }
             }

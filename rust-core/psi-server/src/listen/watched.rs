@@ -6,6 +6,7 @@ use super::table::{Clock, InFlight};
 use axum::body::Body;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -101,22 +102,35 @@ impl AsyncWrite for Watched {
 
 /// A request body that reports what arrives to the connection's [`Clock`]: its bytes
 /// count as request bytes until the request ends, and the upload is over (its deadline
-/// gone) at the body's end or when it is dropped unread.
+/// gone) at the body's end or when it is dropped unread; `unread` is cleared at its end.
 pub(super) struct Uploaded {
     inner: hyper::body::Incoming,
     clock: Arc<Clock>,
     uploaded: Arc<std::sync::atomic::AtomicU64>,
     id: u64,
+    /// True until the body's end has been read.
+    unread: Arc<AtomicBool>,
 }
 
 impl Uploaded {
-    pub(super) fn new(inner: hyper::body::Incoming, request: &InFlight, id: u64) -> Self {
+    pub(super) fn new(
+        inner: hyper::body::Incoming,
+        request: &InFlight,
+        id: u64,
+        unread: Arc<AtomicBool>,
+    ) -> Self {
         Uploaded {
             inner,
             clock: request.clock().clone(),
             uploaded: request.uploaded(),
             id,
+            unread,
         }
+    }
+
+    fn ended(&self) {
+        self.unread.store(false, Ordering::Relaxed);
+        self.clock.upload_done(self.id);
     }
 }
 
@@ -136,10 +150,11 @@ impl http_body::Body for Uploaded {
                         .received(self.id, data.len() as u64, &self.uploaded);
                 }
                 if self.inner.is_end_stream() {
-                    self.clock.upload_done(self.id);
+                    self.ended();
                 }
             }
-            Poll::Ready(_) => self.clock.upload_done(self.id),
+            Poll::Ready(None) => self.ended(),
+            Poll::Ready(Some(Err(_))) => self.clock.upload_done(self.id),
             Poll::Pending => {}
         }
         r
