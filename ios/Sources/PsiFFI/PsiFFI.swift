@@ -4344,6 +4344,12 @@ public enum Protocol: Equatable, Hashable {
      * that enable it (it trusts the client to follow the protocol).
      */
     case cm20
+    /**
+     * GBF-PSI: PSZ14's random garbled Bloom filter; no group operations per item, the
+     * most bytes up; only against servers that enable it (it trusts the client to follow
+     * the protocol).
+     */
+    case gbf
 
 
 
@@ -4371,6 +4377,8 @@ public struct FfiConverterTypeProtocol: FfiConverterRustBuffer {
         
         case 3: return .cm20
         
+        case 4: return .gbf
+        
         default: throw UniffiInternalError.unexpectedEnumCase
         }
     }
@@ -4389,6 +4397,10 @@ public struct FfiConverterTypeProtocol: FfiConverterRustBuffer {
         
         case .cm20:
             writeInt(&buf, Int32(3))
+        
+        
+        case .gbf:
+            writeInt(&buf, Int32(4))
         
         }
     }

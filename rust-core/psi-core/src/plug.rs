@@ -119,27 +119,35 @@ mod tests {
             (0u32..300).map(|i| i.to_be_bytes().to_vec()),
         ));
         for max_body in [1u64 << 20, 4 << 10] {
-            for p in [Protocol::Ot, Protocol::Cm20] {
+            for &p in Protocol::ALL.iter().filter(|p| p.runs_in_rounds()) {
                 let set = crate::ItemSet::new((0u32..5).map(|i| i.to_be_bytes().to_vec()));
                 let (mut client, mut request) = p
                     .start_chunked_client(set, crate::Threads::ONE, max_body, &mut rng)
                     .unwrap()
                     .unwrap();
+                let one = crate::Threads::ONE;
                 let mut server: Box<dyn ChunkedServer> = match p {
+                    Protocol::Dh => unreachable!("DH-PSI has no rounds"),
                     Protocol::Ot => Box::new(
                         crate::ot::OtServer::new(
                             items.clone(),
-                            crate::ot::OtConfig::new(crate::Threads::ONE)
-                                .with_expected_client_items(5),
+                            crate::ot::OtConfig::new(one).with_expected_client_items(5),
                             &mut rng,
                         )
                         .unwrap(),
                     ),
-                    _ => Box::new(
+                    Protocol::Cm20 => Box::new(
                         crate::cm20::Cm20Server::new(
                             items.clone(),
-                            crate::cm20::Cm20Config::new(crate::Threads::ONE)
-                                .with_expected_client_items(5),
+                            crate::cm20::Cm20Config::new(one).with_expected_client_items(5),
+                            &mut rng,
+                        )
+                        .unwrap(),
+                    ),
+                    Protocol::Gbf => Box::new(
+                        crate::gbf::GbfServer::new(
+                            items.clone(),
+                            crate::gbf::GbfConfig::new(one).with_expected_client_items(5),
                             &mut rng,
                         )
                         .unwrap(),

@@ -98,6 +98,20 @@ impl GbfServer {
         self.phase.is_finished()
     }
 
+    /// The most bytes the next request can have ([`chunked::ChunkedServer::next_request_max`]):
+    /// the hello's size before the hello, the rest of the instances in one chunk while
+    /// chunks arrive, 0 once the run is over.
+    pub fn next_request_max(&self) -> u64 {
+        match &self.phase {
+            Phase::AwaitHello(_) => super::sizes::hello(),
+            Phase::AwaitChunk(ev) => {
+                let rest = (ev.params.instances() as usize).saturating_sub(ev.next_instance);
+                super::sizes::matrices(rest as u64, 1)
+            }
+            Phase::Done | Phase::Failed => 0,
+        }
+    }
+
     /// The run's parameters, once the hello has been answered.
     pub fn params(&self) -> Option<Params> {
         match &self.phase {
@@ -229,5 +243,9 @@ impl chunked::ChunkedServer for GbfServer {
 
     fn is_finished(&self) -> bool {
         GbfServer::is_finished(self)
+    }
+
+    fn next_request_max(&self) -> u64 {
+        GbfServer::next_request_max(self)
     }
 }
