@@ -647,8 +647,12 @@ pub fn cm20() -> &'static Cm20 {
 /// The GBF-PSI transcript vector (`tests/vectors/gbf-psi-transcript.json`), compiled in.
 pub const GBF_TRANSCRIPT: &str = include_str!("../../../tests/vectors/gbf-psi-transcript.json");
 
-/// The GBF-PSI fixture (chunking: the client's request limit in bytes).
-pub type Gbf = Transcript<RequestBytes>;
+/// GBF-PSI's chunking: the client's request limit in bytes (several chunks).
+#[derive(Debug, Clone, Copy)]
+pub struct GbfRequestBytes(pub u64);
+
+/// The GBF-PSI fixture.
+pub type Gbf = Transcript<GbfRequestBytes>;
 
 impl Gbf {
     /// Client configuration: one thread, the vector's chunking.
@@ -667,7 +671,7 @@ pub fn gbf() -> &'static Gbf {
     static GBF: OnceLock<Gbf> = OnceLock::new();
     GBF.get_or_init(|| {
         transcript(GBF_TRANSCRIPT, |v| {
-            RequestBytes(v["max_request_bytes"].as_u64().expect("bytes"))
+            GbfRequestBytes(v["max_request_bytes"].as_u64().expect("bytes"))
         })
     })
 }

@@ -58,9 +58,10 @@ enum Command {
     /// Run a contact discovery on an embedded sample over HTTP on loopback (no setup).
     Demo {
         /// Protocol: auto (predicted best for this machine among the protocols the
-        /// server offers, docs/protocol-choice.md), dh (DH-PSI), ot (OT-PSI) or cm20
-        /// (CM20-PSI). The demo's server offers CM20-PSI only with --protocol cm20 (it is
-        /// opt-in on a server), so here auto picks DH-PSI or OT-PSI.
+        /// server offers, docs/protocol-choice.md), dh (DH-PSI), ot (OT-PSI), cm20
+        /// (CM20-PSI) or gbf (GBF-PSI). The demo's server offers CM20-PSI and GBF-PSI only
+        /// when forced (--protocol cm20 or gbf: they are opt-in on a server), so here auto
+        /// picks DH-PSI or OT-PSI.
         #[arg(long, default_value = "auto", value_parser = choice::parse_arg)]
         protocol: choice::ProtocolArg,
         /// With --protocol auto: fastest, or fewest-bytes.
@@ -135,7 +136,7 @@ enum Command {
         /// as on two machines.
         #[arg(long, requires = "ot_fixed_cost")]
         pin: bool,
-        /// Protocols to run, comma separated (`dh`, `ot`, `cm20`; default all).
+        /// Protocols to run, comma separated (`dh`, `ot`, `cm20`, `gbf`; default all).
         #[arg(long, value_delimiter = ',', value_parser = choice::parse_protocol)]
         protocol: Vec<Protocol>,
     },

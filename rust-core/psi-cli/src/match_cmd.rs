@@ -29,8 +29,9 @@ pub struct MatchArgs {
     #[arg(long, default_value = "US")]
     region: String,
     /// Protocol: auto (the one predicted best for this device, network and server among
-    /// the protocols the server offers: docs/protocol-choice.md), dh (DH-PSI), ot (OT-PSI)
-    /// or cm20 (CM20-PSI, on servers started with --enable-cm20).
+    /// the protocols the server offers: docs/protocol-choice.md), dh (DH-PSI), ot (OT-PSI),
+    /// cm20 (CM20-PSI, on servers started with --enable-cm20) or gbf (GBF-PSI, on servers
+    /// started with --enable-gbf).
     #[arg(long, default_value = "auto", value_parser = crate::choice::parse_arg)]
     protocol: crate::choice::ProtocolArg,
     /// With --protocol auto: fastest, or fewest-bytes (metered or constrained networks).

@@ -666,6 +666,57 @@ fn match_keeps_its_measurements_in_the_cache_dir() {
     assert_eq!(m["servers"].as_object().unwrap().len(), 1);
 }
 
+/// `psi demo --protocol gbf` over loopback HTTP, and `psi serve --enable-gbf` with
+/// `psi match --protocol gbf` (refused by a server without the flag).
+#[test]
+fn gbf_demo_and_serve_match() {
+    let (ok, out, err) = psi(&[
+        "demo",
+        "--protocol",
+        "gbf",
+        "--registry-size",
+        "3000",
+        "--threads",
+        "2",
+    ]);
+    assert!(ok, "{out}\n{err}");
+    assert!(
+        out.contains("36 of 250 contacts are registered (expected 36)"),
+        "{out}"
+    );
+    assert!(out.contains("GBF-PSI"), "{out}");
+    let dir = two_entry_registry("gbf");
+    let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    let db = path("r.sqlite");
+    let plain = Served::start(&db, &[]);
+    let refused = psi(&[
+        "match",
+        "--server",
+        &plain.url,
+        "--protocol",
+        "gbf",
+        &path("contacts.csv"),
+    ]);
+    drop(plain);
+    assert!(!refused.0, "{}", refused.1);
+    assert!(refused.2.contains("unsupported"), "{}", refused.2);
+    let server = Served::start(&db, &["--enable-gbf"]);
+    let (ok, out, err) = psi(&[
+        "match",
+        "--server",
+        &server.url,
+        "--protocol",
+        "gbf",
+        "--json",
+        &path("contacts.csv"),
+    ]);
+    drop(server);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(ok, "{out}\n{err}");
+    assert!(out.contains("alice@example.com"), "{out}");
+    assert!(out.contains("gbf-psi"), "{out}");
+}
+
 /// `psi demo --protocol cm20` over loopback HTTP, and `psi serve --enable-cm20` with
 /// `psi match --protocol cm20` (refused by a server without the flag).
 #[test]
