@@ -202,8 +202,15 @@ actual class ContactDiscovery private constructor(
          */
         @JvmStatic
         @Throws(ContactDiscoveryException::class)
-        fun withNativeTransport(serverUrl: String, config: DiscoveryConfig): ContactDiscovery =
-            ContactDiscovery(serverUrl, config, NativeLibrary.call { nativeNativeHttpTransport() })
+        fun withNativeTransport(serverUrl: String, config: DiscoveryConfig): ContactDiscovery {
+            val transport = NativeLibrary.call { nativeNativeHttpTransport() }
+            // The native client keeps its own reference: this one is released at once.
+            return try {
+                ContactDiscovery(serverUrl, config, transport)
+            } finally {
+                (transport as? AutoCloseable)?.close()
+            }
+        }
 
         /** True when this native library carries the transport of [withNativeTransport]. */
         @JvmStatic
