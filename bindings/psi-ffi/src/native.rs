@@ -95,3 +95,45 @@ fn transport_error(e: psi_client::TransportError) -> TransportError {
         TransportError::Failed { reason }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_native_transport_is_there_only_with_its_feature() {
+        let t = native_http_transport();
+        assert_eq!(has_native_http_transport(), cfg!(feature = "native-http"));
+        if cfg!(feature = "native-http") {
+            assert!(t.is_ok());
+        } else {
+            assert!(matches!(t, Err(PsiError::InvalidInput { .. })));
+        }
+    }
+
+    #[cfg(feature = "native-http")]
+    #[test]
+    fn a_refused_connection_is_a_failed_request_not_a_timeout() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap();
+        let t = native_http_transport().unwrap();
+        let request = HttpRequest {
+            method: HttpMethod::Get,
+            url: format!("http://127.0.0.1:{port}/v1/health"),
+            headers: Vec::new(),
+            body: Vec::new(),
+            timeout_ms: 5_000,
+            max_response_bytes: 1 << 16,
+        };
+        let result =
+            crate::job::block_on(t.send(request), std::time::Duration::from_secs(10), || {
+                false
+            });
+        assert!(matches!(
+            result,
+            crate::job::Wait::Done(Err(TransportError::Failed { .. }))
+        ));
+    }
+}
