@@ -3,7 +3,9 @@
 # from Kotlin (the JVM SDK, in-process time of the call with a new client, so no registry
 # cache: in a fresh JVM after 1 untimed run, "cold", and after 10, "warm") and from
 # `psi match` (wall time of the process, no cache), interleaved, 5 runs each per protocol;
-# prints the medians and their ratios. Also the sizes of the stripped native
+# the Kotlin runs twice: with the default OkHttp transport ("Kotlin") and with the desktop
+# library's own (`ContactDiscovery.withNativeTransport`, "native"). Prints the medians and
+# their ratios. Also the sizes of the stripped native
 # library and of the JVM jar. Release builds. Usage: bash ci/bench-kotlin.sh [runs]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -28,6 +30,8 @@ for protocol in dh ot; do
     echo "cli $protocol $(( ($(date +%s%N) - start) / 1000000 ))"
     java -cp "$cp" dev.psisdk.bench.BindingBenchKt "$url" "$work/contacts.txt" "$protocol" 1 1
     java -cp "$cp" dev.psisdk.bench.BindingBenchKt "$url" "$work/contacts.txt" "$protocol" 1 10
+    java -cp "$cp" dev.psisdk.bench.BindingBenchKt "$url" "$work/contacts.txt" "$protocol" 1 1 native
+    java -cp "$cp" dev.psisdk.bench.BindingBenchKt "$url" "$work/contacts.txt" "$protocol" 1 10 native
   done
 done | tee "$work/times.txt"
 echo
@@ -37,6 +41,16 @@ ratio() { awk -v k="$1" -v c="$2" 'BEGIN { printf "%.2f", k / c }'; }
 for protocol in dh ot; do
   median() { grep "^$1 $protocol " "$work/times.txt" | awk -v f="${2:-3}" '{print $f}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
   c=$(median cli); k1=$(median kotlin-1); k10=$(median kotlin-10); r10=$(median kotlin-10 7)
+  echo "| $protocol | $c | $k1 | $k10 | $(ratio "$k1" "$c") | $(ratio "$k10" "$c") | $r10 | $(ratio "$k10" "$r10") |"
+done
+echo
+echo "Native transport (ContactDiscovery.withNativeTransport), the same runs:"
+echo
+echo "| protocol | psi match ms | native cold ms | native warm ms | cold / CLI | warm / CLI | native run in the JVM, warm ms | warm / native run |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+for protocol in dh ot; do
+  median() { grep "^$1 $protocol " "$work/times.txt" | awk -v f="${2:-3}" '{print $f}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+  c=$(median cli); k1=$(median native-1); k10=$(median native-10); r10=$(median native-10 7)
   echo "| $protocol | $c | $k1 | $k10 | $(ratio "$k1" "$c") | $(ratio "$k10" "$c") | $r10 | $(ratio "$k10" "$r10") |"
 done
 echo "(medians of $runs runs each, interleaved)"

@@ -17,8 +17,10 @@ cargo_flags=(--locked)
 cd "$root/rust-core"
 # The native library, and the psi command the tests start as a real server.
 # Two builds: built together, psi-cli would switch on psi-client's ureq transport (feature
-# unification) in the library too, which needs none (the platform is the transport).
-cargo build "${cargo_flags[@]}" -p psi-ffi
+# unification) in the library too. The desktop JVM's library carries it on purpose, behind
+# the opt-in native transport (feature native-http, ADR 0048); the Android and Swift
+# libraries are built without it (the platform is their transport).
+cargo build "${cargo_flags[@]}" -p psi-ffi --features native-http
 cargo build "${cargo_flags[@]}" -p psi-cli
 # The generator's output does not depend on the profile: build it once, unoptimized.
 cargo build --locked -p uniffi-bindgen

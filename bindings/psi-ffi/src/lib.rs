@@ -18,6 +18,8 @@
 //!   [`ChoiceReport`]). Its measurements file, `measurements.json` in the configured
 //!   directory, is psi-client's `MeasurementsFile` (shared by the clients of a process that
 //!   name the same directory).
+//! - [`native_http_transport`]: psi-client's own ureq transport behind [`HttpTransport`],
+//!   opt-in for the desktop JVM (feature `native-http`; other builds export it but fail).
 //! - [`PsiError`]: one error whose variants say what the app can do. Panics (a rayon worker
 //!   included) are caught at the boundary and become [`PsiError::Internal`].
 //!
@@ -35,6 +37,7 @@ mod client;
 mod config;
 mod error;
 mod job;
+mod native;
 mod protocol;
 mod report;
 mod transport;
@@ -47,6 +50,7 @@ pub use choice::{
 pub use client::{DiscoveryClient, ProgressListener, live_clients};
 pub use config::{DiscoveryConfig, default_discovery_config, preload};
 pub use error::{PsiError, ServerErrorCode};
+pub use native::{has_native_http_transport, native_http_transport};
 pub use protocol::Protocol;
 pub use report::{
     ContactMatch, ContactReport, LabelStatus, Phase, PhaseTime, ProgressEvent, RejectReason,

@@ -5828,6 +5828,33 @@ public func preload()  {try! rustCall() {
 }
 }
 /**
+ * True when this library carries the native transport ([`native_http_transport`]).
+ */
+public func hasNativeHttpTransport() -> Bool  {
+    return try!  FfiConverterBool.lift(try! rustCall() {
+        uniffiCallStatus in
+    uniffi_psi_ffi_fn_func_has_native_http_transport(uniffiCallStatus
+    )
+})
+}
+/**
+ * A transport on psi-client's ureq stack: the bytes move in Rust, on the run's own thread
+ * (no callback into the platform per request), with one connection pool per transport.
+ * HTTPS trusts Mozilla's root certificates (not the platform's store, nor an app's
+ * pinning or proxy). A request already sent runs to the end of its timeout even if the
+ * run is cancelled (as in `psi match`); the run stops right after it.
+ *
+ * Fails with [`PsiError::InvalidInput`] when this library was built without it (the
+ * `native-http` feature: on for the desktop JVM's library only).
+ */
+public func nativeHttpTransport()throws  -> HttpTransport  {
+    return try  FfiConverterTypeHttpTransport_lift(try rustCallWithError(FfiConverterTypePsiError_lift) {
+        uniffiCallStatus in
+    uniffi_psi_ffi_fn_func_native_http_transport(uniffiCallStatus
+    )
+})
+}
+/**
  * The most a platform transport reads of an error body (status 400 and above), in bytes
  * (`psi_client::transport::MAX_ERROR_BODY_BYTES`, 16 KiB): a longer one is dropped and the
  * status returned with an empty body ([`HttpRequest::max_response_bytes`]).
@@ -5862,6 +5889,12 @@ private let initializationResult: InitializationResult = {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_psi_ffi_checksum_func_preload() != 56986) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_psi_ffi_checksum_func_has_native_http_transport() != 30352) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_psi_ffi_checksum_func_native_http_transport() != 5824) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_psi_ffi_checksum_func_max_error_body_bytes() != 57964) {

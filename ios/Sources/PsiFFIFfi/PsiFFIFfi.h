@@ -398,6 +398,18 @@ void uniffi_psi_ffi_fn_func_preload(RustCallStatus *_Nonnull out_status
     
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_FUNC_HAS_NATIVE_HTTP_TRANSPORT
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_FUNC_HAS_NATIVE_HTTP_TRANSPORT
+int8_t uniffi_psi_ffi_fn_func_has_native_http_transport(RustCallStatus *_Nonnull out_status
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_FUNC_NATIVE_HTTP_TRANSPORT
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_FUNC_NATIVE_HTTP_TRANSPORT
+uint64_t uniffi_psi_ffi_fn_func_native_http_transport(RustCallStatus *_Nonnull out_status
+    
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_FUNC_MAX_ERROR_BODY_BYTES
 #define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_FUNC_MAX_ERROR_BODY_BYTES
 uint64_t uniffi_psi_ffi_fn_func_max_error_body_bytes(RustCallStatus *_Nonnull out_status
@@ -679,6 +691,18 @@ uint16_t uniffi_psi_ffi_checksum_func_default_discovery_config(void
 #ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_FUNC_PRELOAD
 #define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_FUNC_PRELOAD
 uint16_t uniffi_psi_ffi_checksum_func_preload(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_FUNC_HAS_NATIVE_HTTP_TRANSPORT
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_FUNC_HAS_NATIVE_HTTP_TRANSPORT
+uint16_t uniffi_psi_ffi_checksum_func_has_native_http_transport(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_FUNC_NATIVE_HTTP_TRANSPORT
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_FUNC_NATIVE_HTTP_TRANSPORT
+uint16_t uniffi_psi_ffi_checksum_func_native_http_transport(void
     
 );
 #endif

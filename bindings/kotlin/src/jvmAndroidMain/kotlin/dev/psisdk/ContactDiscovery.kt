@@ -1,6 +1,7 @@
 package dev.psisdk
 
 import dev.psisdk.ffi.DiscoveryClient
+import dev.psisdk.ffi.HttpTransport
 import dev.psisdk.ffi.InternalException
 import dev.psisdk.ffi.ProgressEvent
 import dev.psisdk.ffi.ProgressListener
@@ -21,6 +22,8 @@ import kotlinx.coroutines.future.future
 import okhttp3.OkHttpClient
 import kotlin.concurrent.thread
 import dev.psisdk.ffi.preload as nativePreload
+import dev.psisdk.ffi.hasNativeHttpTransport as nativeHasNativeHttpTransport
+import dev.psisdk.ffi.nativeHttpTransport as nativeNativeHttpTransport
 import com.sun.jna.Callback
 import com.sun.jna.CallbackThreadInitializer
 import com.sun.jna.Native
@@ -32,7 +35,7 @@ import dev.psisdk.ffi.uniffiRustFutureContinuationCallbackImpl
 actual class ContactDiscovery private constructor(
     private val serverUrl: String,
     actual val config: DiscoveryConfig,
-    transport: OkHttpTransport,
+    transport: HttpTransport,
 ) : AutoCloseable {
     /**
      * A client that sends its requests with a default [OkHttpClient].
@@ -183,6 +186,37 @@ actual class ContactDiscovery private constructor(
     override fun toString() = "ContactDiscovery($serverUrl, $config)"
 
     companion object {
+        /**
+         * A client whose requests the native library sends itself, with its own HTTP stack
+         * (the one `psi match` uses: ureq and rustls), instead of OkHttp: on the desktop JVM,
+         * where it makes a run about as fast as `psi match` (docs/benchmarks.md,
+         * docs/adr/0048-native-transport-on-the-desktop-jvm.md). Opt-in and desktop only:
+         * the Android library does not carry it (see [hasNativeTransport]). HTTPS trusts
+         * Mozilla's root certificates, not the JVM's trust store; no OkHttp interceptor,
+         * proxy or certificate pinning applies. A request already sent finishes (within its
+         * timeout) when the run is cancelled; the run stops right after it.
+         *
+         * @throws ContactDiscoveryException.InvalidInput if this native library has no
+         *   native transport (Android), or if [serverUrl] or [config] cannot be used.
+         * @throws ContactDiscoveryException.Internal if the native library cannot be loaded.
+         */
+        @JvmStatic
+        @Throws(ContactDiscoveryException::class)
+        fun withNativeTransport(serverUrl: String, config: DiscoveryConfig): ContactDiscovery {
+            val transport = NativeLibrary.call { nativeNativeHttpTransport() }
+            // The native client keeps its own reference: this one is released at once.
+            return try {
+                ContactDiscovery(serverUrl, config, transport)
+            } finally {
+                (transport as? AutoCloseable)?.close()
+            }
+        }
+
+        /** True when this native library carries the transport of [withNativeTransport]. */
+        @JvmStatic
+        val hasNativeTransport: Boolean
+            get() = NativeLibrary.call { nativeHasNativeHttpTransport() }
+
         /**
          * Loads the native library and the phone-number metadata on a background thread
          * (`psi-sdk preload`) and returns at once. The first [DiscoveryConfig] or
