@@ -18,7 +18,7 @@ cd "$root/rust-core"
 # The native library, and the psi command the tests start as a real server.
 # Two builds: built together, psi-cli would switch on psi-client's ureq transport (feature
 # unification) in the library too. The desktop JVM's library carries it on purpose, behind
-# the opt-in native transport (feature native-http, ADR 0048); the Android and Swift
+# the opt-in native transport (feature native-http, ADR 0049); the Android and Swift
 # libraries are built without it (the platform is their transport).
 cargo build "${cargo_flags[@]}" -p psi-ffi --features native-http
 cargo build "${cargo_flags[@]}" -p psi-cli

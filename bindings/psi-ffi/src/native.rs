@@ -1,6 +1,6 @@
 //! The native transport: psi-client's own [`psi_client::HttpTransport`] (ureq, rustls)
 //! behind the [`HttpTransport`] trait, for a platform that would rather not move the bytes
-//! itself (the desktop JVM: docs/adr/0048-native-transport-on-the-desktop-jvm.md). Opt-in:
+//! itself (the desktop JVM: docs/adr/0049-native-transport-on-the-desktop-jvm.md). Opt-in:
 //! the platform transports (OkHttp, URLSession) stay the default, and only a library built
 //! with the `native-http` feature carries it; elsewhere [`native_http_transport`] exists
 //! (the same FFI on every platform) but fails with [`PsiError::InvalidInput`].

@@ -190,7 +190,7 @@ actual class ContactDiscovery private constructor(
          * A client whose requests the native library sends itself, with its own HTTP stack
          * (the one `psi match` uses: ureq and rustls), instead of OkHttp: on the desktop JVM,
          * where it makes a run about as fast as `psi match` (docs/benchmarks.md,
-         * docs/adr/0048-native-transport-on-the-desktop-jvm.md). Opt-in and desktop only:
+         * docs/adr/0049-native-transport-on-the-desktop-jvm.md). Opt-in and desktop only:
          * the Android library does not carry it (see [hasNativeTransport]). HTTPS trusts
          * Mozilla's root certificates, not the JVM's trust store; no OkHttp interceptor,
          * proxy or certificate pinning applies. A request already sent finishes (within its
