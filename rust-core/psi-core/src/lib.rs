@@ -61,4 +61,5 @@ pub use items::ItemSet;
 pub use output::{Match, MatchOutput, MatchedOutputs};
 pub use parallel::Threads;
 pub use phase::Phase;
+pub use plug::ServerSet;
 pub use protocol::Protocol;

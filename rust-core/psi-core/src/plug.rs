@@ -6,12 +6,94 @@
 //! them.
 
 use crate::Protocol;
-use crate::chunked::{ChunkedClient, StartedClient};
+use crate::chunked::{ChunkedClient, ChunkedServer, StartedClient};
 use crate::cost_terms::{Terms, Workload};
 use crate::error::Result;
 use crate::items::ItemSet;
 use crate::parallel::Threads;
 use rand_core::CryptoRng;
+use std::sync::Arc;
+
+/// A server's registry as the round protocols' sessions start from it: the items, and what
+/// a protocol computes once per registry instead of once per session (CM20-PSI's `H1`
+/// digests, [`crate::cm20::Cm20Set`]; GBF-PSI's item digests, [`crate::gbf::GbfSet`]).
+/// Built once when a registry is loaded ([`ServerSet::prepare`]); every session over it
+/// starts with [`Protocol::start_chunked_server`]. A session over a prepared set sends the
+/// same bytes as one over the plain items, with less work.
+#[derive(Clone)]
+pub struct ServerSet {
+    items: Arc<ItemSet>,
+    cm20: Option<Arc<crate::cm20::Cm20Set>>,
+    gbf: Option<Arc<crate::gbf::GbfSet>>,
+}
+
+impl ServerSet {
+    /// The items with nothing prepared: every session does its per-registry work itself.
+    pub fn new(items: impl Into<Arc<ItemSet>>) -> ServerSet {
+        ServerSet {
+            items: items.into(),
+            cm20: None,
+            gbf: None,
+        }
+    }
+
+    /// The items prepared for each of `protocols` that prepares anything, on `threads`.
+    /// A protocol whose limit the set is above gets nothing prepared (its sessions are
+    /// refused as its server refuses them; the set still serves the other protocols).
+    pub fn prepare(
+        items: impl Into<Arc<ItemSet>>,
+        protocols: &[Protocol],
+        threads: Threads,
+    ) -> Result<ServerSet> {
+        let mut set = ServerSet::new(items);
+        let n = set.items.len();
+        for &p in protocols {
+            match p {
+                // DH-PSI's per-registry work is the server's key and encoded set, kept by
+                // the server; OT-PSI has none.
+                Protocol::Dh | Protocol::Ot => {}
+                Protocol::Cm20 => {
+                    if n <= crate::cm20::messages::MAX_ITEMS as usize {
+                        let s = crate::cm20::Cm20Set::new(set.items.clone(), threads)?;
+                        set.cm20 = Some(Arc::new(s));
+                    }
+                }
+                Protocol::Gbf => {
+                    if n <= crate::gbf::messages::MAX_ITEMS as usize {
+                        let s = crate::gbf::GbfSet::new(set.items.clone(), threads)?;
+                        set.gbf = Some(Arc::new(s));
+                    }
+                }
+            }
+        }
+        Ok(set)
+    }
+
+    /// The items.
+    pub fn items(&self) -> &Arc<ItemSet> {
+        &self.items
+    }
+
+    /// Whether the set holds `protocol`'s per-registry work.
+    pub fn is_prepared(&self, protocol: Protocol) -> bool {
+        match protocol {
+            Protocol::Dh | Protocol::Ot => false,
+            Protocol::Cm20 => self.cm20.is_some(),
+            Protocol::Gbf => self.gbf.is_some(),
+        }
+    }
+}
+
+impl std::fmt::Debug for ServerSet {
+    // The items stay out of logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerSet")
+            .field("items", &self.items.len())
+            .field("cm20", &self.cm20.is_some())
+            .field("gbf", &self.gbf.is_some())
+            .finish()
+    }
+}
 
 impl Protocol {
     /// What a session of `client_items` items is charged against the caller's
@@ -72,6 +154,47 @@ impl Protocol {
         }
     }
 
+    /// Starts a server session of this round-based protocol over `set` for a client
+    /// admitted with `client_items` items (its hello must declare exactly that many), its
+    /// heavy steps on `threads`: the session's state machine, which has drawn all of its
+    /// randomness. `None` for a protocol without rounds (DH-PSI).
+    pub fn start_chunked_server<R: CryptoRng + ?Sized>(
+        self,
+        set: &ServerSet,
+        client_items: u32,
+        threads: Threads,
+        rng: &mut R,
+    ) -> Option<Result<Box<dyn ChunkedServer>>> {
+        fn boxed<S: ChunkedServer + 'static>(server: Result<S>) -> Result<Box<dyn ChunkedServer>> {
+            server.map(|s| Box::new(s) as Box<dyn ChunkedServer>)
+        }
+        let n = client_items as usize;
+        let items = set.items.clone();
+        match self {
+            Protocol::Dh => None,
+            Protocol::Ot => {
+                let config = crate::ot::OtConfig::new(threads).with_expected_client_items(n);
+                Some(boxed(crate::ot::OtServer::new(items, config, rng)))
+            }
+            Protocol::Cm20 => {
+                use crate::cm20::{Cm20Config, Cm20Server};
+                let config = Cm20Config::new(threads).with_expected_client_items(n);
+                Some(boxed(match &set.cm20 {
+                    Some(prepared) => Cm20Server::with_set(prepared.clone(), config, rng),
+                    None => Cm20Server::new(items, config, rng),
+                }))
+            }
+            Protocol::Gbf => {
+                use crate::gbf::{GbfConfig, GbfServer};
+                let config = GbfConfig::new(threads).with_expected_client_items(n);
+                Some(boxed(match &set.gbf {
+                    Some(prepared) => GbfServer::with_set(prepared.clone(), config, rng),
+                    None => GbfServer::new(items, config, rng),
+                }))
+            }
+        }
+    }
+
     /// The protocol's requests (after the session request) and each side's operations for
     /// `w`, from its own `cost` module; `None` for a workload it cannot run.
     pub(crate) fn cost_terms(self, w: &Workload) -> Option<Terms> {
@@ -86,7 +209,8 @@ impl Protocol {
 
 #[cfg(test)]
 mod tests {
-    use crate::Protocol;
+    use super::ServerSet;
+    use crate::{Protocol, Threads};
 
     /// A protocol starts a chunked client exactly when it runs in rounds, and that
     /// client's hello is [`Protocol::hello_len`] bytes (what a server holds a session's
@@ -112,7 +236,7 @@ mod tests {
     /// matrix in one chunk exactly, and nothing fits once the run is over.
     #[test]
     fn every_request_fits_the_servers_next_request_max() {
-        use crate::chunked::{ChunkedServer, ClientStep};
+        use crate::chunked::ClientStep;
         use rand_chacha::rand_core::SeedableRng;
         let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(2);
         let items = std::sync::Arc::new(crate::ItemSet::new(
@@ -125,34 +249,10 @@ mod tests {
                     .start_chunked_client(set, crate::Threads::ONE, max_body, &mut rng)
                     .unwrap()
                     .unwrap();
-                let one = crate::Threads::ONE;
-                let mut server: Box<dyn ChunkedServer> = match p {
-                    Protocol::Dh => unreachable!("DH-PSI has no rounds"),
-                    Protocol::Ot => Box::new(
-                        crate::ot::OtServer::new(
-                            items.clone(),
-                            crate::ot::OtConfig::new(one).with_expected_client_items(5),
-                            &mut rng,
-                        )
-                        .unwrap(),
-                    ),
-                    Protocol::Cm20 => Box::new(
-                        crate::cm20::Cm20Server::new(
-                            items.clone(),
-                            crate::cm20::Cm20Config::new(one).with_expected_client_items(5),
-                            &mut rng,
-                        )
-                        .unwrap(),
-                    ),
-                    Protocol::Gbf => Box::new(
-                        crate::gbf::GbfServer::new(
-                            items.clone(),
-                            crate::gbf::GbfConfig::new(one).with_expected_client_items(5),
-                            &mut rng,
-                        )
-                        .unwrap(),
-                    ),
-                };
+                let mut server = p
+                    .start_chunked_server(&ServerSet::new(items.clone()), 5, Threads::ONE, &mut rng)
+                    .unwrap()
+                    .unwrap();
                 let mut round = 0;
                 loop {
                     let max = server.next_request_max();
@@ -175,6 +275,60 @@ mod tests {
                 assert!(server.is_done());
                 assert_eq!(server.next_request_max(), 0, "{p}");
             }
+        }
+    }
+
+    /// A session over a prepared set answers byte for byte as one over the plain items, for
+    /// every round protocol; each protocol that prepares something is prepared.
+    #[test]
+    fn a_prepared_set_gives_the_same_responses() {
+        use crate::chunked::ClientStep;
+        use rand_chacha::rand_core::SeedableRng;
+        let items = std::sync::Arc::new(crate::ItemSet::new(
+            (0u32..400).map(|i| i.to_be_bytes().to_vec()),
+        ));
+        let prepared = ServerSet::prepare(items.clone(), Protocol::ALL, Threads::ONE).unwrap();
+        let plain = ServerSet::new(items);
+        assert!(prepared.is_prepared(Protocol::Cm20) && prepared.is_prepared(Protocol::Gbf));
+        assert!(!plain.is_prepared(Protocol::Cm20) && !plain.is_prepared(Protocol::Gbf));
+        assert!(
+            Protocol::Dh
+                .start_chunked_server(
+                    &plain,
+                    5,
+                    Threads::ONE,
+                    &mut rand_chacha::ChaCha20Rng::seed_from_u64(0)
+                )
+                .is_none()
+        );
+        for &p in Protocol::ALL.iter().filter(|p| p.runs_in_rounds()) {
+            let transcript = |set: &ServerSet| {
+                let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(7);
+                let client_set =
+                    crate::ItemSet::new((390u32..400).map(|i| i.to_be_bytes().to_vec()));
+                let (mut client, mut request) = p
+                    .start_chunked_client(client_set, Threads::ONE, 1 << 20, &mut rng)
+                    .unwrap()
+                    .unwrap();
+                let mut server = p
+                    .start_chunked_server(set, 10, Threads::ONE, &mut rng)
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(server.protocol(), p);
+                let mut responses = Vec::new();
+                loop {
+                    let response = server.handle(&request).unwrap();
+                    responses.push(response.clone());
+                    match client.handle(&response).unwrap() {
+                        ClientStep::Send(next) => request = next,
+                        ClientStep::Done(out) => {
+                            assert_eq!(out.matches.len(), 10, "{p}");
+                            return responses;
+                        }
+                    }
+                }
+            };
+            assert_eq!(transcript(&plain), transcript(&prepared), "{p}");
         }
     }
 }

@@ -4,10 +4,9 @@
 use crate::config::Config;
 use crate::storage::{self, Readiness, RegistryStore, StoreError, encode_set, os_rng};
 use axum::body::Bytes;
-use psi_core::cm20::{self, Cm20Set};
 use psi_core::dh::DhServer;
 use psi_core::labels::LabelStore;
-use psi_core::{ItemSet, Threads};
+use psi_core::{ItemSet, Protocol, ServerSet, Threads};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,6 +23,9 @@ pub struct RegistryStats {
     /// bytes per entry, kept with the registry): when CM20-PSI is on and the registry is
     /// within its limit (`psi_core::cm20::messages::MAX_ITEMS`).
     pub cm20_prepared: bool,
+    /// Whether the entries were prepared for GBF-PSI sessions (their digests, 16 bytes per
+    /// entry): when GBF-PSI is on and the registry is within its limit.
+    pub gbf_prepared: bool,
     /// Bytes of the encoded set.
     pub encoded_set_bytes: u64,
     /// OPRF outputs computed while loading (0 when the store was up to date).
@@ -32,19 +34,17 @@ pub struct RegistryStats {
     pub build_time: Duration,
 }
 
-/// The registry's entries prepared for CM20-PSI sessions, if it runs (`enabled`) and the
-/// registry is within CM20-PSI's `limit`: a larger one still serves DH-PSI, its CM20-PSI
-/// sessions are refused as the session would refuse them.
-fn prepare_cm20(
-    items: &Arc<ItemSet>,
-    enabled: bool,
-    limit: usize,
-    threads: Threads,
-) -> Result<Option<Arc<Cm20Set>>, StoreError> {
-    if !enabled || items.len() > limit {
-        return Ok(None);
+/// The round protocols whose per-registry work (psi-core's [`ServerSet::prepare`]) a
+/// server with `config` does when it loads a registry: those it runs.
+fn prepared_protocols(config: &Config) -> Vec<Protocol> {
+    let mut protocols = Vec::new();
+    if config.enable_ot && config.enable_cm20 {
+        protocols.push(Protocol::Cm20);
     }
-    Ok(Some(Arc::new(Cm20Set::new(items.clone(), threads)?)))
+    if config.enable_ot && config.enable_gbf {
+        protocols.push(Protocol::Gbf);
+    }
+    protocols
 }
 
 /// The registry of one epoch, immutable; swapped whole on reload.
@@ -52,10 +52,9 @@ pub struct Registry {
     pub(crate) dh: DhServer,
     pub(crate) encoded: Bytes,
     pub(crate) etag: String,
-    pub(crate) items: Arc<ItemSet>,
-    /// The items prepared for CM20-PSI sessions (their `H1` digests), when the server runs
-    /// CM20-PSI: computed once per registry, not per session.
-    pub(crate) cm20: Option<Arc<Cm20Set>>,
+    /// The items as the round protocols' sessions start from them, with each enabled
+    /// protocol's per-registry work (CM20-PSI's and GBF-PSI's digests) done once, here.
+    pub(crate) rounds: ServerSet,
     pub(crate) labels: LabelStore,
     stats: RegistryStats,
     /// The store's registry version it was read at ([`RegistryStore::version`]).
@@ -157,17 +156,17 @@ impl Registry {
             entries.iter().map(|e| e.identifier.as_bytes()),
         ));
         drop(entries);
-        let cm20 = prepare_cm20(
-            &items,
-            config.enable_ot && config.enable_cm20,
-            cm20::messages::MAX_ITEMS as usize,
+        let rounds = ServerSet::prepare(
+            items,
+            &prepared_protocols(config),
             Threads::new(config.build_threads),
         )?;
         let stats = RegistryStats {
             epoch: key.epoch(),
-            entries: items.len() as u64,
+            entries: rounds.items().len() as u64,
             labeled: labels.len() as u64,
-            cm20_prepared: cm20.is_some(),
+            cm20_prepared: rounds.is_prepared(Protocol::Cm20),
+            gbf_prepared: rounds.is_prepared(Protocol::Gbf),
             encoded_set_bytes: set.bytes.len() as u64,
             outputs_computed,
             build_time,
@@ -176,8 +175,7 @@ impl Registry {
             dh: DhServer::new(key, config.max_client_items, Threads::ONE),
             encoded: Bytes::from(set.bytes),
             etag: set.etag,
-            items,
-            cm20,
+            rounds,
             labels,
             stats,
             version,
@@ -205,17 +203,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cm20_is_prepared_only_when_on_and_within_its_limit() {
-        let items = Arc::new(ItemSet::new(["a", "b", "c"]));
-        let prepared = |enabled, limit| {
-            prepare_cm20(&items, enabled, limit, Threads::ONE)
-                .unwrap()
-                .map(|s| s.items().len())
+    fn the_enabled_round_protocols_are_prepared() {
+        let on = |cm20, gbf, ot| Config {
+            enable_cm20: cm20,
+            enable_gbf: gbf,
+            enable_ot: ot,
+            ..Config::default()
         };
-        assert_eq!(prepared(true, 3), Some(3));
-        assert_eq!(prepared(false, 3), None);
-        // Over the limit the registry still loads, without the CM20 preparation.
-        assert_eq!(prepared(true, 2), None);
+        assert_eq!(
+            prepared_protocols(&on(true, true, true)),
+            [Protocol::Cm20, Protocol::Gbf]
+        );
+        assert_eq!(prepared_protocols(&on(false, true, true)), [Protocol::Gbf]);
+        assert!(prepared_protocols(&on(true, true, false)).is_empty());
+        assert!(prepared_protocols(&Config::default()).is_empty());
     }
 
     #[test]

@@ -11,10 +11,7 @@
 use crate::limits::{Budgets, RateLimiter};
 use crate::storage::postgres::budgets::{Book, SharedBudgets};
 use psi_core::chunked::ChunkedServer;
-use psi_core::cm20::{Cm20Config, Cm20Server, Cm20Set};
-use psi_core::gbf::{GbfConfig, GbfServer};
-use psi_core::ot::{OtConfig, OtServer};
-use psi_core::{ItemSet, Protocol, Threads};
+use psi_core::{Protocol, ServerSet, Threads};
 use rand_core::CryptoRng;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -99,41 +96,18 @@ pub(crate) enum BuildError {
 
 impl RoundServer {
     /// The server state machine of a new session of `protocol` for exactly `client_items`
-    /// items, on the registry's `items` (and its prepared CM20-PSI set, when it has one):
-    /// one arm per protocol, and an error for a protocol it cannot build.
+    /// items, over the registry's round-protocol set (psi-core's plug,
+    /// [`Protocol::start_chunked_server`], which starts from what the set has prepared);
+    /// an error for a protocol it cannot build.
     pub(crate) fn build<R: CryptoRng + ?Sized>(
         protocol: Protocol,
-        items: &Arc<ItemSet>,
-        cm20: Option<&Arc<Cm20Set>>,
+        set: &ServerSet,
         client_items: u32,
         rng: &mut R,
     ) -> Result<RoundServer, BuildError> {
-        let n = client_items as usize;
-        match protocol {
-            Protocol::Dh => Err(BuildError::NoRounds),
-            Protocol::Ot => {
-                let config = OtConfig::new(Threads::ONE).with_expected_client_items(n);
-                OtServer::new(items.clone(), config, rng)
-                    .map(|s| RoundServer(Box::new(s)))
-                    .map_err(BuildError::Core)
-            }
-            Protocol::Cm20 => {
-                let config = Cm20Config::new(Threads::ONE).with_expected_client_items(n);
-                // The registry's prepared set when it has one (it does whenever the server
-                // runs CM20-PSI).
-                match cm20 {
-                    Some(set) => Cm20Server::with_set(set.clone(), config, rng),
-                    None => Cm20Server::new(items.clone(), config, rng),
-                }
-                .map(|s| RoundServer(Box::new(s)))
-                .map_err(BuildError::Core)
-            }
-            Protocol::Gbf => {
-                let config = GbfConfig::new(Threads::ONE).with_expected_client_items(n);
-                GbfServer::new(items.clone(), config, rng)
-                    .map(|s| RoundServer(Box::new(s)))
-                    .map_err(BuildError::Core)
-            }
+        match protocol.start_chunked_server(set, client_items, Threads::ONE, rng) {
+            None => Err(BuildError::NoRounds),
+            Some(server) => server.map(RoundServer).map_err(BuildError::Core),
         }
     }
 }
@@ -592,10 +566,10 @@ mod tests {
     fn every_protocol_is_plugged_in() {
         use rand_chacha::ChaCha20Rng;
         use rand_core::SeedableRng;
-        let items = Arc::new(ItemSet::new((0..16u32).map(|i| format!("r{i}"))));
+        let items = Arc::new(psi_core::ItemSet::new((0..16u32).map(|i| format!("r{i}"))));
         let mut rng = ChaCha20Rng::seed_from_u64(25);
         for &p in Protocol::ALL {
-            match RoundServer::build(p, &items, None, 4, &mut rng) {
+            match RoundServer::build(p, &ServerSet::new(items.clone()), 4, &mut rng) {
                 Ok(server) => {
                     assert!(p.runs_in_rounds(), "{p}");
                     assert_eq!(server.protocol(), p);

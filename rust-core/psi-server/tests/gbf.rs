@@ -29,6 +29,9 @@ fn gbf_server(name: &str, registry: u64) -> psi_server::RunningServer {
 fn matches_labels_and_request_count() {
     let registry = 20_000;
     let server = gbf_server("gbf-e2e", registry);
+    // Sessions start from the registry's prepared digests (psi_core::gbf::GbfSet).
+    assert!(server.state.registry().stats().gbf_prepared);
+    assert!(!server.state.registry().stats().cm20_prepared);
     let client = Client::new(
         &server.url(),
         ClientConfig::default().with_threads(Threads::new(2)),

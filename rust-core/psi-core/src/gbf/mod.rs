@@ -47,7 +47,7 @@ pub use crate::chunked::ClientStep;
 pub use client::GbfClient;
 pub use config::{DEFAULT_MAX_REQUEST_BYTES, GbfConfig};
 pub use params::Params;
-pub use server::GbfServer;
+pub use server::{GbfServer, GbfSet};
 
 pub use crate::output::{Match, MatchOutput};
 

@@ -22,8 +22,45 @@ use zeroize::Zeroizing;
 /// Server side of GBF-PSI, a sans-IO state machine for one client session.
 pub struct GbfServer {
     items: Arc<ItemSet>,
+    /// The items' digests, when the set was prepared ahead ([`GbfServer::with_set`]);
+    /// otherwise they are computed after the last chunk.
+    prepared: Option<Arc<GbfSet>>,
     config: GbfConfig,
     phase: Phase,
+}
+
+/// A server's set prepared for GBF-PSI sessions: the items and their digests (spec §3.3).
+/// The digest takes no session input, so a server that keeps its registry computes it
+/// once, when it loads the registry, and every session starts from it
+/// ([`GbfServer::with_set`]) instead of hashing every entry after the client's last
+/// chunk. 16 bytes per item, zeroized on drop.
+pub struct GbfSet {
+    items: Arc<ItemSet>,
+    digests: Zeroizing<Vec<Block>>,
+}
+
+impl GbfSet {
+    /// Hashes every item of `items` on `threads`.
+    pub fn new(items: impl Into<Arc<ItemSet>>, threads: crate::Threads) -> Result<GbfSet> {
+        let items = items.into();
+        chunked::check_set_size("server items", items.len(), MAX_ITEMS)?;
+        let digests = threads.install(|| bloom::digests(items.items()))?;
+        Ok(GbfSet { items, digests })
+    }
+
+    /// The items.
+    pub fn items(&self) -> &Arc<ItemSet> {
+        &self.items
+    }
+}
+
+impl std::fmt::Debug for GbfSet {
+    // Items and digests stay out of logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GbfSet")
+            .field("items", &self.items.len())
+            .finish_non_exhaustive()
+    }
 }
 
 type Phase = ServerPhase<Fresh, Evaluating>;
@@ -54,18 +91,39 @@ impl std::fmt::Debug for GbfServer {
 
 impl GbfServer {
     /// A fresh session over the server's set; draws all of the session's randomness now.
+    /// The items' digests are computed after the last chunk; a server that runs many
+    /// sessions over one set prepares them once with [`GbfServer::with_set`].
     pub fn new<R: CryptoRng + ?Sized>(
         items: impl Into<Arc<ItemSet>>,
         config: GbfConfig,
         rng: &mut R,
     ) -> Result<GbfServer> {
-        let items = items.into();
+        Self::start(items.into(), None, config, rng)
+    }
+
+    /// A fresh session over a prepared set ([`GbfSet`]): the same messages as
+    /// [`GbfServer::new`], less work after the last chunk.
+    pub fn with_set<R: CryptoRng + ?Sized>(
+        set: Arc<GbfSet>,
+        config: GbfConfig,
+        rng: &mut R,
+    ) -> Result<GbfServer> {
+        Self::start(set.items.clone(), Some(set), config, rng)
+    }
+
+    fn start<R: CryptoRng + ?Sized>(
+        items: Arc<ItemSet>,
+        prepared: Option<Arc<GbfSet>>,
+        config: GbfConfig,
+        rng: &mut R,
+    ) -> Result<GbfServer> {
         chunked::check_set_size("server items", items.len(), MAX_ITEMS)?;
         let nonce = chunked::draw_nonce(rng);
         let delta = base_ot::draw_choices(rng);
         let pending = base_ot::Receiver::draw(&delta, &nonce, rng);
         Ok(GbfServer {
             items,
+            prepared,
             config,
             phase: Phase::AwaitHello(Box::new(Fresh {
                 nonce,
@@ -211,9 +269,16 @@ impl GbfServer {
         let Phase::AwaitChunk(ev) = std::mem::replace(&mut self.phase, Phase::Done) else {
             unreachable!("checked above")
         };
-        let items = &self.items;
+        let (items, prepared) = (&self.items, &self.prepared);
         threads.install(|| {
-            let digests = bloom::digests(items.items());
+            let computed;
+            let digests: &[Block] = match prepared {
+                Some(set) => &set.digests,
+                None => {
+                    computed = bloom::digests(items.items());
+                    &computed
+                }
+            };
             let mut values: Zeroizing<Vec<u128>> = Zeroizing::new(
                 digests
                     .par_iter()

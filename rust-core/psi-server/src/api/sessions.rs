@@ -245,14 +245,7 @@ fn start_rounds(
     let built = crate::storage::os_rng()
         .map_err(|_| internal())
         .and_then(|mut rng| {
-            RoundServer::build(
-                protocol,
-                &registry.items,
-                registry.cm20.as_ref(),
-                n,
-                &mut rng,
-            )
-            .map_err(|e| match e {
+            RoundServer::build(protocol, &registry.rounds, n, &mut rng).map_err(|e| match e {
                 BuildError::Core(e) => ApiError::from(e),
                 BuildError::NoRounds => internal(),
             })
