@@ -59,15 +59,16 @@ pub(crate) fn terms(w: &Workload) -> Option<Terms> {
         entries: s + 2.0 * c,
         cm20_lookups: c * k,
     };
-    // Server: base OTs as the MR19 receiver (as CM20-PSI's client); the columns; both
-    // seeds' row hashes per OT; a digest, the positions and k XORs per registry entry;
-    // sort and Golomb-Rice coding.
+    // Server: base OTs as the MR19 receiver (as CM20-PSI's client); the columns; one row
+    // hash per OT (`seed¹` only); the positions and k XORs per registry entry (its digests
+    // are prepared once per registry, `gbf::GbfSet`, as the reference server does); sort and
+    // Golomb-Rice coding.
     let server = Ops {
         scalar_mults: 2.0 * BASE_OTS,
         hash_to_group: BASE_OTS,
         element_decodes: 1.0,
         aes_blocks: s * positions + prg,
-        hash_blocks: s + 2.0 * m * row_hash,
+        hash_blocks: m * row_hash,
         entries: 2.0 * s,
         cm20_lookups: s * k,
     };

@@ -253,10 +253,8 @@ impl GbfServer {
                 .zip(ev.seeds[r0 * per..(r0 + count) * per].par_chunks_mut(per))
                 .enumerate()
                 .for_each(|(k, (u, seeds))| {
-                    let both = iknp::sender_at(sid, keys, delta, u, (r0 + k) as u32);
-                    for (s, b) in seeds.iter_mut().zip(both.iter()) {
-                        *s = b[1];
-                    }
+                    let ones = iknp::sender_ones_at(sid, keys, delta, u, (r0 + k) as u32);
+                    seeds.copy_from_slice(&ones);
                 });
         })?;
         ev.next_instance = r0 + count;

@@ -99,13 +99,60 @@ pub(crate) fn sender_at(
     u: &[u8],
     r: u32,
 ) -> Zeroizing<Vec<[Block; 2]>> {
-    assert_eq!(keys.len(), BASE_OTS);
-    let block = 4 * r as u64;
+    let (rows, delta_block) = sender_rows(keys, delta, u, r);
     let first_row = r as usize * CODE_BITS;
+    let seeds = (0..CODE_BITS)
+        .map(|j| {
+            let mut qj: Block = rows[16 * j..16 * j + 16].try_into().expect("16 bytes");
+            let s0 = row_hash(sid, first_row + j, &qj);
+            xor_in(&mut qj, &delta_block);
+            let s1 = row_hash(sid, first_row + j, &qj);
+            [s0, s1]
+        })
+        .collect();
+    Zeroizing::new(seeds)
+}
+
+/// The seeds with index 1 only, `H(j, q_j ⊕ Δ)`, of instance `r`: for a sender that never
+/// uses the other (GBF-PSI's server), one row hash per OT instead of two.
+pub(crate) fn sender_ones_at(
+    sid: &[u8; 32],
+    keys: &[Block],
+    delta: &[u8],
+    u: &[u8],
+    r: u32,
+) -> Zeroizing<Vec<Block>> {
+    let (rows, delta_block) = sender_rows(keys, delta, u, r);
+    let first_row = r as usize * CODE_BITS;
+    let seeds = (0..CODE_BITS)
+        .map(|j| {
+            let mut qj: Block = rows[16 * j..16 * j + 16].try_into().expect("16 bytes");
+            xor_in(&mut qj, &delta_block);
+            row_hash(sid, first_row + j, &qj)
+        })
+        .collect();
+    Zeroizing::new(seeds)
+}
+
+fn xor_in(a: &mut Block, b: &Block) {
+    for (a, b) in a.iter_mut().zip(b) {
+        *a ^= b;
+    }
+}
+
+/// The sender's transposed rows `q_j` of instance `r` and its `Δ` as a block.
+fn sender_rows(
+    keys: &[Block],
+    delta: &[u8],
+    u: &[u8],
+    r: u32,
+) -> (Zeroizing<Vec<u8>>, Zeroizing<Block>) {
+    assert_eq!(keys.len(), BASE_OTS);
     assert_eq!(delta.len(), BASE_OTS);
     assert_eq!(u.len(), U_LEN);
+    let block = 4 * r as u64;
     let mut q = Zeroizing::new(vec![0u8; U_LEN]);
-    let mut delta_block: Block = [0; 16];
+    let mut delta_block = Zeroizing::new([0u8; 16]);
     for i in 0..BASE_OTS {
         let qi = &mut q[i * CODE_BYTES..(i + 1) * CODE_BYTES];
         Prg::new(&keys[i]).fill(block, qi);
@@ -118,19 +165,7 @@ pub(crate) fn sender_at(
     }
     let mut rows = Zeroizing::new(vec![0u8; U_LEN]);
     transpose(&q, BASE_OTS, CODE_BYTES, &mut rows);
-    let delta_block = Zeroizing::new(delta_block);
-    let seeds = (0..CODE_BITS)
-        .map(|j| {
-            let mut qj: Block = rows[16 * j..16 * j + 16].try_into().expect("16 bytes");
-            let s0 = row_hash(sid, first_row + j, &qj);
-            for (a, b) in qj.iter_mut().zip(delta_block.iter()) {
-                *a ^= b;
-            }
-            let s1 = row_hash(sid, first_row + j, &qj);
-            [s0, s1]
-        })
-        .collect();
-    Zeroizing::new(seeds)
+    (rows, delta_block)
 }
 
 #[cfg(test)]
@@ -187,7 +222,9 @@ mod tests {
         let (u3, r3) = receiver_at(&sid, &keys, &s, 3);
         assert_ne!(u0, u3);
         let c3 = sender_at(&sid, &chosen, &delta, &u3, 3);
+        let ones = sender_ones_at(&sid, &chosen, &delta, &u3, 3);
         for j in 0..CODE_BITS {
+            assert_eq!(ones[j], c3[j][1], "OT {j}");
             let sj = ((s[j / 8] >> (j % 8)) & 1) as usize;
             assert_eq!(r3[j], c3[j][sj], "OT {j}");
             assert_ne!(r3[j], r0[j], "OT {j}");
