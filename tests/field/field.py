@@ -383,13 +383,14 @@ _SERVE_EXTRA = {}
 
 
 def serve_extra_flags(psi):
-    """CM20-PSI is opt-in on a server (ADR 0021: semi-honest clients only); the harness's
-    client is ours, so it is enabled where the binary has the flag. The link probe's hourly
+    """CM20-PSI and GBF-PSI are opt-in on a server (ADR 0021, ADR 0048: semi-honest clients
+    only); the harness's client is ours, so each is enabled where the binary has its flag
+    (`psi match` accepts every protocol name, so the grid forces each one). The link probe's hourly
     byte budget is lifted like the other budgets (the grid makes more runs per hour than a
     user), where the binary has the flag."""
     if psi not in _SERVE_EXTRA:
         text = sh(psi, "serve", "--help").stdout
-        extra = ["--enable-cm20"] if "--enable-cm20" in text else []
+        extra = [flag for flag in ("--enable-cm20", "--enable-gbf") if flag in text]
         extra += ["--probe-bytes-per-hour", "0"] if "--probe-bytes-per-hour" in text else []
         _SERVE_EXTRA[psi] = extra
     return _SERVE_EXTRA[psi]
