@@ -670,37 +670,7 @@ fn match_keeps_its_measurements_in_the_cache_dir() {
 /// `psi match --protocol gbf` (refused by a server without the flag).
 #[test]
 fn gbf_demo_and_serve_match() {
-    let (ok, out, err) = psi(&[
-        "demo",
-        "--protocol",
-        "gbf",
-        "--registry-size",
-        "3000",
-        "--threads",
-        "2",
-    ]);
-    assert!(ok, "{out}\n{err}");
-    assert!(
-        out.contains("36 of 250 contacts are registered (expected 36)"),
-        "{out}"
-    );
-    assert!(out.contains("GBF-PSI"), "{out}");
-    let dir = two_entry_registry("gbf");
-    let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
-    let db = path("r.sqlite");
-    let plain = Served::start(&db, &[]);
-    let refused = psi(&[
-        "match",
-        "--server",
-        &plain.url,
-        "--protocol",
-        "gbf",
-        &path("contacts.csv"),
-    ]);
-    drop(plain);
-    assert!(!refused.0, "{}", refused.1);
-    assert!(refused.2.contains("unsupported"), "{}", refused.2);
-    let server = Served::start(&db, &["--enable-gbf"]);
+    let (dir, server) = opt_in_demo_and_serve("gbf", "GBF-PSI", "--enable-gbf");
     let (ok, out, err) = psi(&[
         "match",
         "--server",
@@ -708,7 +678,7 @@ fn gbf_demo_and_serve_match() {
         "--protocol",
         "gbf",
         "--json",
-        &path("contacts.csv"),
+        dir.join("contacts.csv").to_str().unwrap(),
     ]);
     drop(server);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -717,14 +687,15 @@ fn gbf_demo_and_serve_match() {
     assert!(out.contains("gbf-psi"), "{out}");
 }
 
-/// `psi demo --protocol cm20` over loopback HTTP, and `psi serve --enable-cm20` with
-/// `psi match --protocol cm20` (refused by a server without the flag).
-#[test]
-fn cm20_demo_and_serve_match() {
+/// The part of an opt-in protocol's CLI test both protocols share: `psi demo --protocol
+/// <name>` finds the demo's 36 contacts and names `display`; a server without `flag` refuses
+/// `psi match --protocol <name>`. Returns the two-entry registry's directory and a server
+/// started with `flag` on it.
+fn opt_in_demo_and_serve(name: &str, display: &str, flag: &str) -> (std::path::PathBuf, Served) {
     let (ok, out, err) = psi(&[
         "demo",
         "--protocol",
-        "cm20",
+        name,
         "--registry-size",
         "3000",
         "--threads",
@@ -735,9 +706,9 @@ fn cm20_demo_and_serve_match() {
         out.contains("36 of 250 contacts are registered (expected 36)"),
         "{out}"
     );
-    assert!(out.contains("CM20-PSI"), "{out}");
-    let dir = two_entry_registry("cm20");
-    let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    assert!(out.contains(display), "{out}");
+    let dir = two_entry_registry(name);
+    let path = |file: &str| dir.join(file).to_str().unwrap().to_string();
     let db = path("r.sqlite");
     let plain = Served::start(&db, &[]);
     let refused = psi(&[
@@ -745,13 +716,22 @@ fn cm20_demo_and_serve_match() {
         "--server",
         &plain.url,
         "--protocol",
-        "cm20",
+        name,
         &path("contacts.csv"),
     ]);
     drop(plain);
     assert!(!refused.0, "{}", refused.1);
     assert!(refused.2.contains("unsupported"), "{}", refused.2);
-    let server = Served::start(&db, &["--enable-cm20"]);
+    let server = Served::start(&db, &[flag]);
+    (dir, server)
+}
+
+/// `psi demo --protocol cm20` over loopback HTTP, and `psi serve --enable-cm20` with
+/// `psi match --protocol cm20` (refused by a server without the flag).
+#[test]
+fn cm20_demo_and_serve_match() {
+    let (dir, server) = opt_in_demo_and_serve("cm20", "CM20-PSI", "--enable-cm20");
+    let path = |file: &str| dir.join(file).to_str().unwrap().to_string();
     let (ok, out, err) = psi(&[
         "match",
         "--server",

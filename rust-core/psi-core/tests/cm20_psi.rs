@@ -67,19 +67,7 @@ proptest! {
         request_log in 10u32..=24,
         seed in any::<u64>(),
     ) {
-        let common = n_c.min(n_s) * overlap_pct / 100;
-        let mut c = items("", 0..n_c);
-        let mut s = items("", n_c - common..n_c - common + n_s);
-        for d in 0..dups.min(c.len()) {
-            let again = c[d * 7 % c.len()].clone();
-            c.push(again);
-            let again = s[d * 5 % s.len().max(1)..].first().cloned();
-            s.extend(again);
-        }
-        if with_empty {
-            c.push(Vec::new());
-            s.insert(0, Vec::new());
-        }
+        let (c, s) = common::overlapping_sets(n_c, n_s, overlap_pct, dups, with_empty);
         let config = Cm20Config::new(Threads::new(threads)).with_max_request_bytes(1 << request_log);
         check(&c, &s, &config, seed);
     }

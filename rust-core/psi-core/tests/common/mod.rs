@@ -211,3 +211,29 @@ pub fn check_vector_of(
     let (c, s) = items;
     assert_eq!(serde_json::json!(expected(c, s)), stored["match_indices"]);
 }
+
+/// The sets of the round protocols' property tests: `n_c` client and `n_s` server items of
+/// which `overlap_pct` percent of the smaller set are shared, `dups` repeated items on each
+/// side, and the empty string on both if `with_empty`.
+pub fn overlapping_sets(
+    n_c: usize,
+    n_s: usize,
+    overlap_pct: usize,
+    dups: usize,
+    with_empty: bool,
+) -> Sets {
+    let common = n_c.min(n_s) * overlap_pct / 100;
+    let mut c = items("", 0..n_c);
+    let mut s = items("", n_c - common..n_c - common + n_s);
+    for d in 0..dups.min(c.len()) {
+        let again = c[d * 7 % c.len()].clone();
+        c.push(again);
+        let again = s[d * 5 % s.len().max(1)..].first().cloned();
+        s.extend(again);
+    }
+    if with_empty {
+        c.push(Vec::new());
+        s.insert(0, Vec::new());
+    }
+    (c, s)
+}
