@@ -168,7 +168,10 @@ impl Leader {
         match (&self.phase, msg) {
             (Phase::AwaitHellos(c), Message::Hello(hello)) => {
                 if c.hellos[member - 1].is_some() {
-                    return Err(wrong_phase("leader holding the member's hello", message_type::HELLO));
+                    return Err(wrong_phase(
+                        "leader holding the member's hello",
+                        message_type::HELLO,
+                    ));
                 }
                 self.on_hello(member, hello)
             }
@@ -235,13 +238,15 @@ impl Leader {
             unreachable!("checked by caller")
         };
         let n0 = self.items.len() as u32;
-        let hellos: Vec<(Hello, Zeroizing<Vec<[Block; 2]>>)> =
-            c.hellos.into_iter().map(|h| h.expect("all hellos")).collect();
+        let hellos: Vec<(Hello, Zeroizing<Vec<[Block; 2]>>)> = c
+            .hellos
+            .into_iter()
+            .map(|h| h.expect("all hellos"))
+            .collect();
         let member_items: Vec<u32> = hellos.iter().map(|(h, _)| h.items).collect();
         let max = member_items.iter().copied().fold(n0, u32::max);
-        let p = Params::new(c.parties, n0, max).ok_or(DecodeError::InvalidParameter {
-            what: "max items",
-        })?;
+        let p = Params::new(c.parties, n0, max)
+            .ok_or(DecodeError::InvalidParameter { what: "max items" })?;
         let roster: Vec<RosterEntry> = hellos
             .iter()
             .map(|(h, _)| RosterEntry {
@@ -308,7 +313,9 @@ impl Leader {
         let link = &run.links[member - 1];
         let (first, seeds) = link.in_flight.as_ref().expect("checked by caller");
         let per = INSTANCE_BITS as usize;
-        if chunk.first_instance as usize != *first || chunk.instance_count as usize * per != seeds.len() {
+        if chunk.first_instance as usize != *first
+            || chunk.instance_count as usize * per != seeds.len()
+        {
             return Err(DecodeError::InvalidParameter {
                 what: "chunk instances",
             }
@@ -341,7 +348,11 @@ impl Leader {
             let bytes = threads.install(|| run.next_chunk(member - 1, chunk_instances))?;
             return Ok(LeaderStep::Send(vec![Outgoing { member, bytes }]));
         }
-        if run.links.iter().any(|l| l.next_instance < total || l.in_flight.is_some()) {
+        if run
+            .links
+            .iter()
+            .any(|l| l.next_instance < total || l.in_flight.is_some())
+        {
             return Ok(LeaderStep::Send(Vec::new()));
         }
         let output = threads.install(|| run.output(&self.items))?;
@@ -360,7 +371,12 @@ impl Running {
         let r0 = link.next_instance;
         let count = chunk_instances.min(total - r0);
         let per = INSTANCE_BITS as usize;
-        let mut msg = Chunk::begin(message_type::MATRIX_CHUNK, r0 as u32, count as u16, INSTANCE_LEN);
+        let mut msg = Chunk::begin(
+            message_type::MATRIX_CHUNK,
+            r0 as u32,
+            count as u16,
+            INSTANCE_LEN,
+        );
         let body = msg.len();
         msg.resize(body + count * INSTANCE_LEN, 0);
         let mut seeds = Zeroizing::new(vec![0u64; count * per]);

@@ -361,7 +361,10 @@ mod tests {
         let mut c = Chunk::begin(message_type::CELL_CHUNK, 2, 1, 512 * 6);
         c.resize(c.len() + 512 * 6, 9);
         let c = wire::finish(c);
-        assert_eq!(c.len(), cell_chunk_len(&params::Params::new(2, 1, 1).unwrap(), 1) + 512);
+        assert_eq!(
+            c.len(),
+            cell_chunk_len(&params::Params::new(2, 1, 1).unwrap(), 1) + 512
+        );
         let Message::Cells(back) = decode(&c).unwrap() else {
             panic!("not cells")
         };

@@ -139,6 +139,17 @@ mod tests {
         assert_ne!(a[..], ga[..]);
     }
 
+    /// A share alone does not give its member's items away: with a pairwise stream in it,
+    /// the cells of an inserted item no longer XOR to zero.
+    #[test]
+    fn a_share_alone_hides_the_filter() {
+        let p = Params::new(3, 200, 200).unwrap();
+        let items: Vec<Vec<u8>> = (0u32..200).map(|i| i.to_be_bytes().to_vec()).collect();
+        let ps = positions_of(&items, &p);
+        let s = share(&ps, &p, &[4; 16], &[[5; 16]]).unwrap();
+        assert!(ps.iter().all(|q| xor_at(&s, q) != 0));
+    }
+
     /// A filter far too small for its items fails with a typed error.
     #[test]
     fn a_full_filter_is_an_error() {
