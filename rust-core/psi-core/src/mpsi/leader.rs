@@ -84,13 +84,16 @@ impl Phase {
     }
 }
 
+/// A member's hello with both keys of each base OT, computed when it arrived.
+type Joined = (Hello, Zeroizing<Vec<[Block; 2]>>);
+
 struct Collecting {
     parties: u8,
     nonce: [u8; 32],
     /// One base-OT sender per member (its own secret for each link).
     senders: Vec<base_ot::Sender>,
     /// Per member: its hello and both keys of each base OT, once the hello arrived.
-    hellos: Vec<Option<(Hello, Zeroizing<Vec<[Block; 2]>>)>>,
+    hellos: Vec<Option<Joined>>,
 }
 
 struct Running {
@@ -238,7 +241,7 @@ impl Leader {
             unreachable!("checked by caller")
         };
         let n0 = self.items.len() as u32;
-        let hellos: Vec<(Hello, Zeroizing<Vec<[Block; 2]>>)> = c
+        let hellos: Vec<Joined> = c
             .hellos
             .into_iter()
             .map(|h| h.expect("all hellos"))

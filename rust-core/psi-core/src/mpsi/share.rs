@@ -47,7 +47,8 @@ pub(crate) fn garbled_filter(
     let m = p.filter_bits as usize;
     let mut cells = Zeroizing::new(vec![0u64; m]);
     xor_stream(&mut cells, key, p.cell_mask());
-    let mut claimed = vec![0u64; m.div_ceil(64)];
+    // Which cells the items claimed: as secret as their positions.
+    let mut claimed = Zeroizing::new(vec![0u64; m.div_ceil(64)]);
     let is_claimed = |c: &[u64], q: u32| (c[q as usize / 64] >> (q % 64)) & 1 == 1;
     for ps in positions {
         let Some(&last) = ps.iter().find(|&&q| !is_claimed(&claimed, q)) else {
