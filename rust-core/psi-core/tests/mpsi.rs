@@ -255,6 +255,15 @@ fn truncated_and_oversized_messages_are_typed_errors() {
     let got: Vec<usize> = out.matches.iter().map(|m| m.index).collect();
     assert_eq!(got, (2..100).collect::<Vec<_>>());
     assert!(g.members.iter().all(Member::is_done) && g.leader.is_done());
+    // After the end, nothing is accepted.
+    let hello = g.hellos[0].clone();
+    assert!(matches!(
+        g.leader.handle(1, &hello),
+        Err(Error::WrongPhase {
+            phase: "leader done",
+            ..
+        })
+    ));
 }
 
 /// Prefixes at a few cut points (header, fields, body), one byte more, a wrong length

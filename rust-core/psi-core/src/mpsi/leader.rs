@@ -62,6 +62,8 @@ pub struct GroupOutput {
 pub struct Leader {
     items: ItemSet,
     config: MpsiConfig,
+    /// `t - 1`.
+    members: usize,
     phase: Phase,
 }
 
@@ -146,6 +148,7 @@ impl Leader {
         Ok(Leader {
             items,
             config,
+            members,
             phase: Phase::AwaitHellos(Box::new(Collecting {
                 parties,
                 nonce,
@@ -160,7 +163,7 @@ impl Leader {
     /// A malformed message, one from an unknown member or one that does not fit that
     /// member's phase is an error and leaves the leader as it was.
     pub fn handle(&mut self, member: usize, bytes: &[u8]) -> Result<LeaderStep> {
-        let members = self.members();
+        let members = self.members;
         if member == 0 || member > members {
             return Err(Error::UnknownMember {
                 index: member,
@@ -201,14 +204,6 @@ impl Leader {
         match &self.phase {
             Phase::Running(r) => Some(r.params),
             _ => None,
-        }
-    }
-
-    fn members(&self) -> usize {
-        match &self.phase {
-            Phase::AwaitHellos(c) => c.hellos.len(),
-            Phase::Running(r) => r.links.len(),
-            Phase::Done | Phase::Failed => 0,
         }
     }
 

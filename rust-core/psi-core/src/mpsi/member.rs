@@ -189,18 +189,7 @@ impl Member {
         let total = p.instances() as usize;
         let r0 = chunk.first_instance as usize;
         let count = chunk.instance_count as usize;
-        if r0 != st.next_instance {
-            return Err(DecodeError::InvalidParameter {
-                what: "first instance",
-            }
-            .into());
-        }
-        if r0 + count > total {
-            return Err(DecodeError::InvalidParameter {
-                what: "chunk instances",
-            }
-            .into());
-        }
+        chunked::check_chunk_range(r0, count, st.next_instance, total)?;
         let w = p.cell_bytes as usize;
         let per = INSTANCE_BITS as usize;
         let mask = p.cell_mask();
