@@ -3,6 +3,7 @@
 //! at 2^16 items each), malformed, truncated, oversized and out-of-phase messages (typed
 //! errors that leave the party as it was), and a seeded run that gives the same bytes twice.
 
+use proptest::prelude::*;
 use psi_core::mpsi::{self, Leader, LeaderStep, Member, MpsiConfig, Outgoing};
 use psi_core::{DecodeError, Error, ItemSet, Threads};
 use rand_chacha::ChaCha20Rng;
@@ -137,6 +138,28 @@ fn disjoint_members_and_empty_sets_give_no_matches() {
         &config(),
         25,
     );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 8, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Against the plain intersection: 2 to 6 parties, each set a random slice of a common
+    /// universe (so any overlap, empty sets included), one or two threads, chunks of one
+    /// instance to everything at once.
+    #[test]
+    fn matches_plain_intersection(
+        slices in proptest::collection::vec((0usize..400, 0usize..400), 2..=6),
+        threads in 1usize..=2,
+        chunk_log in 13u32..=24,
+        seed in any::<u64>(),
+    ) {
+        let sets: Vec<Vec<Vec<u8>>> = slices
+            .iter()
+            .map(|&(a, len)| items("p", a..a + len))
+            .collect();
+        let config = MpsiConfig::new(Threads::new(threads)).with_max_chunk_bytes(1 << chunk_log);
+        check(&sets[0], &sets[1..], &config, seed);
+    }
 }
 
 /// A seeded run is byte for byte the same twice (the basis of a transcript vector); another
