@@ -376,6 +376,28 @@ pub(crate) fn wrong_phase(phase: &'static str, message: u8) -> Error {
     Error::WrongPhase { phase, message }
 }
 
+/// The check of a chunk of `count` instances from `first` against the receiver's `next`
+/// instance and the run's `total` (GBF-PSI's server, group PSI's member): `InvalidParameter`
+/// "first instance" if it starts elsewhere, "chunk instances" if it runs past the end.
+pub(crate) fn check_chunk_range(
+    first: usize,
+    count: usize,
+    next: usize,
+    total: usize,
+) -> Result<(), DecodeError> {
+    if first != next {
+        return Err(DecodeError::InvalidParameter {
+            what: "first instance",
+        });
+    }
+    if first + count > total {
+        return Err(DecodeError::InvalidParameter {
+            what: "chunk instances",
+        });
+    }
+    Ok(())
+}
+
 /// The server's checks of the set size a hello declares against its configuration:
 /// exactly `expected` if set (a server that admitted and charged a session for `n` items
 /// pins `n`), and at most `max`.

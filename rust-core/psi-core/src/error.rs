@@ -115,6 +115,14 @@ pub enum Error {
     /// at most 2^-40 with the default table size; a retry uses fresh hash functions).
     #[error("cuckoo hashing failed to place {items} items in {bins} bins")]
     CuckooFailed { items: u64, bins: u64 },
+    /// Group PSI: a member's garbled Bloom filter had no free cell for an item
+    /// (probability at most 2^-40 per run with the parameters' `k`; a new run draws new
+    /// nonces and so new positions).
+    #[error("garbled Bloom filter of {items} items in {bits} cells is full")]
+    GbfInsertionFailed { items: u64, bits: u64 },
+    /// Group PSI: the leader was handed a message from a member it does not have.
+    #[error("no member {index} in a group of {members} members")]
+    UnknownMember { index: usize, members: usize },
 }
 
 /// Result with this crate's [`Error`].

@@ -14,6 +14,9 @@
 //!   OT-PSI at similar computation; semi-honest clients).
 //! - [`gbf`]: GBF-PSI (PSZ14's random garbled Bloom filter over OT extension, after
 //!   DCW13; semi-honest clients).
+//! - [`mpsi`]: group PSI for 2 to 16 parties (IOP18's MPSI-Aug over the star: the
+//!   members' garbled Bloom filters, additively shared, through OT extension to the
+//!   leader; augmented semi-honest).
 //! - `ote` (crate-private): the OT extension OT-PSI and CM20-PSI stand on (base OTs,
 //!   IKNP, the pseudorandom code, the bit transpose).
 //! - [`chunked`]: the session skeleton OT-PSI and CM20-PSI share (message types, phases,
@@ -44,6 +47,7 @@ pub mod gbf;
 pub mod golomb;
 pub mod items;
 pub mod labels;
+pub mod mpsi;
 pub mod oprf;
 pub mod ot;
 mod ote;

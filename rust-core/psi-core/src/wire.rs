@@ -4,7 +4,8 @@
 //! offset size field
 //! 0      2    magic "PS" (0x50 0x53)
 //! 2      1    wire version (1)
-//! 3      1    protocol id (crate::Protocol::wire_id: 0x01 DH-PSI, 0x02 OT-PSI, 0x03 CM20-PSI)
+//! 3      1    protocol id (crate::Protocol::wire_id: 0x01 DH-PSI, 0x02 OT-PSI, 0x03 CM20-PSI,
+//!             0x04 GBF-PSI; 0x05 group PSI, crate::mpsi::messages::WIRE_ID)
 //! 4      1    message type (per protocol)
 //! 5      4    body length, u32 big-endian
 //! 9      ...  body
@@ -36,10 +37,15 @@ pub struct Frame<'a> {
 
 /// Starts a message: writes the header with a placeholder length.
 pub(crate) fn begin(protocol: Protocol, message_type: u8, body_capacity: usize) -> Vec<u8> {
+    begin_id(protocol.wire_id(), message_type, body_capacity)
+}
+
+/// [`begin`] for a wire id that is not a two-party [`Protocol`] (group PSI, `crate::mpsi`).
+pub(crate) fn begin_id(wire_id: u8, message_type: u8, body_capacity: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN + body_capacity);
     out.extend_from_slice(&MAGIC);
     out.push(VERSION);
-    out.push(protocol.wire_id());
+    out.push(wire_id);
     out.push(message_type);
     out.extend_from_slice(&[0; 4]);
     out
@@ -58,6 +64,11 @@ pub(crate) fn finish(mut out: Vec<u8>) -> Vec<u8> {
 
 /// Parses the header, checks magic, version, protocol and exact length.
 pub fn parse_frame(bytes: &[u8], protocol: Protocol) -> Result<Frame<'_>, DecodeError> {
+    parse_frame_id(bytes, protocol.wire_id())
+}
+
+/// [`parse_frame`] for a wire id that is not a two-party [`Protocol`] (group PSI).
+pub fn parse_frame_id(bytes: &[u8], wire_id: u8) -> Result<Frame<'_>, DecodeError> {
     if bytes.len() < HEADER_LEN {
         return Err(DecodeError::Truncated {
             needed: HEADER_LEN,
@@ -70,9 +81,9 @@ pub fn parse_frame(bytes: &[u8], protocol: Protocol) -> Result<Frame<'_>, Decode
     if bytes[2] != VERSION {
         return Err(DecodeError::UnsupportedVersion(bytes[2]));
     }
-    if bytes[3] != protocol.wire_id() {
+    if bytes[3] != wire_id {
         return Err(DecodeError::WrongProtocol {
-            expected: protocol.wire_id(),
+            expected: wire_id,
             found: bytes[3],
         });
     }
@@ -110,7 +121,16 @@ pub(crate) fn decode_with<'a, T>(
     protocol: Protocol,
     read: impl FnOnce(u8, &mut Reader<'a>) -> Result<T, DecodeError>,
 ) -> Result<T, DecodeError> {
-    let frame = parse_frame(bytes, protocol)?;
+    decode_with_id(bytes, protocol.wire_id(), read)
+}
+
+/// [`decode_with`] for a wire id that is not a two-party [`Protocol`] (group PSI).
+pub(crate) fn decode_with_id<'a, T>(
+    bytes: &'a [u8],
+    wire_id: u8,
+    read: impl FnOnce(u8, &mut Reader<'a>) -> Result<T, DecodeError>,
+) -> Result<T, DecodeError> {
+    let frame = parse_frame_id(bytes, wire_id)?;
     let mut r = Reader::new(frame.body);
     let msg = read(frame.message_type, &mut r)?;
     r.end()?;

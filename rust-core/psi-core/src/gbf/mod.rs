@@ -34,7 +34,7 @@
 //!                                          ◀──   Outputs: n_s values, sorted, Golomb-Rice
 //! ```
 
-mod bloom;
+pub(crate) mod bloom;
 mod client;
 mod config;
 pub(crate) mod cost;

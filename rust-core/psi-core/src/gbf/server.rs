@@ -231,18 +231,7 @@ impl GbfServer {
         let total = p.instances() as usize;
         let r0 = chunk.first_instance as usize;
         let count = chunk.instance_count as usize;
-        if r0 != ev.next_instance {
-            return Err(DecodeError::InvalidParameter {
-                what: "first instance",
-            }
-            .into());
-        }
-        if r0 + count > total {
-            return Err(DecodeError::InvalidParameter {
-                what: "chunk instances",
-            }
-            .into());
-        }
+        chunked::check_chunk_range(r0, count, ev.next_instance, total)?;
         let threads = self.config.threads;
         let per = INSTANCE_BITS as usize;
         let (sid, keys, delta) = (&ev.sid, &ev.keys, &ev.delta);

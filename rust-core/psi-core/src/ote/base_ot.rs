@@ -101,7 +101,8 @@ fn kdf(nonce: &[u8; 32], i: u32, j: u8, msg: &[u8; 64], a: &[u8; 32], shared: &[
     h[..16].try_into().expect("16 bytes")
 }
 
-fn random_scalar<R: CryptoRng + ?Sized>(rng: &mut R) -> Scalar {
+/// A uniform scalar from 64 bytes of `rng` (also group PSI's pairwise key agreement).
+pub(crate) fn random_scalar<R: CryptoRng + ?Sized>(rng: &mut R) -> Scalar {
     let mut wide = Zeroizing::new([0u8; 64]);
     rng.fill_bytes(wide.as_mut());
     Scalar::from_bytes_mod_order_wide(&wide)
@@ -278,7 +279,7 @@ pub(crate) fn check_sender_point(bytes: &[u8; 32]) -> Result<(), DecodeError> {
 }
 
 /// Decodes a canonical, non-identity ristretto255 point.
-fn decode_point(bytes: &[u8; 32], index: usize) -> Result<RistrettoPoint, DecodeError> {
+pub(crate) fn decode_point(bytes: &[u8; 32], index: usize) -> Result<RistrettoPoint, DecodeError> {
     let p = CompressedRistretto(*bytes)
         .decompress()
         .ok_or(DecodeError::InvalidElement { index })?;
