@@ -744,6 +744,10 @@ mod tests {
         (ws, [UnitCosts::REFERENCE, scaled])
     }
 
+    /// (workload, units, protocol, requests, bytes up, bytes down, network s, client s,
+    /// server s).
+    type Pinned = (usize, usize, Protocol, u32, u64, u64, f64, f64, f64);
+
     /// DH-PSI's, OT-PSI's and CM20-PSI's predictions as the model made them before the
     /// protocols' own units moved into their modules (issue 38; printed by the code of
     /// 6cd6ad1): (workload, units, protocol, requests, bytes up, bytes down, network s,
@@ -751,7 +755,7 @@ mod tests {
     #[test]
     fn predictions_are_those_before_the_own_units() {
         #[rustfmt::skip]
-        const PINNED: &[(usize, usize, Protocol, u32, u64, u64, f64, f64, f64)] = &[
+        const PINNED: &[Pinned] = &[
             (0, 0, Protocol::Dh, 4, 36061, 1520016, 3.3512608e-1, 1.08645e-1, 4.8e-2),
             (0, 0, Protocol::Ot, 5, 146018, 3529852, 7.1198208e-1, 1.26590266e-1, 1.24428437e-1),
             (0, 0, Protocol::Cm20, 5, 120494, 1486473, 3.7687375999999995e-1, 1.2213079e-1, 1.5296052e-1),
