@@ -208,8 +208,9 @@ pub struct UnitCosts {
 
 impl From<&psi_client::UnitCosts> for UnitCosts {
     /// The one conversion from the core's record (`psi_core::cost::UnitCosts`, which owns
-    /// the fields). The core always has a CM20 lookup cost (measured, advertised or the
-    /// reference machine's), so `cm20_lookup_ns` is always set.
+    /// the fields). The core always has CM20-PSI's own unit (measured, advertised or the
+    /// reference machine's), so `cm20_lookup_ns` is always set. The other protocols' own
+    /// units (GBF-PSI's `gbf_xor_ns`) are not in this record yet (issue 38).
     fn from(u: &psi_client::UnitCosts) -> Self {
         UnitCosts {
             scalar_mult_ns: u.scalar_mult,
@@ -218,7 +219,7 @@ impl From<&psi_client::UnitCosts> for UnitCosts {
             aes_block_ns: u.aes_block,
             hash_block_ns: u.hash_block,
             entry_ns: u.entry,
-            cm20_lookup_ns: Some(u.cm20_lookup),
+            cm20_lookup_ns: u.own(psi_client::Protocol::Cm20),
             threads: u.threads,
         }
     }
@@ -400,15 +401,24 @@ mod tests {
     const BASE: &str = "http://127.0.0.1:1";
 
     fn costs(scale: f64) -> DeviceCosts {
-        DeviceCosts {
-            scalar_mult_ns: 40_000.0 * scale,
-            hash_to_group_ns: 18_000.0 * scale,
-            element_decode_ns: 8_000.0 * scale,
-            aes_block_ns: 2.0 * scale,
-            hash_block_ns: 60.0 * scale,
-            entry_ns: 25.0 * scale,
-            cm20_lookup_ns: Some(1.0 * scale),
-        }
+        // The reference units scaled, every protocol's own unit with them.
+        let r = psi_client::UnitCosts::REFERENCE;
+        let shared = psi_client::UnitCosts::new(
+            r.scalar_mult * scale,
+            r.hash_to_group * scale,
+            r.element_decode * scale,
+            r.aes_block * scale,
+            r.hash_block * scale,
+            r.entry * scale,
+            1,
+        );
+        let u = psi_client::Protocol::ALL
+            .iter()
+            .fold(shared, |u, &p| match r.own(p) {
+                Some(ns) => u.with_own(p, ns * scale),
+                None => u,
+            });
+        DeviceCosts::from_units(&u)
     }
 
     /// A client whose store holds the server's health (DH-PSI and OT-PSI, advertised
@@ -425,19 +435,15 @@ mod tests {
               "servers": {{"{BASE}": {{"status": "ok", "epoch": 3, "registry_items": 100000,
                 "protocols": ["dh-psi", "ot-psi"], "max_client_items": 10000,
                 "max_body_bytes": 8388608,
-                "costs": {{"scalar_mult_ns": {sm}, "hash_to_group_ns": {hg},
-                  "element_decode_ns": {ed}, "aes_block_ns": {aes}, "hash_block_ns": {hb},
-                  "entry_ns": {en}, "cm20_lookup_ns": {cl}, "threads_per_step": 1,
-                  "workers": 2, "ot_workers": 1}}}}}}
+                "costs": {server}}}}}
             }}"#,
             device = costs_json(device),
-            sm = server.scalar_mult_ns,
-            hg = server.hash_to_group_ns,
-            ed = server.element_decode_ns,
-            aes = server.aes_block_ns,
-            hb = server.hash_block_ns,
-            en = server.entry_ns,
-            cl = server.cm20_lookup_ns.unwrap_or_default(),
+            // The health's costs: the same record, flat beside the thread counts.
+            server = costs_json(server).replacen(
+                '{',
+                r#"{"threads_per_step": 1, "workers": 2, "ot_workers": 1, "#,
+                1
+            ),
         );
         let m = psi_client::Measurements::from_json(&json);
         assert!(m.device.is_some() && m.servers.contains_key(BASE), "{json}");
@@ -448,19 +454,22 @@ mod tests {
             .with_measurements(Arc::new(MeasurementStore::new(m)))
     }
 
+    /// The record as psi-client stores it: the shared units, then each protocol's own
+    /// unit under its field (psi-core's table).
     fn costs_json(c: DeviceCosts) -> String {
+        let own: String = psi_client::Protocol::ALL
+            .iter()
+            .filter_map(|&p| Some(format!(r#", "{}": {}"#, p.unit()?.field, c.own.get(p)?)))
+            .collect();
         format!(
             r#"{{"scalar_mult_ns": {}, "hash_to_group_ns": {}, "element_decode_ns": {},
-                "aes_block_ns": {}, "hash_block_ns": {}, "entry_ns": {},
-                "cm20_lookup_ns": {}}}"#,
+                "aes_block_ns": {}, "hash_block_ns": {}, "entry_ns": {}{own}}}"#,
             c.scalar_mult_ns,
             c.hash_to_group_ns,
             c.element_decode_ns,
             c.aes_block_ns,
             c.hash_block_ns,
             c.entry_ns,
-            // A store without it is recalibrated (it predates the CM20 unit).
-            c.cm20_lookup_ns.unwrap_or_default()
         )
     }
 

@@ -162,6 +162,7 @@ fn every_number_in_the_health_and_the_probe_answer_is_checked() {
         &["costs", "hash_block_ns"],
         &["costs", "entry_ns"],
         &["costs", "cm20_lookup_ns"],
+        &["costs", "gbf_xor_ns"],
         &["costs", "threads_per_step"],
         &["costs", "workers"],
         &["costs", "ot_workers"],
@@ -200,9 +201,13 @@ fn every_number_in_the_health_and_the_probe_answer_is_checked() {
                         (s.aes_block, reference.aes_block),
                         (s.hash_block, reference.hash_block),
                         (s.entry, reference.entry),
-                        (s.cm20_lookup, reference.cm20_lookup),
                     ] {
                         assert!(v >= r / range && v <= r * range, "{field:?} {v}");
+                    }
+                    for &p in psi_core::Protocol::ALL {
+                        if let (Some(v), Some(r)) = (s.own(p), reference.own(p)) {
+                            assert!(v >= r / range && v <= r * range, "{field:?} {p} {v}");
+                        }
                     }
                     assert!((1..=psi_client::measure::MAX_SERVER_THREADS).contains(&s.threads));
                     assert_eq!(r.matches.len(), 1);

@@ -433,7 +433,7 @@ fn a_cm20_cell_matches_its_prediction_and_auto_weighs_three() {
     };
     let health = client_with(config.clone(), store.clone()).health().unwrap();
     assert!(health.protocols.iter().any(|p| p == "cm20-psi"));
-    assert!(health.costs.unwrap().units.cm20_lookup_ns.is_some());
+    assert!(health.costs.unwrap().units.own.is_complete());
     store.update(|m| {
         m.servers.insert(srv.url(), health.clone());
     });

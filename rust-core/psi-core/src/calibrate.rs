@@ -29,10 +29,12 @@ fn per_op(kernel: fn(u32, u64) -> u8, reference: f64) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
-/// This device's unit costs on one thread (about 42 ms of work: seven kernels, six runs of about 1 ms each), for `threads` threads.
+/// This device's unit costs on one thread (about 6 ms of work per kernel: the six shared
+/// units' and each protocol's own, [`crate::Protocol::unit`]; six runs of about 1 ms
+/// each), for `threads` threads.
 pub fn unit_costs(threads: Threads) -> UnitCosts {
     let r = UnitCosts::REFERENCE;
-    UnitCosts::new(
+    let shared = UnitCosts::new(
         per_op(kernels::scalar_mults, r.scalar_mult),
         per_op(kernels::hash_to_group, r.hash_to_group),
         per_op(kernels::element_decodes, r.element_decode),
@@ -40,8 +42,13 @@ pub fn unit_costs(threads: Threads) -> UnitCosts {
         per_op(kernels::hash_blocks, r.hash_block),
         per_op(kernels::entries, r.entry),
         threads.get() as u32,
-    )
-    .with_cm20_lookup(per_op(kernels::cm20_lookups, r.cm20_lookup))
+    );
+    crate::Protocol::ALL
+        .iter()
+        .fold(shared, |u, &p| match p.unit() {
+            Some(unit) => u.with_own(p, per_op(unit.kernel, unit.reference)),
+            None => u,
+        })
 }
 
 #[cfg(test)]
@@ -56,7 +63,12 @@ mod tests {
         // A scalar multiplication costs far more than an AES block on any device.
         assert!(u.scalar_mult > 100.0 * u.aes_block, "{u:?}");
         assert!(u.scalar_mult > u.element_decode, "{u:?}");
-        // A column lookup is a few instructions, far below a hash block.
-        assert!(u.cm20_lookup > 0.0 && u.cm20_lookup < u.hash_block, "{u:?}");
+        // A column lookup is a few instructions, far below a hash block; GBF-PSI's random
+        // XOR reads 16 bytes out of the first-level caches: below a hash block too.
+        for p in [crate::Protocol::Cm20, crate::Protocol::Gbf] {
+            let own = u.own(p).unwrap();
+            assert!(own > 0.0 && own < u.hash_block, "{p}: {u:?}");
+        }
+        assert_eq!(u.own(crate::Protocol::Dh), None);
     }
 }

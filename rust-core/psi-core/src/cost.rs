@@ -18,15 +18,17 @@
 //! request), so the terms add. [`choose`] ranks the protocols by a [`Policy`].
 //!
 //! Each protocol states its own terms beside its sizes (`dh/cost.rs`, `ot/cost.rs`,
-//! `cm20/cost.rs`, reached through `Protocol`); this file is the frame that adds the
-//! session request and the label step and sums them. A new protocol is its own `cost.rs`
-//! and one arm in `plug.rs`.
+//! `cm20/cost.rs`, `gbf/cost.rs`, reached through `Protocol`), and so does the unit of an
+//! inner loop none of the shared units measures (its [`ProtocolUnit`], with reference and
+//! calibration kernel: CM20-PSI's column lookup, GBF-PSI's random XOR); this file is the
+//! frame that adds the session request and the label step and sums them. A new protocol
+//! is its own `cost.rs` and its arms in `plug.rs`.
 
 use crate::Protocol;
 use crate::cost_terms::Terms;
 pub use crate::cost_terms::{
     DEFAULT_BUCKET_ENTRIES, DEFAULT_LABEL_RECORD_BYTES, Exchange, MAX_MODEL_BYTES, MAX_MODEL_ITEMS,
-    Ops, Workload,
+    Ops, ProtocolUnit, Workload,
 };
 use crate::labels::{fetch_buckets, label_slots};
 
@@ -39,9 +41,6 @@ pub const RESPONSE_OVERHEAD: u64 = 160;
 pub const SESSION_REQUEST_BYTES: u64 = 44;
 /// `POST /v1/sessions` response body (`SessionCreated` JSON, about 300 bytes).
 pub const SESSION_RESPONSE_BYTES: u64 = 300;
-/// ns per CM20-PSI column lookup on the reference machine (docs/benchmarks.md), the
-/// prior for a device or server that has not measured it.
-pub const CM20_LOOKUP_REFERENCE: f64 = 1.0;
 
 /// The network between client and server.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -74,17 +73,38 @@ impl Link {
 }
 
 impl Ops {
-    /// Seconds on one thread at `units`.
-    pub fn seconds(&self, units: &UnitCosts) -> f64 {
+    /// Seconds on one thread at `units`, for a run of `protocol` (whose own unit,
+    /// [`Protocol::unit`], prices [`Ops::own`]).
+    pub fn seconds(&self, protocol: Protocol, units: &UnitCosts) -> f64 {
         (self.scalar_mults * units.scalar_mult
             + self.hash_to_group * units.hash_to_group
             + self.element_decodes * units.element_decode
             + self.aes_blocks * units.aes_block
             + self.hash_blocks * units.hash_block
             + self.entries * units.entry
-            + self.cm20_lookups * units.cm20_lookup)
+            + self.own * units.own(protocol).unwrap_or(0.0))
             / 1e9
     }
+}
+
+/// Slots of [`UnitCosts`]'s own units: one per protocol, in [`Protocol::ALL`] order.
+const SLOTS: usize = Protocol::ALL.len();
+
+fn slot(p: Protocol) -> usize {
+    Protocol::ALL.iter().position(|&q| q == p).unwrap_or(0)
+}
+
+/// Every protocol's own unit at its reference (0 in the slot of a protocol without one).
+const fn own_references() -> [f64; SLOTS] {
+    let mut own = [0.0; SLOTS];
+    let mut i = 0;
+    while i < SLOTS {
+        if let Some(u) = Protocol::ALL[i].unit() {
+            own[i] = u.reference;
+        }
+        i += 1;
+    }
+    own
 }
 
 /// Nanoseconds per operation on one thread of a device, and its threads.
@@ -103,8 +123,9 @@ pub struct UnitCosts {
     pub hash_block: f64,
     /// ns per entry of memory work.
     pub entry: f64,
-    /// ns per CM20-PSI column lookup.
-    pub cm20_lookup: f64,
+    /// ns per operation of each protocol's own unit ([`Protocol::unit`]), by its slot:
+    /// read with [`UnitCosts::own`], set with [`UnitCosts::with_own`].
+    own: [f64; SLOTS],
     /// Threads the side uses for a run's heavy steps (at least 1).
     pub threads: u32,
 }
@@ -120,11 +141,12 @@ impl UnitCosts {
         aes_block: 2.0,
         hash_block: 60.0,
         entry: 25.0,
-        cm20_lookup: CM20_LOOKUP_REFERENCE,
+        own: own_references(),
         threads: 1,
     };
 
-    /// The given costs (ns per operation) on `threads` threads.
+    /// The given costs (ns per operation) on `threads` threads; every protocol's own unit
+    /// at its reference until [`UnitCosts::with_own`] sets it.
     pub fn new(
         scalar_mult: f64,
         hash_to_group: f64,
@@ -141,15 +163,23 @@ impl UnitCosts {
             aes_block,
             hash_block,
             entry,
-            cm20_lookup: CM20_LOOKUP_REFERENCE,
+            own: own_references(),
             threads,
         }
     }
 
-    /// The same costs with `ns` per CM20-PSI column lookup (the unit added after the
-    /// first six; a peer that does not advertise it keeps [`UnitCosts::REFERENCE`]'s).
-    pub fn with_cm20_lookup(mut self, ns: f64) -> Self {
-        self.cm20_lookup = ns;
+    /// ns per operation of `protocol`'s own unit ([`Protocol::unit`]); `None` for a
+    /// protocol without one.
+    pub fn own(&self, protocol: Protocol) -> Option<f64> {
+        protocol.unit().map(|_| self.own[slot(protocol)])
+    }
+
+    /// The same costs with `ns` per operation of `protocol`'s own unit (unchanged for a
+    /// protocol without one). A peer that does not advertise a unit keeps its reference.
+    pub fn with_own(mut self, protocol: Protocol, ns: f64) -> Self {
+        if protocol.unit().is_some() {
+            self.own[slot(protocol)] = ns;
+        }
         self
     }
 
@@ -169,9 +199,9 @@ impl UnitCosts {
             self.aes_block,
             self.hash_block,
             self.entry,
-            self.cm20_lookup,
         ]
         .iter()
+        .chain(&self.own)
         .all(|c| c.is_finite() && *c >= 0.0 && *c < 1e9)
     }
 }
@@ -373,8 +403,8 @@ pub fn predict(protocol: Protocol, w: &Workload, inputs: &Inputs) -> Option<Pred
             .iter()
             .map(|e| inputs.link.exchange(e.up, e.down))
             .sum(),
-        client: c.client.seconds(&inputs.client) / threads(&inputs.client),
-        server: c.server.seconds(&inputs.server) / threads(&inputs.server),
+        client: c.client.seconds(protocol, &inputs.client) / threads(&inputs.client),
+        server: c.server.seconds(protocol, &inputs.server) / threads(&inputs.server),
     })
 }
 
@@ -636,8 +666,8 @@ mod tests {
         );
         // Its work is in the lookup unit: w per item on each side.
         let wd = crate::cm20::params::width(1000, 100_000, 1024).unwrap() as f64;
-        assert_eq!(cm.client.cm20_lookups, 1000.0 * wd);
-        assert_eq!(cm.server.cm20_lookups, 100_000.0 * wd);
+        assert_eq!(cm.client.own, 1000.0 * wd);
+        assert_eq!(cm.server.own, 100_000.0 * wd);
     }
 
     #[test]
@@ -662,7 +692,7 @@ mod tests {
         assert!(two.prediction(Protocol::Cm20).is_none());
         // A very slow lookup unit on the client moves the choice away from CM20.
         let mut slow = wifi;
-        slow.client = slow.client.with_cm20_lookup(1e3);
+        slow.client = slow.client.with_own(Protocol::Cm20, 1e3);
         let c = choose(&w, &slow, Policy::Fastest, Protocol::ALL).unwrap();
         assert_ne!(c.protocol, Protocol::Cm20);
     }
@@ -696,6 +726,142 @@ mod tests {
         assert!(!UnitCosts::new(f64::NAN, 0.0, 0.0, 0.0, 0.0, 0.0, 1).is_sane());
     }
 
+    /// The workloads and unit costs of [`predictions_are_those_before_the_own_units`].
+    fn pinned_inputs() -> (Vec<Workload>, [UnitCosts; 2]) {
+        let ws = vec![
+            Workload::new(1000, 100_000),
+            Workload::new(1000, 1_000_000).with_labels(false),
+            Workload::new(1 << 12, 1 << 12).with_labels(false),
+            Workload::new(1 << 16, 1 << 16)
+                .with_labels(false)
+                .with_limits(1 << 16, 1 << 20),
+            Workload::new(1 << 20, 1 << 20)
+                .with_labels(false)
+                .with_limits(1 << 20, 16 << 20),
+        ];
+        let scaled = UnitCosts::new(30_000.0, 20_000.0, 9_000.0, 3.0, 50.0, 30.0, 2)
+            .with_own(Protocol::Cm20, 1.5);
+        (ws, [UnitCosts::REFERENCE, scaled])
+    }
+
+    /// (workload, units, protocol, requests, bytes up, bytes down, network s, client s,
+    /// server s).
+    type Pinned = (usize, usize, Protocol, u32, u64, u64, f64, f64, f64);
+
+    /// DH-PSI's, OT-PSI's and CM20-PSI's predictions as the model made them before the
+    /// protocols' own units moved into their modules (issue 38; printed by the code of
+    /// 6cd6ad1): (workload, units, protocol, requests, bytes up, bytes down, network s,
+    /// client s, server s). The refactor must not move them.
+    #[test]
+    fn predictions_are_those_before_the_own_units() {
+        #[rustfmt::skip]
+        const PINNED: &[Pinned] = &[
+            (0, 0, Protocol::Dh, 4, 36061, 1520016, 3.3512608e-1, 1.08645e-1, 4.8e-2),
+            (0, 0, Protocol::Ot, 5, 146018, 3529852, 7.1198208e-1, 1.26590266e-1, 1.24428437e-1),
+            (0, 0, Protocol::Cm20, 5, 120494, 1486473, 3.7687375999999995e-1, 1.2213079e-1, 1.5296052e-1),
+            (0, 1, Protocol::Dh, 4, 36061, 1520016, 3.3512608e-1, 4.6065e-2, 3.9e-2),
+            (0, 1, Protocol::Ot, 5, 146018, 3529852, 7.1198208e-1, 5.4385222e-2, 1.10830738e-1),
+            (0, 1, Protocol::Cm20, 5, 120494, 1486473, 3.7687375999999995e-1, 5.18198425e-2, 1.7539078e-1),
+            (1, 0, Protocol::Dh, 3, 32061, 6985703, 1.1882599999999999e0, 1.31145e-1, 4.8e-2),
+            (1, 0, Protocol::Ot, 3, 110001, 27008585, 4.41686192e0, 8.7970266e-2, 6.11028437e-1),
+            (1, 0, Protocol::Cm20, 3, 85757, 6470143, 1.1229531200000002e0, 3.85240475e-2, 9.0967318e-1),
+            (1, 1, Protocol::Dh, 3, 32061, 6985703, 1.1882599999999999e0, 5.9565e-2, 3.9e-2),
+            (1, 1, Protocol::Ot, 3, 110001, 27008585, 4.41686192e0, 5.0335222e-2, 5.81230738e-1),
+            (1, 1, Protocol::Cm20, 3, 85757, 6470143, 1.1229531200000002e0, 2.0779473125e-2, 1.24608477e0),
+            (2, 0, Protocol::Dh, 3, 131133, 159854, 1.2782719999999997e-1, 4.3487232e-1, 1.96608e-1),
+            (2, 0, Protocol::Ot, 3, 341233, 106889, 1.865848e-1, 1.4318948e-2, 1.958069e-2),
+            (2, 0, Protocol::Cm20, 3, 313981, 44198, 1.678336e-1, 1.6661952e-2, 2.0699584e-2),
+            (2, 1, Protocol::Dh, 3, 131133, 159854, 1.2782719999999997e-1, 1.8259968e-1, 1.59744e-1),
+            (2, 1, Protocol::Ot, 3, 341233, 106889, 1.865848e-1, 6.043896e-3, 1.770082e-2),
+            (2, 1, Protocol::Cm20, 3, 313981, 44198, 1.678336e-1, 7.889524e-3, 2.0309056e-2),
+            (3, 0, Protocol::Dh, 3, 2097213, 2568876, 1.14241632e0, 6.95795712e0, 3.145728e0),
+            (3, 0, Protocol::Ot, 8, 5335174, 1778122, 2.1525232e0, 4.0822974e-2, 5.8651007e-2),
+            (3, 0, Protocol::Cm20, 9, 4997419, 488230, 1.85815488e0, 8.1997632e-2, 8.0227456e-2),
+            (3, 1, Protocol::Dh, 3, 2097213, 2568876, 1.14241632e0, 2.92159488e0, 2.555904e0),
+            (3, 1, Protocol::Ot, 8, 5335174, 1778122, 2.1525232e0, 1.9834738e-2, 5.5753078e-2),
+            (3, 1, Protocol::Cm20, 9, 4997419, 488230, 1.85815488e0, 5.2088724e-2, 1.02914144e-1),
+            (4, 0, Protocol::Dh, 3, 33554493, 41621143, 1.7457108639999998e1, 1.1132731392e2, 5.0331648e1),
+            (4, 0, Protocol::Ot, 8, 85236678, 31465930, 3.247105376e1, 4.64886808e-1, 6.8377598e-1),
+            (4, 0, Protocol::Cm20, 9, 81404203, 8083217, 2.752352368e1, 1.181681472e0, 1.086802048e0),
+            (4, 1, Protocol::Dh, 3, 33554493, 41621143, 1.7457108639999998e1, 4.674551808e1, 4.0894464e1),
+            (4, 1, Protocol::Ot, 8, 85236678, 31465930, 3.247105376e1, 2.40487916e-1, 6.6458908e-1),
+            (4, 1, Protocol::Cm20, 9, 81404203, 8083217, 2.752352368e1, 7.99723924e-1, 1.505215072e0),
+        ];
+        let (ws, units) = pinned_inputs();
+        for &(w, u, p, requests, up, down, network, client, server) in PINNED {
+            let i = Inputs {
+                link: Link::mbit(20.0, 25.0, 50.0),
+                client: units[u],
+                server: units[u].with_threads(1),
+            };
+            let r = predict(p, &ws[w], &i).unwrap();
+            assert_eq!((r.requests, r.bytes_up, r.bytes_down), (requests, up, down));
+            for (got, want) in [(r.network, network), (r.client, client), (r.server, server)] {
+                assert!(
+                    (got / want - 1.0).abs() < 1e-12,
+                    "{w} {u} {p}: {got} vs {want}"
+                );
+            }
+        }
+        assert_eq!(PINNED.len(), ws.len() * units.len() * 3);
+    }
+
+    /// GBF-PSI's work is priced in its own unit: a slow GBF unit changes GBF-PSI's
+    /// predicted computation and nothing else's; a slow CM20 unit leaves GBF-PSI alone.
+    #[test]
+    fn each_own_unit_prices_only_its_protocol() {
+        let (ws, _) = pinned_inputs();
+        let base = inputs(Link::mbit(20.0, 25.0, 50.0));
+        for (own, slow_ns) in [(Protocol::Gbf, 1e3), (Protocol::Cm20, 1e3)] {
+            let mut slow = base;
+            slow.client = slow.client.with_own(own, slow_ns);
+            slow.server = slow.server.with_own(own, slow_ns);
+            for w in &ws {
+                for &p in Protocol::ALL {
+                    let (a, b) = (predict(p, w, &base).unwrap(), predict(p, w, &slow).unwrap());
+                    if p == own {
+                        assert!(b.client > a.client && b.server > a.server, "{own} {p}");
+                        assert_eq!(a.network, b.network);
+                    } else {
+                        assert_eq!(a, b, "{own} {p}");
+                    }
+                }
+            }
+        }
+        // GBF-PSI's counts: k per item on each side, in its own unit.
+        let w = Workload::new(1000, 100_000).with_labels(false);
+        let c = cost(Protocol::Gbf, &w).unwrap();
+        let k = f64::from(crate::gbf::params::hashes(100_000));
+        assert_eq!((c.client.own, c.server.own), (1000.0 * k, 100_000.0 * k));
+        assert_eq!(
+            UnitCosts::REFERENCE.own(Protocol::Gbf),
+            Protocol::Gbf.unit().map(|u| u.reference)
+        );
+    }
+
+    /// A protocol without an own unit counts nothing in [`Ops::own`] (it would be priced
+    /// at 0), and the units' JSON fields are distinct.
+    #[test]
+    fn own_units_are_declared_where_they_are_counted() {
+        let w = Workload::new(1000, 100_000);
+        for &p in Protocol::ALL {
+            let c = cost(p, &w).unwrap();
+            assert_eq!(p.unit().is_some(), c.client.own > 0.0, "{p}");
+            assert_eq!(p.unit().is_some(), c.server.own > 0.0, "{p}");
+            assert_eq!(UnitCosts::REFERENCE.own(p).is_some(), p.unit().is_some());
+        }
+        let fields: std::collections::BTreeSet<&str> = Protocol::ALL
+            .iter()
+            .filter_map(|p| p.unit())
+            .map(|u| u.field)
+            .collect();
+        assert_eq!(
+            fields.len(),
+            Protocol::ALL.iter().filter(|p| p.unit().is_some()).count()
+        );
+        assert!(fields.contains("cm20_lookup_ns"));
+    }
+
     #[test]
     fn kernels_run() {
         for k in [0, 1, 3] {
@@ -705,9 +871,13 @@ mod tests {
             let _ = kernels::aes_blocks(k, 1);
             let _ = kernels::hash_blocks(k, 1);
             let _ = kernels::entries(k, 1);
-            let _ = kernels::cm20_lookups(k, 1);
+            for u in Protocol::ALL.iter().filter_map(|p| p.unit()) {
+                let _ = (u.kernel)(k, 1);
+            }
         }
-        assert_eq!(kernels::cm20_lookups(999, 3), kernels::cm20_lookups(999, 3));
+        for u in Protocol::ALL.iter().filter_map(|p| p.unit()) {
+            assert_eq!((u.kernel)(999, 3), (u.kernel)(999, 3), "{}", u.field);
+        }
         // Deterministic in the seed.
         assert_eq!(kernels::hash_blocks(5, 9), kernels::hash_blocks(5, 9));
         assert_eq!(kernels::aes_blocks(300, 9), kernels::aes_blocks(300, 9));

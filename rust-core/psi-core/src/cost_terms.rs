@@ -1,7 +1,8 @@
 //! The vocabulary of the cost model ([`crate::cost`]): what a run will do
 //! ([`Workload`]), one HTTP request ([`Exchange`]), the operations a side performs
 //! ([`Ops`]), and a protocol's share of a run ([`Terms`]). Each protocol states its own
-//! terms beside its sizes (`dh/cost.rs`, `ot/cost.rs`, `cm20/cost.rs`); `cost.rs` adds the
+//! terms beside its sizes (`dh/cost.rs`, `ot/cost.rs`, `cm20/cost.rs`, `gbf/cost.rs`), and
+//! a protocol whose inner loop no shared unit measures declares its own ([`ProtocolUnit`]); `cost.rs` adds the
 //! session request and the label step and sums them. Re-exported from [`crate::cost`].
 
 /// Average label record on the wire when the server does not say (30-byte record
@@ -110,9 +111,10 @@ pub struct Ops {
     /// Per-entry memory work over large sets: decoding a Golomb-Rice value, an insert
     /// or probe of a hash table, a bit-matrix transpose row, a shuffle step.
     pub entries: f64,
-    /// CM20-PSI column lookups: one item's bit in one `m`-bit matrix column (read at a
-    /// pseudorandom index, gathered into the item's row), `w` per item on each side.
-    pub cm20_lookups: f64,
+    /// Operations in the protocol's own unit ([`ProtocolUnit`], reached through
+    /// [`crate::Protocol::unit`]): the inner loop no shared unit measures, counted by the
+    /// protocol's `cost.rs`; 0 for a protocol without one.
+    pub own: f64,
 }
 
 impl Ops {
@@ -125,9 +127,27 @@ impl Ops {
             aes_blocks: self.aes_blocks + o.aes_blocks,
             hash_blocks: self.hash_blocks + o.hash_blocks,
             entries: self.entries + o.entries,
-            cm20_lookups: self.cm20_lookups + o.cm20_lookups,
+            own: self.own + o.own,
         }
     }
+}
+
+/// A unit of computation one protocol owns: the operation of its inner loop that none of
+/// the shared units (scalar multiplication, AES block, ...) measures. Declared in the
+/// protocol's `cost.rs` and reached through [`crate::Protocol::unit`] (the plug's table);
+/// [`crate::cost::UnitCosts`] keeps its ns per operation in the protocol's slot, the
+/// calibration times its kernel, and psi-http spells it `field` in a health answer and in
+/// measurements.json. A new protocol's unit is its module's constant and one arm.
+#[derive(Debug, Clone, Copy)]
+pub struct ProtocolUnit {
+    /// Its JSON field, ns per operation (`cm20_lookup_ns`).
+    pub field: &'static str,
+    /// ns per operation on the reference machine (docs/benchmarks.md): the prior for a
+    /// side that has not measured it.
+    pub reference: f64,
+    /// The calibration kernel: `k` operations on data derived from `seed`, returning a
+    /// value that depends on all of them (as [`crate::cost::kernels`]).
+    pub kernel: fn(u32, u64) -> u8,
 }
 
 /// A protocol's requests (after the session request) and its computation on each side,

@@ -7,7 +7,7 @@
 
 use crate::Protocol;
 use crate::chunked::{ChunkedClient, ChunkedServer, StartedClient};
-use crate::cost_terms::{Terms, Workload};
+use crate::cost_terms::{ProtocolUnit, Terms, Workload};
 use crate::error::Result;
 use crate::items::ItemSet;
 use crate::parallel::Threads;
@@ -203,6 +203,17 @@ impl Protocol {
             Protocol::Ot => crate::ot::cost::terms(w),
             Protocol::Cm20 => crate::cm20::cost::terms(w),
             Protocol::Gbf => crate::gbf::cost::terms(w),
+        }
+    }
+
+    /// The protocol's own cost unit, from its `cost` module: the operation of its inner
+    /// loop that no shared unit measures (its terms count it in [`crate::cost::Ops::own`]);
+    /// `None` for a protocol whose work the shared units cover.
+    pub const fn unit(self) -> Option<&'static ProtocolUnit> {
+        match self {
+            Protocol::Dh | Protocol::Ot => None,
+            Protocol::Cm20 => Some(&crate::cm20::cost::LOOKUP),
+            Protocol::Gbf => Some(&crate::gbf::cost::XOR),
         }
     }
 }

@@ -7,7 +7,10 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-use psi_core::cost::{CM20_LOOKUP_REFERENCE, UnitCosts};
+mod own_units;
+
+pub use own_units::OwnUnitsNs;
+use psi_core::cost::UnitCosts;
 use serde::{Deserialize, Serialize};
 
 /// HTTP method of a route (the API uses these three only).
@@ -336,10 +339,12 @@ pub struct UnitCostsNs {
     pub hash_block_ns: f64,
     /// ns per entry of memory work (hash-table insert or probe, shuffle step).
     pub entry_ns: f64,
-    /// ns per CM20-PSI column lookup. Absent from servers (and stored measurements) older
-    /// than CM20 in the cost model: the reader then uses the reference value.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cm20_lookup_ns: Option<f64>,
+    /// ns per operation of each protocol's own unit, one field per unit
+    /// (`cm20_lookup_ns`: a CM20-PSI column lookup; `gbf_xor_ns`: a GBF-PSI random XOR).
+    /// A unit is absent from servers (and stored measurements) older than it: the reader
+    /// then uses the unit's reference value.
+    #[serde(flatten)]
+    pub own: OwnUnitsNs,
 }
 
 impl UnitCostsNs {
@@ -352,15 +357,15 @@ impl UnitCostsNs {
             aes_block_ns: u.aes_block,
             hash_block_ns: u.hash_block,
             entry_ns: u.entry,
-            cm20_lookup_ns: Some(u.cm20_lookup),
+            own: OwnUnitsNs::from_units(u),
         }
     }
 
     /// The model's record on `threads` threads, as given (no plausibility check: a
     /// caller that does not trust the source clamps, as psi-client does with a server's).
-    /// An absent CM20 lookup cost is the reference's.
+    /// An absent own unit of a protocol is its reference.
     pub fn units(&self, threads: u32) -> UnitCosts {
-        UnitCosts::new(
+        let shared = UnitCosts::new(
             self.scalar_mult_ns,
             self.hash_to_group_ns,
             self.element_decode_ns,
@@ -368,8 +373,13 @@ impl UnitCostsNs {
             self.hash_block_ns,
             self.entry_ns,
             threads,
-        )
-        .with_cm20_lookup(self.cm20_lookup_ns.unwrap_or(CM20_LOOKUP_REFERENCE))
+        );
+        psi_core::Protocol::ALL
+            .iter()
+            .fold(shared, |u, &p| match self.own.get(p) {
+                Some(ns) => u.with_own(p, ns),
+                None => u,
+            })
     }
 }
 
@@ -552,12 +562,14 @@ mod tests {
     }
 
     /// The health's `costs` object is flat (the unit costs beside the thread counts), as
-    /// docs/api.md and openapi.json spell it; an older server without `cm20_lookup_ns` reads
-    /// as the reference lookup cost; the conversion keeps every unit.
+    /// docs/api.md and openapi.json spell it; an older server without `cm20_lookup_ns` or
+    /// `gbf_xor_ns` reads as the units' references; the conversion keeps every unit.
     #[test]
     fn server_costs_are_one_flat_object_and_convert_both_ways() {
-        let u =
-            UnitCosts::new(40_000.0, 18_000.0, 8_000.0, 2.0, 60.0, 25.0, 3).with_cm20_lookup(1.5);
+        use psi_core::Protocol;
+        let u = UnitCosts::new(40_000.0, 18_000.0, 8_000.0, 2.0, 60.0, 25.0, 3)
+            .with_own(Protocol::Cm20, 1.5)
+            .with_own(Protocol::Gbf, 7.25);
         let c = ServerCosts {
             units: UnitCostsNs::from_units(&u),
             threads_per_step: 1,
@@ -573,6 +585,7 @@ mod tests {
                 "cm20_lookup_ns",
                 "element_decode_ns",
                 "entry_ns",
+                "gbf_xor_ns",
                 "hash_block_ns",
                 "hash_to_group_ns",
                 "ot_workers",
@@ -583,11 +596,38 @@ mod tests {
         );
         assert_eq!(serde_json::from_value::<ServerCosts>(v).unwrap(), c);
         assert_eq!(c.units.units(3), u);
-        let mut old = serde_json::to_value(c).unwrap();
-        old.as_object_mut().unwrap().remove("cm20_lookup_ns");
-        let old: ServerCosts = serde_json::from_value(old).unwrap();
-        assert_eq!(old.units.cm20_lookup_ns, None);
-        assert_eq!(old.units.units(3).cm20_lookup, CM20_LOOKUP_REFERENCE);
+        assert_eq!(c.units.own.get(Protocol::Gbf), Some(7.25));
+        let reference = UnitCosts::REFERENCE;
+        // A server of the CM20 unit but not the GBF one (the health before GBF-PSI's unit).
+        let before_gbf = r#"{"scalar_mult_ns":40000.0,"hash_to_group_ns":18000.0,
+            "element_decode_ns":8000.0,"aes_block_ns":2.0,"hash_block_ns":60.0,
+            "entry_ns":25.0,"cm20_lookup_ns":1.5,"threads_per_step":1,"workers":2,
+            "ot_workers":1}"#;
+        let old: ServerCosts = serde_json::from_str(before_gbf).unwrap();
+        assert_eq!(old.units.own.get(Protocol::Cm20), Some(1.5));
+        assert_eq!(old.units.own.get(Protocol::Gbf), None);
+        assert!(!old.units.own.is_complete());
+        assert_eq!(
+            old.units.units(3).own(Protocol::Gbf),
+            reference.own(Protocol::Gbf)
+        );
+        assert_eq!(old.units.units(3).own(Protocol::Cm20), Some(1.5));
+        // Older still: no own unit at all; and a field this version does not know (a later
+        // unit) is ignored, as is a `null`.
+        let mut older = serde_json::to_value(c).unwrap();
+        let o = older.as_object_mut().unwrap();
+        o.remove("cm20_lookup_ns");
+        o.remove("gbf_xor_ns");
+        o.insert("later_unit_ns".into(), serde_json::json!({"any": "shape"}));
+        let older: ServerCosts = serde_json::from_value(older).unwrap();
+        assert_eq!(older.units.own, OwnUnitsNs::default());
+        for &p in Protocol::ALL {
+            assert_eq!(older.units.units(3).own(p), reference.own(p), "{p}");
+        }
+        assert_eq!(older.workers, 2);
+        let null = before_gbf.replace("1.5", "null");
+        let null: ServerCosts = serde_json::from_str(&null).unwrap();
+        assert_eq!(null.units.own.get(Protocol::Cm20), None);
     }
 
     #[test]

@@ -11,7 +11,9 @@
 
 mod common;
 
-use psi_http::{CreateSession, ErrorCode, Health, Route, ServerCosts, SessionCreated, UnitCostsNs};
+use psi_http::{
+    CreateSession, ErrorCode, Health, OwnUnitsNs, Route, ServerCosts, SessionCreated, UnitCostsNs,
+};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -433,7 +435,8 @@ fn json_bodies_match_psi_http() {
             .map(|f| f.as_str().to_string())
             .collect::<BTreeSet<String>>()
     );
-    // `cm20_lookup_ns` is optional (absent from servers older than CM20 in the model).
+    // The protocols' own units are optional (absent from servers older than the unit):
+    // `cm20_lookup_ns`, `gbf_xor_ns`, psi-core's fields, every one.
     assert_fields_optional(
         &doc,
         "ServerCosts",
@@ -445,13 +448,17 @@ fn json_bodies_match_psi_http() {
                 aes_block_ns: 0.0,
                 hash_block_ns: 0.0,
                 entry_ns: 0.0,
-                cm20_lookup_ns: None,
+                own: OwnUnitsNs::default(),
             },
             threads_per_step: 0,
             workers: 0,
             ot_workers: 0,
         },
-        &["cm20_lookup_ns"],
+        &psi_core::Protocol::ALL
+            .iter()
+            .filter_map(|p| p.unit())
+            .map(|u| u.field)
+            .collect::<Vec<_>>(),
     );
     // Protocol names: psi-core's API names.
     let names: BTreeSet<String> = psi_core::Protocol::ALL

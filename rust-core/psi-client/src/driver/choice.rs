@@ -58,8 +58,9 @@ impl Client {
         };
         let threads = self.config.threads.get() as u32;
         let (device, device_source) = match stored.device {
-            // A store written before the CM20 lookup unit existed lacks it: calibrate.
-            Some(d) if d.cm20_lookup_ns.is_some() => (d.units(threads), Source::Measured),
+            // A store written before one of the protocols' own units existed lacks it:
+            // calibrate again.
+            Some(d) if d.own.is_complete() => (d.units(threads), Source::Measured),
             _ => {
                 let d = crate::measure::calibrate_device();
                 self.measurements.update(|m| m.device = Some(d));

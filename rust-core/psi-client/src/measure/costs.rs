@@ -8,7 +8,7 @@ use psi_core::cost::UnitCosts;
 /// conversion to and from the model's [`UnitCosts`].
 pub type DeviceCosts = psi_http::UnitCostsNs;
 
-/// Measures this device (about 42 ms): `psi_core::calibrate::unit_costs` on one thread.
+/// Measures this device (about 6 ms per unit): `psi_core::calibrate::unit_costs` on one thread.
 pub fn calibrate_device() -> DeviceCosts {
     DeviceCosts::from_units(&psi_core::calibrate::unit_costs(psi_core::Threads::ONE))
 }
@@ -37,7 +37,7 @@ pub fn server_units(h: &psi_http::Health) -> Option<UnitCosts> {
             reference
         }
     };
-    let u = UnitCosts::new(
+    let shared = UnitCosts::new(
         f(c.scalar_mult_ns, r.scalar_mult),
         f(c.hash_to_group_ns, r.hash_to_group),
         f(c.element_decode_ns, r.element_decode),
@@ -45,7 +45,16 @@ pub fn server_units(h: &psi_http::Health) -> Option<UnitCosts> {
         f(c.hash_block_ns, r.hash_block),
         f(c.entry_ns, r.entry),
         costs.threads_per_step.clamp(1, MAX_SERVER_THREADS),
-    )
-    .with_cm20_lookup(f(c.cm20_lookup_ns.unwrap_or(r.cm20_lookup), r.cm20_lookup));
+    );
+    // Each protocol's own unit likewise; one not advertised (an older server) is the
+    // reference's.
+    let u = psi_core::Protocol::ALL
+        .iter()
+        .fold(shared, |u, &p| match (r.own(p), c.own.get(p)) {
+            (Some(reference), advertised) => {
+                u.with_own(p, f(advertised.unwrap_or(reference), reference))
+            }
+            (None, _) => u,
+        });
     u.is_sane().then_some(u)
 }

@@ -118,6 +118,58 @@ mod tests {
         assert!(Measurements::from_json("not json").device.is_none());
     }
 
+    /// A measurements.json written before a protocol's own unit existed still loads: the
+    /// device costs it holds are kept, marked incomplete (the choice measures the device
+    /// again, `driver::choice`), and the servers' healths read with the unit's reference.
+    #[test]
+    fn stores_older_than_an_own_unit_still_load() {
+        use psi_core::Protocol;
+        let device = r#""scalar_mult_ns": 41000.0, "hash_to_group_ns": 18500.0,
+            "element_decode_ns": 8100.0, "aes_block_ns": 2.1, "hash_block_ns": 61.0,
+            "entry_ns": 26.0"#;
+        let health = r#"{"status": "ok", "epoch": 3, "registry_items": 100000,
+            "protocols": ["dh-psi", "ot-psi", "cm20-psi"], "max_client_items": 10000,
+            "max_body_bytes": 8388608, "costs": {"scalar_mult_ns": 40000.0,
+            "hash_to_group_ns": 18000.0, "element_decode_ns": 8000.0, "aes_block_ns": 2.0,
+            "hash_block_ns": 60.0, "entry_ns": 25.0, "cm20_lookup_ns": 1.2,
+            "threads_per_step": 1, "workers": 2, "ot_workers": 1}}"#;
+        // Before GBF-PSI's unit (CM20-PSI's present), and before CM20-PSI's.
+        for cm20 in [r#", "cm20_lookup_ns": 1.1"#, ""] {
+            let json = format!(
+                r#"{{"device": {{{device}{cm20}}}, "networks": {{}},
+                   "servers": {{"https://a": {health}}}}}"#
+            );
+            let m = Measurements::from_json(&json);
+            let d = m.device.expect("the device costs load");
+            assert_eq!(d.scalar_mult_ns, 41000.0);
+            assert_eq!(d.own.get(Protocol::Cm20), (!cm20.is_empty()).then_some(1.1));
+            assert_eq!(d.own.get(Protocol::Gbf), None);
+            assert!(!d.own.is_complete());
+            let h = &m.servers["https://a"];
+            let units = crate::measure::server_units(h).unwrap();
+            assert_eq!(units.own(Protocol::Cm20), Some(1.2));
+            assert_eq!(
+                units.own(Protocol::Gbf),
+                UnitCosts::REFERENCE.own(Protocol::Gbf)
+            );
+            // Written back, it has what it read and no made-up GBF unit.
+            let again = Measurements::from_json(&m.to_json());
+            assert_eq!(again.device, m.device);
+            assert!(!m.to_json().contains("gbf_xor_ns"));
+        }
+        // A calibrated device has every unit.
+        let d = DeviceCosts::from_units(&UnitCosts::REFERENCE);
+        assert!(d.own.is_complete());
+        assert!(
+            Measurements {
+                device: Some(d),
+                ..Measurements::default()
+            }
+            .to_json()
+            .contains("gbf_xor_ns")
+        );
+    }
+
     #[test]
     fn a_probe_pause_is_bounded_kept_per_server_and_persisted() {
         let mut m = Measurements::default();

@@ -3,7 +3,47 @@
 //! operations of each side; and what a session is charged.
 
 use super::{params, sizes};
-use crate::cost_terms::{BASE_OTS, Exchange, Ops, Terms, Workload};
+use crate::cost_terms::{BASE_OTS, Exchange, Ops, ProtocolUnit, Terms, Workload};
+
+/// CM20-PSI's own cost unit, a column lookup: one item's bit at a pseudorandom index of
+/// an `m`-bit matrix column, gathered into the item's row; `w` per item on each side
+/// ([`Ops::own`] in [`terms`]). Its reference is the development machine's
+/// (docs/benchmarks.md); its JSON field `cm20_lookup_ns` is the one CM20-PSI servers have
+/// advertised since the unit existed.
+pub(crate) const LOOKUP: ProtocolUnit = ProtocolUnit {
+    field: "cm20_lookup_ns",
+    reference: 1.0,
+    kernel: lookups,
+};
+
+/// `k` CM20-PSI column lookups, shaped as the real one: `log2 m` index bits cut from a
+/// pseudorandom word per item, the bit at that index of an `m`-bit column (`m = 2^14`,
+/// a column in cache as the real lookup keeps it), gathered into bit `i` of a row of
+/// the lookups (`acc`). It replays the memory access pattern of the lookup in
+/// `super::client` and `super::server`.
+fn lookups(k: u32, seed: u64) -> u8 {
+    const BITS: u32 = 14;
+    let mut x = seed | 1;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let col: Vec<u64> = (0..(1usize << BITS) / 64).map(|_| next()).collect();
+    let mut acc = vec![0u64; (k as usize).div_ceil(64)];
+    let mut word = 0u64;
+    for i in 0..k as usize {
+        // Four indices per 64-bit word, as F's output serves several columns.
+        if i % 4 == 0 {
+            word = next();
+        }
+        let v = ((word >> (16 * (i % 4))) & ((1 << BITS) - 1)) as usize;
+        let bit = (col[v / 64] >> (v % 64)) & 1;
+        acc[i / 64] |= bit << (i % 64);
+    }
+    acc.iter().fold(0u64, |a, w| a ^ w.count_ones() as u64) as u8
+}
 
 /// What a session of `n` client items is charged ([`crate::Protocol::charge`]): a
 /// CM20-PSI client that follows the protocol gets one evaluation per item, `n` (the hello
@@ -57,7 +97,7 @@ pub(crate) fn terms(w: &Workload) -> Option<Terms> {
     // client (A and the correction), one on the server.
     let prg = m * wf / 128.0;
     // Client: base OTs as the MR19 receiver (as OT-PSI's client); H1 (one
-    // block) and F per item; the PRG; w lookups per item; H2 per item; its
+    // block) and F per item; the PRG; w lookups per item ([`LOOKUP`]); H2 per item; its
     // outputs sorted and merged with the server's n_s decoded values.
     let client = Ops {
         scalar_mults: 2.0 * BASE_OTS,
@@ -66,7 +106,7 @@ pub(crate) fn terms(w: &Workload) -> Option<Terms> {
         aes_blocks: c * prf + 2.0 * prg,
         hash_blocks: c * (1.0 + h2),
         entries: s + 2.0 * c,
-        cm20_lookups: c * wf,
+        own: c * wf,
     };
     // Server: base OTs as the MR19 sender; per registry entry F, w lookups and
     // H2 (its H1 digests are prepared once per registry, `cm20::Cm20Set`, as the
@@ -79,7 +119,7 @@ pub(crate) fn terms(w: &Workload) -> Option<Terms> {
         aes_blocks: s * prf + prg,
         hash_blocks: s * h2,
         entries: 2.0 * s,
-        cm20_lookups: s * wf,
+        own: s * wf,
     };
     Some(Terms {
         requests,

@@ -1,6 +1,8 @@
 //! Calibration kernels: each performs `k` operations of one kind on data derived from
 //! `seed` and returns a value that depends on all of them (so the work cannot be
-//! optimised away). The driver times them (this crate has no clock).
+//! optimised away). The driver times them (this crate has no clock). These are the shared
+//! units' kernels; a protocol's own unit brings its kernel in its `cost.rs`
+//! ([`crate::cost::ProtocolUnit`]).
 
 use crate::oprf;
 use curve25519_dalek::scalar::Scalar;
@@ -79,33 +81,4 @@ pub fn entries(k: u32, seed: u64) -> u8 {
     }
     let hits = (0..half).filter(|_| set.contains(&next())).count();
     (hits as u8) ^ (set.len() as u8)
-}
-
-/// `k` CM20-PSI column lookups, shaped as `cm20`'s: `log2 m` index bits cut from a
-/// pseudorandom word per item, the bit at that index of an `m`-bit column (`m = 2^14`,
-/// a column in cache as the real lookup keeps it), gathered into bit `i` of a row of
-/// the lookups (`acc`). The real lookup is private to `cm20` (whose owner may expose
-/// it as a kernel, as `ot` does for AES); this replays its memory access pattern.
-pub fn cm20_lookups(k: u32, seed: u64) -> u8 {
-    const BITS: u32 = 14;
-    let mut x = seed | 1;
-    let mut next = || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
-    let col: Vec<u64> = (0..(1usize << BITS) / 64).map(|_| next()).collect();
-    let mut acc = vec![0u64; (k as usize).div_ceil(64)];
-    let mut word = 0u64;
-    for i in 0..k as usize {
-        // Four indices per 64-bit word, as F's output serves several columns.
-        if i % 4 == 0 {
-            word = next();
-        }
-        let v = ((word >> (16 * (i % 4))) & ((1 << BITS) - 1)) as usize;
-        let bit = (col[v / 64] >> (v % 64)) & 1;
-        acc[i / 64] |= bit << (i % 64);
-    }
-    acc.iter().fold(0u64, |a, w| a ^ w.count_ones() as u64) as u8
 }
