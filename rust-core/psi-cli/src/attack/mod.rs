@@ -110,7 +110,8 @@ pub struct AttackArgs {
     #[arg(long, default_value_t = 13_000)]
     slow_read_rate: u64,
     /// Small attacks against a server with smaller caps (`--max-sessions 128`,
-    /// `--max-connections 32`, two slow readers): for tests, seconds instead of minutes.
+    /// `--max-connections 32`, `--health-per-hour 300` for forwarded-quote, two slow
+    /// readers, two flooders): for tests, seconds instead of minutes.
     #[arg(long)]
     quick: bool,
     /// An extra argument for every `psi serve` (repeatable, e.g. --serve-arg=--workers=2).
