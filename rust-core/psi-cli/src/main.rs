@@ -109,10 +109,11 @@ enum Command {
     /// Load generator: concurrent clients matching against a server.
     Loadgen(loadgen::LoadgenArgs),
     /// Each denial-of-service attack (session table filling, OT slots held, slow readers,
-    /// connection hogging, failed steps, refused OT requests, encoded-set downloads)
-    /// beside honest clients, each against a fresh `psi serve` on loopback: prints the
-    /// honest runs completed and their p50/p99 without and with the attack
-    /// (docs/reliability.md).
+    /// connection hogging, failed steps, refused OT requests, encoded-set downloads,
+    /// stalled uploads, unknown tokens, drained budgets, label fetches, cheap requests
+    /// against a server on PostgreSQL, quotes in X-Forwarded-For) beside honest clients,
+    /// each against a fresh `psi serve` on loopback: prints the honest runs completed and
+    /// their p50/p99 without and with the attack (docs/reliability.md).
     Attack(attack::AttackArgs),
     /// Print the benchmark table (docs/benchmarks.md).
     Bench {

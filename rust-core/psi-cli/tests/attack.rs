@@ -1,7 +1,9 @@
 //! `psi attack --quick` against the real `psi serve` on loopback: two attacks of issue 23
 //! (the session table filled, item 1; the OT slots held by refused requests, item 2) and
-//! the two upload attacks of issue 35 (items 1 and 2) and its budget drain (item 5), each
-//! beside honest clients, and every honest run completes correctly. Keeps the harness of
+//! the two upload attacks of issue 35 (items 1 and 2), its budget drain (item 5), its
+//! flood of cheap requests at a server on PostgreSQL 3 ms away (item 4; skipped with a
+//! message where no PostgreSQL binaries exist) and its quotes in X-Forwarded-For (item 6),
+//! each beside honest clients, and every honest run completes correctly. Keeps the harness of
 //! docs/reliability.md ("Attacks beside honest clients") from rotting. No timed
 //! assertions: the command is bounded by its own --max-secs and --setup-secs, and the test
 //! kills it after 300 s.
@@ -14,9 +16,20 @@ use std::time::{Duration, Instant};
 /// per phase of at least `min_secs`; checks that each attack was in place and every honest
 /// run completed correctly, and returns the rows and the output.
 fn attack(attacks: &str, runs: u64, min_secs: u64) -> (Vec<serde_json::Value>, String) {
+    attack_with(attacks, runs, min_secs, &[])
+}
+
+/// [`attack`] with more `psi attack` arguments.
+fn attack_with(
+    attacks: &str,
+    runs: u64,
+    min_secs: u64,
+    extra: &[&str],
+) -> (Vec<serde_json::Value>, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_psi"))
         .args(["attack", "--quick", "--json", "--registry-size", "2000"])
         .args(["--attack", attacks])
+        .args(extra)
         .args(["--honest-clients", "2", "--contacts", "50"])
         .args([
             "--runs",
@@ -132,4 +145,48 @@ fn honest_clients_below_their_floor_complete_beside_the_budget_drain() {
         .as_u64()
         .unwrap_or(0);
     assert!(refused > 0, "{out}");
+}
+
+/// Issue 35 item 4: free 304s and made-up tokens (each a real lookup) flooded at a server
+/// whose PostgreSQL is 3 ms away each way; every honest run completes (checked by
+/// `attack`). Skipped, saying so, where no PostgreSQL server binaries exist.
+#[test]
+fn honest_clients_complete_beside_a_flood_of_cheap_requests_on_postgres() {
+    if let Err(e) = psi_test_support::pg::find_bin_dir() {
+        eprintln!(
+            "SKIPPED honest_clients_complete_beside_a_flood_of_cheap_requests_on_postgres: {e}"
+        );
+        return;
+    }
+    let (rows, out) = attack_with("pg-lookups", 4, 0, &["--db-delay-ms", "3"]);
+    assert_eq!(rows[0]["postgres_delay_ms_each_way"], 3, "{out}");
+    let count = |outcome: &str| rows[0]["attacker_outcomes"][outcome].as_u64().unwrap_or(0);
+    // In place: the flood ran for a second and 200 made-up tokens were sent.
+    assert!(count("if-none-match: 304") >= 200, "{out}");
+    assert!(count("unknown token: 304") >= 100, "{out}");
+}
+
+/// Issue 35 item 6 (low): quotes and junk in X-Forwarded-For from the trusted proxy's
+/// address are charged to the attacker's own address or refused 400, never to the proxy's:
+/// the balancer probing health from the proxy's address is answered 200 every time, past
+/// the proxy's whole hourly health budget sent by the attacker; the honest clients, through
+/// the proxy, complete every run (checked by `attack`).
+#[test]
+fn a_balancer_and_honest_clients_behind_the_proxy_are_unharmed_by_quotes_in_x_forwarded_for() {
+    let (rows, out) = attack("forwarded-quote", 4, 3);
+    let outcomes = rows[0]["attacker_outcomes"].as_object().unwrap();
+    let count = |outcome: &str| outcomes.get(outcome).and_then(|v| v.as_u64()).unwrap_or(0);
+    assert!(count("balancer probe: 200") >= 5, "{out}");
+    for (k, v) in outcomes {
+        assert!(
+            !k.starts_with("balancer probe") || k == "balancer probe: 200",
+            "a probe was not answered 200 ({k}: {v}): {out}"
+        );
+    }
+    assert!(count("quote/junk alone: 400 bad_request") > 0, "{out}");
+    // The quick server's health budget is 300 an hour: the attacker's own address spent it.
+    assert!(
+        count("quote/junk, proxy appended: 429 rate_limited") > 0,
+        "{out}"
+    );
 }

@@ -362,8 +362,16 @@ impl Drop for TempPostgres {
 }
 
 /// `PSI_PG_BIN`, else the newest /usr/lib/postgresql/*/bin, else the directory of `initdb`
-/// on PATH.
+/// on PATH; panics with [`find_bin_dir`]'s message when none holds the binaries.
 fn bin_dir() -> PathBuf {
+    find_bin_dir().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The directory of the PostgreSQL server binaries (initdb, pg_ctl, postgres) that
+/// [`TempPostgres::start`] runs: `PSI_PG_BIN`, else the newest /usr/lib/postgresql/*/bin,
+/// else the directory of `initdb` on PATH. The error says where they were looked for and
+/// how to install them (for a caller that skips, or a command that reports it).
+pub fn find_bin_dir() -> Result<PathBuf, String> {
     let has_all = |d: &Path| {
         ["initdb", "pg_ctl", "postgres"]
             .iter()
@@ -371,12 +379,13 @@ fn bin_dir() -> PathBuf {
     };
     if let Some(d) = std::env::var_os("PSI_PG_BIN") {
         let d = PathBuf::from(d);
-        assert!(
-            has_all(&d),
-            "PSI_PG_BIN={} does not hold initdb, pg_ctl and postgres",
-            d.display()
-        );
-        return d;
+        if !has_all(&d) {
+            return Err(format!(
+                "PSI_PG_BIN={} does not hold initdb, pg_ctl and postgres",
+                d.display()
+            ));
+        }
+        return Ok(d);
     }
     let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
         .into_iter()
@@ -390,19 +399,20 @@ fn bin_dir() -> PathBuf {
         .collect();
     versions.sort();
     if let Some((_, d)) = versions.pop() {
-        return d;
+        return Ok(d);
     }
     if let Some(initdb) = find_program("initdb", &[])
         && let Some(d) = initdb.parent()
         && has_all(d)
     {
-        return d.to_path_buf();
+        return Ok(d.to_path_buf());
     }
-    panic!(
+    Err(
         "PostgreSQL server binaries (initdb, pg_ctl, postgres) not found: not in PSI_PG_BIN, \
          /usr/lib/postgresql/*/bin or PATH. The Rust tests start their own PostgreSQL; \
          install it with `source ci/setup.sh && psi_setup_postgres` (ci/test.sh does), \
          or set PSI_PG_BIN."
+            .into(),
     )
 }
 

@@ -1,7 +1,8 @@
 //! The attacks of `psi attack`, one per item of issue 23 (and the upload items of issue
-//! 35, in [`uploads`]) that a caller can run against a server, each from loopback
-//! addresses 127.N.0.M with N below 200 (the honest clients send from 127.200.0.1 and
-//! up).
+//! 35, in [`uploads`]; its other items in files of their own beside this one) that a
+//! caller can run against a server, each from loopback addresses 127.N.0.M with N below
+//! 200 (the honest clients send from 127.200.0.1 and up); `forwarded-quote` sends from the
+//! trusted proxy's address 127.0.0.1.
 
 mod uploads;
 
@@ -42,9 +43,15 @@ pub enum Attack {
     UnknownTokens,
     /// Issue 35 item 6: one-item sessions that fetch the most label buckets they may.
     LabelFetch,
+    /// Issue 35 item 4: free 304s and made-up tokens flooded at a server whose
+    /// PostgreSQL is a few milliseconds away.
+    PgLookups,
+    /// Issue 35 item 6 (low): quotes and junk in `X-Forwarded-For` through a trusted
+    /// proxy, beside a balancer probing health from the proxy's address.
+    ForwardedQuote,
 }
 
-const ALL: [Attack; 12] = [
+const ALL: [Attack; 14] = [
     Attack::SessionFill,
     Attack::OtSlotHold,
     Attack::SlowReader,
@@ -57,15 +64,18 @@ const ALL: [Attack; 12] = [
     Attack::BudgetDrain,
     Attack::UnknownTokens,
     Attack::LabelFetch,
+    Attack::PgLookups,
+    Attack::ForwardedQuote,
 ];
 
-/// `--attack`: names, or `all`.
-pub fn parse_list(names: &[String]) -> Result<Vec<Attack>, String> {
+/// `--attack`: names, or `all` (every attack; `pg-lookups`, which needs PostgreSQL, only
+/// when `postgres`).
+pub fn parse_list(names: &[String], postgres: bool) -> Result<Vec<Attack>, String> {
     let mut out = Vec::new();
     for n in names {
         let n = n.trim();
         if n.eq_ignore_ascii_case("all") {
-            out.extend(ALL);
+            out.extend(ALL.into_iter().filter(|a| postgres || !a.needs_postgres()));
             continue;
         }
         let a = ALL.into_iter().find(|a| a.name() == n).ok_or_else(|| {
@@ -137,6 +147,8 @@ pub struct Ctx {
     pub(super) quick: bool,
     max_client_items: u64,
     slow_rate: u64,
+    /// The encoded set's current ETag (for `If-None-Match`).
+    etag: String,
 }
 
 impl Ctx {
@@ -157,6 +169,10 @@ impl Ctx {
             quick,
             max_client_items: v["max_client_items"].as_u64().unwrap_or(10_000).max(1),
             slow_rate,
+            etag: v["encoded_set_etag"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
         })
     }
 }
@@ -170,6 +186,11 @@ impl Ctx {
     /// The server's address.
     pub(super) fn server(&self) -> SocketAddrV4 {
         self.server
+    }
+
+    /// The encoded set's ETag when the attack started.
+    pub(super) fn etag(&self) -> &str {
+        &self.etag
     }
 }
 
@@ -251,6 +272,8 @@ impl Attack {
             Attack::BudgetDrain => "budget-drain",
             Attack::UnknownTokens => "unknown-tokens",
             Attack::LabelFetch => "label-fetch",
+            Attack::PgLookups => "pg-lookups",
+            Attack::ForwardedQuote => "forwarded-quote",
         }
     }
 
@@ -269,7 +292,20 @@ impl Attack {
             Attack::BudgetDrain => "35.5",
             Attack::UnknownTokens => "35.3",
             Attack::LabelFetch => "35.6",
+            Attack::PgLookups => "35.4",
+            Attack::ForwardedQuote => "35.6",
         }
+    }
+
+    /// Whether its server runs on PostgreSQL whatever `--postgres` says.
+    pub fn needs_postgres(self) -> bool {
+        self == Attack::PgLookups
+    }
+
+    /// Whether the honest clients reach its server through a trusted proxy (from
+    /// 127.0.0.1, with `X-Forwarded-For` of their own address).
+    pub fn via_proxy(self) -> bool {
+        self == Attack::ForwardedQuote
     }
 
     /// `psi serve` arguments for this attack's server: the defaults, scaled down with
@@ -278,9 +314,15 @@ impl Attack {
         let args: &[&str] = match (self, quick) {
             (Attack::SessionFill, true) => &["--max-sessions", "128"],
             (Attack::ConnectionHog | Attack::UploadHold, true) => &["--max-connections", "32"],
+            (Attack::ForwardedQuote, _) => &["--trusted-proxy", "127.0.0.1"],
             _ => &[],
         };
-        args.iter().map(|s| s.to_string()).collect()
+        let mut args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        if self == Attack::ForwardedQuote && quick {
+            args.push("--health-per-hour".into());
+            args.push(super::forwarded::QUICK_HEALTH_PER_HOUR.to_string());
+        }
+        args
     }
 
     /// Runs the attack until `stop`; sets `ready` once it is in place.
@@ -298,6 +340,8 @@ impl Attack {
             Attack::BudgetDrain => super::drain::budget_drain(ctx, stop, ready, tally),
             Attack::UnknownTokens => super::credentials::unknown_tokens(ctx, stop, ready, tally),
             Attack::LabelFetch => super::label_fetch::label_fetch(ctx, stop, ready, tally),
+            Attack::PgLookups => super::pg_lookups::pg_lookups(ctx, stop, ready, tally),
+            Attack::ForwardedQuote => super::forwarded::forwarded_quote(ctx, stop, ready, tally),
         }
     }
 }

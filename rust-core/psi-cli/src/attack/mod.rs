@@ -13,12 +13,21 @@
 //! connection per request; attackers send from 127.N.0.M with N below 200.
 //! The table: honest runs completed/failed and their p50/p99 without and with the
 //! attack, the server's peak memory, and what the server answered the attacker.
+//!
+//! `pg-lookups` (and every attack with `--postgres`) runs its server on a throwaway
+//! PostgreSQL cluster reached through a relay that delays each direction by
+//! `--db-delay-ms` (`pg.rs`, `relay.rs`); `forwarded-quote` runs its server behind a
+//! trusted proxy at 127.0.0.1, its honest clients sending through it (`forwarded.rs`).
 
 mod attacks;
 mod credentials;
 mod drain;
+mod forwarded;
 mod label_fetch;
+mod pg;
+mod pg_lookups;
 mod raw;
+mod relay;
 
 use crate::proc_status::rss_kib;
 use crate::synthetic::{contacts_of_run, matches_expected};
@@ -36,10 +45,14 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
 pub struct AttackArgs {
-    /// Attacks to run, comma separated, or `all`: session-fill (issue 23 item 1),
-    /// ot-slot-hold (2), slow-reader (3), connection-hog (4), failed-steps (7),
-    /// ot-refused-4095 (8), set-download (10); of issue 35: upload-hold (item 1), body-hold
-    /// (item 2), unknown-tokens (item 3), budget-drain (item 5), label-fetch (item 6).
+    /// Attacks to run, comma separated, or `all` (pg-lookups only with --postgres):
+    /// session-fill (issue 23 item 1), ot-slot-hold (2), slow-reader (3), connection-hog
+    /// (4), failed-steps (7), ot-refused-4095 (8), set-download (10); of issue 35:
+    /// upload-hold (item 1), body-hold (item 2), unknown-tokens (item 3), pg-lookups (item
+    /// 4: free 304s and made-up tokens against a server on PostgreSQL --db-delay-ms away;
+    /// always on PostgreSQL), budget-drain (item 5), label-fetch (item 6), forwarded-quote
+    /// (item 6, low: quotes and junk in X-Forwarded-For through a trusted proxy at
+    /// 127.0.0.1, beside a balancer probing health from it).
     #[arg(long, value_delimiter = ',', default_value = "all")]
     attack: Vec<String>,
     /// Synthetic registry entries, imported into a temporary database (`psi import
@@ -47,9 +60,21 @@ pub struct AttackArgs {
     #[arg(long, default_value_t = 100_000)]
     registry_size: u64,
     /// A registry database filled by `psi import --synthetic REGISTRY_SIZE` (with the
-    /// default --max-client-items): each attack's server runs on a copy of it.
+    /// default --max-client-items): each attack's server runs on a copy of it (SQLite
+    /// only; not with --postgres or pg-lookups).
     #[arg(long)]
     db: Option<PathBuf>,
+    /// Run every attack's server on PostgreSQL (pg-lookups always is): a throwaway
+    /// cluster on 127.0.0.1 (initdb and pg_ctl from PSI_PG_BIN or
+    /// /usr/lib/postgresql/*/bin; `source ci/setup.sh && psi_setup_postgres` installs
+    /// them), a copy of the registry per server, reached through a relay that delays
+    /// every byte by --db-delay-ms each way; the servers watch the store (every 2 s).
+    #[arg(long)]
+    postgres: bool,
+    /// PostgreSQL: milliseconds the relay holds each piece of data in each direction
+    /// between a server and the database (a round trip takes twice this).
+    #[arg(long, default_value_t = 3)]
+    db_delay_ms: u64,
     /// Honest clients (threads, at most 50, each from an address of its own): the first
     /// half DH-PSI, the rest the automatic choice.
     #[arg(long, default_value_t = 4)]
@@ -85,7 +110,8 @@ pub struct AttackArgs {
     #[arg(long, default_value_t = 13_000)]
     slow_read_rate: u64,
     /// Small attacks against a server with smaller caps (`--max-sessions 128`,
-    /// `--max-connections 32`, two slow readers): for tests, seconds instead of minutes.
+    /// `--max-connections 32`, `--health-per-hour 300` for forwarded-quote, two slow
+    /// readers, two flooders): for tests, seconds instead of minutes.
     #[arg(long)]
     quick: bool,
     /// An extra argument for every `psi serve` (repeatable, e.g. --serve-arg=--workers=2).
@@ -148,6 +174,7 @@ fn honest_phase(
     server_pid: u32,
     first_run: u64,
     phase: u8,
+    via_proxy: bool,
 ) -> Honest {
     let started = AtomicU64::new(0);
     let out = Mutex::new(Honest::default());
@@ -177,7 +204,11 @@ fn honest_phase(
                         .with_timeout(Duration::from_secs(20));
                     let from = Ipv4Addr::new(127, 200 + c as u8, phase, 1);
                     let never = Arc::new(AtomicBool::new(false));
-                    let transport = Arc::new(raw::RawTransport::new(from, None, never));
+                    let transport = Arc::new(if via_proxy {
+                        raw::RawTransport::via_proxy(from, forwarded::PROXY, never)
+                    } else {
+                        raw::RawTransport::new(from, None, never)
+                    });
                     let client = Client::with_transport(url, transport, config);
                     let _ = client.health();
                     let choice = if c < ot_clients {
@@ -258,15 +289,31 @@ impl Drop for Server {
     }
 }
 
-fn start_server(db: &Path, extra: &[String], log: &Path) -> Result<Server, String> {
+/// The database of one attack's server.
+enum ServerDb {
+    /// A SQLite file: the store is not watched (`--watch-store off`: nothing else writes
+    /// it).
+    Sqlite(PathBuf),
+    /// `psi serve` arguments naming a PostgreSQL database ([`pg::PgBackend::server_db`]):
+    /// the store watched at the default interval, as several instances run.
+    Postgres(Vec<String>),
+}
+
+fn start_server(db: &ServerDb, extra: &[String], log: &Path) -> Result<Server, String> {
     let exe = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
     let log = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
-    let mut child = Command::new(exe)
-        .arg("serve")
-        .arg("--db")
-        .arg(db)
+    let mut cmd = Command::new(exe);
+    cmd.arg("serve");
+    match db {
+        ServerDb::Sqlite(path) => {
+            cmd.arg("--db").arg(path).args(["--watch-store", "off"]);
+        }
+        ServerDb::Postgres(args) => {
+            cmd.args(args);
+        }
+    }
+    let mut child = cmd
         .args(["--listen", "127.0.0.1:0", "--rotate-every", "off"])
-        .args(["--watch-store", "off"])
         .args(extra)
         .stdout(Stdio::piped())
         .stderr(log)
@@ -313,6 +360,8 @@ impl Drop for TempDir {
 /// One row of the table.
 struct Row {
     attack: Attack,
+    /// On PostgreSQL: the relay's delay each way.
+    db_delay: Option<Duration>,
     baseline: Honest,
     attacked: Honest,
     tally: BTreeMap<String, u64>,
@@ -328,10 +377,31 @@ pub fn run(args: AttackArgs) -> Result<(), String> {
     if args.honest_clients > 50 {
         return Err("--honest-clients: at most 50".into());
     }
-    let attacks = attacks::parse_list(&args.attack)?;
+    let attacks = attacks::parse_list(&args.attack, args.postgres)?;
+    let on_postgres = |a: Attack| args.postgres || a.needs_postgres();
+    let any_sqlite = attacks.iter().any(|&a| !on_postgres(a));
+    let any_postgres = attacks.iter().any(|&a| on_postgres(a));
+    if any_postgres && args.db.is_some() {
+        return Err(
+            "--db is a SQLite registry; on PostgreSQL (--postgres, pg-lookups) psi attack \
+             imports its own (--registry-size)"
+                .into(),
+        );
+    }
     let dir = TempDir(std::env::temp_dir().join(format!("psi-attack-{}", std::process::id())));
     std::fs::create_dir_all(&dir.0).map_err(|e| format!("{}: {e}", dir.0.display()))?;
+    // Before the SQLite import: a missing PostgreSQL fails at once.
+    let postgres = if any_postgres {
+        Some(pg::PgBackend::start(
+            &dir.0,
+            args.registry_size,
+            Duration::from_millis(args.db_delay_ms),
+        )?)
+    } else {
+        None
+    };
     let source = match &args.db {
+        _ if !any_sqlite => PathBuf::new(),
         Some(db) => db.clone(),
         None => {
             let db = dir.0.join("registry.sqlite");
@@ -354,15 +424,29 @@ pub fn run(args: AttackArgs) -> Result<(), String> {
     };
     let mut rows = Vec::new();
     for (i, attack) in attacks.into_iter().enumerate() {
-        let db = dir.0.join(format!("{}.sqlite", attack.name()));
-        copy_db(&source, &db)?;
+        let db = match &postgres {
+            Some(pg) if on_postgres(attack) => ServerDb::Postgres(pg.server_db(attack.name())?),
+            _ => {
+                let db = dir.0.join(format!("{}.sqlite", attack.name()));
+                copy_db(&source, &db)?;
+                ServerDb::Sqlite(db)
+            }
+        };
         let mut extra = attack.server_args(args.quick);
         extra.extend(args.serve_args.iter().cloned());
         let log = dir.0.join(format!("{}.log", attack.name()));
         let server = start_server(&db, &extra, &log)?;
         let pid = server.child.id();
+        let proxied = attack.via_proxy();
         eprintln!("{}: baseline...", attack.name());
-        let baseline = honest_phase(&server.url, &args, pid, 2 * i as u64 * args.runs, 0);
+        let baseline = honest_phase(
+            &server.url,
+            &args,
+            pid,
+            2 * i as u64 * args.runs,
+            0,
+            proxied,
+        );
         eprintln!("{}: attack...", attack.name());
         let ctx = Ctx::new(&server.url, args.quick, args.slow_read_rate.max(1))?;
         let tally = Tally::default();
@@ -386,7 +470,8 @@ pub fn run(args: AttackArgs) -> Result<(), String> {
                 attack.name(),
                 setup.as_secs_f64()
             );
-            let h = honest_phase(&server.url, &args, pid, (2 * i as u64 + 1) * args.runs, 1);
+            let first = (2 * i as u64 + 1) * args.runs;
+            let h = honest_phase(&server.url, &args, pid, first, 1, proxied);
             stop.store(true, Ordering::Relaxed);
             let _ = attacker.join();
             (h, (in_place, setup))
@@ -394,6 +479,10 @@ pub fn run(args: AttackArgs) -> Result<(), String> {
         drop(server);
         rows.push(Row {
             attack,
+            db_delay: postgres
+                .as_ref()
+                .filter(|_| on_postgres(attack))
+                .map(|pg| pg.delay()),
             baseline,
             attacked,
             tally: tally.counts(),
@@ -414,6 +503,7 @@ fn print_rows(rows: &[Row], args: &AttackArgs) {
                 serde_json::json!({
                     "attack": r.attack.name(),
                     "issue_item": r.attack.item(),
+                    "postgres_delay_ms_each_way": r.db_delay.map(|d| d.as_millis() as u64),
                     "attack_in_place": r.in_place,
                     "attack_setup_s": r.setup.as_secs_f64(),
                     "baseline": r.baseline.json(),
@@ -463,9 +553,17 @@ fn print_rows(rows: &[Row], args: &AttackArgs) {
         if !r.in_place {
             answered.push(format!("not in place after {:.0} s", r.setup.as_secs_f64()));
         }
+        let name = match r.db_delay {
+            Some(d) => format!(
+                "{} (PostgreSQL, {} ms each way)",
+                r.attack.name(),
+                d.as_millis()
+            ),
+            None => r.attack.name().to_string(),
+        };
         println!(
             "| {} | {} | {} / {} / {} | {} / {} / {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {} |",
-            r.attack.name(),
+            name,
             r.attack.item(),
             b.ok,
             b.wrong,

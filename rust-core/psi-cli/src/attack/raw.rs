@@ -315,6 +315,8 @@ pub struct RawTransport {
     source: Ipv4Addr,
     slow_rate: Option<u64>,
     stop: Arc<AtomicBool>,
+    /// Sent as `X-Forwarded-For` (the client's address, `source` being its proxy's).
+    forwarded_for: Option<Ipv4Addr>,
 }
 
 impl RawTransport {
@@ -324,6 +326,17 @@ impl RawTransport {
             source,
             slow_rate,
             stop,
+            forwarded_for: None,
+        }
+    }
+
+    /// A transport for the client at `client` behind a reverse proxy at `proxy`: every
+    /// request comes from `proxy` with `X-Forwarded-For: client`, as a proxy that appends
+    /// the address it sees sends it.
+    pub fn via_proxy(client: Ipv4Addr, proxy: Ipv4Addr, stop: Arc<AtomicBool>) -> Self {
+        RawTransport {
+            forwarded_for: Some(client),
+            ..RawTransport::new(proxy, None, stop)
         }
     }
 }
@@ -353,6 +366,10 @@ impl Transport for RawTransport {
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
         headers.push(("connection", "close"));
+        let forwarded = self.forwarded_for.map(|a| a.to_string());
+        if let Some(a) = &forwarded {
+            headers.push(("x-forwarded-for", a));
+        }
         conn.send(request.method, &path, &headers, &request.body)
             .map_err(err)?;
         let r = conn
