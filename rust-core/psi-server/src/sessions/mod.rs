@@ -563,25 +563,25 @@ mod tests {
             .map(drop)
     }
 
+    /// Fills `s` with `blocks` blocks of 16 callers of 16 idle sessions each.
+    fn fill(s: &Sessions, blocks: usize) {
+        for b in 0..blocks {
+            for c in 0..16 {
+                for k in 0..16 {
+                    let (id, client) = (format!("s{b}.{c}.{k}"), format!("c{b}.{c}"));
+                    put(s, &id, &client, &format!("b{b}")).unwrap();
+                }
+            }
+        }
+    }
+
     /// A full table admits a newcomer by looking at the biggest block's sessions only,
     /// not the whole table (issue 35 item 6: before, every admission scanned every live
     /// session under the table's lock, 1.3-1.4 ms at the default 16,384).
     #[test]
     fn admission_at_the_cap_looks_at_one_block_not_the_table() {
         let s = Sessions::new(limits(4096, 256), Duration::from_secs(300));
-        for b in 0..16 {
-            for c in 0..16 {
-                for k in 0..16 {
-                    put(
-                        &s,
-                        &format!("s{b}.{c}.{k}"),
-                        &format!("c{b}.{c}"),
-                        &format!("b{b}"),
-                    )
-                    .unwrap();
-                }
-            }
-        }
+        fill(&s, 16);
         assert_eq!(s.len(), 4096);
         assert_eq!(s.examined_by_eviction(), 0, "no eviction below the cap");
         for i in 0..64 {
@@ -723,19 +723,7 @@ mod tests {
     #[ignore]
     fn admission_cost_at_a_full_table() {
         let s = Sessions::new(limits(16_384, 256), Duration::from_secs(300));
-        for b in 0..64 {
-            for c in 0..16 {
-                for k in 0..16 {
-                    put(
-                        &s,
-                        &format!("s{b}.{c}.{k}"),
-                        &format!("c{b}.{c}"),
-                        &format!("b{b}"),
-                    )
-                    .unwrap();
-                }
-            }
-        }
+        fill(&s, 64);
         assert_eq!(s.len(), 16_384);
         let mut times = Vec::new();
         for i in 0..2000 {
@@ -783,21 +771,9 @@ mod tests {
                     id.clone(),
                     format!("caller{i}"),
                     Session {
-                        id: id.clone(),
                         protocol: Protocol::Ot,
-                        client_items: 1,
-                        client: format!("caller{i}"),
-                        epoch: 1,
-                        label_bits: 0,
-                        labels: true,
                         phase: SessionPhase::Busy,
-                        in_flight: 0,
-                        created: Instant::now(),
-                        last_active: Instant::now(),
-                        uploads: 0,
-                        upload_progress: Instant::now(),
-                        stepped: false,
-                        failures: 0,
+                        ..waiting(&id, &format!("caller{i}"))
                     },
                 )
                 .unwrap();
