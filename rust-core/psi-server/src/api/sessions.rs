@@ -22,7 +22,6 @@ use psi_core::Protocol;
 use psi_http::{CreateSession, ErrorCode, SessionCreated};
 use rand_core::Rng;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 /// `POST /v1/sessions`: the request checked, the session admitted (charged, within the
 /// caps) and, for a round-based protocol, its server state built.
@@ -47,27 +46,15 @@ pub(super) async fn create_session(
     let id = state.instance.session_id(&id);
     // Admit the session (caps checked) before any per-session work; an OT session's
     // server state is built below, once admitted and charged.
-    let session = Session {
+    let session = Session::new(
+        id.clone(),
         protocol,
-        client_items: n,
+        n,
         client,
-        epoch: registry.dh.epoch(),
-        label_bits: registry.labels.bucket_bits(),
+        registry.dh.epoch(),
+        registry.labels.bucket_bits(),
         labels,
-        id: id.clone(),
-        phase: if protocol.runs_in_rounds() {
-            SessionPhase::Busy
-        } else {
-            SessionPhase::DhAwaitingQuery
-        },
-        in_flight: 0,
-        created: Instant::now(),
-        last_active: Instant::now(),
-        uploads: 0,
-        upload_progress: Instant::now(),
-        stepped: false,
-        failures: 0,
-    };
+    );
     let slot = admit(&state, &payer, block, session).await?;
     if let (true, Some(slot)) = (protocol.runs_in_rounds(), slot) {
         start_rounds(&state, &registry, &id, (protocol, n), slot)?;

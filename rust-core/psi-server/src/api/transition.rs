@@ -422,23 +422,15 @@ mod tests {
             .insert(
                 id.clone(),
                 "caller".into(),
-                Session {
-                    id: id.clone(),
-                    protocol: Protocol::Dh,
-                    client_items: 1,
-                    client: "caller".into(),
-                    epoch: state.registry().dh.epoch(),
-                    label_bits: 0,
-                    labels: false,
-                    phase: SessionPhase::DhAwaitingQuery,
-                    in_flight: 0,
-                    created: Instant::now(),
-                    last_active: Instant::now(),
-                    uploads: 0,
-                    upload_progress: Instant::now(),
-                    stepped: false,
-                    failures: 0,
-                },
+                Session::new(
+                    id.clone(),
+                    Protocol::Dh,
+                    1,
+                    "caller".into(),
+                    state.registry().dh.epoch(),
+                    0,
+                    false,
+                ),
             )
             .unwrap();
         let Lookup::Live(s) = state.sessions.get(&id) else {

@@ -186,6 +186,42 @@ pub(crate) struct Session {
 }
 
 impl Session {
+    /// A new session of `protocol` for `client_items` items: waiting for its query
+    /// (DH-PSI) or busy while its round state is built (the chunked family), with no step,
+    /// request or upload yet.
+    pub(crate) fn new(
+        id: String,
+        protocol: Protocol,
+        client_items: u32,
+        client: String,
+        epoch: u32,
+        label_bits: u8,
+        labels: bool,
+    ) -> Session {
+        let now = Instant::now();
+        Session {
+            id,
+            protocol,
+            client_items,
+            client,
+            epoch,
+            label_bits,
+            labels,
+            phase: if protocol.runs_in_rounds() {
+                SessionPhase::Busy
+            } else {
+                SessionPhase::DhAwaitingQuery
+            },
+            in_flight: 0,
+            uploads: 0,
+            upload_progress: now,
+            created: now,
+            last_active: now,
+            stepped: false,
+            failures: 0,
+        }
+    }
+
     /// Records a successful step: the session's idle period starts again.
     pub(crate) fn stepped_now(&mut self) {
         self.stepped = true;
@@ -538,23 +574,15 @@ mod tests {
     }
 
     fn waiting(id: &str, client: &str) -> Session {
-        Session {
-            id: id.to_owned(),
-            protocol: Protocol::Dh,
-            client_items: 1,
-            client: client.to_owned(),
-            epoch: 1,
-            label_bits: 0,
-            labels: true,
-            phase: SessionPhase::DhAwaitingQuery,
-            in_flight: 0,
-            created: Instant::now(),
-            last_active: Instant::now(),
-            uploads: 0,
-            upload_progress: Instant::now(),
-            stepped: false,
-            failures: 0,
-        }
+        Session::new(
+            id.to_owned(),
+            Protocol::Dh,
+            1,
+            client.to_owned(),
+            1,
+            0,
+            true,
+        )
     }
 
     /// Inserts session `id` of caller `client` in block `block`.
@@ -575,6 +603,12 @@ mod tests {
         }
     }
 
+    /// Inserts the `i`th newcomer, a caller and block of its own.
+    fn newcomer(s: &Sessions, i: usize) {
+        let (id, client) = (format!("new{i}"), format!("newcomer{i}"));
+        put(s, &id, &client, &format!("nb{i}")).unwrap();
+    }
+
     /// A full table admits a newcomer by looking at the biggest block's sessions only,
     /// not the whole table (issue 35 item 6: before, every admission scanned every live
     /// session under the table's lock, 1.3-1.4 ms at the default 16,384).
@@ -585,13 +619,7 @@ mod tests {
         assert_eq!(s.len(), 4096);
         assert_eq!(s.examined_by_eviction(), 0, "no eviction below the cap");
         for i in 0..64 {
-            put(
-                &s,
-                &format!("new{i}"),
-                &format!("newcomer{i}"),
-                &format!("nb{i}"),
-            )
-            .unwrap();
+            newcomer(&s, i);
             assert_eq!(s.len(), 4096);
         }
         let per = s.examined_by_eviction() as f64 / 64.0;
@@ -728,13 +756,7 @@ mod tests {
         let mut times = Vec::new();
         for i in 0..2000 {
             let t = Instant::now();
-            put(
-                &s,
-                &format!("new{i}"),
-                &format!("newcomer{i}"),
-                &format!("nb{i}"),
-            )
-            .unwrap();
+            newcomer(&s, i);
             times.push(t.elapsed());
         }
         times.sort();
@@ -770,11 +792,15 @@ mod tests {
                 .insert(
                     id.clone(),
                     format!("caller{i}"),
-                    Session {
-                        protocol: Protocol::Ot,
-                        phase: SessionPhase::Busy,
-                        ..waiting(&id, &format!("caller{i}"))
-                    },
+                    Session::new(
+                        id.clone(),
+                        Protocol::Ot,
+                        1,
+                        format!("caller{i}"),
+                        1,
+                        0,
+                        true,
+                    ),
                 )
                 .unwrap();
             drop(slot);
