@@ -260,7 +260,16 @@ fn a_postgres_restart_during_runs_loses_and_doubles_nothing() {
             });
         }
         std::thread::sleep(Duration::from_secs(2));
-        pg.restart();
+        // Down until a request has met the outage, so the restart always touches the runs
+        // (a plain restart could fall wholly into the runs' pauses); bounded at 10 s.
+        pg.stop();
+        let down = std::time::Instant::now();
+        while transport.refused.lock().unwrap().is_empty()
+            && down.elapsed() < Duration::from_secs(10)
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        pg.start_again();
     });
     // Both instances reconnected by themselves.
     for server in &servers {
