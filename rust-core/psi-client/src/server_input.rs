@@ -65,7 +65,8 @@ pub(crate) fn step_response_cap(
     session: &SessionCreated,
 ) -> Option<u64> {
     let w = psi_core::cost::Workload::new(n as u64, session.registry_items)
-        .with_limits(u64::from(session.max_client_items), session.max_body_bytes);
+        .with_limits(u64::from(session.max_client_items), session.max_body_bytes)
+        .with_label_lanes(session.label_lane_width);
     let largest = largest_step_response(protocol, &w)?;
     Some(
         largest
@@ -87,19 +88,26 @@ pub(crate) fn planned_requests(
     let w = psi_core::cost::Workload::new(n as u64, session.registry_items)
         .with_limits(u64::from(session.max_client_items), session.max_body_bytes)
         .with_label_layout(Some(session.label_bucket_bits), None)
+        .with_label_lanes(session.label_lane_width)
         .with_labels(labels);
     psi_core::cost::cost(protocol, &w).map(|c| c.requests.len())
 }
 
 /// The cost model's largest response to one protocol step of `protocol` for `workload`
 /// (the DH-PSI evaluation or encoded set, an OT-PSI or CM20-PSI output chunk; label steps
-/// are left out: their caps are the configured one). `None` when the model cannot size the
+/// are left out: their caps are the configured one; labels the run carries itself, OT-PSI's
+/// label lanes, are in its outputs and counted). `None` when the model cannot size the
 /// run.
 pub(crate) fn largest_step_response(
     protocol: Protocol,
     workload: &psi_core::cost::Workload,
 ) -> Option<u64> {
-    let cost = psi_core::cost::cost(protocol, &workload.with_labels(false))?;
+    let carried = psi_core::cost::cost(protocol, &workload.with_labels(true))
+        .filter(|c| c.labels_carried && workload.label_lane_width.is_some());
+    let cost = match carried {
+        Some(c) => c,
+        None => psi_core::cost::cost(protocol, &workload.with_labels(false))?,
+    };
     // The first exchange is the session's.
     cost.requests.iter().skip(1).map(|e| e.down).max()
 }
@@ -254,7 +262,25 @@ mod tests {
             label_bucket_bits: 4,
             expires_in_secs: 300,
             ends_on_completion: true,
+            label_lane_width: None,
         }
+    }
+
+    /// A session whose OT-PSI run carries label lanes gets a cap that fits its larger
+    /// outputs (`L + 1 + Λ` bytes per row, not `L`).
+    #[test]
+    fn the_cap_counts_label_lanes() {
+        let plain = step_response_cap(Protocol::Ot, 1000, &session(1_000_000)).unwrap();
+        let mut s = session(1_000_000);
+        s.label_lane_width = Some(15);
+        let lanes = step_response_cap(Protocol::Ot, 1000, &s).unwrap();
+        let l = psi_core::ot::output_len(1000, 1_000_000) as u64;
+        let rows = 3 * 1_000_000;
+        assert_eq!(lanes - plain, 2 * (1 + rows * 16));
+        assert!(lanes >= psi_core::ot::sizes::outputs_with_lanes(1_000_000, l, 15));
+        // Another protocol ignores the lanes.
+        let dh = step_response_cap(Protocol::Dh, 1000, &session(1_000_000));
+        assert_eq!(dh, step_response_cap(Protocol::Dh, 1000, &s));
     }
 
     #[test]

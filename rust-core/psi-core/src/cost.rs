@@ -260,6 +260,9 @@ pub struct Cost {
     /// Server computation during the run (precomputation such as the encoded registry is
     /// not counted: it is shared by every run).
     pub server: Ops,
+    /// The run carries the labels itself (OT-PSI's label lanes, ADR 0053): labels on,
+    /// and no label step among the requests.
+    pub labels_carried: bool,
 }
 
 impl Cost {
@@ -338,7 +341,7 @@ pub fn cost(protocol: Protocol, w: &Workload) -> Option<Cost> {
     let mut requests = vec![session];
     requests.extend(run.requests);
     let (mut client, mut server) = (run.client, run.server);
-    if w.labels {
+    if w.labels && !run.labels_carried {
         let labels = label_terms(protocol, w);
         requests.extend(labels.requests);
         client = client.add(labels.client);
@@ -351,6 +354,7 @@ pub fn cost(protocol: Protocol, w: &Workload) -> Option<Cost> {
         requests,
         client,
         server,
+        labels_carried: w.labels && run.labels_carried,
     })
 }
 
@@ -386,6 +390,7 @@ fn label_terms(protocol: Protocol, w: &Workload) -> Terms {
         requests,
         client,
         server,
+        labels_carried: false,
     }
 }
 

@@ -266,3 +266,75 @@ fn labels_must_match_the_set() {
         }
     ));
 }
+
+// ---- the transcript vector (docs/protocol/ot-psi.md §9.7) --------------------------------
+
+mod common;
+
+/// The suite-0x02 vector: the sets, seeds and chunk size of `ot-psi-transcript.json`, the
+/// server's items labelled: `+1555...` number `i` gets `u<i>`, the empty string the empty
+/// label, the `+4420...` numbers none; so `Λ = 4`.
+fn lanes_transcript_json(threads: Threads) -> serde_json::Value {
+    let (client, server) = common::vector_sets();
+    let (c, s) = common::vector_items();
+    let label = |item: &str| -> Option<String> {
+        match item.strip_prefix("+1555") {
+            Some(number) => Some(format!("u{}", number.parse::<u32>().unwrap())),
+            None if item.is_empty() => Some(String::new()),
+            None => None,
+        }
+    };
+    let set = ItemSet::new(s.clone());
+    let labels = LaneLabels::new(
+        set.items()
+            .iter()
+            .map(|it| label(std::str::from_utf8(it).unwrap()).map(String::into_bytes)),
+    )
+    .unwrap();
+    assert_eq!(labels.width(), 4);
+    let config = OtConfig::new(threads)
+        .with_chunk_rows(128)
+        .with_label_lanes()
+        .with_lane_labels(Arc::new(labels));
+    let (out, transcript) = common::chunked::run(&c, &s, &config, (0x0071_c11e, 0x0071_5e7e));
+    let got: Vec<Option<String>> = out
+        .labels
+        .clone()
+        .expect("lanes")
+        .into_vec()
+        .into_iter()
+        .map(|l| l.map(|l| String::from_utf8(l).unwrap()))
+        .collect();
+    for (m, l) in out.matches.iter().zip(&got) {
+        assert_eq!(l, &label(std::str::from_utf8(&m.item).unwrap()));
+    }
+    serde_json::json!({
+        "description": "OT-PSI (protocol id 0x02, suite 0x02: label lanes) transcript with fixed RNG seeds; the sets, seeds and draw order of ot-psi-transcript.json; see docs/protocol/ot-psi.md sections 4.7 and 9.7",
+        "produced_by": "rust-core/psi-core/tests/ot_lanes.rs, test lanes_transcript_vector; regenerate with OT_PSI_WRITE_VECTORS=1 cargo test -p psi-core --test ot_lanes lanes_transcript_vector",
+        "rng": "as in ot-psi-transcript.json",
+        "client_seed": 0x0071_c11e_u64,
+        "server_seed": 0x0071_5e7e_u64,
+        "chunk_rows": 128,
+        "client_items": client,
+        "server_items": server,
+        "server_labels": server.iter().map(|s| label(s)).collect::<Vec<_>>(),
+        "lane_width": 4,
+        "messages": common::vector_messages(&transcript),
+        "match_indices": out.matches.iter().map(|m| m.index).collect::<Vec<_>>(),
+        "match_labels": got,
+    })
+}
+
+/// Regenerates the suite-0x02 transcript (one and two threads must agree) and compares it
+/// with the checked-in vector.
+#[test]
+fn lanes_transcript_vector() {
+    let one = lanes_transcript_json(Threads::ONE);
+    let two = lanes_transcript_json(Threads::new(2));
+    common::check_vector(
+        "ot-psi-lanes-transcript.json",
+        "OT_PSI_WRITE_VECTORS",
+        &one,
+        &two,
+    );
+}

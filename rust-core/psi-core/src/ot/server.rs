@@ -32,6 +32,8 @@ pub struct OtServer {
     items: Arc<ItemSet>,
     config: OtConfig,
     phase: Phase,
+    /// The outputs went out with label lanes.
+    sent_lanes: bool,
 }
 
 type Phase = ServerPhase<Fresh, Evaluating>;
@@ -98,6 +100,7 @@ impl OtServer {
         Ok(OtServer {
             items,
             config,
+            sent_lanes: false,
             phase: Phase::AwaitHello(Box::new(Fresh {
                 nonce,
                 sender,
@@ -245,6 +248,16 @@ impl OtServer {
         self.phase.is_done()
     }
 
+    /// True when this session sends label lanes (the client asked, the server has them;
+    /// known once the hello is answered).
+    pub fn labels_carried(&self) -> bool {
+        match &self.phase {
+            Phase::AwaitChunk(ev) => ev.lanes.is_some(),
+            Phase::AwaitHello(_) | Phase::Failed => false,
+            Phase::Done => self.sent_lanes,
+        }
+    }
+
     /// True once the run is over, successfully ([`OtServer::is_done`]) or not (an internal
     /// failure while answering the hello): the state machine accepts no further message, so
     /// a driver can free the session's state and slot.
@@ -374,6 +387,7 @@ impl OtServer {
             unreachable!("checked above")
         };
         let lane = ev.lanes.as_ref().map(|l| l.width());
+        self.sent_lanes = lane.is_some();
         let len = row_len(ev.out_len, lane);
         let n_s = self.items.len();
         let mut msg = Outputs::begin(ev.out_len as u8, lane, n_s as u32);
@@ -410,6 +424,10 @@ impl chunked::ChunkedServer for OtServer {
 
     fn is_finished(&self) -> bool {
         OtServer::is_finished(self)
+    }
+
+    fn labels_carried(&self) -> bool {
+        OtServer::labels_carried(self)
     }
 
     fn next_request_max(&self) -> u64 {
