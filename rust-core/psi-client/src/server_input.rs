@@ -93,6 +93,19 @@ pub(crate) fn planned_requests(
     psi_core::cost::cost(protocol, &w).map(|c| c.requests.len())
 }
 
+/// Whether a run of `protocol` over `n` items in `session` should ask for the label lanes
+/// the session offers (`label_lane_width`): the cost model's rule, lanes when they move no
+/// more bytes than the label step ([`psi_core::cost::label_lanes_pay_off`], ADR 0053).
+pub(crate) fn label_lanes_pay_off(protocol: Protocol, n: usize, session: &SessionCreated) -> bool {
+    session.label_lane_width.is_some() && {
+        let w = psi_core::cost::Workload::new(n as u64, session.registry_items)
+            .with_limits(u64::from(session.max_client_items), session.max_body_bytes)
+            .with_label_layout(Some(session.label_bucket_bits), None)
+            .with_label_lanes(session.label_lane_width);
+        psi_core::cost::label_lanes_pay_off(protocol, &w)
+    }
+}
+
 /// The cost model's largest response to one protocol step of `protocol` for `workload`
 /// (the DH-PSI evaluation or encoded set, an OT-PSI or CM20-PSI output chunk; label steps
 /// are left out: their caps are the configured one; labels the run carries itself, OT-PSI's

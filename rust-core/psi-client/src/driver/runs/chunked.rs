@@ -31,7 +31,8 @@ impl Run<'_> {
         let route = Route::for_protocol(protocol.api_name()).ok_or_else(unsupported)?;
         let threads = self.client.config.threads;
         let t = self.enter(Phase::ClientStart)?;
-        let lanes = self.client.config.fetch_labels && session.label_lane_width.is_some();
+        let lanes = self.client.config.fetch_labels
+            && crate::server_input::label_lanes_pay_off(protocol, set.len(), session);
         let (mut client, request) = protocol
             .start_chunked_client(set, threads, session.max_body_bytes, lanes, self.rng()?)
             .ok_or_else(unsupported)??;
