@@ -144,10 +144,7 @@ impl RowHash {
     /// The cell of OT `p` for row `x`: the hash's first 8 bytes as `LE64`, masked.
     #[inline]
     pub(crate) fn cell(&self, p: u32, x: &[u8], mask: u64) -> u64 {
-        let mut msg = Zeroizing::new([0u8; 20]);
-        msg[..4].copy_from_slice(&p.to_be_bytes());
-        msg[4..].copy_from_slice(x);
-        let h = Zeroizing::new(self.0.hash8(&msg[..]));
+        let h = Zeroizing::new(self.0.hash8_parts(&p.to_be_bytes(), x));
         u64::from_le_bytes(*h) & mask
     }
 }
