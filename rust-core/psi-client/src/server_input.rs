@@ -298,6 +298,8 @@ mod tests {
         // 1,000 against 10^6: the label step is cheaper, the client does not ask, and the
         // cap is the plain one.
         let mut big = session(1_000_000);
+        // The server's default layout at 10^6 (8 to 16 records per bucket).
+        big.label_bucket_bits = psi_core::labels::bucket_bits(1_000_000, 8);
         let plain = step_response_cap(Protocol::Ot, 1000, &big);
         big.label_lane_width = Some(15);
         assert!(!label_lanes_pay_off(Protocol::Ot, 1000, &big));

@@ -671,9 +671,11 @@ fn complete_runs_send_no_delete_and_leave_no_session() {
                 routes.iter().all(|r| !r.starts_with("DELETE")),
                 "{p} labels {labels}: {routes:?}"
             );
+            // The server's labels ("alice") fit label lanes: its OT-PSI sessions offer them.
             let w = psi_core::cost::Workload::new(2, 2)
                 .with_labels(labels)
-                .with_limits(10_000, 8 << 20);
+                .with_limits(10_000, 8 << 20)
+                .with_label_lanes(h.label_lane_width);
             let expect = psi_core::cost::cost(p, &w).unwrap().requests.len();
             assert_eq!(r.stats.requests, expect, "{p} labels {labels}: {routes:?}");
             assert_eq!(routes.len(), expect);

@@ -250,7 +250,8 @@ fn predictions_track_simulated_runs_and_auto_picks_the_faster_protocol() {
                     .with_label_layout(
                         Some(health.label_bucket_bits),
                         Some(health.label_record_bytes),
-                    );
+                    )
+                    .with_label_lanes(health.label_lane_width);
                 let inputs = cost::Inputs {
                     link: l,
                     client: device.units(threads),
@@ -264,8 +265,14 @@ fn predictions_track_simulated_runs_and_auto_picks_the_faster_protocol() {
                     "{wname} {p} requests"
                 );
                 let c = cost::cost(p, &w).unwrap();
-                let protocol_up: u64 = c.requests
-                    [1..c.requests.len() - if p == Protocol::Dh { 1 } else { 2 }]
+                // After the protocol's requests: DH-PSI's label fetch, OT-PSI's label query
+                // and fetch (none when its run carried the labels in lanes).
+                let label_steps = match p {
+                    _ if c.labels_carried => 0,
+                    Protocol::Dh => 1,
+                    _ => 2,
+                };
+                let protocol_up: u64 = c.requests[1..c.requests.len() - label_steps]
                     .iter()
                     .map(|e| e.up)
                     .sum();
