@@ -34,18 +34,30 @@ fn the_same_on(store: &[String], dir: &Path) {
     )
     .unwrap();
     let v = import(store, &[s(&add)]);
-    assert_eq!((v["accepted"].as_u64(), v["duplicates"].as_u64()), (Some(3), Some(2)), "{v}");
+    assert_eq!(
+        (v["accepted"].as_u64(), v["duplicates"].as_u64()),
+        (Some(3), Some(2)),
+        "{v}"
+    );
     assert_eq!(v["registry_entries"], 3, "{v}");
     assert_eq!(v["outputs_computed"], 3, "{v}");
     assert_eq!(v["encoded_set_rebuilt"], true, "{v}");
     // A synthetic load: every row new, one transaction, only its outputs computed.
     let v = import(store, &["--synthetic", "3000"]);
-    assert_eq!((v["accepted"].as_u64(), v["duplicates"].as_u64()), (Some(3000), Some(0)), "{v}");
+    assert_eq!(
+        (v["accepted"].as_u64(), v["duplicates"].as_u64()),
+        (Some(3000), Some(0)),
+        "{v}"
+    );
     assert_eq!(v["registry_entries"], 3003, "{v}");
     assert_eq!(v["outputs_computed"], 3000, "{v}");
     // Again: all duplicates, nothing computed.
     let v = import(store, &["--synthetic", "3000"]);
-    assert_eq!((v["accepted"].as_u64(), v["duplicates"].as_u64()), (Some(0), Some(3000)), "{v}");
+    assert_eq!(
+        (v["accepted"].as_u64(), v["duplicates"].as_u64()),
+        (Some(0), Some(3000)),
+        "{v}"
+    );
     assert_eq!(v["outputs_computed"], 0, "{v}");
     // Removals: two present (one named twice), one absent, one rejected row.
     let remove = dir.join("remove.txt");

@@ -16,8 +16,8 @@
 
 use crate::storage::SavedBudget;
 use crate::storage::{Book, BudgetError, BudgetStore, LevelCap};
-use std::sync::Arc;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 

@@ -111,7 +111,11 @@ fn additions_count_duplicates_and_keep_the_last_label(db: &Database) {
     assert_eq!(store.len().unwrap(), 3);
     let got = labels(store.as_mut());
     assert_eq!(got[&a].as_deref(), Some("last"));
-    assert_eq!(got[&b].as_deref(), Some("bee"), "a row without a label keeps it");
+    assert_eq!(
+        got[&b].as_deref(),
+        Some("bee"),
+        "a row without a label keeps it"
+    );
     assert_eq!(got[&c], None);
     // An existing identifier with a new label is a duplicate that relabels; an existing
     // one without a label keeps its own.
@@ -170,12 +174,16 @@ fn streamed_imports_keep_the_semantics_of_the_list(db: &Database) {
     let v0 = store.version().unwrap();
     let n = 25_000u64;
     // Every entry once, then the first 5000 again: relabeled, or (odd ones) unlabeled.
-    let mut rows = (0..n).map(|i| (id(i), Some(format!("user-{i}")))).chain(
-        (0..5000).map(|i| (id(i), (i % 2 == 0).then(|| format!("again-{i}")))),
-    );
+    let mut rows = (0..n)
+        .map(|i| (id(i), Some(format!("user-{i}"))))
+        .chain((0..5000).map(|i| (id(i), (i % 2 == 0).then(|| format!("again-{i}")))));
     let counts = store.add_entry_stream(&mut rows).unwrap();
     assert_eq!((counts.accepted, counts.duplicates), (n, 5000));
-    assert_eq!(store.version().unwrap(), v0 + 1, "one transaction, one bump");
+    assert_eq!(
+        store.version().unwrap(),
+        v0 + 1,
+        "one transaction, one bump"
+    );
     assert_eq!(store.len().unwrap(), n);
     let got = labels(store.as_mut());
     assert_eq!(got[&id(0)].as_deref(), Some("again-0"));
@@ -199,8 +207,17 @@ fn streamed_imports_keep_the_semantics_of_the_list(db: &Database) {
     assert_eq!(refresh(store.as_mut()).outputs_computed, 0);
     assert_eq!(store.entries().unwrap().len() as u64, n + 100 - 1000);
     // Empty streams change nothing.
-    assert_eq!(store.add_entry_stream(&mut std::iter::empty()).unwrap().accepted, 0);
-    assert_eq!(store.remove_entry_stream(&mut std::iter::empty()).unwrap(), 0);
+    assert_eq!(
+        store
+            .add_entry_stream(&mut std::iter::empty())
+            .unwrap()
+            .accepted,
+        0
+    );
+    assert_eq!(
+        store.remove_entry_stream(&mut std::iter::empty()).unwrap(),
+        0
+    );
     assert_eq!(store.version().unwrap(), v0 + 3);
 }
 
@@ -294,7 +311,9 @@ fn outputs_and_encoded_sets_follow_the_version(db: &Database) {
 /// Catches: a snapshot that does not run its read, a read-only store that writes.
 fn snapshots_and_read_only_stores(db: &Database) {
     let mut store = db.open_registry().unwrap();
-    store.add_entry_list(&[(&id(1), None), (&id(2), None)]).unwrap();
+    store
+        .add_entry_list(&[(&id(1), None), (&id(2), None)])
+        .unwrap();
     refresh(store.as_mut());
     let (len, version) = read_snapshot(store.as_mut(), |s| Ok((s.len()?, s.version()?))).unwrap();
     assert_eq!((len, version), (2, store.version().unwrap()));
@@ -304,7 +323,11 @@ fn snapshots_and_read_only_stores(db: &Database) {
     assert!(reader.encoded_set(SIZE).unwrap().is_some());
     assert!(reader.add_entry_list(&[(&id(3), None)]).is_err());
     assert!(reader.remove_entry_list(&[&id(1)]).is_err());
-    assert!(reader.add_entry_stream(&mut std::iter::once((id(3), None))).is_err());
+    assert!(
+        reader
+            .add_entry_stream(&mut std::iter::once((id(3), None)))
+            .is_err()
+    );
     assert_eq!(store.len().unwrap(), 2, "the refused writes wrote nothing");
     assert_eq!(store.version().unwrap(), version);
 }
@@ -316,7 +339,9 @@ fn write_errors_name_no_contact_data(db: &Database) {
     let secret_id = "+12025550123";
     let secret_label = "label-of-a-person";
     let mut store = db.open_registry().unwrap();
-    store.add_entry_list(&[(secret_id, Some(secret_label))]).unwrap();
+    store
+        .add_entry_list(&[(secret_id, Some(secret_label))])
+        .unwrap();
     let mut reader = db.open_registry_read_only().unwrap();
     for e in [
         reader
@@ -325,7 +350,10 @@ fn write_errors_name_no_contact_data(db: &Database) {
         reader.remove_entry_list(&[secret_id]).unwrap_err(),
     ] {
         let text = format!("{e} {e:?}");
-        assert!(!text.contains("5550123") && !text.contains(secret_label), "{text}");
+        assert!(
+            !text.contains("5550123") && !text.contains(secret_label),
+            "{text}"
+        );
     }
     // A text column cannot hold NUL: refused with a typed error, not a panic.
     let bad = store.add_entry_list(&[("+1202\0secret", None)]);
@@ -364,12 +392,24 @@ fn tokens_issue_look_up_and_revoke(db: &Database) {
         other.token_by_digest(&token_digest(&t1.token)).unwrap(),
         Some(t1.info.clone())
     );
-    assert_eq!(other.token_by_digest(&token_digest("psi_unknown")).unwrap(), None);
-    assert_eq!(other.tokens().unwrap(), vec![t1.info.clone(), t2.info.clone()]);
+    assert_eq!(
+        other.token_by_digest(&token_digest("psi_unknown")).unwrap(),
+        None
+    );
+    assert_eq!(
+        other.tokens().unwrap(),
+        vec![t1.info.clone(), t2.info.clone()]
+    );
     assert_eq!(accounts.revoke_token(t1.info.id).unwrap(), Revoked::Now);
     assert_eq!(accounts.revoke_token(t1.info.id).unwrap(), Revoked::Already);
-    assert_eq!(accounts.revoke_token(t2.info.id + 100).unwrap(), Revoked::NoSuchToken);
-    let found = other.token_by_digest(&token_digest(&t1.token)).unwrap().unwrap();
+    assert_eq!(
+        accounts.revoke_token(t2.info.id + 100).unwrap(),
+        Revoked::NoSuchToken
+    );
+    let found = other
+        .token_by_digest(&token_digest(&t1.token))
+        .unwrap()
+        .unwrap();
     assert!(found.revoked, "revoked, and the row stays");
     assert!(other.has_tokens().unwrap());
     let t3 = accounts.add_token(Some("after"), Some(0)).unwrap();
@@ -385,7 +425,11 @@ fn tokens_issue_look_up_and_revoke(db: &Database) {
         accounts.add_token(None, Some(u64::MAX)),
         Err(StoreError::InvalidInput(_))
     ));
-    assert_eq!(accounts.tokens().unwrap().len(), 3, "refused tokens are not stored");
+    assert_eq!(
+        accounts.tokens().unwrap().len(),
+        3,
+        "refused tokens are not stored"
+    );
 }
 
 fn level(key: &str, per_hour: u64) -> LevelCap {
@@ -418,23 +462,36 @@ fn block_on<F: std::future::Future<Output = ()>>(f: F) {
 fn budgets_charged_in_the_store(db: &Database) {
     let Some(pool) = db.open_budgets() else {
         // The embedded store: budgets live in the process and are saved to the file.
-        assert!(db.sqlite_path().is_some(), "only SQLite holds budgets in the process");
+        assert!(
+            db.sqlite_path().is_some(),
+            "only SQLite holds budgets in the process"
+        );
         return;
     };
     let budgets = pool.budgets;
     block_on(async move {
         let levels = [level("ip:a", 100), level("ceiling", 150)];
-        assert_eq!(budgets.charge(Book::Items, &levels, 60).await.unwrap(), Ok(()));
+        assert_eq!(
+            budgets.charge(Book::Items, &levels, 60).await.unwrap(),
+            Ok(())
+        );
         // The own level has 40: refused there, and the ceiling keeps its 90.
         match budgets.charge(Book::Items, &levels, 60).await.unwrap() {
             Err(Shortfall { level: 0, wait }) => assert!((1..=3600).contains(&wait), "{wait}"),
             other => panic!("{other:?}"),
         }
-        let ceiling = budgets.remaining(Book::Items, "ceiling").await.unwrap().unwrap();
+        let ceiling = budgets
+            .remaining(Book::Items, "ceiling")
+            .await
+            .unwrap()
+            .unwrap();
         assert!((90.0..90.1).contains(&ceiling), "{ceiling}");
         // More than a level can ever hold: an hour, nothing written.
         assert_eq!(
-            budgets.charge(Book::Items, &[level("ip:b", 10)], 11).await.unwrap(),
+            budgets
+                .charge(Book::Items, &[level("ip:b", 10)], 11)
+                .await
+                .unwrap(),
             Err(Shortfall {
                 level: 0,
                 wait: 3600
@@ -442,34 +499,81 @@ fn budgets_charged_in_the_store(db: &Database) {
         );
         assert_eq!(budgets.remaining(Book::Items, "ip:b").await.unwrap(), None);
         // Books are apart.
-        assert_eq!(budgets.remaining(Book::ProbeBytes, "ip:a").await.unwrap(), None);
+        assert_eq!(
+            budgets.remaining(Book::ProbeBytes, "ip:a").await.unwrap(),
+            None
+        );
         // A refund gives back, never above the size.
         let keys = vec!["ip:a".to_string(), "ceiling".to_string()];
         budgets.refund(Book::Items, &keys, 500).await.unwrap();
-        let own = budgets.remaining(Book::Items, "ip:a").await.unwrap().unwrap();
+        let own = budgets
+            .remaining(Book::Items, "ip:a")
+            .await
+            .unwrap()
+            .unwrap();
         assert!((99.99..=100.0).contains(&own), "{own}");
         // Another instance (or this one restarted) charges the same budget.
         let again = db.open_budgets().unwrap().budgets;
-        assert_eq!(again.charge(Book::Items, &levels, 100).await.unwrap(), Ok(()));
-        assert!(budgets.charge(Book::Items, &levels, 1).await.unwrap().is_err());
+        assert_eq!(
+            again.charge(Book::Items, &levels, 100).await.unwrap(),
+            Ok(())
+        );
+        assert!(
+            budgets
+                .charge(Book::Items, &levels, 1)
+                .await
+                .unwrap()
+                .is_err()
+        );
         // Refill: 3.6 million an hour is one a millisecond.
         let fast = [level("token-id:1", 3_600_000)];
-        again.charge(Book::OtSessions, &fast, 3_600_000).await.unwrap().unwrap();
-        let left = again.remaining(Book::OtSessions, "token-id:1").await.unwrap().unwrap();
+        again
+            .charge(Book::OtSessions, &fast, 3_600_000)
+            .await
+            .unwrap()
+            .unwrap();
+        let left = again
+            .remaining(Book::OtSessions, "token-id:1")
+            .await
+            .unwrap()
+            .unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let later = again.remaining(Book::OtSessions, "token-id:1").await.unwrap().unwrap();
+        let later = again
+            .remaining(Book::OtSessions, "token-id:1")
+            .await
+            .unwrap()
+            .unwrap();
         assert!(later >= left + 200.0, "{left} -> {later}");
         // Full again once refilled (50 ms at one a millisecond gives back more than the
         // 10 taken): swept, and a full budget again.
-        again.charge(Book::DownloadBytes, &fast, 10).await.unwrap().unwrap();
+        again
+            .charge(Book::DownloadBytes, &fast, 10)
+            .await
+            .unwrap()
+            .unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
         let swept = again.sweep().await.unwrap();
         assert!(swept >= 1, "{swept}");
-        assert_eq!(again.remaining(Book::DownloadBytes, "token-id:1").await.unwrap(), None);
+        assert_eq!(
+            again
+                .remaining(Book::DownloadBytes, "token-id:1")
+                .await
+                .unwrap(),
+            None
+        );
         // The spent items budget was not swept.
-        assert!(again.remaining(Book::Items, "ip:a").await.unwrap().is_some());
+        assert!(
+            again
+                .remaining(Book::Items, "ip:a")
+                .await
+                .unwrap()
+                .is_some()
+        );
         // No levels: charged (an unlimited payer).
-        assert_eq!(again.charge(Book::Items, &[], 1_000_000).await.unwrap(), Ok(()));
+        assert_eq!(
+            again.charge(Book::Items, &[], 1_000_000).await.unwrap(),
+            Ok(())
+        );
     });
     // Such a store saves nothing for a process: it has no budgets of its own.
     let mut accounts = db.open_accounts().unwrap();
@@ -519,9 +623,14 @@ fn budgets_saved_by_the_process(db: &Database) {
     let mut reopened = db.open_accounts().unwrap();
     let mut got = reopened.budgets().unwrap();
     got.sort_by(|a, b| a.client.cmp(&b.client));
-    assert_eq!(got, vec![row("ip:a", 10.0, now), row("token-id:1", 0.0, now)]);
+    assert_eq!(
+        got,
+        vec![row("ip:a", 10.0, now), row("token-id:1", 0.0, now)]
+    );
     // A later save replaces a client's row.
-    reopened.save_budgets(&[row("ip:a", 5.0, now + 1)], now + 1).unwrap();
+    reopened
+        .save_budgets(&[row("ip:a", 5.0, now + 1)], now + 1)
+        .unwrap();
     let got = reopened.budgets().unwrap();
     assert_eq!(got.len(), 2);
     assert!(got.contains(&row("ip:a", 5.0, now + 1)));

@@ -32,7 +32,8 @@ pub(super) fn add(
          SET LOCAL work_mem = '{MERGE_WORK_MEM}'"
     ))?;
     let given = {
-        let sink = tx.copy_in("COPY import_rows (ord, identifier, label) FROM STDIN (FORMAT binary)")?;
+        let sink =
+            tx.copy_in("COPY import_rows (ord, identifier, label) FROM STDIN (FORMAT binary)")?;
         let mut rows = BinaryCopyInWriter::new(sink, &[Type::INT8, Type::TEXT, Type::TEXT]);
         let mut ord: i64 = 0;
         for (identifier, label) in entries {
