@@ -9,8 +9,8 @@ mod common;
 
 use psi_core::Threads;
 use psi_server::storage::{
-    self, AccountStore, Book, BudgetStore, Database, LevelCap, Readiness, RegistryStore, Revoked,
-    SavedBudget, Shortfall, StoreError, read_snapshot, token_digest,
+    self, Book, Database, LevelCap, Readiness, RegistryStore, Revoked, SavedBudget, Shortfall,
+    StoreError, read_snapshot, token_digest,
 };
 use std::collections::HashMap;
 use std::time::Duration;

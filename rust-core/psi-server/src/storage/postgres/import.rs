@@ -35,10 +35,8 @@ pub(super) fn add(
         let sink =
             tx.copy_in("COPY import_rows (ord, identifier, label) FROM STDIN (FORMAT binary)")?;
         let mut rows = BinaryCopyInWriter::new(sink, &[Type::INT8, Type::TEXT, Type::TEXT]);
-        let mut ord: i64 = 0;
-        for (identifier, label) in entries {
+        for (ord, (identifier, label)) in (0_i64..).zip(entries) {
             rows.write(&[&ord, &identifier, &label])?;
-            ord += 1;
         }
         rows.finish()?
     };
