@@ -1,6 +1,7 @@
 //! The store contract both backends implement: the traits ([`RegistryStore`],
 //! [`SetWork`], [`AccountStore`]) and the records they speak in, with the randomness and
-//! clock they share.
+//! clock they share. The budgets' part of the contract is its own room, `budgets.rs`
+//! ([`BudgetStore`](super::BudgetStore)).
 
 use super::error::StoreError;
 use psi_core::dh::ServerKey;
