@@ -96,25 +96,20 @@ pub fn run(args: ImportArgs) -> Result<(), String> {
     // The file as read: its format, rows and rows with a label.
     let mut file: Option<(Format, usize, usize)> = None;
     if let Some(n) = args.synthetic {
+        // One streamed import (one transaction, the version bumped once): the rows are
+        // made as the store takes them, never all held at once.
         let pb = progress_bar(n, "adding synthetic entries", args.json);
-        let mut i = 0u64;
-        while i < n {
-            let end = (i + 100_000).min(n);
-            let rows: Vec<(String, String)> = (i..end)
-                .map(|k| (synthetic::entry(k), synthetic::label(k)))
-                .collect();
-            let list: Vec<(&str, Option<&str>)> = rows
-                .iter()
-                .map(|(a, b)| (a.as_str(), Some(b.as_str())))
-                .collect();
-            let c = store
-                .add_entry_list(&list)
-                .map_err(db_error(&args.server))?;
-            counts.accepted += c.accepted;
-            counts.duplicates += c.duplicates;
-            i = end;
-            pb.set_position(i);
-        }
+        let mut rows = (0..n).map(|k| {
+            if k % 100_000 == 0 {
+                pb.set_position(k);
+            }
+            (synthetic::entry(k), Some(synthetic::label(k)))
+        });
+        let c = store
+            .add_entry_stream(&mut rows)
+            .map_err(db_error(&args.server))?;
+        counts.accepted += c.accepted;
+        counts.duplicates += c.duplicates;
         pb.finish_and_clear();
     }
     if let Some(path) = &args.file {
@@ -134,23 +129,20 @@ pub fn run(args: ImportArgs) -> Result<(), String> {
                 .iter()
                 .map(|&(i, reason)| (rows[i].line, reason)),
         );
-        let good: Vec<(String, Option<String>)> = normalized
+        let mut good = normalized
             .accepted
             .into_iter()
-            .map(|(i, c)| (c.value, rows[i].label.clone()))
-            .collect();
+            .map(|(i, c)| (c.value, rows[i].label.clone()));
+        // Both through the store's bulk path (PostgreSQL: `COPY` and one statement), one
+        // transaction each: a removal is a delta like an addition, and the refresh below
+        // computes only the outputs of the entries added.
         if args.remove {
-            let list: Vec<&str> = good.iter().map(|(id, _)| id.as_str()).collect();
             removed = store
-                .remove_entry_list(&list)
+                .remove_entry_stream(&mut good.map(|(id, _)| id))
                 .map_err(db_error(&args.server))?;
         } else {
-            let list: Vec<(&str, Option<&str>)> = good
-                .iter()
-                .map(|(id, l)| (id.as_str(), l.as_deref()))
-                .collect();
             let c = store
-                .add_entry_list(&list)
+                .add_entry_stream(&mut good)
                 .map_err(db_error(&args.server))?;
             counts.accepted += c.accepted;
             counts.duplicates += c.duplicates;

@@ -10,8 +10,7 @@
 
 use crate::limits::{RateLimiter, unix_ms};
 use crate::remember::Expiring;
-use crate::storage::postgres::budgets::BudgetError;
-use crate::storage::{AccountStore, Database, PgTokenLookup, StoreError, TokenInfo};
+use crate::storage::{AccountStore, BudgetError, Database, PgTokenLookup, StoreError, TokenInfo};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};

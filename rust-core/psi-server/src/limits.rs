@@ -8,14 +8,16 @@
 //! that are never saved ([`RateLimiter::in_memory`]: the probe's bytes, the OT-PSI session
 //! budget) keep no such mark, so their sweep forgets every bucket that is full again.
 //!
-//! Several instances on one PostgreSQL database charge the shared `budgets` table instead
-//! ([`Budgets::Shared`], storage/postgres/budgets.rs): the same buckets and level sizes,
-//! charged atomically in the database, so a caller has one budget whichever instance it
-//! reaches. The health-request limit stays in memory (it protects one instance).
+//! Several instances on one PostgreSQL database charge the budgets in the store instead
+//! ([`Budgets::Shared`], a [`BudgetStore`] of the store contract, storage/budgets.rs): the
+//! same buckets and level sizes, charged atomically in the database, so a caller has one
+//! budget whichever instance it reaches. The health-request limit stays in memory (it
+//! protects one instance).
 
 use crate::storage::SavedBudget;
-use crate::storage::postgres::budgets::{Book, BudgetError, LevelCap, SharedBudgets};
+use crate::storage::{Book, BudgetError, BudgetStore, LevelCap};
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -166,8 +168,8 @@ pub(crate) struct Refused {
 }
 
 /// One of the server's hourly budgets (items, probe bytes, download bytes, OT sessions):
-/// in this process's memory ([`RateLimiter`], one instance, SQLite), or in the shared
-/// PostgreSQL table that every instance charges ([`SharedBudgets`], issue 22), so that a
+/// in this process's memory ([`RateLimiter`], one instance, SQLite), or in the store that
+/// every instance charges ([`BudgetStore`]: PostgreSQL's shared table, issue 22), so that a
 /// caller spreading requests over N instances still has one budget. Sizes (the default,
 /// a token's own, a level's scale) are decided by the same [`RateLimiter`] either way.
 pub(crate) enum Budgets {
@@ -176,7 +178,7 @@ pub(crate) enum Budgets {
         /// Sizes only (`set_limit`, `per_hour`): never charged.
         sizes: RateLimiter,
         book: Book,
-        store: SharedBudgets,
+        store: Arc<dyn BudgetStore>,
     },
 }
 
@@ -197,7 +199,7 @@ impl Budgets {
     }
 
     /// Budgets of `book` in the shared table, sized by `sizes`.
-    pub(crate) fn shared(sizes: RateLimiter, book: Book, store: SharedBudgets) -> Budgets {
+    pub(crate) fn shared(sizes: RateLimiter, book: Book, store: Arc<dyn BudgetStore>) -> Budgets {
         Budgets::Shared { sizes, book, store }
     }
 
@@ -212,10 +214,10 @@ impl Budgets {
     }
 
     /// The shared table, if the budgets are there.
-    pub(crate) fn shared_store(&self) -> Option<&SharedBudgets> {
+    pub(crate) fn shared_store(&self) -> Option<&dyn BudgetStore> {
         match self {
             Budgets::Local(_) => None,
-            Budgets::Shared { store, .. } => Some(store),
+            Budgets::Shared { store, .. } => Some(store.as_ref()),
         }
     }
 
@@ -230,7 +232,7 @@ impl Budgets {
     }
 
     /// Takes `amount` from every level of `payer`, or from none ([`RateLimiter::charge_all`];
-    /// shared: one statement over the levels' rows, [`SharedBudgets::charge`]). A charge
+    /// shared: one statement over the levels' rows, [`BudgetStore::charge`]). A charge
     /// that a drained network or ceiling refuses is taken from the payer's floor instead,
     /// if it has one and the floor can pay (ADR 0044): a caller that has spent little of
     /// its own budget this hour is not refused for what others spent.

@@ -105,22 +105,17 @@ impl AppState {
         // Several instances on one PostgreSQL charge every budget in its shared table (one
         // pool for all four, and for the token lookups): a caller spreading requests over
         // them has one budget.
-        let shared = match &config.db {
-            storage::Database::Postgres(pg) => {
-                Some(storage::postgres::budgets::SharedBudgets::open(pg))
-            }
-            _ => None,
-        };
+        let shared = config.db.open_budgets();
         let accounts = Arc::new(accounts::Accounts::open(
             &config.db,
             &limiter,
             config.session_ttl,
-            shared.clone().map(storage::PgTokenLookup::new),
+            shared.as_ref().map(|pool| pool.tokens.clone()),
             config.watch_store.is_some() && !config.db.is_memory(),
         ));
-        use storage::postgres::budgets::Book;
+        use storage::Book;
         let book = |limiter: limits::RateLimiter, book: Book| match &shared {
-            Some(store) => limits::Budgets::shared(limiter, book, store.clone()),
+            Some(pool) => limits::Budgets::shared(limiter, book, pool.budgets.clone()),
             None => limits::Budgets::local(limiter),
         };
         let mut sessions = sessions::Sessions::new(
@@ -137,8 +132,8 @@ impl AppState {
             },
             config.session_ttl,
         );
-        if let Some(store) = &shared {
-            sessions.share_ot_budget(store.clone());
+        if let Some(pool) = &shared {
+            sessions.share_ot_budget(pool.budgets.clone());
         }
         let state = Arc::new(AppState {
             instance,

@@ -24,8 +24,7 @@
 //! sets it unavailable at once. An embedded SQLite file is never "unavailable": its
 //! errors are not connection errors, and its behaviour is the same as before.
 
-use crate::storage::StoreError;
-use crate::storage::postgres::budgets::BudgetError;
+use crate::storage::{BudgetError, StoreError};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The store's state as this instance last saw it. Starts available: the store was

@@ -12,7 +12,7 @@
 mod table;
 
 use crate::limits::{Budgets, RateLimiter};
-use crate::storage::postgres::budgets::{Book, SharedBudgets};
+use crate::storage::{Book, BudgetStore};
 use psi_core::chunked::ChunkedServer;
 use psi_core::{Protocol, ServerSet, Threads};
 use rand_core::CryptoRng;
@@ -334,7 +334,7 @@ impl Sessions {
     }
 
     /// Charges the OT-session budget in the shared table of several instances instead.
-    pub(crate) fn share_ot_budget(&mut self, store: SharedBudgets) {
+    pub(crate) fn share_ot_budget(&mut self, store: std::sync::Arc<dyn BudgetStore>) {
         self.ot_budget = Budgets::shared(
             RateLimiter::in_memory(self.limits.ot_per_hour),
             Book::OtSessions,

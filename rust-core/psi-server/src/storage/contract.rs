@@ -1,6 +1,7 @@
 //! The store contract both backends implement: the traits ([`RegistryStore`],
 //! [`SetWork`], [`AccountStore`]) and the records they speak in, with the randomness and
-//! clock they share.
+//! clock they share. The budgets' part of the contract is its own room, `budgets.rs`
+//! ([`BudgetStore`](super::BudgetStore)).
 
 use super::error::StoreError;
 use psi_core::dh::ServerKey;
@@ -23,8 +24,23 @@ pub trait RegistryStore: SetWork + Send {
         &mut self,
         entries: &[(&str, Option<&str>)],
     ) -> Result<ImportCounts, StoreError>;
-    /// Removes entries by identifier; returns how many existed. One transaction.
+    /// [`RegistryStore::add_entry_list`] over the rows `entries` yields, never all held at
+    /// once: the bulk import (`psi import`; PostgreSQL streams them with `COPY` into a
+    /// staging table and merges it in one statement). The same counts and labels as
+    /// [`RegistryStore::add_entry_list`]; one transaction, the version bumped once.
+    fn add_entry_stream(
+        &mut self,
+        entries: &mut dyn Iterator<Item = (String, Option<String>)>,
+    ) -> Result<ImportCounts, StoreError>;
+    /// Removes entries by identifier; returns how many existed. One transaction; bumps
+    /// the version when any existed.
     fn remove_entry_list(&mut self, identifiers: &[&str]) -> Result<u64, StoreError>;
+    /// [`RegistryStore::remove_entry_list`] over the identifiers `identifiers` yields (the
+    /// bulk path of `psi import --remove`). One transaction; the version bumped once.
+    fn remove_entry_stream(
+        &mut self,
+        identifiers: &mut dyn Iterator<Item = String>,
+    ) -> Result<u64, StoreError>;
     /// Number of entries.
     fn len(&self) -> Result<u64, StoreError>;
     /// True when the registry has no entries.

@@ -11,9 +11,14 @@
 //!   storing them, storing an encoded set); [`refresh()`] is the one algorithm over them,
 //!   run under the store's build lease so that of several instances exactly one computes.
 //! - [`AccountStore`]: tokens and the rate limiter's saved budgets.
+//! - [`BudgetStore`] (`budgets`): budgets charged in the store itself, atomically across
+//!   instances; a store either charges them ([`Database::open_budgets`]) or keeps what a
+//!   process charged in memory ([`AccountStore::save_budgets`]), never both
+//!   (docs/adr/0052-budgets-in-the-store-contract.md).
 //!
 //! Errors never carry identifiers, labels or keys.
 
+mod budgets;
 mod contract;
 mod error;
 pub mod postgres;
@@ -23,6 +28,7 @@ mod tokens;
 
 use std::path::{Path, PathBuf};
 
+pub use budgets::{Book, BudgetError, BudgetFuture, BudgetStore, LevelCap, Shortfall};
 pub(crate) use contract::os_rng;
 pub use contract::{
     AccountStore, BuildLease, ImportCounts, LoadedEntry, NewToken, Readiness, RegistryStore,
@@ -89,6 +95,35 @@ impl Database {
             Database::Postgres(pg) => postgres::PgStore::open_accounts(pg),
         }
     }
+
+    /// The budgets charged in the store, with the token lookups that share their
+    /// connections, for a store that charges budgets itself (the shared store); `None`
+    /// for one whose process holds them and saves them through
+    /// [`AccountStore::save_budgets`] (SQLite). Opens no connection (the first charge
+    /// does; settings that give no pool give budgets that refuse every charge as
+    /// unavailable, never a free pass).
+    pub fn open_budgets(&self) -> Option<RequestPool> {
+        match self {
+            Database::Sqlite(_) => None,
+            Database::Postgres(pg) => {
+                let pool = postgres::budgets::SharedBudgets::open(pg);
+                Some(RequestPool {
+                    tokens: PgTokenLookup::new(pool.clone()),
+                    budgets: std::sync::Arc::new(pool),
+                })
+            }
+        }
+    }
+}
+
+/// What a server on a store that charges budgets itself uses on the request path: one
+/// pool of async connections for the charges and the token lookups.
+#[derive(Clone)]
+pub struct RequestPool {
+    /// The budgets, charged in the store.
+    pub budgets: std::sync::Arc<dyn BudgetStore>,
+    /// Token lookups on the same connections.
+    pub tokens: PgTokenLookup,
 }
 
 /// Names the store without credentials (for logs and messages).

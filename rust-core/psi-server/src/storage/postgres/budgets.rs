@@ -20,70 +20,13 @@
 //! Levels without a row are first inserted full (`ON CONFLICT DO NOTHING`: equal to no
 //! row) and the charge runs again; a row swept between the two is inserted again.
 
+use super::super::budgets::{BudgetFuture, BudgetStore};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use std::time::Duration;
-use thiserror::Error;
 
-/// Which of the server's hourly budgets a row belongs to: the same caller key has one
-/// bucket in each.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Book {
-    /// Queried items (`Config::items_per_hour`).
-    Items,
-    /// Probe bytes (`Config::probe_bytes_per_hour`).
-    ProbeBytes,
-    /// Full encoded-set download bytes (`Config::encoded_set_bytes_per_hour`).
-    DownloadBytes,
-    /// OT-PSI sessions (`Config::ot_sessions_per_hour`).
-    OtSessions,
-}
-
-impl Book {
-    /// The `book` column's value.
-    fn name(self) -> &'static str {
-        match self {
-            Book::Items => "items",
-            Book::ProbeBytes => "probe_bytes",
-            Book::DownloadBytes => "download_bytes",
-            Book::OtSessions => "ot_sessions",
-        }
-    }
-}
-
-/// One budget a charge draws from: its row key and its size (and hourly refill) now.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LevelCap {
-    /// The caller key of the level (a token id, an address, a network, the ceiling).
-    pub key: String,
-    /// Greater than zero: an unlimited level is left out by the caller.
-    pub per_hour: u64,
-}
-
-/// A charge that did not go through: nothing was taken from any level.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Shortfall {
-    /// Index (into the levels charged) of the level that needs the longest wait.
-    pub level: usize,
-    /// Seconds until every level could pay (an hour when a level can never hold it).
-    pub wait: u64,
-}
-
-/// The database could not be asked or answered wrongly: the charge is neither granted
-/// nor refused (the caller fails closed with a retryable error). Never carries a key.
-#[derive(Debug, Error)]
-#[non_exhaustive]
-pub enum BudgetError {
-    /// No connection (the database is down or unreachable, or the pool timed out).
-    #[error("budget store unreachable: {0}")]
-    Unavailable(String),
-    /// A statement failed.
-    #[error("budget store: {0}")]
-    Db(String),
-    /// The levels' rows kept disappearing under the charge (swept each time).
-    #[error("budget store: the charge did not settle")]
-    Unsettled,
-}
+/// The contract's records (storage/budgets.rs), also named here for the callers of
+/// [`SharedBudgets`]' own methods.
+pub use super::super::budgets::{Book, BudgetError, LevelCap, Shortfall};
 
 impl From<deadpool_postgres::PoolError> for BudgetError {
     fn from(e: deadpool_postgres::PoolError) -> Self {
@@ -394,6 +337,30 @@ impl SharedBudgets {
             )
             .await?;
         Ok(row.map(|r| r.get(0)))
+    }
+}
+
+/// The contract's [`BudgetStore`]: the same calls as the methods above.
+impl BudgetStore for SharedBudgets {
+    fn charge<'a>(
+        &'a self,
+        book: Book,
+        levels: &'a [LevelCap],
+        amount: u64,
+    ) -> BudgetFuture<'a, Result<(), Shortfall>> {
+        Box::pin(SharedBudgets::charge(self, book, levels, amount))
+    }
+
+    fn refund<'a>(&'a self, book: Book, keys: &'a [String], amount: u64) -> BudgetFuture<'a, ()> {
+        Box::pin(SharedBudgets::refund(self, book, keys, amount))
+    }
+
+    fn sweep(&self) -> BudgetFuture<'_, u64> {
+        Box::pin(SharedBudgets::sweep(self))
+    }
+
+    fn remaining<'a>(&'a self, book: Book, key: &'a str) -> BudgetFuture<'a, Option<f64>> {
+        Box::pin(SharedBudgets::remaining(self, book, key))
     }
 }
 

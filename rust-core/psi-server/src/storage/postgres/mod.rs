@@ -7,10 +7,13 @@
 //!   at-rest key; `lease`: the build lease, an advisory lock.
 //! - [`PgAccounts`] (`accounts`): issued tokens; [`PgTokenLookup`]: their lookups on the
 //!   request path, on the budgets' async pool.
-//! - [`budgets`]: the hourly budgets every instance charges, atomically, in one table.
+//! - [`budgets`]: the hourly budgets every instance charges, atomically, in one table
+//!   (the contract's [`BudgetStore`](super::BudgetStore)).
+//! - `import`: the bulk path of `psi import` (`COPY` into a staging table, one merge).
 
 mod accounts;
 pub mod budgets;
+mod import;
 mod lease;
 mod registry;
 mod schema;

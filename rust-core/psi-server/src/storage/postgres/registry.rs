@@ -16,6 +16,7 @@ use super::super::contract::{
     BuildLease, ImportCounts, LoadedEntry, Readiness, RegistryStore, SetWork, StoredSet, os_rng,
 };
 use super::super::error::StoreError;
+use super::import;
 use super::lease::PgLease;
 use super::schema;
 use super::settings::PgSettings;
@@ -24,7 +25,7 @@ use psi_core::dh::ServerKey;
 use psi_core::oprf::{OUTPUT_LEN, OprfKey};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-/// Rows per statement of an import or an output batch (bounds a statement's size).
+/// Rows per statement of an output batch (bounds a statement's size).
 const ROWS_PER_STATEMENT: usize = 10_000;
 
 /// The PostgreSQL registry store: one connection (its session holds the build lease), the
@@ -221,44 +222,21 @@ impl RegistryStore for PgStore {
         &mut self,
         entries: &[(&str, Option<&str>)],
     ) -> Result<ImportCounts, StoreError> {
-        let mut counts = ImportCounts::default();
+        self.add_entry_stream(
+            &mut entries
+                .iter()
+                .map(|(id, label)| (id.to_string(), label.map(str::to_string))),
+        )
+    }
+
+    /// `COPY` into a staging table, one merge (`super::import`), the version bumped once.
+    fn add_entry_stream(
+        &mut self,
+        entries: &mut dyn Iterator<Item = (String, Option<String>)>,
+    ) -> Result<ImportCounts, StoreError> {
         let mut conn = self.conn();
         let mut tx = conn.transaction()?;
-        for chunk in entries.chunks(ROWS_PER_STATEMENT) {
-            let ids: Vec<&str> = chunk.iter().map(|(i, _)| *i).collect();
-            let labels: Vec<Option<&str>> = chunk.iter().map(|(_, l)| *l).collect();
-            // The first occurrence of a new identifier is inserted with its label; a label
-            // given later (in this chunk, for an existing entry, or a repeat) replaces it,
-            // the last one given winning: what the SQLite store's row-by-row loop does.
-            let accepted: i64 = tx
-                .query_one(
-                    "WITH input AS (
-                         SELECT * FROM unnest($1::text[], $2::text[]) WITH ORDINALITY
-                             AS t(identifier, label, ord)),
-                     ins AS (
-                         INSERT INTO entries (identifier, label)
-                         SELECT DISTINCT ON (identifier) identifier, label FROM input
-                         ORDER BY identifier, ord
-                         ON CONFLICT (identifier) DO NOTHING
-                         RETURNING 1)
-                     SELECT count(*) FROM ins",
-                    &[&ids, &labels],
-                )?
-                .get(0);
-            tx.execute(
-                "WITH input AS (
-                     SELECT * FROM unnest($1::text[], $2::text[]) WITH ORDINALITY
-                         AS t(identifier, label, ord)),
-                 last AS (
-                     SELECT DISTINCT ON (identifier) identifier, label FROM input
-                     WHERE label IS NOT NULL ORDER BY identifier, ord DESC)
-                 UPDATE entries e SET label = last.label FROM last
-                 WHERE e.identifier = last.identifier AND e.label IS DISTINCT FROM last.label",
-                &[&ids, &labels],
-            )?;
-            counts.accepted += accepted.max(0) as u64;
-            counts.duplicates += (chunk.len() as u64).saturating_sub(accepted.max(0) as u64);
-        }
+        let counts = import::add(&mut tx, entries)?;
         if counts.accepted > 0 || counts.duplicates > 0 {
             tx.execute("UPDATE meta SET v = v + 1 WHERE k = 'version'", &[])?;
         }
@@ -267,15 +245,17 @@ impl RegistryStore for PgStore {
     }
 
     fn remove_entry_list(&mut self, identifiers: &[&str]) -> Result<u64, StoreError> {
+        self.remove_entry_stream(&mut identifiers.iter().map(|id| id.to_string()))
+    }
+
+    /// `COPY` into a staging table, one delete, the version bumped once.
+    fn remove_entry_stream(
+        &mut self,
+        identifiers: &mut dyn Iterator<Item = String>,
+    ) -> Result<u64, StoreError> {
         let mut conn = self.conn();
         let mut tx = conn.transaction()?;
-        let mut removed = 0;
-        for chunk in identifiers.chunks(ROWS_PER_STATEMENT) {
-            removed += tx.execute(
-                "DELETE FROM entries WHERE identifier = ANY($1::text[])",
-                &[&chunk],
-            )?;
-        }
+        let removed = import::remove(&mut tx, identifiers)?;
         if removed > 0 {
             tx.execute("UPDATE meta SET v = v + 1 WHERE k = 'version'", &[])?;
         }

@@ -88,6 +88,16 @@ impl Store {
         &mut self,
         entries: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
     ) -> Result<ImportCounts, StoreError> {
+        self.add_rows(entries)
+    }
+
+    /// [`Store::add_entries`] over borrowed or owned strings: one transaction, two
+    /// prepared statements, a row at a time (SQLite's bulk path: no round trips, so a
+    /// prepared statement per row is what a bulk load does), the version bumped once.
+    fn add_rows<A: AsRef<str>, B: AsRef<str>>(
+        &mut self,
+        entries: impl IntoIterator<Item = (A, Option<B>)>,
+    ) -> Result<ImportCounts, StoreError> {
         let mut counts = ImportCounts::default();
         let tx = self.conn.transaction()?;
         {
@@ -99,6 +109,7 @@ impl Store {
                 "UPDATE entries SET label = ?2 WHERE identifier = ?1 AND label IS NOT ?2",
             )?;
             for (id, label) in entries {
+                let (id, label) = (id.as_ref(), label.as_ref().map(AsRef::as_ref));
                 if insert.execute(params![id, label])? == 1 {
                     counts.accepted += 1;
                 } else {
@@ -121,12 +132,21 @@ impl Store {
         &mut self,
         identifiers: impl IntoIterator<Item = &'a str>,
     ) -> Result<u64, StoreError> {
+        self.remove_rows(identifiers)
+    }
+
+    /// [`Store::remove_entries`] over borrowed or owned strings (one transaction, one
+    /// prepared statement).
+    fn remove_rows<A: AsRef<str>>(
+        &mut self,
+        identifiers: impl IntoIterator<Item = A>,
+    ) -> Result<u64, StoreError> {
         let tx = self.conn.transaction()?;
         let mut removed = 0u64;
         {
             let mut del = tx.prepare("DELETE FROM entries WHERE identifier = ?1")?;
             for id in identifiers {
-                removed += del.execute(params![id])? as u64;
+                removed += del.execute(params![id.as_ref()])? as u64;
             }
         }
         if removed > 0 {
@@ -314,10 +334,22 @@ impl RegistryStore for Store {
         &mut self,
         entries: &[(&str, Option<&str>)],
     ) -> Result<ImportCounts, StoreError> {
-        self.add_entries(entries.iter().copied())
+        self.add_rows(entries.iter().copied())
+    }
+    fn add_entry_stream(
+        &mut self,
+        entries: &mut dyn Iterator<Item = (String, Option<String>)>,
+    ) -> Result<ImportCounts, StoreError> {
+        self.add_rows(entries)
     }
     fn remove_entry_list(&mut self, identifiers: &[&str]) -> Result<u64, StoreError> {
-        self.remove_entries(identifiers.iter().copied())
+        self.remove_rows(identifiers.iter().copied())
+    }
+    fn remove_entry_stream(
+        &mut self,
+        identifiers: &mut dyn Iterator<Item = String>,
+    ) -> Result<u64, StoreError> {
+        self.remove_rows(identifiers)
     }
     fn len(&self) -> Result<u64, StoreError> {
         Store::len(self)
