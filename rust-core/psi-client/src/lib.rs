@@ -42,6 +42,7 @@ pub mod cancel;
 pub mod config;
 pub mod contacts;
 pub mod driver;
+pub mod group;
 mod error;
 pub mod measure;
 pub mod measurements_file;
