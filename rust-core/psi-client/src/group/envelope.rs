@@ -42,13 +42,13 @@ fn hmac(key: &[u8], parts: &[&[u8]]) -> Zeroizing<[u8; 32]> {
     for p in parts {
         inner.update(p);
     }
-    let inner = Zeroizing::new(inner.finalize());
+    let inner: Zeroizing<[u8; 32]> = Zeroizing::new(inner.finalize().into());
     for (p, b) in pad.iter_mut().zip(k.iter()) {
         *p = b ^ 0x5c;
     }
     let mut outer = Sha256::new();
     outer.update(pad.as_ref());
-    outer.update(inner.as_slice());
+    outer.update(inner.as_ref());
     Zeroizing::new(outer.finalize().into())
 }
 

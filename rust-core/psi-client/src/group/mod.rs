@@ -198,7 +198,7 @@ impl Client {
         })
         .map_err(|e| ClientError::BadInput(e.to_string()))?;
         let mut report = GroupReport::default();
-        let resp = send(self, &mut report, Route::CreateGroup, "", body, None, None)?;
+        let resp = send(self, &mut report, Route::CreateGroup, "", body, None, None, None)?;
         let joined: GroupJoined =
             serde_json::from_slice(&resp.body).map_err(|_| bad("not a group (JSON)"))?;
         if joined.party != 0 || joined.size != size {
@@ -228,6 +228,7 @@ impl Client {
             body,
             None,
             None,
+            None,
         )?;
         let joined: GroupJoined =
             serde_json::from_slice(&resp.body).map_err(|_| bad("not a group (JSON)"))?;
@@ -248,6 +249,7 @@ fn send(
     body: Vec<u8>,
     credential: Option<&str>,
     query: Option<String>,
+    step: Option<u64>,
 ) -> Result<Response> {
     let config = &client.config;
     let mut headers = Vec::new();
@@ -271,10 +273,7 @@ fn send(
         url.push_str(&q);
     }
     let sent = body.len() as u64;
-    let cap = match route {
-        Route::FetchGroupMessage => config.max_response_bytes,
-        _ => 64 << 10,
-    };
+    let cap = crate::server_input::route_cap(route, step, None, config.max_response_bytes);
     // A fetch waits on the server: its timeout covers the wait.
     let timeout = config.timeout + Duration::from_millis(psi_http::GROUP_MAX_WAIT_MS);
     let resp = client.transport.send(Request {
@@ -413,6 +412,7 @@ impl<'c> GroupParty<'c> {
             body,
             Some(&c),
             query,
+            Some(self.max_message_bytes),
         )
     }
 

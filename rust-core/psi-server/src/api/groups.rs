@@ -264,7 +264,7 @@ pub(super) async fn fetch_group_message(
     let message = |from: u8, body: Bytes| {
         let mut resp = ([(header::CONTENT_TYPE, psi_http::BINARY)], body).into_response();
         let h = resp.headers_mut();
-        h.insert(GROUP_FROM_HEADER, HeaderValue::from(from));
+        h.insert(GROUP_FROM_HEADER, HeaderValue::from(u16::from(from)));
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         resp
     };
