@@ -59,7 +59,8 @@ fn books(parties: usize, own: usize, common: usize) -> (Vec<Vec<Vec<u8>>>, BTree
                 b.push(format!("+1404{p:02}{i:05}").into_bytes());
             }
             b.extend(shared.iter().cloned());
-            b.rotate_left(p * 3 % b.len().max(1));
+            let n = b.len().max(1);
+            b.rotate_left(p * 3 % n);
             b
         })
         .collect();
@@ -121,10 +122,9 @@ fn groups_of_3_and_5_learn_the_plain_intersection_and_leave_nothing_behind() {
     for (t, own, common) in [(3, 40, 25), (5, 20, 17)] {
         let (books, want) = books(t, own, common);
         let h: Arc<dyn Transport> = Arc::new(HttpTransport::new());
-        let reports: Vec<GroupReport> = run_group(&srv.url(), books, h.clone(), h, &options())
-            .into_iter()
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let results = run_group(&srv.url(), books, h.clone(), h, &options());
+        assert!(results.iter().all(Result::is_ok), "t = {t}: {results:?}");
+        let reports: Vec<GroupReport> = results.into_iter().map(Result::unwrap).collect();
         check_correct(&reports, &want);
         let mut parties: Vec<u8> = reports.iter().map(|r| r.party).collect();
         parties.sort();

@@ -312,7 +312,7 @@ impl Groups {
 
     fn admit(limits: &GroupLimits, g: &Group, credential: &str, to: u8, len: usize) -> Res<u8> {
         let from = g.party(credential)?;
-        if g.ended {
+        if g.ended || g.parties[from as usize].left {
             return Err(refuse(ErrorCode::GroupClosed, "the group has ended"));
         }
         if to as usize >= g.size as usize || to == from {
@@ -327,6 +327,12 @@ impl Groups {
                 format!("party {to} has not joined yet"),
             ));
         };
+        if r.left {
+            return Err(refuse(
+                ErrorCode::GroupClosed,
+                format!("party {to} has left the group"),
+            ));
+        }
         if len == 0 {
             return Err(refuse(ErrorCode::BadRequest, "an empty envelope"));
         }
@@ -369,12 +375,15 @@ impl Groups {
         })
     }
 
-    /// The caller's oldest envelope, or a notifier to wait on. An ended group with an
-    /// empty mailbox is `group_closed`: nothing more will come.
+    /// The caller's oldest envelope, or a notifier to wait on. With an empty mailbox, an
+    /// ended group is `group_closed` (nothing more will come), and so it is for the leader
+    /// once a member has left (that member's messages will not come).
     pub(crate) fn fetch(&self, id: &str, credential: &str) -> Res<Fetched> {
         self.with(id, |g| {
             let me = g.party(credential)? as usize;
-            let ended = g.ended;
+            let ended = g.ended
+                || g.parties[me].left
+                || (me == 0 && g.parties[1..].iter().any(|p| p.left));
             let p = &mut g.parties[me];
             if let Some((from, body)) = p.mailbox.pop_front() {
                 p.bytes -= body.len();
@@ -390,15 +399,20 @@ impl Groups {
         })
     }
 
-    /// A party ends the group: no more posts or joins; its own mailbox is dropped; the
-    /// others may drain theirs. The group is removed once every joined party has ended it.
+    /// A party leaves the group; its own mailbox is dropped and nothing more is posted to
+    /// it. The leader leaving ends the group (no more posts or joins; the members may drain
+    /// their mailboxes); a member leaving ends it for the leader, whose fetch then answers
+    /// `group_closed` once its mailbox is empty. The group is removed once every joined
+    /// party has left.
     pub(crate) fn end(&self, id: &str, credential: &str) -> Res<()> {
         let mut t = self.lock();
         let Some(g) = t.get_mut(id) else {
             return Err(refuse(ErrorCode::UnknownGroup, "no such group"));
         };
         let me = g.party(credential)? as usize;
-        g.ended = true;
+        if me == 0 {
+            g.ended = true;
+        }
         let p = &mut g.parties[me];
         p.left = true;
         p.mailbox.clear();
@@ -486,6 +500,18 @@ mod tests {
             Fetched::Wait(_)
         ));
         g.post(&gid, &leader.credential, 2, vec![9; 5].into()).unwrap();
+        g.post(&gid, &leader.credential, 1, vec![9; 5].into()).unwrap();
+        // Member 1 leaves: nothing more for it; the leader's empty mailbox now says closed.
+        g.end(&gid, &m1.credential).unwrap();
+        assert_eq!(
+            g.post(&gid, &leader.credential, 1, vec![1].into()).unwrap_err().code,
+            ErrorCode::GroupClosed
+        );
+        assert_eq!(
+            g.fetch(&gid, &leader.credential).err().unwrap().code,
+            ErrorCode::GroupClosed
+        );
+        g.post(&gid, &m2.credential, 0, vec![1].into()).unwrap();
         g.end(&gid, &leader.credential).unwrap();
         assert_eq!(
             g.post(&gid, &m1.credential, 0, vec![1].into()).unwrap_err().code,
@@ -497,7 +523,6 @@ mod tests {
             g.fetch(&gid, &m2.credential).err().unwrap().code,
             ErrorCode::GroupClosed
         );
-        g.end(&gid, &m1.credential).unwrap();
         assert_eq!(g.counts().groups, 1);
         g.end(&gid, &m2.credential).unwrap();
         assert_eq!(g.counts(), GroupCounts::default());
