@@ -478,11 +478,11 @@ mod tests {
         let m1 = g.join(&gid, [2; 64]).unwrap();
         let m2 = g.join(&gid, [3; 64]).unwrap();
         assert_eq!((leader.party, m1.party, m2.party), (0, 1, 2));
-        assert_eq!(g.join(&gid, [4; 64]).unwrap_err().code, ErrorCode::GroupFull);
+        assert_eq!(g.join(&gid, [4; 64]).err().unwrap().code, ErrorCode::GroupFull);
         let s = g.snapshot(&gid, &m2.credential).unwrap();
         assert_eq!(s.keys, vec![Some([1; 64]), Some([2; 64]), Some([3; 64])]);
         assert_eq!(
-            g.snapshot(&gid, "nope").unwrap_err().code,
+            g.snapshot(&gid, "nope").err().unwrap().code,
             ErrorCode::InvalidParty
         );
         for n in 0..3u8 {

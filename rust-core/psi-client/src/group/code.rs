@@ -41,7 +41,13 @@ fn base32(bytes: &[u8]) -> String {
     out
 }
 
+/// Base32 characters of the secret: `ceil(8 * 16 / 5)`.
+const SECRET_CHARS: usize = (8 * SECRET_BYTES).div_ceil(5);
+
 fn unbase32(text: &str) -> Option<Zeroizing<[u8; SECRET_BYTES]>> {
+    if text.len() != SECRET_CHARS {
+        return None;
+    }
     let mut out = Zeroizing::new([0u8; SECRET_BYTES]);
     let (mut acc, mut bits, mut n) = (0u32, 0u32, 0usize);
     for c in text.bytes() {
