@@ -11,6 +11,7 @@ use crate::state::AppState;
 use axum::Extension;
 use axum::Json;
 use axum::body::Bytes;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State as S};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -65,9 +66,13 @@ fn key(hex_key: &str) -> Result<[u8; GROUP_KEY_BYTES], ApiError> {
 
 /// The group id of this instance, or the typed refusal: another instance's id is
 /// `421 wrong_instance`, an id naming none `404 unknown_group`.
-fn local(state: &AppState, id: &str) -> Result<(), ApiError> {
-    match state.instance.owner_of(id) {
-        Owner::This => Ok(()),
+fn local(state: &AppState, id: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+    // An id that is not UTF-8 (axum's rejection would answer in plain text) names no group.
+    let Ok(Path(id)) = id else {
+        return Err(ApiError::new(ErrorCode::UnknownGroup, "no such group"));
+    };
+    match state.instance.owner_of(&id) {
+        Owner::This => Ok(id),
         Owner::Other(name) => Err(ApiError::new(
             ErrorCode::WrongInstance,
             format!("the group is held by instance {name}, not this one"),
@@ -129,11 +134,11 @@ pub(super) async fn create_group(
 /// `POST /v1/groups/{id}/join`.
 pub(super) async fn join_group(
     S(state): S<Arc<AppState>>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Response, ApiError> {
-    local(&state, &id)?;
+    let id = local(&state, id)?;
     let body = body.map_err(body_error)?;
     let req: JoinGroup = json(&headers, &body)?;
     let k = key(&req.key)?;
@@ -144,10 +149,10 @@ pub(super) async fn join_group(
 /// `GET /v1/groups/{id}`.
 pub(super) async fn group_state(
     S(state): S<Arc<AppState>>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    local(&state, &id)?;
+    let id = local(&state, id)?;
     let c = credential(&headers)?;
     let s = state.groups.snapshot(&id, &c)?;
     let body = GroupState {
@@ -167,10 +172,10 @@ pub(super) async fn group_state(
 /// `DELETE /v1/groups/{id}`.
 pub(super) async fn end_group(
     S(state): S<Arc<AppState>>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    local(&state, &id)?;
+    let id = local(&state, id)?;
     let c = credential(&headers)?;
     state.groups.end(&id, &c)?;
     Ok(StatusCode::NO_CONTENT.into_response())
@@ -198,12 +203,12 @@ fn query_number(query: Option<&str>, name: &str) -> Result<Option<u64>, ApiError
 pub(super) async fn post_group_message(
     S(state): S<Arc<AppState>>,
     Extension(ClientKey(client)): Extension<ClientKey>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Response, ApiError> {
-    local(&state, &id)?;
+    let id = local(&state, id)?;
     let c = credential(&headers)?;
     let to = query_number(query.as_deref(), "to")?
         .ok_or_else(|| ApiError::new(ErrorCode::BadRequest, "expected ?to=N, a party index"))?;
@@ -247,11 +252,11 @@ pub(super) async fn post_group_message(
 /// (at most [`GROUP_MAX_WAIT_MS`], default 0) pass with none.
 pub(super) async fn fetch_group_message(
     S(state): S<Arc<AppState>>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    local(&state, &id)?;
+    let id = local(&state, id)?;
     let c = credential(&headers)?;
     let wait = query_number(query.as_deref(), "wait_ms")?.unwrap_or(0);
     if wait > GROUP_MAX_WAIT_MS {
