@@ -242,7 +242,8 @@ pub fn demo(parties: u8, items: usize, threads: Option<usize>, json: bool) -> Re
             handles.push(s.spawn(move || {
                 let c = Client::new(&url, ClientConfig::default());
                 let p = c.group_join(&code).map_err(|e| e.to_string())?;
-                p.run(ItemSet::new(book), &options).map_err(|e| e.to_string())
+                p.run(ItemSet::new(book), &options)
+                    .map_err(|e| e.to_string())
             }));
         }
         let lead = leader
@@ -250,7 +251,10 @@ pub fn demo(parties: u8, items: usize, threads: Option<usize>, json: bool) -> Re
             .map_err(|e| e.to_string());
         let mut all = vec![lead];
         for h in handles {
-            all.push(h.join().unwrap_or_else(|_| Err("a phone's thread panicked".into())));
+            all.push(
+                h.join()
+                    .unwrap_or_else(|_| Err("a phone's thread panicked".into())),
+            );
         }
         all
     });

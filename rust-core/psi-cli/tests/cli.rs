@@ -876,7 +876,10 @@ fn demo_group_of_three_finds_the_common_contacts() {
     let (ok, out, err) = psi(&["demo", "--group", "3", "--group-items", "120"]);
     assert!(ok, "{out}\n{err}");
     assert!(out.contains("30 contacts every phone holds"), "{out}");
-    assert!(out.contains("result matches the common contacts; groups left on the server: 0"), "{out}");
+    assert!(
+        out.contains("result matches the common contacts; groups left on the server: 0"),
+        "{out}"
+    );
     for role in ["leader", "member"] {
         assert!(out.contains(role), "{out}");
     }
@@ -907,13 +910,37 @@ fn group_create_and_join_through_psi_serve() {
         std::fs::write(&p, lines.join("\n")).unwrap();
         p.to_string_lossy().into_owned()
     };
-    let a = file("a.txt", &["+1 202 555 0101", "+12025550102", "carol@example.com", "+12025550199"]);
-    let b = file("b.txt", &["carol@Example.com", "+12025550101", "+12025550150"]);
-    let c = file("c.txt", &["(202) 555-0101", "CAROL@example.com", "+12025550102"]);
+    let a = file(
+        "a.txt",
+        &[
+            "+1 202 555 0101",
+            "+12025550102",
+            "carol@example.com",
+            "+12025550199",
+        ],
+    );
+    let b = file(
+        "b.txt",
+        &["carol@Example.com", "+12025550101", "+12025550150"],
+    );
+    let c = file(
+        "c.txt",
+        &["(202) 555-0101", "CAROL@example.com", "+12025550102"],
+    );
     let db = dir.join("r.sqlite").to_string_lossy().into_owned();
     let server = Served::start(&db, &[]);
     let mut leader = Command::new(env!("CARGO_BIN_EXE_psi"))
-        .args(["group", "create", "--server", &server.url, "--size", "3", "--deadline", "60", &a])
+        .args([
+            "group",
+            "create",
+            "--server",
+            &server.url,
+            "--size",
+            "3",
+            "--deadline",
+            "60",
+            &a,
+        ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -930,7 +957,17 @@ fn group_create_and_join_through_psi_serve() {
     let code = code.expect("the code line");
     let join = |f: &str| {
         Command::new(env!("CARGO_BIN_EXE_psi"))
-            .args(["group", "join", "--server", &server.url, "--code", &code, "--deadline", "60", f])
+            .args([
+                "group",
+                "join",
+                "--server",
+                &server.url,
+                "--code",
+                &code,
+                "--deadline",
+                "60",
+                f,
+            ])
             .output()
             .expect("psi group join")
     };
@@ -946,12 +983,27 @@ fn group_create_and_join_through_psi_serve() {
     assert!(rest.contains("2 contacts every phone holds"), "{rest}");
     for m in [&jb, &jc] {
         let out = String::from_utf8_lossy(&m.stdout);
-        assert!(m.status.success(), "{out}\n{}", String::from_utf8_lossy(&m.stderr));
+        assert!(
+            m.status.success(),
+            "{out}\n{}",
+            String::from_utf8_lossy(&m.stderr)
+        );
         assert!(out.contains("2 contacts every phone holds"), "{out}");
-        assert!(out.contains("+12025550101") && out.contains("carol@example.com"), "{out}");
+        assert!(
+            out.contains("+12025550101") && out.contains("carol@example.com"),
+            "{out}"
+        );
         assert!(!out.contains("+12025550102"), "{out}");
     }
     // A wrong code is refused before any request, with a clear message.
-    let (ok, _, err) = psi(&["group", "join", "--server", &server.url, "--code", "nope", &b]);
+    let (ok, _, err) = psi(&[
+        "group",
+        "join",
+        "--server",
+        &server.url,
+        "--code",
+        "nope",
+        &b,
+    ]);
     assert!(!ok && err.contains("not a group code"), "{err}");
 }

@@ -111,7 +111,12 @@ fn check_correct(reports: &[GroupReport], want: &BTreeSet<Vec<u8>>) {
     let got: BTreeSet<Vec<u8>> = leader.common.clone().unwrap().into_iter().collect();
     assert_eq!(&got, want);
     for r in reports {
-        assert_eq!(r.common.as_ref(), leader.common.as_ref(), "party {}", r.party);
+        assert_eq!(
+            r.common.as_ref(),
+            leader.common.as_ref(),
+            "party {}",
+            r.party
+        );
         assert!(r.protocol_bytes_sent > 0 && r.bytes_sent > r.protocol_bytes_sent);
     }
 }
@@ -142,10 +147,11 @@ fn a_member_with_an_empty_set_empties_the_intersection_and_no_share_keeps_it() {
     let (mut books, _) = books(3, 10, 8);
     books[2].clear();
     let h: Arc<dyn Transport> = Arc::new(HttpTransport::new());
-    let reports: Vec<GroupReport> = run_group(&srv.url(), books.clone(), h.clone(), h.clone(), &options())
-        .into_iter()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let reports: Vec<GroupReport> =
+        run_group(&srv.url(), books.clone(), h.clone(), h.clone(), &options())
+            .into_iter()
+            .collect::<Result<_, _>>()
+            .unwrap();
     check_correct(&reports, &BTreeSet::new());
     // Without sharing, the members learn nothing and still finish.
     let (books, want) = self::books(3, 10, 8);
@@ -162,13 +168,7 @@ fn a_member_with_an_empty_set_empties_the_intersection_and_no_share_keeps_it() {
 }
 
 /// One raw request to the server.
-fn raw(
-    url: &str,
-    method: Method,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> Response {
+fn raw(url: &str, method: Method, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
     HttpTransport::new()
         .send(Request {
             method,
@@ -208,7 +208,13 @@ fn create(url: &str, size: u8) -> psi_http::GroupJoined {
 
 fn join(url: &str, id: &str) -> Response {
     let body = format!(r#"{{"key":"{}"}}"#, key());
-    raw(url, Method::Post, &format!("/v1/groups/{id}/join"), &[JSON], body.as_bytes())
+    raw(
+        url,
+        Method::Post,
+        &format!("/v1/groups/{id}/join"),
+        &[JSON],
+        body.as_bytes(),
+    )
 }
 
 fn post(url: &str, id: &str, cred: &str, to: &str, body: &[u8]) -> Response {
@@ -244,28 +250,55 @@ fn bad_inputs_are_typed_errors() {
     let id = g.group_id.clone();
     let unknown = format!("{}-{}", id.split('-').next().unwrap(), "0".repeat(32));
     assert_eq!(e(join(&url, &unknown)), ErrorCode::UnknownGroup);
-    assert_eq!(e(join(&url, &format!("zz-{}", "0".repeat(32)))), ErrorCode::WrongInstance);
+    assert_eq!(
+        e(join(&url, &format!("zz-{}", "0".repeat(32)))),
+        ErrorCode::WrongInstance
+    );
     // Wrong or missing credential.
     let state = |cred: &str| {
-        raw(&url, Method::Get, &format!("/v1/groups/{id}"), &[("x-psi-party", cred)], b"")
+        raw(
+            &url,
+            Method::Get,
+            &format!("/v1/groups/{id}"),
+            &[("x-psi-party", cred)],
+            b"",
+        )
     };
     assert_eq!(e(state(&"0".repeat(64))), ErrorCode::InvalidParty);
     assert_eq!(
-        e(raw(&url, Method::Get, &format!("/v1/groups/{id}"), &[], b"")),
+        e(raw(
+            &url,
+            Method::Get,
+            &format!("/v1/groups/{id}"),
+            &[],
+            b""
+        )),
         ErrorCode::InvalidParty
     );
     assert_eq!(state(&g.credential).status, 200);
     // Posting before the member joined; to itself; to no party.
-    assert_eq!(e(post(&url, &id, &g.credential, "1", b"x")), ErrorCode::WrongPhase);
+    assert_eq!(
+        e(post(&url, &id, &g.credential, "1", b"x")),
+        ErrorCode::WrongPhase
+    );
     let m = join(&url, &id);
     assert_eq!(m.status, 201);
     let m: psi_http::GroupJoined = serde_json::from_slice(&m.body).unwrap();
     assert_eq!(m.party, 1);
     // Full group (joining after it started).
     assert_eq!(e(join(&url, &id)), ErrorCode::GroupFull);
-    assert_eq!(e(post(&url, &id, &g.credential, "0", b"x")), ErrorCode::BadRequest);
-    assert_eq!(e(post(&url, &id, &g.credential, "7", b"x")), ErrorCode::BadRequest);
-    assert_eq!(e(post(&url, &id, &g.credential, "x", b"x")), ErrorCode::BadRequest);
+    assert_eq!(
+        e(post(&url, &id, &g.credential, "0", b"x")),
+        ErrorCode::BadRequest
+    );
+    assert_eq!(
+        e(post(&url, &id, &g.credential, "7", b"x")),
+        ErrorCode::BadRequest
+    );
+    assert_eq!(
+        e(post(&url, &id, &g.credential, "x", b"x")),
+        ErrorCode::BadRequest
+    );
     // Oversized message, mailbox full (count).
     assert_eq!(
         e(post(&url, &id, &g.credential, "1", &[0; 1001])),
@@ -294,7 +327,10 @@ fn bad_inputs_are_typed_errors() {
             b"",
         )
     };
-    assert_eq!(e(fetch(&m.credential, "?wait_ms=5001")), ErrorCode::BadRequest);
+    assert_eq!(
+        e(fetch(&m.credential, "?wait_ms=5001")),
+        ErrorCode::BadRequest
+    );
     let first = fetch(&m.credential, "");
     assert_eq!((first.status, first.header("x-psi-from")), (200, Some("0")));
     assert_eq!(first.body, vec![1; 1000]);
@@ -315,12 +351,24 @@ fn bad_inputs_are_typed_errors() {
     // Ending: no more posts or joins; the others drain, then hear the end.
     assert_eq!(post(&url, &id, &g.credential, "1", b"last").status, 204);
     let end = |cred: &str| {
-        raw(&url, Method::Delete, &format!("/v1/groups/{id}"), &[("x-psi-party", cred)], b"")
+        raw(
+            &url,
+            Method::Delete,
+            &format!("/v1/groups/{id}"),
+            &[("x-psi-party", cred)],
+            b"",
+        )
     };
     assert_eq!(end(&g.credential).status, 204);
-    assert_eq!(e(post(&url, &id, &m.credential, "0", b"x")), ErrorCode::GroupClosed);
+    assert_eq!(
+        e(post(&url, &id, &m.credential, "0", b"x")),
+        ErrorCode::GroupClosed
+    );
     assert_eq!(fetch(&m.credential, "").body, b"last");
-    assert_eq!(e(fetch(&m.credential, "?wait_ms=100")), ErrorCode::GroupClosed);
+    assert_eq!(
+        e(fetch(&m.credential, "?wait_ms=100")),
+        ErrorCode::GroupClosed
+    );
     assert_eq!(srv.state.group_counts().groups, 1);
     assert_eq!(end(&m.credential).status, 204);
     assert_eq!(srv.state.group_counts(), Default::default());
@@ -334,7 +382,10 @@ fn groups_expire_and_the_sweep_removes_them_with_their_mailboxes() {
     let url = srv.url();
     let g = create(&url, 3);
     let m: psi_http::GroupJoined = serde_json::from_slice(&join(&url, &g.group_id).body).unwrap();
-    assert_eq!(post(&url, &g.group_id, &m.credential, "0", &[5; 100]).status, 204);
+    assert_eq!(
+        post(&url, &g.group_id, &m.credential, "0", &[5; 100]).status,
+        204
+    );
     assert_eq!(srv.state.group_counts().bytes, 100);
     // The sweep (every few seconds at most) removes it without any request.
     let t = Instant::now();
@@ -394,7 +445,8 @@ impl Relay {
 impl Transport for Relay {
     fn send(&self, request: Request) -> Result<Response, TransportError> {
         let messages = request.url.contains("/messages");
-        let roster = request.method == Method::Get && !messages && request.url.contains("/v1/groups/");
+        let roster =
+            request.method == Method::Get && !messages && request.url.contains("/v1/groups/");
         if messages && request.method == Method::Post {
             self.posted.lock().unwrap().push(request.body.clone());
         }
@@ -439,7 +491,8 @@ fn a_tampering_relay_gets_a_typed_error_never_a_wrong_answer() {
         let results = run_group(&srv.url(), books, leader_t, member_t, &options());
         let errs = failures(&results);
         assert!(
-            errs.iter().any(|e| matches!(e, ClientError::Group(GroupError::Tampered { .. }))),
+            errs.iter()
+                .any(|e| matches!(e, ClientError::Group(GroupError::Tampered { .. }))),
             "{errs:?}"
         );
         // Nobody reports a result: the leader cannot finish, and a member that finished its
@@ -448,7 +501,9 @@ fn a_tampering_relay_gets_a_typed_error_never_a_wrong_answer() {
         for r in results.iter().flatten() {
             assert!(r.common.is_none(), "party {} has a result", r.party);
         }
-        wait_for("the groups were ended", || srv.state.group_counts().groups == 0);
+        wait_for("the groups were ended", || {
+            srv.state.group_counts().groups == 0
+        });
     }
     // A relay that alters the announcements the leader reads: refused before any message.
     let (books, _) = books(2, 5, 5);
@@ -482,11 +537,14 @@ fn the_relay_never_carries_a_core_message_in_the_clear() {
     let reports: Vec<GroupReport> = std::thread::scope(|s| {
         let hs: Vec<_> = books
             .map(|b| {
-                let (code, relay, clear, url) = (code.clone(), relay.clone(), clear.clone(), url.clone());
+                let (code, relay, clear, url) =
+                    (code.clone(), relay.clone(), clear.clone(), url.clone());
                 s.spawn(move || {
                     let cl = client_over(&url, relay);
                     let mut p = cl.group_join(&code).unwrap();
-                    p.observe(Arc::new(move |_, _, m| clear.lock().unwrap().push(m.to_vec())));
+                    p.observe(Arc::new(move |_, _, m| {
+                        clear.lock().unwrap().push(m.to_vec())
+                    }));
                     p.run(ItemSet::new(b), &options()).unwrap()
                 })
             })
@@ -504,9 +562,18 @@ fn the_relay_never_carries_a_core_message_in_the_clear() {
     for m in clear.iter() {
         // Any 24-byte window of a core message past its 9-byte frame header would be a
         // chance match of 2^-192: none may appear in what the server carried.
-        for w in m.get(9..).unwrap_or(&[]).chunks(24).filter(|w| w.len() == 24).take(64) {
+        for w in m
+            .get(9..)
+            .unwrap_or(&[])
+            .chunks(24)
+            .filter(|w| w.len() == 24)
+            .take(64)
+        {
             for c in carried.iter() {
-                assert!(!c.windows(24).any(|x| x == w), "a core message in the clear");
+                assert!(
+                    !c.windows(24).any(|x| x == w),
+                    "a core message in the clear"
+                );
             }
         }
         // And the common contacts never travel in the clear either.
@@ -522,9 +589,17 @@ fn the_relay_never_carries_a_core_message_in_the_clear() {
 #[test]
 fn a_bad_code_is_refused_before_any_request() {
     let c = client("http://127.0.0.1:9");
-    for bad in ["", "no-dot", "a-1.tooshort", "a-1.AAAAAAAAAAAAAAAAAAAAAAAAAB"] {
+    for bad in [
+        "",
+        "no-dot",
+        "a-1.tooshort",
+        "a-1.AAAAAAAAAAAAAAAAAAAAAAAAAB",
+    ] {
         assert!(
-            matches!(c.group_join(bad), Err(ClientError::Group(GroupError::BadCode))),
+            matches!(
+                c.group_join(bad),
+                Err(ClientError::Group(GroupError::BadCode))
+            ),
             "{bad:?}"
         );
     }

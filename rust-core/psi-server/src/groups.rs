@@ -212,7 +212,8 @@ impl Groups {
                 "this server holds its limit of groups",
             ));
         }
-        if t.values().filter(|g| g.creator == creator).count() >= self.limits.max_groups_per_client {
+        if t.values().filter(|g| g.creator == creator).count() >= self.limits.max_groups_per_client
+        {
             return Err(refuse(
                 ErrorCode::TooManyGroups,
                 format!(
@@ -339,10 +340,7 @@ impl Groups {
         if len > limits.max_message_bytes {
             return Err(refuse(
                 ErrorCode::BodyTooLarge,
-                format!(
-                    "an envelope is at most {} bytes",
-                    limits.max_message_bytes
-                ),
+                format!("an envelope is at most {} bytes", limits.max_message_bytes),
             ));
         }
         if r.mailbox.len() >= limits.mailbox_messages
@@ -381,9 +379,8 @@ impl Groups {
     pub(crate) fn fetch(&self, id: &str, credential: &str) -> Res<Fetched> {
         self.with(id, |g| {
             let me = g.party(credential)? as usize;
-            let ended = g.ended
-                || g.parties[me].left
-                || (me == 0 && g.parties[1..].iter().any(|p| p.left));
+            let ended =
+                g.ended || g.parties[me].left || (me == 0 && g.parties[1..].iter().any(|p| p.left));
             let p = &mut g.parties[me];
             if let Some((from, body)) = p.mailbox.pop_front() {
                 p.bytes -= body.len();
@@ -478,7 +475,10 @@ mod tests {
         let m1 = g.join(&gid, [2; 64]).unwrap();
         let m2 = g.join(&gid, [3; 64]).unwrap();
         assert_eq!((leader.party, m1.party, m2.party), (0, 1, 2));
-        assert_eq!(g.join(&gid, [4; 64]).err().unwrap().code, ErrorCode::GroupFull);
+        assert_eq!(
+            g.join(&gid, [4; 64]).err().unwrap().code,
+            ErrorCode::GroupFull
+        );
         let s = g.snapshot(&gid, &m2.credential).unwrap();
         assert_eq!(s.keys, vec![Some([1; 64]), Some([2; 64]), Some([3; 64])]);
         assert_eq!(
@@ -499,12 +499,16 @@ mod tests {
             g.fetch(&gid, &leader.credential).unwrap(),
             Fetched::Wait(_)
         ));
-        g.post(&gid, &leader.credential, 2, vec![9; 5].into()).unwrap();
-        g.post(&gid, &leader.credential, 1, vec![9; 5].into()).unwrap();
+        g.post(&gid, &leader.credential, 2, vec![9; 5].into())
+            .unwrap();
+        g.post(&gid, &leader.credential, 1, vec![9; 5].into())
+            .unwrap();
         // Member 1 leaves: nothing more for it; the leader's empty mailbox now says closed.
         g.end(&gid, &m1.credential).unwrap();
         assert_eq!(
-            g.post(&gid, &leader.credential, 1, vec![1].into()).unwrap_err().code,
+            g.post(&gid, &leader.credential, 1, vec![1].into())
+                .unwrap_err()
+                .code,
             ErrorCode::GroupClosed
         );
         assert_eq!(
@@ -514,11 +518,16 @@ mod tests {
         g.post(&gid, &m2.credential, 0, vec![1].into()).unwrap();
         g.end(&gid, &leader.credential).unwrap();
         assert_eq!(
-            g.post(&gid, &m1.credential, 0, vec![1].into()).unwrap_err().code,
+            g.post(&gid, &m1.credential, 0, vec![1].into())
+                .unwrap_err()
+                .code,
             ErrorCode::GroupClosed
         );
         // Member 2 drains what was posted before the end, then hears the end.
-        assert!(matches!(g.fetch(&gid, &m2.credential).unwrap(), Fetched::Message(0, _)));
+        assert!(matches!(
+            g.fetch(&gid, &m2.credential).unwrap(),
+            Fetched::Message(0, _)
+        ));
         assert_eq!(
             g.fetch(&gid, &m2.credential).err().unwrap().code,
             ErrorCode::GroupClosed
@@ -545,9 +554,18 @@ mod tests {
             "the member has not joined"
         );
         let m = g.join(&gid, [2; 64]).unwrap();
-        assert_eq!(code(g.post(&gid, &m.credential, 1, vec![1].into())), ErrorCode::BadRequest);
-        assert_eq!(code(g.post(&gid, &m.credential, 5, vec![1].into())), ErrorCode::BadRequest);
-        assert_eq!(code(g.post(&gid, &m.credential, 0, Vec::new().into())), ErrorCode::BadRequest);
+        assert_eq!(
+            code(g.post(&gid, &m.credential, 1, vec![1].into())),
+            ErrorCode::BadRequest
+        );
+        assert_eq!(
+            code(g.post(&gid, &m.credential, 5, vec![1].into())),
+            ErrorCode::BadRequest
+        );
+        assert_eq!(
+            code(g.post(&gid, &m.credential, 0, Vec::new().into())),
+            ErrorCode::BadRequest
+        );
         assert_eq!(
             code(g.post(&gid, &m.credential, 0, vec![0; 61].into())),
             ErrorCode::BodyTooLarge
@@ -568,7 +586,10 @@ mod tests {
             ErrorCode::MailboxFull,
             "count"
         );
-        assert_eq!(g.join("a-00", [0; 64]).err().unwrap().code, ErrorCode::UnknownGroup);
+        assert_eq!(
+            g.join("a-00", [0; 64]).err().unwrap().code,
+            ErrorCode::UnknownGroup
+        );
     }
 
     #[test]

@@ -462,7 +462,11 @@ fn json_bodies_match_psi_http() {
             key: String::new(),
         },
     );
-    assert_fields(&doc, "JoinGroup", psi_http::JoinGroup { key: String::new() });
+    assert_fields(
+        &doc,
+        "JoinGroup",
+        psi_http::JoinGroup { key: String::new() },
+    );
     assert_fields(
         &doc,
         "GroupJoined",

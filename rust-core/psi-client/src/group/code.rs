@@ -51,9 +51,7 @@ fn unbase32(text: &str) -> Option<Zeroizing<[u8; SECRET_BYTES]>> {
     let mut out = Zeroizing::new([0u8; SECRET_BYTES]);
     let (mut acc, mut bits, mut n) = (0u32, 0u32, 0usize);
     for c in text.bytes() {
-        let v = ALPHABET
-            .iter()
-            .position(|&a| a == c.to_ascii_uppercase())? as u32;
+        let v = ALPHABET.iter().position(|&a| a == c.to_ascii_uppercase())? as u32;
         acc = (acc << 5) | v;
         bits += 5;
         if bits >= 8 {
@@ -118,7 +116,10 @@ mod tests {
         assert_eq!(*back.secret, [0xa5; 16]);
         let lower: GroupCode = text.to_lowercase().parse().unwrap();
         assert_eq!(*lower.secret, [0xa5; 16]);
-        assert!(!format!("{c:?}").contains(&text[10..]), "Debug hides the secret");
+        assert!(
+            !format!("{c:?}").contains(&text[10..]),
+            "Debug hides the secret"
+        );
         // RFC 4648 §10: "foobar" is MZXW6YTBOI.
         assert_eq!(base32(b"foobar"), "MZXW6YTBOI");
         for bad in [
@@ -133,6 +134,10 @@ mod tests {
         ] {
             assert!(bad.parse::<GroupCode>().is_err(), "{bad:?}");
         }
-        assert!("a-1.AAAAAAAAAAAAAAAAAAAAAAAAAA".parse::<GroupCode>().is_ok());
+        assert!(
+            "a-1.AAAAAAAAAAAAAAAAAAAAAAAAAA"
+                .parse::<GroupCode>()
+                .is_ok()
+        );
     }
 }

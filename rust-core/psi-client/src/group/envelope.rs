@@ -280,7 +280,11 @@ mod tests {
         assert!(!e0.windows(5).any(|w| w == b"hello"), "not in the clear");
         assert!(matches!(
             ba.open(&e1),
-            Err(GroupError::OutOfOrder { expected: 0, got: 1, .. })
+            Err(GroupError::OutOfOrder {
+                expected: 0,
+                got: 1,
+                ..
+            })
         ));
         for i in 0..e0.len() {
             let mut bad = e0.clone();

@@ -16,15 +16,15 @@ pub mod envelope;
 
 pub use code::GroupCode;
 
+use crate::Client;
 use crate::error::{ClientError, Result};
 use crate::transport::{Request, Response, TransportError};
-use crate::Client;
 use envelope::{Channel, GroupSecret, PartyKey};
 use psi_core::mpsi::{Leader, LeaderStep, Member, MpsiConfig};
 use psi_core::{ItemSet, Threads};
 use psi_http::{
-    ErrorBody, ErrorCode, GroupJoined, GroupState, Route, GROUP_CREDENTIAL_HEADER,
-    GROUP_FROM_HEADER,
+    ErrorBody, ErrorCode, GROUP_CREDENTIAL_HEADER, GROUP_FROM_HEADER, GroupJoined, GroupState,
+    Route,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -198,11 +198,21 @@ impl Client {
         })
         .map_err(|e| ClientError::BadInput(e.to_string()))?;
         let mut report = GroupReport::default();
-        let resp = send(self, &mut report, Route::CreateGroup, "", body, None, None, None)?;
+        let call = Call {
+            route: Route::CreateGroup,
+            id: "",
+            body,
+            credential: None,
+            query: None,
+            step: None,
+        };
+        let resp = send(self, &mut report, call)?;
         let joined: GroupJoined =
             serde_json::from_slice(&resp.body).map_err(|_| bad("not a group (JSON)"))?;
         if joined.party != 0 || joined.size != size {
-            return Err(bad("the server made this caller a member, or changed the size"));
+            return Err(bad(
+                "the server made this caller a member, or changed the size",
+            ));
         }
         let code = GroupCode::new(joined.group_id.clone(), *secret);
         GroupParty::new(self, code, key, joined, report)
@@ -220,16 +230,15 @@ impl Client {
         })
         .map_err(|e| ClientError::BadInput(e.to_string()))?;
         let mut report = GroupReport::default();
-        let resp = send(
-            self,
-            &mut report,
-            Route::JoinGroup,
-            &code.group_id,
+        let call = Call {
+            route: Route::JoinGroup,
+            id: &code.group_id,
             body,
-            None,
-            None,
-            None,
-        )?;
+            credential: None,
+            query: None,
+            step: None,
+        };
+        let resp = send(self, &mut report, call)?;
         let joined: GroupJoined =
             serde_json::from_slice(&resp.body).map_err(|_| bad("not a group (JSON)"))?;
         if joined.group_id != code.group_id || joined.party == 0 {
@@ -239,18 +248,30 @@ impl Client {
     }
 }
 
-/// One request to the relay: JSON or binary body, the party credential if any; error
-/// statuses as [`ClientError::Http`].
-fn send(
-    client: &Client,
-    report: &mut GroupReport,
+/// One request to the relay.
+struct Call<'a> {
     route: Route,
-    id: &str,
+    /// The group id (empty for the create).
+    id: &'a str,
     body: Vec<u8>,
-    credential: Option<&str>,
+    /// The party credential, after the create or join.
+    credential: Option<&'a str>,
     query: Option<String>,
+    /// The relay's `max_message_bytes`, once known: the fetch's response cap.
     step: Option<u64>,
-) -> Result<Response> {
+}
+
+/// Sends `call` (JSON or binary body, the party credential if any); error statuses as
+/// [`ClientError::Http`].
+fn send(client: &Client, report: &mut GroupReport, call: Call<'_>) -> Result<Response> {
+    let Call {
+        route,
+        id,
+        body,
+        credential,
+        query,
+        step,
+    } = call;
     let config = &client.config;
     let mut headers = Vec::new();
     if let Some(t) = &config.token {
@@ -286,7 +307,9 @@ fn send(
         abandon_on_cancel: route != Route::EndGroup,
     })?;
     if resp.status < 400 && resp.body.len() as u64 > cap {
-        return Err(TransportError::failed(format!("response body over its cap of {cap} bytes")).into());
+        return Err(
+            TransportError::failed(format!("response body over its cap of {cap} bytes")).into(),
+        );
     }
     report.requests += 1;
     report.bytes_sent += sent;
@@ -323,23 +346,21 @@ fn encode_result(items: &[Vec<u8>]) -> Zeroizing<Vec<u8>> {
 }
 
 fn decode_result(body: &[u8]) -> Option<Vec<Vec<u8>>> {
-    let mut rest = body;
-    let mut take = |n: usize| -> Option<&[u8]> {
+    fn take<'a>(rest: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
         if rest.len() < n {
             return None;
         }
         let (a, b) = rest.split_at(n);
-        rest = b;
+        *rest = b;
         Some(a)
-    };
-    let count = u32::from_be_bytes(take(4)?.try_into().ok()?) as usize;
+    }
+    let mut rest = body;
+    let count = u32::from_be_bytes(take(&mut rest, 4)?.try_into().ok()?) as usize;
     let mut items = Vec::with_capacity(count.min(1 << 20));
     for _ in 0..count {
-        let len = u32::from_be_bytes(take(4)?.try_into().ok()?) as usize;
-        items.push(take(len)?.to_vec());
+        let len = u32::from_be_bytes(take(&mut rest, 4)?.try_into().ok()?) as usize;
+        items.push(take(&mut rest, len)?.to_vec());
     }
-    take(0)?;
-    drop(take);
     rest.is_empty().then_some(items)
 }
 
@@ -397,23 +418,17 @@ impl<'c> GroupParty<'c> {
         self.observer = Some(observer);
     }
 
-    fn send(
-        &mut self,
-        route: Route,
-        body: Vec<u8>,
-        query: Option<String>,
-    ) -> Result<Response> {
+    fn send(&mut self, route: Route, body: Vec<u8>, query: Option<String>) -> Result<Response> {
         let c = self.credential.clone();
-        send(
-            self.client,
-            &mut self.report,
+        let call = Call {
             route,
-            &self.code.group_id,
+            id: &self.code.group_id,
             body,
-            Some(&c),
+            credential: Some(&c),
             query,
-            Some(self.max_message_bytes),
-        )
+            step: Some(self.max_message_bytes),
+        };
+        send(self.client, &mut self.report, call)
     }
 
     /// Waits for the roster until `parties` hold announcements, and opens a channel to
@@ -435,8 +450,7 @@ impl<'c> GroupParty<'c> {
                     let hex_key = state.keys[p as usize].as_deref().unwrap_or("");
                     let ann = hex::decode(hex_key)
                         .map_err(|_| GroupError::BadAnnouncement { party: p })?;
-                    out[p as usize] =
-                        Some(self.key.channel(&self.secret, self.party, p, &ann)?);
+                    out[p as usize] = Some(self.key.channel(&self.secret, self.party, p, &ann)?);
                 }
                 return Ok(out);
             }
@@ -499,7 +513,13 @@ impl GroupParty<'_> {
     }
 
     /// Seals `plaintext` for `to` and posts it, waiting while its mailbox is full.
-    fn post(&mut self, channels: &mut Channels, to: u8, plaintext: &[u8], deadline: Instant) -> Result<()> {
+    fn post(
+        &mut self,
+        channels: &mut Channels,
+        to: u8,
+        plaintext: &[u8],
+        deadline: Instant,
+    ) -> Result<()> {
         let ch = channels
             .get_mut(to as usize)
             .and_then(Option::as_mut)
@@ -524,7 +544,13 @@ impl GroupParty<'_> {
         }
     }
 
-    fn post_core(&mut self, channels: &mut Channels, to: u8, message: &[u8], deadline: Instant) -> Result<()> {
+    fn post_core(
+        &mut self,
+        channels: &mut Channels,
+        to: u8,
+        message: &[u8],
+        deadline: Instant,
+    ) -> Result<()> {
         self.observe_message(to, true, message);
         let mut pt = Zeroizing::new(Vec::with_capacity(message.len() + 1));
         pt.push(kind::CORE);
