@@ -604,3 +604,41 @@ fn a_bad_code_is_refused_before_any_request() {
         );
     }
 }
+
+/// Posts are charged to the poster's hourly group bytes budget (at least 1 KiB each),
+/// only once admitted: a refused post costs nothing, a spent budget is `429 rate_limited`.
+#[test]
+fn posts_are_charged_to_the_callers_group_budget() {
+    let srv = server(|g| g.bytes_per_hour = 3000);
+    let url = srv.url();
+    let g = create(&url, 2);
+    let m: psi_http::GroupJoined = serde_json::from_slice(&join(&url, &g.group_id).body).unwrap();
+    // Refused posts (to itself, too large for nobody's mailbox) are not charged.
+    for _ in 0..5 {
+        assert_eq!(
+            post(&url, &g.group_id, &g.credential, "0", &[1; 10]).status,
+            400
+        );
+    }
+    assert_eq!(
+        post(&url, &g.group_id, &g.credential, "1", &[1; 10]).status,
+        204
+    );
+    assert_eq!(
+        post(&url, &g.group_id, &m.credential, "0", &[1; 1500]).status,
+        204
+    );
+    let r = post(&url, &g.group_id, &g.credential, "1", &[1; 10]);
+    assert_eq!(
+        code_of(&r),
+        (429, ErrorCode::RateLimited),
+        "1024 + 1500 + 1024 > 3000"
+    );
+    assert!(r.header("retry-after").is_some());
+    assert_eq!(
+        srv.state.group_counts().messages,
+        2,
+        "the refused post is not in a mailbox"
+    );
+    srv.shutdown().unwrap();
+}
