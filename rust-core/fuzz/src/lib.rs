@@ -61,10 +61,15 @@ impl Framed {
 
 /// A whole message: the 9-byte header of docs/protocol/README.md, then `body`.
 pub fn frame(protocol: Protocol, message_type: u8, body: &[u8]) -> Vec<u8> {
+    frame_id(protocol.wire_id(), message_type, body)
+}
+
+/// [`frame`] for a raw wire id (group PSI's `0x05` is not a [`Protocol`]).
+pub fn frame_id(wire_id: u8, message_type: u8, body: &[u8]) -> Vec<u8> {
     let mut m = Vec::with_capacity(HEADER_LEN + body.len());
     m.extend_from_slice(&psi_core::wire::MAGIC);
     m.push(psi_core::wire::VERSION);
-    m.push(protocol.wire_id());
+    m.push(wire_id);
     m.push(message_type);
     m.extend_from_slice(&(body.len() as u32).to_be_bytes());
     m.extend_from_slice(body);
@@ -73,13 +78,18 @@ pub fn frame(protocol: Protocol, message_type: u8, body: &[u8]) -> Vec<u8> {
 
 /// Sets magic, version, protocol id and body length of a message of at least 9 bytes.
 pub fn repair_header(m: &mut [u8], protocol: Protocol) {
+    repair_header_id(m, protocol.wire_id())
+}
+
+/// [`repair_header`] for a raw wire id.
+pub fn repair_header_id(m: &mut [u8], wire_id: u8) {
     if m.len() < HEADER_LEN {
         return;
     }
     let body = (m.len() - HEADER_LEN) as u32;
     m[0..2].copy_from_slice(&psi_core::wire::MAGIC);
     m[2] = psi_core::wire::VERSION;
-    m[3] = protocol.wire_id();
+    m[3] = wire_id;
     m[5..9].copy_from_slice(&body.to_be_bytes());
 }
 
@@ -715,4 +725,59 @@ pub fn round_steps<C: psi_core::chunked::ChunkedClient, S: psi_core::chunked::Ch
         let got: Vec<usize> = out.matches.iter().map(|m| m.index).collect();
         assert_eq!(got, matches, "transcript matches");
     }
+}
+
+/// The group PSI transcript vector (`tests/vectors/group-psi-transcript.json`), compiled in.
+pub const MPSI_TRANSCRIPT: &str = include_str!("../../../tests/vectors/group-psi-transcript.json");
+
+/// The group PSI fixture (t = 3): the vector's items, seeds, chunking and matches.
+pub struct Mpsi {
+    /// The leader's items.
+    pub leader_items: Vec<Vec<u8>>,
+    /// Each member's items, members 1, 2, ... in order.
+    pub member_items: Vec<Vec<Vec<u8>>>,
+    /// The leader's RNG seed.
+    pub leader_seed: u64,
+    /// The members' RNG seeds.
+    pub member_seeds: Vec<u64>,
+    /// The leader's matrix-chunk limit in bytes.
+    pub max_chunk_bytes: u64,
+    /// Indices of the leader items every member holds.
+    pub matches: Vec<usize>,
+}
+
+impl Mpsi {
+    /// Configuration of every party: one thread, the vector's chunking, at most 1024
+    /// items per member (a fuzzed hello may not make the leader build a huge filter).
+    pub fn config(&self) -> psi_core::mpsi::MpsiConfig {
+        psi_core::mpsi::MpsiConfig::new(Threads::ONE)
+            .with_max_chunk_bytes(self.max_chunk_bytes)
+            .with_max_member_items(1024)
+    }
+}
+
+/// The group PSI fixture, built on first use.
+pub fn mpsi() -> &'static Mpsi {
+    static MPSI: OnceLock<Mpsi> = OnceLock::new();
+    MPSI.get_or_init(|| {
+        let v: serde_json::Value = serde_json::from_str(MPSI_TRANSCRIPT).expect("json");
+        Mpsi {
+            leader_items: strings(&v["leader_items"]),
+            member_items: v["member_items"]
+                .as_array()
+                .expect("members")
+                .iter()
+                .map(strings)
+                .collect(),
+            leader_seed: v["leader_seed"].as_u64().expect("seed"),
+            member_seeds: v["member_seeds"]
+                .as_array()
+                .expect("seeds")
+                .iter()
+                .map(|s| s.as_u64().expect("seed"))
+                .collect(),
+            max_chunk_bytes: v["max_chunk_bytes"].as_u64().expect("bytes"),
+            matches: indices(&v["match_indices"]),
+        }
+    })
 }

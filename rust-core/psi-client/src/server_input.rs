@@ -72,9 +72,7 @@ pub(crate) fn step_response_cap(
     n: usize,
     session: &SessionCreated,
 ) -> Option<u64> {
-    let w = psi_core::cost::Workload::new(n as u64, session.registry_items)
-        .with_limits(u64::from(session.max_client_items), session.max_body_bytes);
-    let largest = largest_step_response(protocol, &w)?;
+    let largest = largest_step_response(protocol, &session_workload(n, session))?;
     Some(
         largest
             .saturating_mul(2)
@@ -92,22 +90,43 @@ pub(crate) fn planned_requests(
     session: &SessionCreated,
     labels: bool,
 ) -> Option<usize> {
-    let w = psi_core::cost::Workload::new(n as u64, session.registry_items)
+    let w = session_workload(n, session).with_labels(labels);
+    psi_core::cost::cost(protocol, &w).map(|c| c.requests.len())
+}
+
+/// Whether a run of `protocol` over `n` items in `session` should ask for the label lanes
+/// the session offers (`label_lane_width`): the cost model's rule, lanes when they move no
+/// more bytes than the label step ([`psi_core::cost::label_lanes_pay_off`], ADR 0053).
+pub(crate) fn label_lanes_pay_off(protocol: Protocol, n: usize, session: &SessionCreated) -> bool {
+    session.label_lane_width.is_some()
+        && psi_core::cost::label_lanes_pay_off(protocol, &session_workload(n, session))
+}
+
+/// The cost model's workload for a run of `n` items in `session`: its registry size,
+/// limits, label layout and lanes, labels on. One workload for the cap, the plan and the
+/// lanes, so the cap always fits the outputs the client asks for.
+fn session_workload(n: usize, session: &SessionCreated) -> psi_core::cost::Workload {
+    psi_core::cost::Workload::new(n as u64, session.registry_items)
         .with_limits(u64::from(session.max_client_items), session.max_body_bytes)
         .with_label_layout(Some(session.label_bucket_bits), None)
-        .with_labels(labels);
-    psi_core::cost::cost(protocol, &w).map(|c| c.requests.len())
+        .with_label_lanes(session.label_lane_width)
 }
 
 /// The cost model's largest response to one protocol step of `protocol` for `workload`
 /// (the DH-PSI evaluation or encoded set, an OT-PSI or CM20-PSI output chunk; label steps
-/// are left out: their caps are the configured one). `None` when the model cannot size the
+/// are left out: their caps are the configured one; labels the run carries itself, OT-PSI's
+/// label lanes, are in its outputs and counted). `None` when the model cannot size the
 /// run.
 pub(crate) fn largest_step_response(
     protocol: Protocol,
     workload: &psi_core::cost::Workload,
 ) -> Option<u64> {
-    let cost = psi_core::cost::cost(protocol, &workload.with_labels(false))?;
+    let carried = psi_core::cost::cost(protocol, &workload.with_labels(true))
+        .filter(|c| c.labels_carried && workload.label_lane_width.is_some());
+    let cost = match carried {
+        Some(c) => c,
+        None => psi_core::cost::cost(protocol, &workload.with_labels(false))?,
+    };
     // The first exchange is the session's.
     cost.requests.iter().skip(1).map(|e| e.down).max()
 }
@@ -262,7 +281,35 @@ mod tests {
             label_bucket_bits: 4,
             expires_in_secs: 300,
             ends_on_completion: true,
+            label_lane_width: None,
         }
+    }
+
+    /// A session whose OT-PSI run carries label lanes gets a cap that fits its larger
+    /// outputs (`L + 1 + Λ` bytes per row, not `L`).
+    #[test]
+    fn the_cap_counts_label_lanes() {
+        // Balanced: the lanes pay off, the client asks, the cap fits them.
+        let n = 10_000;
+        let plain = step_response_cap(Protocol::Ot, n, &session(n as u64)).unwrap();
+        let mut s = session(n as u64);
+        s.label_lane_width = Some(15);
+        assert!(label_lanes_pay_off(Protocol::Ot, n, &s));
+        let lanes = step_response_cap(Protocol::Ot, n, &s).unwrap();
+        let l = psi_core::ot::output_len(n, n) as u64;
+        let rows = 3 * n as u64;
+        assert_eq!(lanes - plain, 2 * (1 + rows * 16));
+        assert!(lanes >= psi_core::ot::sizes::outputs_with_lanes(n as u64, l, 15));
+        // Another protocol ignores the lanes.
+        let dh = step_response_cap(Protocol::Dh, n, &session(n as u64));
+        assert_eq!(dh, step_response_cap(Protocol::Dh, n, &s));
+        // 1,000 against 10^6: the label step is cheaper, the client does not ask, and the
+        // cap is the plain one.
+        let mut big = session(1_000_000);
+        let plain = step_response_cap(Protocol::Ot, 1000, &big);
+        big.label_lane_width = Some(15);
+        assert!(!label_lanes_pay_off(Protocol::Ot, 1000, &big));
+        assert_eq!(step_response_cap(Protocol::Ot, 1000, &big), plain);
     }
 
     #[test]

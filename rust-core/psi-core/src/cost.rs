@@ -260,6 +260,9 @@ pub struct Cost {
     /// Server computation during the run (precomputation such as the encoded registry is
     /// not counted: it is shared by every run).
     pub server: Ops,
+    /// The run carries the labels itself (OT-PSI's label lanes, ADR 0053): labels on,
+    /// and no label step among the requests.
+    pub labels_carried: bool,
 }
 
 impl Cost {
@@ -326,7 +329,35 @@ impl Choice {
 /// `protocol`'s requests and operations for `w`, or `None` for a protocol the model
 /// does not know or a workload it cannot run (no items). The frame: the session request,
 /// the protocol's own terms (its `cost.rs`), and the label step when labels are fetched.
+/// Where the server offers label lanes (`w.label_lane_width`), the run carries the labels
+/// when that moves no more bytes than the label step would, and the label step follows
+/// otherwise: the rule a client applies ([`label_lanes_pay_off`], ADR 0053).
 pub fn cost(protocol: Protocol, w: &Workload) -> Option<Cost> {
+    let with = assemble(protocol, w)?;
+    if !with.labels_carried {
+        return Some(with);
+    }
+    let without = assemble(protocol, &w.with_label_lanes(None))?;
+    Some(
+        if with.bytes_up() + with.bytes_down() <= without.bytes_up() + without.bytes_down() {
+            with
+        } else {
+            without
+        },
+    )
+}
+
+/// Whether a run of `protocol` for `w` should carry the labels in label lanes rather than
+/// fetch them in a label step: the server offers lanes, labels are on, and the lanes move
+/// no more bytes (for OT-PSI, `3 n_s (1 + Λ)` against the label query and fetch, sized by
+/// `n_c`: lanes for balanced sets, the label step for a small client against a large
+/// registry).
+pub fn label_lanes_pay_off(protocol: Protocol, w: &Workload) -> bool {
+    cost(protocol, w).is_some_and(|c| c.labels_carried)
+}
+
+/// [`cost`] as the protocol's terms give it, lanes included where offered.
+fn assemble(protocol: Protocol, w: &Workload) -> Option<Cost> {
     if w.client_items == 0 {
         return None;
     }
@@ -338,7 +369,7 @@ pub fn cost(protocol: Protocol, w: &Workload) -> Option<Cost> {
     let mut requests = vec![session];
     requests.extend(run.requests);
     let (mut client, mut server) = (run.client, run.server);
-    if w.labels {
+    if w.labels && !run.labels_carried {
         let labels = label_terms(protocol, w);
         requests.extend(labels.requests);
         client = client.add(labels.client);
@@ -351,6 +382,7 @@ pub fn cost(protocol: Protocol, w: &Workload) -> Option<Cost> {
         requests,
         client,
         server,
+        labels_carried: w.labels && run.labels_carried,
     })
 }
 
@@ -386,6 +418,7 @@ fn label_terms(protocol: Protocol, w: &Workload) -> Terms {
         requests,
         client,
         server,
+        labels_carried: false,
     }
 }
 

@@ -39,6 +39,10 @@ pub struct Workload {
     /// Bytes of all the server's label records (`None`: [`DEFAULT_LABEL_RECORD_BYTES`]
     /// per entry).
     pub label_record_bytes: Option<u64>,
+    /// The width `Λ` of the server's OT-PSI label lanes (ADR 0053), when it sends them:
+    /// with labels on, an OT-PSI run then carries the labels in its outputs
+    /// (`3 n_s (1 + Λ)` bytes more) and needs no label step. `None`: no lanes.
+    pub label_lane_width: Option<u8>,
 }
 
 impl Workload {
@@ -59,6 +63,7 @@ impl Workload {
             max_body_bytes: 8 << 20,
             label_bucket_bits: None,
             label_record_bytes: None,
+            label_lane_width: None,
         }
     }
     /// Sets whether labels are fetched.
@@ -75,6 +80,12 @@ impl Workload {
     pub fn with_limits(mut self, max_client_items: u64, max_body_bytes: u64) -> Self {
         self.max_client_items = max_client_items.clamp(1, MAX_MODEL_ITEMS);
         self.max_body_bytes = max_body_bytes.min(MAX_MODEL_BYTES);
+        self
+    }
+    /// Sets the width of the server's OT-PSI label lanes (`None`: it sends none), at most
+    /// [`crate::ot::MAX_LANE_LABEL`].
+    pub fn with_label_lanes(mut self, width: Option<u8>) -> Self {
+        self.label_lane_width = width.map(|w| w.min(crate::ot::MAX_LANE_LABEL));
         self
     }
     /// Sets the label layout: bucket bits and the bytes of all records, as the server
@@ -160,6 +171,9 @@ pub(crate) struct Terms {
     pub(crate) client: Ops,
     /// Server computation.
     pub(crate) server: Ops,
+    /// The run itself carries the matches' labels (OT-PSI's label lanes, ADR 0053): no
+    /// label step follows.
+    pub(crate) labels_carried: bool,
 }
 
 /// Base OTs of an OT-PSI or CM20-PSI run (Masny-Rindal, docs/protocol/ot-psi.md,

@@ -62,7 +62,7 @@ pub mod wire;
 
 pub use error::{DecodeError, Error, Result};
 pub use items::ItemSet;
-pub use output::{Match, MatchOutput, MatchedOutputs};
+pub use output::{Match, MatchOutput, MatchedOutputs, RunLabels};
 pub use parallel::Threads;
 pub use phase::Phase;
 pub use plug::ServerSet;

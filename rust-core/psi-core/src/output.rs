@@ -40,6 +40,38 @@ pub struct MatchOutput {
     pub duplicates: usize,
     /// Items in the server's set.
     pub server_items: u32,
+    /// The matches' labels when they rode on the run itself (OT-PSI's label lanes, ADR
+    /// 0053), in the order of [`MatchOutput::matches`]; `None` when the run carried none
+    /// (every other protocol, and OT-PSI without lanes: the label step fetches them).
+    pub labels: Option<RunLabels>,
+}
+
+/// Labels carried by a run, one per match: `None` for an entry without a label. Never
+/// printed (labels are the registry's data about a contact); zeroized on drop.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct RunLabels(pub Vec<Option<Vec<u8>>>);
+
+impl std::fmt::Debug for RunLabels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunLabels")
+            .field("matches", &self.0.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RunLabels {
+    /// Takes the labels out (they are then the caller's to wipe).
+    pub fn into_vec(mut self) -> Vec<Option<Vec<u8>>> {
+        std::mem::take(&mut self.0)
+    }
+}
+
+impl Drop for RunLabels {
+    fn drop(&mut self) {
+        for label in self.0.iter_mut().flatten() {
+            zeroize::Zeroize::zeroize(label);
+        }
+    }
 }
 
 impl MatchOutput {
@@ -58,6 +90,7 @@ impl MatchOutput {
             client_items: items.len(),
             duplicates: items.duplicates(),
             server_items,
+            labels: None,
         }
     }
 }

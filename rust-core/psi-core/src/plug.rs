@@ -25,6 +25,8 @@ pub struct ServerSet {
     items: Arc<ItemSet>,
     cm20: Option<Arc<crate::cm20::Cm20Set>>,
     gbf: Option<Arc<crate::gbf::GbfSet>>,
+    /// The items' labels in lane form, for OT-PSI sessions whose client asks (ADR 0053).
+    lanes: Option<Arc<crate::ot::LaneLabels>>,
 }
 
 impl ServerSet {
@@ -34,7 +36,27 @@ impl ServerSet {
             items: items.into(),
             cm20: None,
             gbf: None,
+            lanes: None,
         }
+    }
+
+    /// The set with its items' labels for OT-PSI's label lanes (one per item of
+    /// [`ServerSet::items`], in its order): its OT-PSI sessions send them to a client that
+    /// asks. A count that is not the set's is [`crate::Error::CountMismatch`].
+    pub fn with_lane_labels(mut self, labels: crate::ot::LaneLabels) -> Result<ServerSet> {
+        if labels.len() != self.items.len() {
+            return Err(crate::Error::CountMismatch {
+                expected: self.items.len() as u64,
+                found: labels.len() as u64,
+            });
+        }
+        self.lanes = Some(Arc::new(labels));
+        Ok(self)
+    }
+
+    /// The width `Λ` of the set's OT-PSI label lanes, if it has them.
+    pub fn lane_width(&self) -> Option<u8> {
+        self.lanes.as_ref().map(|l| l.width())
     }
 
     /// The items prepared for each of `protocols` that prepares anything, on `threads`.
@@ -91,6 +113,7 @@ impl std::fmt::Debug for ServerSet {
             .field("items", &self.items.len())
             .field("cm20", &self.cm20.is_some())
             .field("gbf", &self.gbf.is_some())
+            .field("lanes", &self.lane_width())
             .finish()
     }
 }
@@ -123,12 +146,16 @@ impl Protocol {
 
     /// Starts a client of this round-based protocol for `set` on `threads`, its requests
     /// sized to a server's body limit of `max_body_bytes`: the client, as a driver runs
-    /// it, and its hello. `None` for a protocol without rounds (DH-PSI).
+    /// it, and its hello. With `label_lanes`, a protocol that can carry the matches'
+    /// labels in its run asks for them (OT-PSI's suite `0x02`, ADR 0053; the output's
+    /// [`crate::MatchOutput::labels`] then has them if the server sent them); the others
+    /// ignore it. `None` for a protocol without rounds (DH-PSI).
     pub fn start_chunked_client<R: CryptoRng + ?Sized>(
         self,
         set: ItemSet,
         threads: Threads,
         max_body_bytes: u64,
+        label_lanes: bool,
         rng: &mut R,
     ) -> Option<Result<StartedClient>> {
         fn boxed<C: ChunkedClient + 'static>(
@@ -139,8 +166,11 @@ impl Protocol {
         match self {
             Protocol::Dh => None,
             Protocol::Ot => {
-                let config =
+                let mut config =
                     crate::ot::OtConfig::new(threads).with_max_request_bytes(max_body_bytes);
+                if label_lanes {
+                    config = config.with_label_lanes();
+                }
                 Some(boxed(crate::ot::OtClient::start(set, config, rng)))
             }
             Protocol::Cm20 => {
@@ -173,7 +203,10 @@ impl Protocol {
         match self {
             Protocol::Dh => None,
             Protocol::Ot => {
-                let config = crate::ot::OtConfig::new(threads).with_expected_client_items(n);
+                let mut config = crate::ot::OtConfig::new(threads).with_expected_client_items(n);
+                if let Some(lanes) = &set.lanes {
+                    config = config.with_lane_labels(lanes.clone());
+                }
                 Some(boxed(crate::ot::OtServer::new(items, config, rng)))
             }
             Protocol::Cm20 => {
@@ -206,6 +239,16 @@ impl Protocol {
         }
     }
 
+    /// Whether the protocol's run can carry the matches' labels in label lanes (OT-PSI's
+    /// suite `0x02`, ADR 0053) when the server's set has them
+    /// ([`ServerSet::with_lane_labels`]).
+    pub const fn has_label_lanes(self) -> bool {
+        match self {
+            Protocol::Ot => true,
+            Protocol::Dh | Protocol::Cm20 | Protocol::Gbf => false,
+        }
+    }
+
     /// The protocol's own cost unit, from its `cost` module: the operation of its inner
     /// loop that no shared unit measures (its terms count it in [`crate::cost::Ops::own`]);
     /// `None` for a protocol whose work the shared units cover.
@@ -233,7 +276,8 @@ mod tests {
         let set = || crate::ItemSet::new((0u32..5).map(|i| i.to_be_bytes().to_vec()));
         for &p in Protocol::ALL {
             assert_eq!(p.hello_len().is_some(), p.runs_in_rounds(), "{p}");
-            let started = p.start_chunked_client(set(), crate::Threads::ONE, 1 << 20, &mut rng);
+            let started =
+                p.start_chunked_client(set(), crate::Threads::ONE, 1 << 20, false, &mut rng);
             assert_eq!(started.is_some(), p.runs_in_rounds(), "{p}");
             if let Some(started) = started {
                 let (_, hello) = started.unwrap();
@@ -257,7 +301,7 @@ mod tests {
             for &p in Protocol::ALL.iter().filter(|p| p.runs_in_rounds()) {
                 let set = crate::ItemSet::new((0u32..5).map(|i| i.to_be_bytes().to_vec()));
                 let (mut client, mut request) = p
-                    .start_chunked_client(set, crate::Threads::ONE, max_body, &mut rng)
+                    .start_chunked_client(set, crate::Threads::ONE, max_body, false, &mut rng)
                     .unwrap()
                     .unwrap();
                 let mut server = p
@@ -318,7 +362,7 @@ mod tests {
                 let client_set =
                     crate::ItemSet::new((390u32..400).map(|i| i.to_be_bytes().to_vec()));
                 let (mut client, mut request) = p
-                    .start_chunked_client(client_set, Threads::ONE, 1 << 20, &mut rng)
+                    .start_chunked_client(client_set, Threads::ONE, 1 << 20, false, &mut rng)
                     .unwrap()
                     .unwrap();
                 let mut server = p

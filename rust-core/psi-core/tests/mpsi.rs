@@ -438,3 +438,286 @@ fn bad_starts_are_typed_errors() {
         }))
     ));
 }
+
+/// `msg` (a whole message) with its body replaced by `body` and the header's length fixed.
+fn reframed(msg: &[u8], message_type: u8, body: &[u8]) -> Vec<u8> {
+    let mut m = msg[..psi_core::wire::HEADER_LEN].to_vec();
+    m[4] = message_type;
+    m[5..9].copy_from_slice(&(body.len() as u32).to_be_bytes());
+    m.extend_from_slice(body);
+    m
+}
+
+/// Fields a decoder cannot check alone, and messages of an unknown or misdirected type:
+/// a hello's bad suite, key-agreement point and base-OT message; a cell chunk with other
+/// cells than the run's; a matrix chunk past the last instance; a cell chunk to a member
+/// and a matrix chunk to the leader; type 0x09. Each is a typed error that leaves the
+/// receiver as it was (the honest run then finishes with the right output).
+#[test]
+fn bad_fields_and_misdirected_messages_are_typed_errors() {
+    let mut g = group(2, 81);
+    let hello = g.hellos[0].clone();
+    let body = &hello[psi_core::wire::HEADER_LEN..];
+    // Suite (body offset 0).
+    let mut bad = body.to_vec();
+    bad[0] = 0x02;
+    assert_eq!(
+        g.leader
+            .handle(1, &reframed(&hello, 0x01, &bad))
+            .unwrap_err(),
+        Error::Decode(DecodeError::InvalidParameter { what: "suite" })
+    );
+    // E_j (body offset 37): the identity, then a non-canonical encoding.
+    for point in [[0u8; 32], [0xff; 32]] {
+        let mut bad = body.to_vec();
+        bad[37..69].copy_from_slice(&point);
+        assert!(matches!(
+            g.leader.handle(1, &reframed(&hello, 0x01, &bad)),
+            Err(Error::Decode(DecodeError::InvalidElement { .. }))
+        ));
+    }
+    // Base OT 5's first point (body offset 71 + 5 * 64).
+    let mut bad = body.to_vec();
+    bad[71 + 5 * 64..71 + 6 * 64].fill(0xff);
+    assert!(matches!(
+        g.leader.handle(1, &reframed(&hello, 0x01, &bad)),
+        Err(Error::Decode(DecodeError::InvalidElement { .. }))
+    ));
+    // Unknown type at both ends.
+    let unknown = reframed(&hello, 0x09, &[]);
+    assert_eq!(
+        g.leader.handle(1, &unknown).unwrap_err(),
+        Error::Decode(DecodeError::UnknownMessageType(9))
+    );
+    assert_eq!(
+        g.members[0].handle(&unknown).unwrap_err(),
+        Error::Decode(DecodeError::UnknownMessageType(9))
+    );
+    // The real hello is still welcome.
+    let out = sends(g.leader.handle(1, &hello).unwrap());
+    let (setup, matrix) = (out[0].bytes.clone(), out[1].bytes.clone());
+    assert_eq!(g.members[0].handle(&setup).unwrap(), None);
+    // A matrix chunk to the leader.
+    assert!(matches!(
+        g.leader.handle(1, &matrix),
+        Err(Error::WrongPhase { message: 0x03, .. })
+    ));
+    // A matrix chunk that runs one instance past the last.
+    let p = g.members[0].params().unwrap();
+    let mut bad = matrix.clone();
+    let past = p.instances() as u16 + 1;
+    bad[13..15].copy_from_slice(&past.to_be_bytes());
+    let data = vec![0u8; past as usize * 8192];
+    let bad = reframed(&bad, 0x03, &[&bad[9..15], &data[..]].concat());
+    assert_eq!(
+        g.members[0].handle(&bad).unwrap_err(),
+        Error::Decode(DecodeError::InvalidParameter {
+            what: "chunk instances"
+        })
+    );
+    let cells = g.members[0].handle(&matrix).unwrap().unwrap();
+    // A cell chunk to a member.
+    assert!(matches!(
+        g.members[0].handle(&cells),
+        Err(Error::WrongPhase { message: 0x04, .. })
+    ));
+    // The same chunk with 8-byte cells instead of the run's w.
+    let w = p.cell_bytes as usize;
+    assert!(w < 8);
+    let n = (cells.len() - 15) / w;
+    let wide = [&cells[9..15], &vec![0u8; n * 8][..]].concat();
+    assert_eq!(
+        g.leader
+            .handle(1, &reframed(&cells, 0x04, &wide))
+            .unwrap_err(),
+        Error::Decode(DecodeError::InvalidParameter { what: "cell bytes" })
+    );
+    // The honest run goes on and gives the plain intersection.
+    let mut queue: std::collections::VecDeque<Vec<u8>> = Default::default();
+    let mut step = g.leader.handle(1, &cells).unwrap();
+    let out = loop {
+        match step {
+            LeaderStep::Send(out) => queue.extend(out.into_iter().map(|o| o.bytes)),
+            LeaderStep::Done(out) => break out,
+            _ => unreachable!(),
+        }
+        let m = queue.pop_front().expect("a message");
+        let reply = g.members[0].handle(&m).unwrap().unwrap();
+        step = g.leader.handle(1, &reply).unwrap();
+    };
+    let got: Vec<usize> = out.matches.iter().map(|m| m.index).collect();
+    assert_eq!(got, (1..100).collect::<Vec<_>>());
+    // After the end a member takes nothing more.
+    assert!(matches!(
+        g.members[0].handle(&matrix),
+        Err(Error::WrongPhase {
+            phase: "member done",
+            ..
+        })
+    ));
+}
+
+// ---- the transcript vector (docs/protocol/group-psi.md §8) -------------------------------
+
+const VECTOR: &str = "group-psi-transcript.json";
+const VECTOR_WRITE: &str = "GROUP_PSI_WRITE_VECTORS";
+const LEADER_SEED: u64 = 0x6d70_0000;
+const MEMBER_SEEDS: [u64; 2] = [0x6d70_0001, 0x6d70_0002];
+/// One IKNP instance per matrix chunk: each member gets two chunks.
+const VECTOR_CHUNK_BYTES: u64 = 8192 + 15;
+
+fn phone(i: usize) -> Vec<u8> {
+    format!("+4930{i:08}").into_bytes()
+}
+
+/// The vector's sets: the leader 12 numbers and one of them again, member 1 15, member 2 14;
+/// 5 numbers are in all three.
+fn vector_sets() -> (Vec<Vec<u8>>, Vec<Vec<Vec<u8>>>) {
+    let mut leader: Vec<Vec<u8>> = (0..12).map(phone).collect();
+    leader.push(phone(4));
+    let m1 = (3..18).map(phone).collect();
+    let m2 = (0..8).chain(20..26).map(phone).collect();
+    (leader, vec![m1, m2])
+}
+
+fn utf8(items: &[Vec<u8>]) -> Vec<String> {
+    items
+        .iter()
+        .map(|i| String::from_utf8(i.clone()).unwrap())
+        .collect()
+}
+
+/// `SHA-256(u8 len(ds) || ds || parts...)` (spec §3).
+fn spec_hash(ds: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update([ds.len() as u8]);
+    h.update(ds);
+    for p in parts {
+        h.update(p);
+    }
+    h.finalize().into()
+}
+
+/// A t = 3 run with one generator per party, driven as `run_in_memory` drives it, every
+/// message recorded; the group id recomputed from the setup by the spec's §3.1.
+fn transcript_json(threads: Threads) -> serde_json::Value {
+    let (leader_items, member_items) = vector_sets();
+    let config = MpsiConfig::new(threads).with_max_chunk_bytes(VECTOR_CHUNK_BYTES);
+    let mut leader = Leader::start(
+        ItemSet::new(&leader_items),
+        3,
+        config.clone(),
+        &mut ChaCha20Rng::seed_from_u64(LEADER_SEED),
+    )
+    .unwrap();
+    let mut members = Vec::new();
+    let mut to_leader = std::collections::VecDeque::new();
+    for (j, (items, seed)) in member_items.iter().zip(MEMBER_SEEDS).enumerate() {
+        let (m, hello) = Member::start(
+            ItemSet::new(items),
+            config.clone(),
+            &mut ChaCha20Rng::seed_from_u64(seed),
+        )
+        .unwrap();
+        members.push(m);
+        to_leader.push_back((j + 1, hello));
+    }
+    let mut messages = Vec::new();
+    let mut record = |member: usize, up: bool, bytes: &[u8]| {
+        messages.push(serde_json::json!({
+            "member": member,
+            "direction": if up { "member_to_leader" } else { "leader_to_member" },
+            "type": bytes[4],
+            "len": bytes.len(),
+            "sha256": hex::encode(Sha256::digest(bytes)),
+            "hex": hex::encode(bytes),
+        }));
+    };
+    let mut to_members: std::collections::VecDeque<Outgoing> = Default::default();
+    let mut setup = None;
+    let out = loop {
+        while let Some(o) = to_members.pop_front() {
+            record(o.member, false, &o.bytes);
+            if o.bytes[4] == 0x02 && setup.is_none() {
+                setup = Some(o.bytes.clone());
+            }
+            if let Some(reply) = members[o.member - 1].handle(&o.bytes).unwrap() {
+                to_leader.push_back((o.member, reply));
+            }
+        }
+        let (j, bytes) = to_leader.pop_front().expect("a message");
+        record(j, true, &bytes);
+        match leader.handle(j, &bytes).unwrap() {
+            LeaderStep::Send(o) => to_members.extend(o),
+            LeaderStep::Done(out) => break out,
+            _ => unreachable!(),
+        }
+    };
+    assert!(members.iter().all(Member::is_done));
+    // gid = Hash(DS_GROUP, nonce_0, t, n_0, N, k, m, w, roster): the setup's body bytes
+    // 1..34, 35..49 and 81.. (the member index 34 and A_j 49..81 left out).
+    let body = &setup.expect("a setup")[9..];
+    let gid = spec_hash(
+        b"PSI-MPSI-v1 group",
+        &[&body[1..34], &body[35..49], &body[81..]],
+    );
+    let p = out.params;
+    serde_json::json!({
+        "description": "Group PSI (wire id 0x05, suite 0x01), t = 3, one ChaCha20 generator per party; see docs/protocol/group-psi.md §8",
+        "produced_by": "rust-core/psi-core/tests/mpsi.rs, test transcript_vector; regenerate with GROUP_PSI_WRITE_VECTORS=1 cargo test -p psi-core --test mpsi transcript_vector",
+        "rng": "rand_chacha 0.10 ChaCha20Rng::seed_from_u64(seed), one per party. Leader, in order: nonce_0 32 B, then for members 1, 2 the base-OT sender scalar c_j 64 B (reduced mod l). Member: nonce_j 32 B, key-agreement scalar e_j 64 B (reduced mod l), Delta 16 B (bit i = base-OT choice i), for each base OT i = 0..127 a_i 64 B and R_i 64 B (OT-PSI §9.2), then rho_j 16 B",
+        "leader_seed": LEADER_SEED,
+        "member_seeds": MEMBER_SEEDS,
+        "max_chunk_bytes": VECTOR_CHUNK_BYTES,
+        "leader_items": utf8(&leader_items),
+        "member_items": member_items.iter().map(|m| utf8(m)).collect::<Vec<_>>(),
+        "params": {
+            "t": p.parties, "n_0": p.leader_items, "N": p.max_items,
+            "k": p.hashes, "m": p.filter_bits, "w": p.cell_bytes,
+        },
+        "gid_hex": hex::encode(gid),
+        "messages": messages,
+        "match_indices": out.matches.iter().map(|m| m.index).collect::<Vec<_>>(),
+        "member_sizes": out.member_items,
+    })
+}
+
+/// Regenerates the t = 3 transcript with one and two threads (they must agree) and compares
+/// it message by message, then whole, with the checked-in vector; its matches are the
+/// plain intersection.
+#[test]
+fn transcript_vector() {
+    let one = transcript_json(Threads::ONE);
+    let two = transcript_json(Threads::new(2));
+    assert_eq!(
+        one, two,
+        "the transcript must not depend on the thread count"
+    );
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/vectors")
+        .join(VECTOR);
+    if std::env::var_os(VECTOR_WRITE).is_some() {
+        std::fs::write(&path, serde_json::to_string_pretty(&one).unwrap() + "\n").unwrap();
+    }
+    let stored: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (set {VECTOR_WRITE}=1)", path.display())),
+    )
+    .unwrap();
+    let (got, want) = (
+        one["messages"].as_array().unwrap(),
+        stored["messages"].as_array().unwrap(),
+    );
+    assert_eq!(got.len(), want.len(), "number of messages");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(g, w, "message {i}");
+    }
+    assert!(one == stored, "the vector differs outside the messages");
+    let (leader, members) = vector_sets();
+    assert_eq!(
+        serde_json::json!(expected(&leader, &members)),
+        stored["match_indices"]
+    );
+    // Two chunks per member: hello, setup, 2 x (matrix, cells).
+    assert_eq!(want.len(), 2 * 6);
+}

@@ -233,7 +233,7 @@ fn malformed_and_wrong_phase_messages_are_typed_errors() {
         DecodeError::LimitExceeded { .. }
     ));
     let mut bad = hello.clone();
-    bad[9] = 0x02; // suite
+    bad[9] = 0x03; // suite (0x01 plain, 0x02 with label lanes)
     assert_eq!(
         decode_err(server.handle(&bad)),
         DecodeError::InvalidParameter { what: "suite" }

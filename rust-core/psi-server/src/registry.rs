@@ -155,12 +155,27 @@ impl Registry {
         let items = Arc::new(ItemSet::new(
             entries.iter().map(|e| e.identifier.as_bytes()),
         ));
+        // OT-PSI's label lanes (ADR 0053): each item's label, in the set's order. A label
+        // over 15 bytes leaves them out: OT-PSI's labels then come from the label query.
+        let lanes = psi_core::ot::LaneLabels::new((0..items.len()).map(|i| {
+            entries[items.original_index(i)]
+                .label
+                .as_deref()
+                .map(str::as_bytes)
+        }));
         drop(entries);
-        let rounds = ServerSet::prepare(
+        let mut rounds = ServerSet::prepare(
             items,
             &prepared_protocols(config),
             Threads::new(config.build_threads),
         )?;
+        match lanes {
+            Ok(lanes) => rounds = rounds.with_lane_labels(lanes)?,
+            Err(_) => tracing::info!(
+                "a label is longer than {} bytes: OT-PSI sessions fetch labels by the label query",
+                psi_core::ot::MAX_LANE_LABEL
+            ),
+        }
         let stats = RegistryStats {
             epoch: key.epoch(),
             entries: rounds.items().len() as u64,

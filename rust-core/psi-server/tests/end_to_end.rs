@@ -130,3 +130,98 @@ fn no_labels_when_disabled_and_empty_input_is_bad_input() {
 fn cm20_psi_over_http_matches_and_labels() {
     check(Protocol::Cm20, 1000);
 }
+
+/// OT-PSI with labels on rides the labels on the run (label lanes, ADR 0053): the same
+/// labels as DH-PSI's for the same registry, no label step (no label bytes, no label
+/// route), the session ended by the outputs, and the session response names the width.
+#[test]
+fn ot_psi_labels_ride_on_the_run_and_equal_dh_psis() {
+    let config = config("lanes");
+    fill(&config, 2000, |i| i % 3 != 0);
+    let server = start(config);
+    let items = contacts(&(0..50).map(|k| k * 37).collect::<Vec<_>>(), 200);
+    let client = Client::new(
+        &server.url(),
+        ClientConfig::default().with_threads(Threads::new(2)),
+    );
+    let run = |p| {
+        client
+            .match_items(items.clone(), p, &mut |_| {}, &CancelToken::new())
+            .unwrap()
+    };
+    let (dh, ot) = (run(Protocol::Dh), run(Protocol::Ot));
+    assert_eq!(ot.matches, dh.matches);
+    assert_eq!(ot.matches.len(), 50);
+    assert!(ot.matches.iter().any(|m| m.label.is_none()));
+    assert!(dh.stats.label_bytes > 0);
+    assert_eq!(ot.stats.label_bytes, 0, "no label step");
+    assert_eq!(
+        server.state.live_sessions(),
+        0,
+        "the outputs ended the session"
+    );
+    // The session and health responses name the lane width: "user-1999", 9 bytes.
+    let t = raw(&server);
+    let r = send(
+        &t,
+        Method::Post,
+        "/v1/sessions",
+        &[("content-type", "application/json")],
+        br#"{"protocol":"ot-psi","client_items":3}"#,
+    );
+    assert_eq!(r.status, 201);
+    let created: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(created["label_lane_width"], 9);
+    let r = send(
+        &t,
+        Method::Post,
+        "/v1/sessions",
+        &[("content-type", "application/json")],
+        br#"{"protocol":"ot-psi","client_items":3,"labels":false}"#,
+    );
+    let created: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert!(
+        created.get("label_lane_width").is_none(),
+        "labels off: no lanes"
+    );
+    let r = send(&t, Method::Get, "/v1/health", &[], &[]);
+    let health: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(health["label_lane_width"], 9);
+    server.shutdown().unwrap();
+}
+
+/// A registry with a label over 15 bytes offers no lanes: OT-PSI's labels come from the
+/// label query, as before, and are still right.
+#[test]
+fn ot_psi_with_long_labels_uses_the_label_query() {
+    let config = config("longlabels");
+    let mut store = psi_server::Store::open(config.db.sqlite_path().unwrap()).unwrap();
+    let rows: Vec<(String, Option<String>)> = (0..300)
+        .map(|i| {
+            (
+                id(i),
+                (i % 2 == 0).then(|| format!("a-much-longer-label-{i}")),
+            )
+        })
+        .collect();
+    store
+        .add_entries(rows.iter().map(|(a, b)| (a.as_str(), b.as_deref())))
+        .unwrap();
+    drop(store);
+    let server = start(config);
+    let items = contacts(&[0, 1, 2, 3, 250], 20);
+    let client = Client::new(&server.url(), ClientConfig::default());
+    let r = client
+        .match_items(items, Protocol::Ot, &mut |_| {}, &CancelToken::new())
+        .unwrap();
+    assert_eq!(r.matches.len(), 5);
+    assert!(r.stats.label_bytes > 0, "the label query ran");
+    for m in &r.matches {
+        let i: u64 = std::str::from_utf8(&m.item).unwrap()[5..].parse().unwrap();
+        let want = i
+            .is_multiple_of(2)
+            .then(|| format!("a-much-longer-label-{i}"));
+        assert_eq!(m.label, want);
+    }
+    server.shutdown().unwrap();
+}

@@ -568,7 +568,7 @@ fn an_ot_round_whose_upload_stalls_frees_its_slot() {
     let mut rng = <rand_chacha::ChaCha20Rng as rand_core::SeedableRng>::from_seed([9; 32]);
     let set = psi_core::ItemSet::new(["a", "b", "c"].map(String::from));
     let (_client, hello) = psi_core::Protocol::Ot
-        .start_chunked_client(set, psi_core::Threads::ONE, 8 << 20, &mut rng)
+        .start_chunked_client(set, psi_core::Threads::ONE, 8 << 20, false, &mut rng)
         .unwrap()
         .unwrap();
     let round = format!("/v1/sessions/{id}/ot/round");
@@ -618,7 +618,7 @@ fn a_round_longer_than_the_rest_of_its_matrix_is_refused_before_its_body() {
         let mut rng = <rand_chacha::ChaCha20Rng as rand_core::SeedableRng>::from_seed([5; 32]);
         let set = psi_core::ItemSet::new(["a", "b", "c"].map(String::from));
         let (mut client, hello) = protocol
-            .start_chunked_client(set, psi_core::Threads::ONE, 8 << 20, &mut rng)
+            .start_chunked_client(set, psi_core::Threads::ONE, 8 << 20, false, &mut rng)
             .unwrap()
             .unwrap();
         let round = format!("/v1/sessions/{id}/{path}/round");

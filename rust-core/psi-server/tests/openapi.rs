@@ -437,7 +437,8 @@ fn json_bodies_match_psi_http() {
         },
         &["labels"],
     );
-    assert_fields(
+    // `label_lane_width` is optional (OT-PSI sessions with label lanes only).
+    assert_fields_optional(
         &doc,
         "SessionCreated",
         SessionCreated {
@@ -451,7 +452,9 @@ fn json_bodies_match_psi_http() {
             label_bucket_bits: 0,
             expires_in_secs: 0,
             ends_on_completion: true,
+            label_lane_width: None,
         },
+        &["label_lane_width"],
     );
     // The group relay's bodies.
     assert_fields(
@@ -507,11 +510,12 @@ fn json_bodies_match_psi_http() {
             encoded_set_etag: String::new(),
             label_bucket_bits: 0,
             label_record_bytes: 0,
+            label_lane_width: None,
             costs: None,
             features: vec![],
             store: None,
         },
-        &["store"],
+        &["store", "label_lane_width"],
     );
     // The feature names: psi-http's, every one.
     assert_eq!(

@@ -97,7 +97,8 @@ impl Client {
             .with_label_layout(
                 (!health.encoded_set_etag.is_empty()).then_some(health.label_bucket_bits),
                 (!health.encoded_set_etag.is_empty()).then_some(health.label_record_bytes),
-            );
+            )
+            .with_label_lanes(health.label_lane_width);
         let policy = if hints.constrained {
             psi_core::cost::Policy::FewestBytes
         } else {

@@ -14,6 +14,10 @@ pub(super) enum LabelSource {
     Outputs(MatchedOutputs),
     /// The run gave no outputs: one OPRF query over the matches first (OT-PSI).
     Query,
+    /// The run carried the matches' labels itself (OT-PSI's label lanes, ADR 0053), in the
+    /// order of its matches: no label step, and the server ended the session with the
+    /// outputs.
+    Carried(psi_core::RunLabels),
 }
 
 impl Run<'_> {
@@ -42,6 +46,19 @@ impl Run<'_> {
             .collect();
         if !self.client.config.fetch_labels {
             return Ok((out, None, 0));
+        }
+        if let LabelSource::Carried(labels) = source {
+            // The server saw no label step coming: the outputs were the session's last.
+            self.session_complete = true;
+            return match carried_labels(labels) {
+                Ok(labels) => {
+                    for (m, l) in out.iter_mut().zip(labels) {
+                        m.label = l;
+                    }
+                    Ok((out, None, 0))
+                }
+                Err(e) => Ok((out, Some(e.to_string()), 0)),
+            };
         }
         match self.fetch_labels(session, n, &out, source) {
             Ok((labels, skipped)) => {
@@ -79,6 +96,8 @@ impl Run<'_> {
                 let (c, r) = LabelClient::from_outputs(outputs, n, bits, self.rng()?)?;
                 (c, r, Route::LabelFetch)
             }
+            // `labels` answers a run that carried them without a step.
+            LabelSource::Carried(_) => return Ok((Vec::new(), 0)),
             LabelSource::Query => {
                 let items: Vec<Vec<u8>> = matches.iter().map(|m| m.item.clone()).collect();
                 let threads = self.client.config.threads;
@@ -106,4 +125,20 @@ impl Run<'_> {
         self.leave(Phase::Labels, t);
         Ok((labels, client.skipped()))
     }
+}
+
+/// The labels a run carried, as text: registry labels are UTF-8 (`psi import`), so a lane
+/// that is not is the server's error, reported like a failed label step.
+fn carried_labels(labels: psi_core::RunLabels) -> Result<Vec<Option<String>>> {
+    labels
+        .into_vec()
+        .into_iter()
+        .map(|l| {
+            l.map(|bytes| {
+                String::from_utf8(bytes)
+                    .map_err(|_| ClientError::BadResponse("a label lane is not UTF-8".into()))
+            })
+            .transpose()
+        })
+        .collect()
 }

@@ -125,5 +125,6 @@ pub(crate) fn terms(w: &Workload) -> Option<Terms> {
         requests,
         client,
         server,
+        labels_carried: false,
     })
 }

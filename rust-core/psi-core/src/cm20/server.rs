@@ -351,6 +351,10 @@ impl chunked::ChunkedServer for Cm20Server {
         Cm20Server::is_finished(self)
     }
 
+    fn labels_carried(&self) -> bool {
+        false
+    }
+
     fn next_request_max(&self) -> u64 {
         Cm20Server::next_request_max(self)
     }

@@ -441,3 +441,49 @@ fn kernels_run() {
     assert_eq!(kernels::hash_blocks(5, 9), kernels::hash_blocks(5, 9));
     assert_eq!(kernels::aes_blocks(300, 9), kernels::aes_blocks(300, 9));
 }
+
+/// Issue 33: with labels on (the default), a balanced `2^16` set chooses DH-PSI on every
+/// link when OT-PSI's labels need the label query (a second OPRF run); with label lanes
+/// offered, OT-PSI wins the fast links again, as without labels. The lanes cost
+/// `3 n_s (1 + Λ)` bytes and no label step; for a small client against a large registry
+/// the label step is cheaper, and the model (the client's rule) keeps it.
+#[test]
+fn label_lanes_give_ot_psi_back_its_fast_links() {
+    let w = Workload::new(1 << 16, 1 << 16).with_limits(1 << 16, 8 << 20);
+    let lanes = w.with_label_lanes(Some(11));
+    let lan = inputs(Link::mbit(0.4, 1000.0, 1000.0));
+    let wifi = inputs(Link::mbit(0.4, 54.0, 54.0));
+    for i in [&lan, &wifi] {
+        assert_eq!(
+            choose(&w, i, Policy::Fastest, DH_OT).unwrap().protocol,
+            Protocol::Dh
+        );
+        assert_eq!(
+            choose(&lanes, i, Policy::Fastest, DH_OT).unwrap().protocol,
+            Protocol::Ot
+        );
+    }
+    let with = cost(Protocol::Ot, &lanes).unwrap();
+    let without = cost(Protocol::Ot, &w).unwrap();
+    let no_labels = cost(Protocol::Ot, &w.with_labels(false)).unwrap();
+    assert!(with.labels_carried && !without.labels_carried);
+    assert!(label_lanes_pay_off(Protocol::Ot, &lanes));
+    // The lanes: one setup byte, one outputs byte and 3 n_s (1 + Λ); the requests are the
+    // run's own, none more.
+    let lane_bytes = 2 + 3 * (1u64 << 16) * 12;
+    assert_eq!(with.bytes_down(), no_labels.bytes_down() + lane_bytes);
+    assert_eq!(with.bytes_up(), no_labels.bytes_up());
+    assert_eq!(with.requests.len(), no_labels.requests.len());
+    assert!(with.bytes_up() + with.bytes_down() < without.bytes_up() + without.bytes_down());
+    // 1,000 contacts against 10^6: the lanes (36 MB) cost more than the query and fetch.
+    let small = Workload::new(1000, 1_000_000).with_label_lanes(Some(11));
+    assert!(!label_lanes_pay_off(Protocol::Ot, &small));
+    assert!(!cost(Protocol::Ot, &small).unwrap().labels_carried);
+    // Only OT-PSI has lanes; labels off takes none.
+    assert!(!label_lanes_pay_off(Protocol::Dh, &lanes));
+    assert!(!label_lanes_pay_off(Protocol::Cm20, &lanes));
+    assert!(!label_lanes_pay_off(
+        Protocol::Ot,
+        &lanes.with_labels(false)
+    ));
+}

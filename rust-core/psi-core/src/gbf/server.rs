@@ -297,6 +297,10 @@ impl chunked::ChunkedServer for GbfServer {
         GbfServer::is_finished(self)
     }
 
+    fn labels_carried(&self) -> bool {
+        false
+    }
+
     fn next_request_max(&self) -> u64 {
         GbfServer::next_request_max(self)
     }

@@ -8,13 +8,13 @@ use super::messages::{
     self, Chunk, Hello, INSTANCE_LEN, Message, RosterEntry, Setup, message_type,
 };
 use super::params::{INSTANCE_BITS, MAX_ITEMS, MAX_PARTIES, MIN_PARTIES, Params};
-use super::{group_id, item_positions, link_id};
+use super::{RowHash, group_id, item_positions, link_id};
 use crate::chunked::{self, wrong_phase};
 use crate::error::{DecodeError, Error, Result};
 use crate::gbf::bloom;
 use crate::items::ItemSet;
 use crate::ote::base_ot::{self, decode_point};
-use crate::ote::iknp;
+use crate::ote::iknp::{ReceiverColumns, U_LEN};
 use crate::ote::prc::{Block, Row};
 use crate::output::{Match, MatchOutput};
 use crate::wire;
@@ -111,8 +111,10 @@ struct Running {
 
 /// The leader's side of the OTs with one member.
 struct Link {
-    sid: [u8; 32],
-    keys: Zeroizing<Vec<[Block; 2]>>,
+    /// The row hash under the link's session id.
+    hash: RowHash,
+    /// Both keys of each base OT, their AES key schedules expanded.
+    columns: ReceiverColumns,
     /// Instances sent so far.
     next_instance: usize,
     /// The chunk whose cells are awaited: its first instance and the leader's seed cells.
@@ -260,8 +262,8 @@ impl Leader {
             .into_iter()
             .enumerate()
             .map(|(j, (_, keys))| Link {
-                sid: link_id(&gid, j as u8 + 1),
-                keys,
+                hash: RowHash::new(&link_id(&gid, j as u8 + 1)),
+                columns: ReceiverColumns::new(&keys),
                 next_instance: 0,
                 in_flight: None,
             })
@@ -378,19 +380,27 @@ impl Running {
         let body = msg.len();
         msg.resize(body + count * INSTANCE_LEN, 0);
         let mut seeds = Zeroizing::new(vec![0u64; count * per]);
-        let (sid, keys) = (&link.sid, &link.keys);
+        let (hash, columns) = (&link.hash, &link.columns);
         msg[body..]
             .par_chunks_mut(INSTANCE_LEN)
             .zip(seeds.par_chunks_mut(per))
             .enumerate()
-            .for_each(|(k, (u, cells))| {
-                let r = r0 + k;
-                let (u_r, seeds_r) = iknp::receiver_at(sid, keys, &filter[r], r as u32);
-                u.copy_from_slice(&u_r);
-                for (c, s) in cells.iter_mut().zip(seeds_r.iter()) {
-                    *c = u64::from_le_bytes(s[..8].try_into().expect("8 bytes")) & mask;
-                }
-            });
+            .for_each_init(
+                || Zeroizing::new(vec![0u8; 2 * U_LEN]),
+                |scratch, (k, (u, cells))| {
+                    let r = r0 + k;
+                    let s = &filter[r];
+                    let (t, rows) = scratch.split_at_mut(U_LEN);
+                    columns.instance(s, r as u32, u, t, rows);
+                    // Only the OTs at the ones of BF_0 give the leader a cell it uses
+                    // (spec §3.5); the others' seeds stay zero and their sums unread.
+                    for (j, (c, x)) in cells.iter_mut().zip(rows.chunks_exact(16)).enumerate() {
+                        if (s[j / 8] >> (j % 8)) & 1 == 1 {
+                            *c = hash.cell((r * per + j) as u32, x, mask);
+                        }
+                    }
+                },
+            );
         link.next_instance = r0 + count;
         link.in_flight = Some((r0, seeds));
         wire::finish(msg)

@@ -7,12 +7,12 @@ use super::config::MpsiConfig;
 use super::messages::{self, Chunk, Hello, INSTANCE_LEN, Message, Setup, message_type};
 use super::pairwise::KeyAgreement;
 use super::params::{INSTANCE_BITS, MAX_ITEMS, Params};
-use super::{group_id, item_positions, link_id, share, share_key};
+use super::{RowHash, group_id, item_positions, link_id, share, share_key};
 use crate::chunked::{self, wrong_phase};
 use crate::error::{DecodeError, Result};
 use crate::items::ItemSet;
-use crate::ote::base_ot::{self, BASE_OTS};
-use crate::ote::iknp;
+use crate::ote::base_ot;
+use crate::ote::iknp::{SenderColumns, U_LEN};
 use crate::ote::prc::Block;
 use crate::wire;
 use rand_core::CryptoRng;
@@ -57,10 +57,10 @@ struct Joining {
 
 struct Answering {
     params: Params,
-    sid: [u8; 32],
-    delta: Zeroizing<Vec<u8>>,
-    /// `K_{i,Δ_i}` of each base OT.
-    keys: Zeroizing<Vec<Block>>,
+    /// The row hash under the link's session id.
+    hash: RowHash,
+    /// `K_{i,Δ_i}` of each base OT, key schedules expanded, and `Δ`.
+    columns: SenderColumns,
     /// `GBF_j ⊕ Z_j`.
     share: Zeroizing<Vec<u64>>,
     next_instance: usize,
@@ -172,9 +172,8 @@ impl Member {
         };
         self.phase = Phase::AwaitMatrix(Box::new(Answering {
             params: p,
-            sid: link_id(&gid, setup.index),
-            delta: st.delta,
-            keys,
+            hash: RowHash::new(&link_id(&gid, setup.index)),
+            columns: SenderColumns::new(&keys, &st.delta),
             share,
             next_instance: 0,
         }));
@@ -196,22 +195,36 @@ impl Member {
         let mut msg = Chunk::begin(message_type::CELL_CHUNK, r0 as u32, count as u16, per * w);
         let body = msg.len();
         msg.resize(body + count * per * w, 0);
-        let (sid, keys, delta, share) = (&st.sid, &st.keys, &st.delta, &st.share);
-        debug_assert_eq!(keys.len(), BASE_OTS);
+        let (hash, columns, share) = (&st.hash, &st.columns, &st.share);
         self.config.threads.install(|| {
             msg[body..]
                 .par_chunks_mut(per * w)
                 .zip(chunk.data.par_chunks(INSTANCE_LEN))
                 .enumerate()
-                .for_each(|(k, (out, u))| {
-                    let r = r0 + k;
-                    let ones = iknp::sender_ones_at(sid, keys, delta, u, r as u32);
-                    let cells = &share[r * per..(r + 1) * per];
-                    for ((o, s), c) in out.chunks_exact_mut(w).zip(ones.iter()).zip(cells) {
-                        let seed = u64::from_le_bytes(s[..8].try_into().expect("8 bytes"));
-                        o.copy_from_slice(&((c ^ seed) & mask).to_le_bytes()[..w]);
-                    }
-                });
+                .for_each_init(
+                    || Zeroizing::new(vec![0u8; 2 * U_LEN]),
+                    |scratch, (k, (out, u))| {
+                        let r = r0 + k;
+                        let (q, rows) = scratch.split_at_mut(U_LEN);
+                        columns.instance(u, r as u32, q, rows);
+                        let delta = columns.delta();
+                        let cells = &share[r * per..(r + 1) * per];
+                        for (j, ((o, x), c)) in out
+                            .chunks_exact_mut(w)
+                            .zip(rows.chunks_exact(16))
+                            .zip(cells)
+                            .enumerate()
+                        {
+                            // S¹ = H(p, q_j ⊕ Δ).
+                            let mut x1 = Zeroizing::new([0u8; 16]);
+                            for ((a, b), d) in x1.iter_mut().zip(x).zip(delta) {
+                                *a = b ^ d;
+                            }
+                            let seed = hash.cell((r * per + j) as u32, &x1[..], mask);
+                            o.copy_from_slice(&(c ^ seed).to_le_bytes()[..w]);
+                        }
+                    },
+                );
         })?;
         st.next_instance = r0 + count;
         if st.next_instance == total {

@@ -52,7 +52,7 @@ pub use params::Params;
 use crate::error::Result;
 use crate::gbf::bloom;
 use crate::items::ItemSet;
-use crate::ote::prc::{Block, hash};
+use crate::ote::prc::{Block, Midstate, hash, session_midstate};
 use crate::parallel::Threads;
 use messages::RosterEntry;
 use rand_core::CryptoRng;
@@ -65,6 +65,7 @@ mod ds {
     pub(super) const LINK: &[u8] = b"PSI-MPSI-v1 link";
     pub(super) const ITEM: &[u8] = b"PSI-MPSI-v1 item";
     pub(super) const SHARE: &[u8] = b"PSI-MPSI-v1 share";
+    pub(super) const OT: &[u8] = b"PSI-MPSI-v1 ot";
 }
 
 /// The group id: `SHA-256(ds_group, nonce_0, u8 t, BE32 n_0, BE32 N, u8 k, BE32 m, u8 w,
@@ -127,6 +128,25 @@ pub(crate) fn item_positions(
                 .collect(),
         )
     })
+}
+
+/// The random OTs' row hash on the link with session id `sid` (spec §3.5):
+/// `SHA-256(u8 len(ds_ot) || ds_ot || sid || zeros to 64 bytes || BE32 p || x)`, whose first
+/// `w` bytes are the seed cell of OT `p` for the row `x`. The first block is the link's and
+/// compressed once, so each OT costs one SHA-256 compression.
+pub(crate) struct RowHash(Midstate);
+
+impl RowHash {
+    pub(crate) fn new(sid: &[u8; 32]) -> Self {
+        RowHash(session_midstate(ds::OT, sid))
+    }
+
+    /// The cell of OT `p` for row `x`: the hash's first 8 bytes as `LE64`, masked.
+    #[inline]
+    pub(crate) fn cell(&self, p: u32, x: &[u8], mask: u64) -> u64 {
+        let h = Zeroizing::new(self.0.hash8_parts(&p.to_be_bytes(), x));
+        u64::from_le_bytes(*h) & mask
+    }
 }
 
 /// Traffic of an in-memory run.

@@ -3,6 +3,7 @@
 
 use super::config::OtConfig;
 use super::cuckoo::{self, EMPTY, ItemDigest};
+use super::lanes::{self, PAD_AT};
 use super::matrix::{BLOCK_ROWS, matrix_rows};
 use super::messages::{
     self, Chunk, Hello, MAX_BINS, MAX_ITEMS, Message, Outputs, Setup, max_bins_for,
@@ -14,7 +15,7 @@ use crate::items::ItemSet;
 use crate::ote::base_ot::{self, BASE_OTS};
 use crate::ote::iknp;
 use crate::ote::prc::{Block, CODE_BYTES, PRC_BATCH, Prc, Prg, Row, out_hash, out_prefix, pack};
-use crate::output::MatchOutput as OtOutput;
+use crate::output::{MatchOutput as OtOutput, RunLabels};
 use crate::wire;
 use rand_core::CryptoRng;
 use rayon::prelude::*;
@@ -97,7 +98,15 @@ struct Extending {
     values: Zeroizing<Vec<u128>>,
     /// The hash function that placed each item.
     hash_index: Zeroizing<Vec<u8>>,
+    /// `Λ` when the server grants label lanes.
+    lane: Option<u8>,
+    /// With lanes: bytes `16..32` of each item's OPRF digest, the pad of its lane.
+    pads: Zeroizing<Vec<[u8; 16]>>,
 }
+
+/// What one block of rows gives the client: `(table entry, value, lane pad)` for each
+/// item placed in it (the pad is unused without lanes).
+type BlockValues = Zeroizing<Vec<(u32, u128, [u8; 16])>>;
 
 impl Drop for Extending {
     fn drop(&mut self) {
@@ -166,6 +175,7 @@ impl OtClient {
             client_items: n as u32,
             bins: bins as u32,
             base_ot: vec![[0; base_ot::RECEIVER_MSG_LEN]; BASE_OTS],
+            lanes: config.ask_label_lanes,
         }
         .encode();
         let first = hello[..messages::HELLO_OTS_AT].to_vec();
@@ -249,6 +259,12 @@ impl OtClient {
                 self.next_chunk()
             }
             (Phase::AwaitOutputs(ext), Message::Outputs(out)) => {
+                if out.lane != ext.lane {
+                    return Err(DecodeError::InvalidParameter {
+                        what: "label lane width",
+                    }
+                    .into());
+                }
                 if out.out_len as usize != ext.out_len {
                     return Err(DecodeError::InvalidParameter {
                         what: "output length",
@@ -304,6 +320,10 @@ impl OtClient {
             unreachable!("checked by caller")
         };
         let n_c = self.items.len();
+        if setup.lane.is_some() && !self.config.ask_label_lanes {
+            // Lanes granted that were not asked for.
+            return Err(DecodeError::InvalidParameter { what: "suite" }.into());
+        }
         let out_len = output_len(n_c, setup.server_items as usize);
         if setup.out_len as usize != out_len {
             return Err(DecodeError::InvalidParameter {
@@ -355,6 +375,12 @@ impl OtClient {
             table: Zeroizing::new(table),
             values: Zeroizing::new(vec![0; digests.len()]),
             hash_index: Zeroizing::new(vec![0; digests.len()]),
+            lane: setup.lane,
+            pads: Zeroizing::new(if setup.lane.is_some() {
+                vec![[0; 16]; digests.len()]
+            } else {
+                Vec::new()
+            }),
             digests,
         };
         self.phase = Phase::AwaitAck(Box::new(ext));
@@ -424,8 +450,22 @@ impl OtClient {
             Some(lookup) => lookup,
             None => threads.install(|| ext.lookup())?,
         };
-        let matched = threads.install(|| ext.matches(&lookup, &out))?;
-        let output = OtOutput::new(&self.items, &matched, ext.server_items);
+        let hits = threads.install(|| ext.matches(&lookup, &out))?;
+        let matched: Zeroizing<Vec<usize>> = Zeroizing::new(hits.iter().map(|h| h.0).collect());
+        let labels = match out.lane {
+            None => None,
+            Some(width) => {
+                let (len, row) = (ext.out_len, out.row_len());
+                let mut labels = Vec::with_capacity(hits.len());
+                for &(x, at) in hits.iter() {
+                    let lane = &out.lists[at + len..at + row];
+                    labels.push(lanes::open(lane, &ext.pads[x][..1 + width as usize])?);
+                }
+                Some(RunLabels(labels))
+            }
+        };
+        let mut output = OtOutput::new(&self.items, &matched, ext.server_items);
+        output.labels = labels;
         self.phase = Phase::Done;
         Ok(ClientStep::Done(output))
     }
@@ -515,14 +555,18 @@ impl Extending {
         let prefix = out_prefix(&self.sid);
         let this = &*self;
         // One zeroized list per block (an indexed collect: no intermediate copies).
-        let blocks: Vec<Zeroizing<Vec<(u32, u128)>>> = msg[body_start..]
+        let blocks: Vec<BlockValues> = msg[body_start..]
             .par_chunks_mut(BLOCK_ROWS * CODE_BYTES)
             .enumerate()
             .map(|(bi, out)| this.block(a + bi * BLOCK_ROWS, out, &prefix))
             .collect();
-        for &(e, v) in blocks.iter().flat_map(|b| b.iter()) {
+        let lanes = self.lane.is_some();
+        for &(e, v, pad) in blocks.iter().flat_map(|b| b.iter()) {
             self.values[(e >> 2) as usize] = v;
             self.hash_index[(e >> 2) as usize] = (e & 3) as u8;
+            if lanes {
+                self.pads[(e >> 2) as usize] = pad;
+            }
         }
         self.next_row = b;
         wire::finish(msg)
@@ -530,12 +574,7 @@ impl Extending {
 
     /// One block of rows starting at `j0` (a multiple of 128): writes the rows of `U`
     /// into `out` and returns `(item, value)` for the items in these bins.
-    fn block(
-        &self,
-        j0: usize,
-        out: &mut [u8],
-        prefix: &sha2::Sha256,
-    ) -> Zeroizing<Vec<(u32, u128)>> {
+    fn block(&self, j0: usize, out: &mut [u8], prefix: &sha2::Sha256) -> BlockValues {
         let n = out.len() / CODE_BYTES;
         let rows0 = matrix_rows(&self.prg0, j0, n);
         let rows1 = matrix_rows(&self.prg1, j0, n);
@@ -578,7 +617,8 @@ impl Extending {
                 }
                 if e != EMPTY {
                     let mut f = out_hash(prefix, j as u32, t0);
-                    vals.push((e, pack(&f, self.out_len)));
+                    let pad: [u8; 16] = f[PAD_AT..].try_into().expect("16 bytes");
+                    vals.push((e, pack(&f, self.out_len), pad));
                     f.zeroize();
                 }
             }
@@ -618,10 +658,13 @@ impl Extending {
         Lookup { per_h }
     }
 
-    fn matches(&self, lookup: &Lookup, out: &Outputs<'_>) -> Zeroizing<Vec<usize>> {
+    /// `(item, offset of its row in the lists)` of every hit, by increasing item.
+    fn matches(&self, lookup: &Lookup, out: &Outputs<'_>) -> Zeroizing<Vec<(usize, usize)>> {
         let len = self.out_len;
-        let per_list = self.server_items as usize * len;
-        let parts: Vec<Zeroizing<Vec<usize>>> = lookup
+        let row = out.row_len();
+        let per_list = self.server_items as usize * row;
+        const PART_ROWS: usize = 4096;
+        let parts: Vec<Zeroizing<Vec<(usize, usize)>>> = lookup
             .per_h
             .par_iter()
             .enumerate()
@@ -630,14 +673,16 @@ impl Extending {
                 // overwhelming probability) one per client value.
                 let cap = table.len();
                 let list = &out.lists[h * per_list..(h + 1) * per_list];
-                list.par_chunks(len * 4096)
-                    .map(|part| {
+                list.par_chunks(row * PART_ROWS)
+                    .enumerate()
+                    .map(|(p, part)| {
+                        let base = h * per_list + p * PART_ROWS * row;
                         let mut hits =
-                            Zeroizing::new(Vec::with_capacity(cap.min(part.len() / len)));
-                        for rec in part.chunks_exact(len) {
-                            let v = pack(rec, len);
+                            Zeroizing::new(Vec::with_capacity(cap.min(part.len() / row)));
+                        for (r, rec) in part.chunks_exact(row).enumerate() {
+                            let v = pack(&rec[..len], len);
                             if filter.contains(v) {
-                                table.each(v, |x| hits.push(x as usize));
+                                table.each(v, |x| hits.push((x as usize, base + r * row)));
                             }
                         }
                         hits
@@ -650,7 +695,7 @@ impl Extending {
             found.extend_from_slice(p);
         }
         found.sort_unstable();
-        found.dedup();
+        found.dedup_by_key(|hit| hit.0);
         found
     }
 }

@@ -25,6 +25,15 @@ pub struct OtConfig {
     /// [`messages::max_bins_for`]`(n)`, the session then evaluates at most that many OPRF
     /// inputs.
     pub expected_client_items: Option<usize>,
+    /// Client: ask for label lanes (suite `0x02`, ADR 0053): a server that has them sends
+    /// each entry's label with its value, and the output carries the matches' labels
+    /// ([`crate::output::MatchOutput::labels`]). A server without them answers with suite
+    /// `0x01`, and the output carries none.
+    pub ask_label_lanes: bool,
+    /// Server: the label of each of its items, in lane form; a client that asks gets them
+    /// in lanes. `None`: no lanes (a registry with a label over
+    /// [`super::MAX_LANE_LABEL`] bytes answers the label query instead).
+    pub lane_labels: Option<std::sync::Arc<super::LaneLabels>>,
     /// Tests only: forces the client's Cuckoo table size.
     #[doc(hidden)]
     pub table_size_override: Option<usize>,
@@ -44,6 +53,8 @@ impl OtConfig {
             chunk_rows: DEFAULT_CHUNK_ROWS,
             max_client_items: messages::MAX_ITEMS as usize,
             expected_client_items: None,
+            ask_label_lanes: false,
+            lane_labels: None,
             table_size_override: None,
         }
     }
@@ -66,6 +77,19 @@ impl OtConfig {
         let n = n.min(messages::MAX_ITEMS as usize);
         self.expected_client_items = Some(n);
         self.max_client_items = n;
+        self
+    }
+
+    /// Client: ask for label lanes ([`OtConfig::ask_label_lanes`]).
+    pub fn with_label_lanes(mut self) -> Self {
+        self.ask_label_lanes = true;
+        self
+    }
+
+    /// Server: the labels it sends in lanes to a client that asks
+    /// ([`OtConfig::lane_labels`]); one per item of the set the server is given.
+    pub fn with_lane_labels(mut self, labels: std::sync::Arc<super::LaneLabels>) -> Self {
+        self.lane_labels = Some(labels);
         self
     }
 

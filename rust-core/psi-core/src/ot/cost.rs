@@ -13,7 +13,9 @@ pub(crate) fn charge(client_items: u32) -> u64 {
 }
 
 /// An OT-PSI run for `w`: hello and setup, then the matrix chunks, each answered by an
-/// ack, the last by the outputs.
+/// ack, the last by the outputs; with labels on and a server that sends label lanes, the
+/// outputs carry them (one more byte in the setup, `1 + Λ` per output row, an XOR per
+/// row on the server; ADR 0053) and no label step follows.
 pub(crate) fn terms(w: &Workload) -> Option<Terms> {
     let (n_c, n_s) = (w.client_items, w.server_items);
     let (c, s) = (n_c as f64, n_s as f64);
@@ -25,9 +27,10 @@ pub(crate) fn terms(w: &Workload) -> Option<Terms> {
     let chunks = bins.div_ceil(rows);
     let out_len = super::session::output_len(n_c as usize, n_s as usize) as u64;
     let chunk_header = super::sizes::matrix(1, 1) - 64;
+    let lane = w.label_lane_width.filter(|_| w.labels).map(u64::from);
     requests.push(Exchange {
         up: super::sizes::hello(),
-        down: super::sizes::setup(),
+        down: super::sizes::setup() + u64::from(lane.is_some()),
     });
     for i in 0..chunks {
         let r = rows.min(bins - i * rows);
@@ -35,7 +38,10 @@ pub(crate) fn terms(w: &Workload) -> Option<Terms> {
         requests.push(Exchange {
             up: chunk_header + 64 * r,
             down: if last {
-                super::sizes::outputs(n_s, out_len)
+                match lane {
+                    Some(width) => super::sizes::outputs_with_lanes(n_s, out_len, width),
+                    None => super::sizes::outputs(n_s, out_len),
+                }
             } else {
                 super::sizes::acks(2, 1)
             },
@@ -74,5 +80,6 @@ pub(crate) fn terms(w: &Workload) -> Option<Terms> {
         requests,
         client,
         server,
+        labels_carried: lane.is_some(),
     })
 }

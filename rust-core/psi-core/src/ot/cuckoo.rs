@@ -302,6 +302,8 @@ pub(crate) const GROUP_BINS: usize = 128;
 pub(crate) struct Entry {
     pub(crate) input: Block,
     pub(crate) bin: u32,
+    /// The item's index in the server's set (its label lane's row).
+    pub(crate) item: u32,
 }
 
 impl Entry {
@@ -334,12 +336,13 @@ impl SimpleTable {
         }
         let mut fill = starts.clone();
         let mut entries = vec![Entry::default(); HASHES * digests.len()];
-        for d in digests {
+        for (item, d) in digests.iter().enumerate() {
             for (h, &b) in d.bins.iter().enumerate() {
                 let slot = &mut fill[b as usize / GROUP_BINS];
                 entries[*slot as usize] = Entry {
                     input: d.input(h),
                     bin: b,
+                    item: item as u32,
                 };
                 *slot += 1;
             }

@@ -3,7 +3,8 @@
 //! All integers are big-endian. Every decoder checks exact lengths and hard limits and
 //! returns a [`DecodeError`]; none panics on any input.
 
-use crate::chunked::{self, put_base_ot, read_base_ot, read_suite};
+use super::lanes::MAX_LANE_LABEL;
+use crate::chunked::{self, put_base_ot, read_base_ot};
 use crate::error::DecodeError;
 use crate::ote::base_ot::{BASE_OTS, RECEIVER_MSG_LEN};
 use crate::ote::iknp::U_LEN;
@@ -18,6 +19,12 @@ pub use crate::chunked::message_type;
 /// The parameter suite byte: κ = 128, σ = 40, 128 MR19 base OTs over ristretto255, IKNP to
 /// 512 OTs, KKRT16 with a 512-bit AES-128 code, 3-way Cuckoo hashing, SHA-256.
 pub const SUITE: u8 = 0x01;
+/// Suite [`SUITE`] with label lanes (ADR 0053): a hello of this suite asks for them; a setup
+/// of this suite grants them (and ends with the lane width `Λ`), and the outputs are then
+/// [`LABELLED_OUTPUTS`], each value followed by its entry's padded label.
+pub const SUITE_LANES: u8 = 0x02;
+/// The outputs message with label lanes (suite [`SUITE_LANES`]).
+pub const LABELLED_OUTPUTS: u8 = 0x06;
 /// Most items either side may have (2^24).
 pub const MAX_ITEMS: u32 = 1 << 24;
 /// Most Cuckoo bins a client may ask for (2^25).
@@ -54,10 +61,20 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Message<'_>, DecodeError> {
             message_type::SETUP => Message::Setup(Setup::read(r)?),
             message_type::MATRIX_CHUNK => Message::Chunk(Chunk::read(r)?),
             message_type::CHUNK_ACK => Message::Ack(Ack { next_row: r.u32()? }),
-            message_type::OUTPUTS => Message::Outputs(Outputs::read(r)?),
+            message_type::OUTPUTS => Message::Outputs(Outputs::read(r, false)?),
+            LABELLED_OUTPUTS => Message::Outputs(Outputs::read(r, true)?),
             t => return Err(DecodeError::UnknownMessageType(t)),
         })
     })
+}
+
+/// Reads the suite byte: false for [`SUITE`], true for [`SUITE_LANES`].
+fn read_lanes_suite(r: &mut Reader<'_>) -> Result<bool, DecodeError> {
+    match r.u8()? {
+        SUITE => Ok(false),
+        SUITE_LANES => Ok(true),
+        _ => Err(DecodeError::InvalidParameter { what: "suite" }),
+    }
 }
 
 /// `LimitExceeded` if a u32 field is above its limit.
@@ -72,6 +89,8 @@ pub(crate) struct Hello {
     pub(crate) client_items: u32,
     pub(crate) bins: u32,
     pub(crate) base_ot: Vec<[u8; RECEIVER_MSG_LEN]>,
+    /// Suite [`SUITE_LANES`]: the client asks for label lanes.
+    pub(crate) lanes: bool,
 }
 
 /// Body length of a hello message.
@@ -86,7 +105,7 @@ pub(crate) const HELLO_OTS_AT: usize =
 impl Hello {
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut out = wire::begin(Protocol::Ot, message_type::HELLO, HELLO_BODY_LEN);
-        out.push(SUITE);
+        out.push(if self.lanes { SUITE_LANES } else { SUITE });
         out.extend_from_slice(&self.client_nonce);
         out.extend_from_slice(&self.client_items.to_be_bytes());
         out.extend_from_slice(&self.bins.to_be_bytes());
@@ -95,7 +114,7 @@ impl Hello {
     }
 
     fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        read_suite(r, SUITE)?;
+        let lanes = read_lanes_suite(r)?;
         let client_nonce = r.array()?;
         let client_items = r.u32()?;
         limit("client items", client_items, MAX_ITEMS)?;
@@ -110,6 +129,7 @@ impl Hello {
             client_items,
             bins,
             base_ot,
+            lanes,
         })
     }
 }
@@ -122,9 +142,11 @@ pub(crate) struct Setup {
     pub(crate) out_len: u8,
     pub(crate) sender_point: [u8; 32],
     pub(crate) iknp_u: Vec<u8>,
+    /// Suite [`SUITE_LANES`]: label lanes of `Λ` label bytes (the setup's last byte).
+    pub(crate) lane: Option<u8>,
 }
 
-/// Body length of a setup message.
+/// Body length of a setup message of suite [`SUITE`] (one byte more with lanes).
 pub(crate) const SETUP_BODY_LEN: usize = 1 + 32 + 4 + 1 + 32 + U_LEN;
 /// Bytes of a whole setup (frame header included) up to and including the sender point
 /// `A`, for drivers that send or receive it in parts (the IKNP matrix is the setup's tail).
@@ -132,18 +154,24 @@ pub const SETUP_HEAD_LEN: usize = wire::HEADER_LEN + SETUP_BODY_LEN - U_LEN;
 
 impl Setup {
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut out = wire::begin(Protocol::Ot, message_type::SETUP, SETUP_BODY_LEN);
-        out.push(SUITE);
+        let body = SETUP_BODY_LEN + usize::from(self.lane.is_some());
+        let mut out = wire::begin(Protocol::Ot, message_type::SETUP, body);
+        out.push(if self.lane.is_some() {
+            SUITE_LANES
+        } else {
+            SUITE
+        });
         out.extend_from_slice(&self.server_nonce);
         out.extend_from_slice(&self.server_items.to_be_bytes());
         out.push(self.out_len);
         out.extend_from_slice(&self.sender_point);
         out.extend_from_slice(&self.iknp_u);
+        out.extend(self.lane);
         wire::finish(out)
     }
 
     fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        read_suite(r, SUITE)?;
+        let lanes = read_lanes_suite(r)?;
         let server_nonce = r.array()?;
         let server_items = r.u32()?;
         limit("server items", server_items, MAX_ITEMS)?;
@@ -155,14 +183,31 @@ impl Setup {
         }
         let sender_point = r.array()?;
         let iknp_u = r.take(U_LEN)?.to_vec();
+        let lane = if lanes {
+            Some(read_lane_width(r)?)
+        } else {
+            None
+        };
         Ok(Setup {
             server_nonce,
             server_items,
             out_len,
             sender_point,
             iknp_u,
+            lane,
         })
     }
+}
+
+/// The lane width byte `Λ`, at most [`MAX_LANE_LABEL`].
+fn read_lane_width(r: &mut Reader<'_>) -> Result<u8, DecodeError> {
+    let width = r.u8()?;
+    if width > MAX_LANE_LABEL {
+        return Err(DecodeError::InvalidParameter {
+            what: "label lane width",
+        });
+    }
+    Ok(width)
 }
 
 /// Message 0x03; `rows` borrows the request bytes.
@@ -228,44 +273,72 @@ impl Ack {
     }
 }
 
-/// Message 0x05; `lists` borrows the response bytes (`3 * server_items * out_len` bytes).
+/// Message 0x05, or 0x06 with label lanes; `lists` borrows the response bytes
+/// (`3 * server_items * row_len()` bytes).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Outputs<'a> {
     pub(crate) out_len: u8,
+    /// Message 0x06: `Λ`, each value followed by a lane of `1 + Λ` bytes.
+    pub(crate) lane: Option<u8>,
     pub(crate) server_items: u32,
     pub(crate) lists: &'a [u8],
 }
 
+/// Bytes of one output row: the value, then its lane if any.
+pub(crate) fn row_len(out_len: usize, lane: Option<u8>) -> usize {
+    out_len + lane.map_or(0, |w| 1 + w as usize)
+}
+
 impl Outputs<'_> {
-    /// Starts an outputs message; the caller appends the three lists and calls
-    /// `wire::finish`.
-    pub(crate) fn begin(out_len: u8, server_items: u32) -> Vec<u8> {
-        let body = 5 + 3 * server_items as usize * out_len as usize;
-        let mut out = wire::begin(Protocol::Ot, message_type::OUTPUTS, body);
+    /// Starts an outputs message (0x06 with `lane`); the caller appends the three lists and
+    /// calls `wire::finish`.
+    pub(crate) fn begin(out_len: u8, lane: Option<u8>, server_items: u32) -> Vec<u8> {
+        let rows = 3 * server_items as usize * row_len(out_len as usize, lane);
+        let (kind, fields) = match lane {
+            None => (message_type::OUTPUTS, 5),
+            Some(_) => (LABELLED_OUTPUTS, 6),
+        };
+        let mut out = wire::begin(Protocol::Ot, kind, fields + rows);
         out.push(out_len);
+        out.extend(lane);
         out.extend_from_slice(&server_items.to_be_bytes());
         out
     }
 
+    /// Bytes of one row of the lists.
+    pub(crate) fn row_len(&self) -> usize {
+        row_len(self.out_len as usize, self.lane)
+    }
+
     #[cfg(test)]
-    pub(crate) fn encode_with(out_len: u8, server_items: u32, lists: [&[u8]; 3]) -> Vec<u8> {
-        let mut out = Self::begin(out_len, server_items);
+    pub(crate) fn encode_with(
+        out_len: u8,
+        lane: Option<u8>,
+        server_items: u32,
+        lists: [&[u8]; 3],
+    ) -> Vec<u8> {
+        let mut out = Self::begin(out_len, lane, server_items);
         for l in lists {
             out.extend_from_slice(l);
         }
         wire::finish(out)
     }
 
-    fn read<'a>(r: &mut Reader<'a>) -> Result<Outputs<'a>, DecodeError> {
+    fn read<'a>(r: &mut Reader<'a>, labelled: bool) -> Result<Outputs<'a>, DecodeError> {
         let out_len = r.u8()?;
         if !(MIN_OUT_LEN..=MAX_OUT_LEN).contains(&out_len) {
             return Err(DecodeError::InvalidParameter {
                 what: "output length",
             });
         }
+        let lane = if labelled {
+            Some(read_lane_width(r)?)
+        } else {
+            None
+        };
         let server_items = r.u32()?;
         limit("server items", server_items, MAX_ITEMS)?;
-        let need = 3 * server_items as usize * out_len as usize;
+        let need = 3 * server_items as usize * row_len(out_len as usize, lane);
         if r.remaining() != need {
             return Err(DecodeError::LengthMismatch {
                 what: "server outputs",
@@ -276,6 +349,7 @@ impl Outputs<'_> {
         let lists = r.take(need)?;
         Ok(Outputs {
             out_len,
+            lane,
             server_items,
             lists,
         })
@@ -292,6 +366,7 @@ mod tests {
             client_items: 10,
             bins: 76, // table_size(10)
             base_ot: vec![[2; RECEIVER_MSG_LEN]; BASE_OTS],
+            lanes: false,
         }
     }
 
@@ -310,6 +385,7 @@ mod tests {
             out_len: 9,
             sender_point: [4; 32],
             iknp_u: vec![5; U_LEN],
+            lane: None,
         };
         let bytes = s.encode();
         assert_eq!(bytes.len(), wire::HEADER_LEN + SETUP_BODY_LEN);
@@ -324,8 +400,59 @@ mod tests {
             Message::Ack(Ack { next_row: 5 })
         ));
         let l = [1u8; 10];
-        let bytes = Outputs::encode_with(5, 2, [&l, &l, &l]);
+        let bytes = Outputs::encode_with(5, None, 2, [&l, &l, &l]);
         assert!(matches!(decode(&bytes).unwrap(), Message::Outputs(o) if o.lists.len() == 30));
+    }
+
+    /// Suite 0x02: the hello's suite byte asks, the setup ends with `Λ`, the outputs are
+    /// message 0x06 with `Λ` after `L` and rows of `L + 1 + Λ` bytes.
+    #[test]
+    fn lane_messages_round_trip_and_check_the_width() {
+        let mut h = hello();
+        h.lanes = true;
+        let bytes = h.encode();
+        assert_eq!(bytes[wire::HEADER_LEN], SUITE_LANES);
+        assert!(matches!(decode(&bytes).unwrap(), Message::Hello(d) if d == h));
+        let s = Setup {
+            server_nonce: [3; 32],
+            server_items: 7,
+            out_len: 9,
+            sender_point: [4; 32],
+            iknp_u: vec![5; U_LEN],
+            lane: Some(11),
+        };
+        let bytes = s.encode();
+        assert_eq!(bytes.len(), wire::HEADER_LEN + SETUP_BODY_LEN + 1);
+        assert_eq!(bytes[wire::HEADER_LEN], SUITE_LANES);
+        assert_eq!(*bytes.last().unwrap(), 11);
+        assert!(matches!(decode(&bytes).unwrap(), Message::Setup(d) if d == s));
+        for n in 0..bytes.len() {
+            assert!(decode(&bytes[..n]).is_err(), "setup prefix {n}");
+        }
+        let mut wide = bytes.clone();
+        *wide.last_mut().unwrap() = MAX_LANE_LABEL + 1;
+        assert_eq!(
+            decode(&wide).unwrap_err(),
+            DecodeError::InvalidParameter {
+                what: "label lane width"
+            }
+        );
+        // A plain setup claiming suite 0x02 lacks the width byte.
+        let mut plain = Setup { lane: None, ..s }.encode();
+        plain[wire::HEADER_LEN] = SUITE_LANES;
+        assert!(decode(&plain).is_err());
+        let l = [1u8; 2 * (5 + 1 + 3)];
+        let bytes = Outputs::encode_with(5, Some(3), 2, [&l, &l, &l]);
+        assert_eq!(bytes[4], LABELLED_OUTPUTS);
+        assert_eq!(bytes.len(), wire::HEADER_LEN + 6 + 3 * 2 * 9);
+        assert!(matches!(decode(&bytes).unwrap(),
+            Message::Outputs(o) if o.lane == Some(3) && o.row_len() == 9 && o.lists.len() == 54));
+        for n in 0..bytes.len() {
+            assert!(decode(&bytes[..n]).is_err(), "outputs prefix {n}");
+        }
+        let mut wide = bytes.clone();
+        wide[wire::HEADER_LEN + 1] = 16;
+        assert!(decode(&wide).is_err());
     }
 
     #[test]
@@ -395,7 +522,7 @@ mod tests {
             decode(&bytes).unwrap_err(),
             DecodeError::UnknownMessageType(0x77)
         );
-        let bytes = Outputs::encode_with(4, 0, [&[], &[], &[]]);
+        let bytes = Outputs::encode_with(4, None, 0, [&[], &[], &[]]);
         assert!(matches!(
             decode(&bytes),
             Err(DecodeError::InvalidParameter { .. })

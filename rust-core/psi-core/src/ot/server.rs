@@ -4,8 +4,9 @@
 
 use super::config::OtConfig;
 use super::cuckoo::{self, HASHES, SimpleTable};
+use super::lanes::{LaneLabels, PAD_AT};
 use super::matrix::{BLOCK_ROWS, matrix_rows};
-use super::messages::{self, Ack, Chunk, Hello, MAX_ITEMS, Message, Outputs, SUITE, Setup};
+use super::messages::{self, Ack, Chunk, Hello, MAX_ITEMS, Message, Outputs, Setup, row_len};
 use super::session::{output_len, session_id};
 use crate::chunked::{self, ServerPhase, admit_client_items, wrong_phase};
 use crate::error::{DecodeError, Result};
@@ -31,6 +32,8 @@ pub struct OtServer {
     items: Arc<ItemSet>,
     config: OtConfig,
     phase: Phase,
+    /// The outputs went out with label lanes.
+    sent_lanes: bool,
 }
 
 type Phase = ServerPhase<Fresh, Evaluating>;
@@ -59,6 +62,8 @@ struct Evaluating {
     simple: SimpleTable,
     lists: [Vec<u8>; HASHES],
     shuffle_keys: Zeroizing<[Block; HASHES]>,
+    /// The labels, when this session sends lanes (the client asked, the server has them).
+    lanes: Option<Arc<LaneLabels>>,
 }
 
 impl std::fmt::Debug for OtServer {
@@ -76,6 +81,14 @@ impl OtServer {
     ) -> Result<OtServer> {
         let items = items.into();
         chunked::check_set_size("server items", items.len(), MAX_ITEMS)?;
+        if let Some(labels) = &config.lane_labels
+            && labels.len() != items.len()
+        {
+            return Err(crate::Error::CountMismatch {
+                expected: items.len() as u64,
+                found: labels.len() as u64,
+            });
+        }
         let nonce = chunked::draw_nonce(rng);
         let sender = base_ot::Sender::new(rng);
         let mut s = Zeroizing::new([0u8; CODE_BYTES]);
@@ -87,6 +100,7 @@ impl OtServer {
         Ok(OtServer {
             items,
             config,
+            sent_lanes: false,
             phase: Phase::AwaitHello(Box::new(Fresh {
                 nonce,
                 sender,
@@ -171,15 +185,17 @@ impl OtServer {
             _ => return Ok(None),
         };
         let checked = match messages::decode(&probe) {
-            Ok(Message::Hello(hello)) => self.check_hello(&hello).map(|()| hello.client_items),
+            Ok(Message::Hello(hello)) => self
+                .check_hello(&hello)
+                .map(|()| (hello.client_items, hello.lanes)),
             Ok(other) => Err(wrong_phase(self.phase.name(), other.message_type())),
             Err(e) => Err(e.into()),
         };
         let Phase::AwaitHello(fresh) = &mut self.phase else {
             unreachable!("checked above")
         };
-        let n_c = match checked {
-            Ok(n_c) => n_c,
+        let (n_c, lanes_asked) = match checked {
+            Ok(fields) => fields,
             Err(e) => {
                 fresh.partial = Vec::new();
                 fresh.early_keys = Zeroizing::new(Vec::new());
@@ -193,6 +209,7 @@ impl OtServer {
             out_len: output_len(n_c as usize, n_s) as u8,
             sender_point: fresh.sender.point(),
             iknp_u: vec![0; iknp::U_LEN],
+            lane: self.lanes_for(lanes_asked).map(|l| l.width()),
         }
         .encode();
         Ok(Some(head[..messages::SETUP_HEAD_LEN].to_vec()))
@@ -231,6 +248,16 @@ impl OtServer {
         self.phase.is_done()
     }
 
+    /// True when this session sends label lanes (the client asked, the server has them;
+    /// known once the hello is answered).
+    pub fn labels_carried(&self) -> bool {
+        match &self.phase {
+            Phase::AwaitChunk(ev) => ev.lanes.is_some(),
+            Phase::AwaitHello(_) | Phase::Failed => false,
+            Phase::Done => self.sent_lanes,
+        }
+    }
+
     /// True once the run is over, successfully ([`OtServer::is_done`]) or not (an internal
     /// failure while answering the hello): the state machine accepts no further message, so
     /// a driver can free the session's state and slot.
@@ -250,6 +277,11 @@ impl OtServer {
             }
             Phase::Done | Phase::Failed => 0,
         }
+    }
+
+    /// The labels this session sends in lanes: when the client asks and the server has them.
+    fn lanes_for(&self, asked: bool) -> Option<&Arc<LaneLabels>> {
+        self.config.lane_labels.as_ref().filter(|_| asked)
     }
 
     /// The checks of a hello's fixed fields that the decoder cannot make (they depend on
@@ -305,14 +337,16 @@ impl OtServer {
             let digests = cuckoo::digest_all(items.items(), &sid, hello.bins);
             SimpleTable::new(&digests, bins)
         })?;
+        let lanes = self.lanes_for(hello.lanes).cloned();
         let setup = Setup {
             server_nonce: fresh.nonce,
             server_items: n_s as u32,
             out_len: out_len as u8,
             sender_point: fresh.sender.point(),
             iknp_u: u,
+            lane: lanes.as_ref().map(|l| l.width()),
         };
-        debug_assert_eq!(SUITE, 1);
+        let row = row_len(out_len, setup.lane);
         self.phase = Phase::AwaitChunk(Box::new(Evaluating {
             sid,
             out_len,
@@ -321,9 +355,10 @@ impl OtServer {
             s: fresh.s,
             prgs: seeds.iter().map(Prg::new).collect(),
             prc: Prc::new(&sid),
-            lists: core::array::from_fn(|_| Vec::with_capacity(n_s * out_len)),
+            lists: core::array::from_fn(|_| Vec::with_capacity(n_s * row)),
             simple,
             shuffle_keys: fresh.shuffle_keys,
+            lanes,
         }));
         Ok(setup.encode())
     }
@@ -351,9 +386,11 @@ impl OtServer {
         let Phase::AwaitChunk(ev) = std::mem::replace(&mut self.phase, Phase::Done) else {
             unreachable!("checked above")
         };
-        let len = ev.out_len;
+        let lane = ev.lanes.as_ref().map(|l| l.width());
+        self.sent_lanes = lane.is_some();
+        let len = row_len(ev.out_len, lane);
         let n_s = self.items.len();
-        let mut msg = Outputs::begin(len as u8, n_s as u32);
+        let mut msg = Outputs::begin(ev.out_len as u8, lane, n_s as u32);
         let body = msg.len();
         msg.resize(body + HASHES * n_s * len, 0);
         self.config.threads.install(|| {
@@ -387,6 +424,10 @@ impl chunked::ChunkedServer for OtServer {
 
     fn is_finished(&self) -> bool {
         OtServer::is_finished(self)
+    }
+
+    fn labels_carried(&self) -> bool {
+        OtServer::labels_carried(self)
     }
 
     fn next_request_max(&self) -> u64 {
@@ -456,9 +497,10 @@ impl Evaluating {
             }
         }
         let entries = self.simple.entries_for(j0, j0 + n);
+        let row = row_len(self.out_len, self.lanes.as_ref().map(|l| l.width()));
         let mut out: [Vec<u8>; HASHES] = Default::default();
         for o in out.iter_mut() {
-            o.reserve(entries.len() * self.out_len / 2);
+            o.reserve(entries.len() * row / 2);
         }
         let mut inputs = [[0u8; 16]; PRC_BATCH];
         let mut codes = [[0u8; CODE_BYTES]; PRC_BATCH];
@@ -477,13 +519,17 @@ impl Evaluating {
                 for i in 0..CODE_BYTES {
                     v[i] = qj[i] ^ (code[i] & s[i]);
                 }
-                let f = out_hash(prefix, e.bin, &v);
+                let mut f = out_hash(prefix, e.bin, &v);
                 // A fixed 16-byte copy, then drop the bytes past L (cheaper than a short
                 // variable-length copy).
                 let o = &mut out[e.hash_index()];
                 let at = o.len();
                 o.extend_from_slice(&f[..16]);
                 o.truncate(at + self.out_len);
+                if let Some(lanes) = &self.lanes {
+                    lanes.seal_into(e.item as usize, &f[PAD_AT..], o);
+                }
+                f.zeroize();
             }
         }
         v.zeroize();

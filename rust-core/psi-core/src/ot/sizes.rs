@@ -24,3 +24,9 @@ pub fn acks(bins: u64, chunk_rows: u64) -> u64 {
 pub fn outputs(server_items: u64, out_len: u64) -> u64 {
     HEADER_LEN as u64 + 5 + 3 * server_items * out_len
 }
+
+/// Bytes of the outputs message with label lanes (suite `0x02`): `n_s` rows per list of
+/// `out_len` value bytes and `1 + lane_width` lane bytes, and the width byte.
+pub fn outputs_with_lanes(server_items: u64, out_len: u64, lane_width: u64) -> u64 {
+    HEADER_LEN as u64 + 6 + 3 * server_items * (out_len + 1 + lane_width)
+}

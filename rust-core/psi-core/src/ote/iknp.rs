@@ -168,6 +168,86 @@ fn sender_rows(
     (rows, delta_block)
 }
 
+/// A long extension's receiver side (the `u` matrices and the rows `t_j`) with the base
+/// keys' AES key schedules done once, not once per instance: group PSI's leader runs
+/// thousands of instances over the same 256 keys. Same bytes as [`receiver_at`].
+pub(crate) struct ReceiverColumns(Vec<[Prg; 2]>);
+
+impl ReceiverColumns {
+    pub(crate) fn new(keys: &[[Block; 2]]) -> Self {
+        assert_eq!(keys.len(), BASE_OTS);
+        ReceiverColumns(
+            keys.iter()
+                .map(|k| [Prg::new(&k[0]), Prg::new(&k[1])])
+                .collect(),
+        )
+    }
+
+    /// Instance `r` with choice bits `s`: writes the `u` matrix into `u` and the rows `t_j`
+    /// (16 bytes each, `j = 0 .. 511`) into `rows`; `t` is scratch. All three are
+    /// [`U_LEN`] bytes.
+    pub(crate) fn instance(&self, s: &Row, r: u32, u: &mut [u8], t: &mut [u8], rows: &mut [u8]) {
+        let block = 4 * r as u64;
+        for (i, [g0, g1]) in self.0.iter().enumerate() {
+            let ti = &mut t[i * CODE_BYTES..(i + 1) * CODE_BYTES];
+            g0.fill(block, ti);
+            let ui = &mut u[i * CODE_BYTES..(i + 1) * CODE_BYTES];
+            g1.fill(block, ui);
+            for ((u, t), s) in ui.iter_mut().zip(ti.iter()).zip(s) {
+                *u ^= t ^ s;
+            }
+        }
+        transpose(t, BASE_OTS, CODE_BYTES, rows);
+    }
+}
+
+/// A long extension's sender side (the rows `q_j`) with the key schedules done once, and
+/// `Δ` as a block. Same rows as [`sender_at`] computes.
+pub(crate) struct SenderColumns {
+    prgs: Vec<Prg>,
+    /// `Δ_i` as a byte mask, 0x00 or 0xff.
+    masks: Zeroizing<Vec<u8>>,
+    delta_block: Zeroizing<Block>,
+}
+
+impl SenderColumns {
+    pub(crate) fn new(keys: &[Block], delta: &[u8]) -> Self {
+        assert_eq!(keys.len(), BASE_OTS);
+        assert_eq!(delta.len(), BASE_OTS);
+        let mut delta_block = Zeroizing::new([0u8; 16]);
+        let mut masks = Zeroizing::new(vec![0u8; BASE_OTS]);
+        for (i, &d) in delta.iter().enumerate() {
+            masks[i] = 0u8.wrapping_sub(d & 1);
+            delta_block[i / 8] |= (d & 1) << (i % 8);
+        }
+        SenderColumns {
+            prgs: keys.iter().map(Prg::new).collect(),
+            masks,
+            delta_block,
+        }
+    }
+
+    /// `Δ` as a block (bit `i` is `Δ_i`).
+    pub(crate) fn delta(&self) -> &Block {
+        &self.delta_block
+    }
+
+    /// Instance `r` for the receiver's matrix `u`: the rows `q_j` into `rows`; `q` is
+    /// scratch (both [`U_LEN`] bytes). Constant time in `Δ`.
+    pub(crate) fn instance(&self, u: &[u8], r: u32, q: &mut [u8], rows: &mut [u8]) {
+        assert_eq!(u.len(), U_LEN);
+        let block = 4 * r as u64;
+        for (i, (g, &mask)) in self.prgs.iter().zip(self.masks.iter()).enumerate() {
+            let qi = &mut q[i * CODE_BYTES..(i + 1) * CODE_BYTES];
+            g.fill(block, qi);
+            for (q, u) in qi.iter_mut().zip(&u[i * CODE_BYTES..(i + 1) * CODE_BYTES]) {
+                *q ^= u & mask;
+            }
+        }
+        transpose(q, BASE_OTS, CODE_BYTES, rows);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,6 +308,44 @@ mod tests {
             let sj = ((s[j / 8] >> (j % 8)) & 1) as usize;
             assert_eq!(r3[j], c3[j][sj], "OT {j}");
             assert_ne!(r3[j], r0[j], "OT {j}");
+        }
+    }
+
+    /// The cached-schedule sides give the rows the per-instance functions hash.
+    #[test]
+    fn columns_match_the_instance_functions() {
+        let keys: Vec<[Block; 2]> = (0..BASE_OTS)
+            .map(|i| [[i as u8 ^ 0x11; 16], [(i as u8) ^ 0x5c; 16]])
+            .collect();
+        let delta: Vec<u8> = (0..BASE_OTS).map(|i| (i % 3 == 0) as u8).collect();
+        let chosen: Vec<Block> = keys
+            .iter()
+            .zip(&delta)
+            .map(|(k, &d)| k[d as usize])
+            .collect();
+        let s: Row = core::array::from_fn(|i| (i as u8).wrapping_mul(29) ^ 3);
+        let (rc, sc) = (
+            ReceiverColumns::new(&keys),
+            SenderColumns::new(&chosen, &delta),
+        );
+        for r in [0u32, 5] {
+            let (u_want, _) = receiver_at(&[0; 32], &keys, &s, r);
+            let (mut u, mut t, mut rows) = (vec![0; U_LEN], vec![0; U_LEN], vec![0; U_LEN]);
+            rc.instance(&s, r, &mut u, &mut t, &mut rows);
+            assert_eq!(u, u_want);
+            let (q_want, d_want) = sender_rows(&chosen, &delta, &u, r);
+            let (mut q, mut qrows) = (vec![0; U_LEN], vec![0; U_LEN]);
+            sc.instance(&u, r, &mut q, &mut qrows);
+            assert_eq!(&qrows[..], &q_want[..]);
+            assert_eq!(sc.delta(), &*d_want);
+            // q_j = t_j xor s_j * delta.
+            for j in 0..CODE_BITS {
+                let mut x: Block = rows[16 * j..16 * j + 16].try_into().unwrap();
+                if (s[j / 8] >> (j % 8)) & 1 == 1 {
+                    xor_in(&mut x, sc.delta());
+                }
+                assert_eq!(&x[..], &qrows[16 * j..16 * j + 16], "row {j}");
+            }
         }
     }
 }

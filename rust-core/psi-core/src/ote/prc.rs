@@ -252,6 +252,33 @@ impl Midstate {
     }
 }
 
+impl Midstate {
+    /// The first 8 bytes of `SHA-256(prefix || head || msg)` for a prefix of whole blocks and
+    /// `head || msg` that fits one block with its padding (at most 55 bytes): one
+    /// compression on a stack block into which `head` (public, a counter) and `msg` (secret)
+    /// are written; the message bytes and the state are wiped after (the prefix and the
+    /// padding are public). Panics otherwise (callers fix the lengths).
+    #[inline]
+    pub(crate) fn hash8_parts(&self, head: &[u8], msg: &[u8]) -> [u8; 8] {
+        let len = head.len() + msg.len();
+        assert!(self.done == self.prefix.len() && len <= 55, "one block");
+        let mut block = [[0u8; 64]];
+        block[0][..head.len()].copy_from_slice(head);
+        block[0][head.len()..len].copy_from_slice(msg);
+        block[0][len] = 0x80;
+        let bits = ((self.done + len) as u64) * 8;
+        block[0][56..].copy_from_slice(&bits.to_be_bytes());
+        let mut state = self.state;
+        sha2::block_api::compress256(&mut state, &block);
+        let mut out = [0u8; 8];
+        out[..4].copy_from_slice(&state[0].to_be_bytes());
+        out[4..].copy_from_slice(&state[1].to_be_bytes());
+        zeroize::Zeroize::zeroize(&mut block[0][head.len()..len]);
+        zeroize::Zeroize::zeroize(&mut state);
+        out
+    }
+}
+
 /// [`session_prefix`] as a [`Midstate`].
 pub(crate) fn session_midstate(ds: &[u8], sid: &[u8; 32]) -> Midstate {
     Midstate::new(&session_block(ds, sid))
@@ -322,6 +349,17 @@ mod tests {
         h.update(b"suffix");
         let want: [u8; 32] = h.finalize().into();
         assert_eq!(session_midstate(ds, &sid).hash(b"suffix"), want);
+        for len in [0usize, 20, 51, 55] {
+            let msg: Vec<u8> = (0..len as u8).collect();
+            let m = session_midstate(ds, &sid);
+            assert_eq!(m.hash8_parts(&[], &msg)[..], m.hash(&msg)[..8], "{len}");
+            let cut = len.min(4);
+            assert_eq!(
+                m.hash8_parts(&msg[..cut], &msg[cut..])[..],
+                m.hash(&msg)[..8],
+                "{len}"
+            );
+        }
     }
 
     #[test]

@@ -56,6 +56,10 @@ pub(super) async fn health(
         encoded_set_etag: r.etag.clone(),
         label_bucket_bits: r.labels.bucket_bits(),
         label_record_bytes: r.labels.record_bytes() as u64,
+        label_lane_width: r
+            .rounds
+            .lane_width()
+            .filter(|_| state.protocols().iter().any(|p| p.has_label_lanes())),
         costs: Some(state.costs),
         // This server implements every optional part of the API.
         features: psi_http::Feature::ALL

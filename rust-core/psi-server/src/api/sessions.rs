@@ -60,11 +60,17 @@ pub(super) async fn create_session(
         start_rounds(&state, &registry, &id, (protocol, n), slot)?;
     }
     tracing::info!(session = %id, protocol = protocol.api_name(), client_items = n, "session created");
-    Ok(created(&state, &registry, id, protocol))
+    Ok(created(&state, &registry, id, protocol, labels))
 }
 
 /// The answer to a created session.
-fn created(state: &AppState, registry: &Registry, id: String, protocol: Protocol) -> Response {
+fn created(
+    state: &AppState,
+    registry: &Registry,
+    id: String,
+    protocol: Protocol,
+    labels: bool,
+) -> Response {
     let body = SessionCreated {
         session_id: id,
         protocol: protocol.api_name().to_string(),
@@ -76,6 +82,10 @@ fn created(state: &AppState, registry: &Registry, id: String, protocol: Protocol
         label_bucket_bits: registry.labels.bucket_bits(),
         expires_in_secs: state.sessions.ttl().as_secs(),
         ends_on_completion: true,
+        label_lane_width: registry
+            .rounds
+            .lane_width()
+            .filter(|_| labels && protocol.has_label_lanes()),
     };
     (StatusCode::CREATED, Json(body)).into_response()
 }

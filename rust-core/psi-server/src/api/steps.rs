@@ -134,7 +134,8 @@ pub(super) async fn round(
             // dropped here: the slot is free for the next OT session at once, not when this
             // session expires.
             let next = if run.server.is_done() {
-                after_protocol(labels)
+                // Labels carried in the outputs (label lanes): no label step follows.
+                after_protocol(labels && !run.server.labels_carried())
             } else if run.server.is_finished() {
                 SessionPhase::Done
             } else {

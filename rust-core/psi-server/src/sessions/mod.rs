@@ -80,6 +80,12 @@ impl RoundServer {
         self.0.is_finished()
     }
 
+    /// The run sent the matches' labels with its outputs (OT-PSI's label lanes): the
+    /// session needs no label step.
+    pub(crate) fn labels_carried(&self) -> bool {
+        self.0.labels_carried()
+    }
+
     /// The most bytes the next request of this run can have (psi-core's
     /// [`ChunkedServer::next_request_max`]: the hello, then the rest of the matrix).
     pub(crate) fn next_request_max(&self) -> u64 {

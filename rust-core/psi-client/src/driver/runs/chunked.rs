@@ -16,8 +16,10 @@ const MAX_OT_ROUNDS: usize = 1 << 16;
 impl Run<'_> {
     /// A round-based protocol's run (OT-PSI, CM20-PSI: [`Protocol::runs_in_rounds`]): its
     /// client started by psi-core's plug with requests sized to the server's body limit,
-    /// then its rounds on the protocol's round route. Labels follow as an OPRF query over
-    /// the matches.
+    /// then its rounds on the protocol's round route. With labels on, an OT-PSI client asks
+    /// for label lanes when the session offers them (`label_lane_width`, ADR 0053): the
+    /// labels then come with the outputs. Otherwise they follow as an OPRF query over the
+    /// matches.
     pub(super) fn rounds(
         &mut self,
         session: &SessionCreated,
@@ -29,8 +31,10 @@ impl Run<'_> {
         let route = Route::for_protocol(protocol.api_name()).ok_or_else(unsupported)?;
         let threads = self.client.config.threads;
         let t = self.enter(Phase::ClientStart)?;
+        let lanes = self.client.config.fetch_labels
+            && crate::server_input::label_lanes_pay_off(protocol, set.len(), session);
         let (mut client, request) = protocol
-            .start_chunked_client(set, threads, session.max_body_bytes, self.rng()?)
+            .start_chunked_client(set, threads, session.max_body_bytes, lanes, self.rng()?)
             .ok_or_else(unsupported)??;
         self.leave(Phase::ClientStart, t);
         self.chunked_rounds(session, route, protocol, &mut *client, request)
@@ -113,10 +117,14 @@ impl Run<'_> {
                         self.stats.work_ahead += ahead;
                         request = next;
                     }
-                    ClientStep::Done(output) => {
+                    ClientStep::Done(mut output) => {
                         self.leave(phase, t);
                         self.stats.work_ahead += ahead;
-                        return Ok((output, LabelSource::Query));
+                        let source = match output.labels.take() {
+                            Some(labels) => LabelSource::Carried(labels),
+                            None => LabelSource::Query,
+                        };
+                        return Ok((output, source));
                     }
                 }
             }
