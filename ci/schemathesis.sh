@@ -64,6 +64,7 @@ fi
   --max-sessions 100000 --max-sessions-per-client 100000 \
   --max-ot-sessions 100000 --max-ot-sessions-per-client 100000 \
   --max-connections-per-address 100000 --health-per-hour 0 --invalid-tokens-per-hour 0 \
+  --max-groups 100000 --max-groups-per-client 100000 --group-bytes-per-hour 0 \
   --session-ttl 600 --request-timeout 30 "${auth_serve[@]}" \
   >"$work/serve.out" 2>"$work/serve.log" &
 server_pid=$!

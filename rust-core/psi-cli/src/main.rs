@@ -18,6 +18,7 @@ mod choice;
 mod db_args;
 mod demo;
 mod format;
+mod group;
 mod import;
 mod loadgen;
 mod match_cmd;
@@ -79,6 +80,20 @@ enum Command {
         /// Run client and server in one process without HTTP (the pre-server demo).
         #[arg(long)]
         in_process: bool,
+        /// Group PSI instead: N simulated phones (2 to 16) through the relay of an embedded
+        /// server on loopback, with synthetic overlapping address books; prints the
+        /// common contacts and the bytes and time per phone.
+        #[arg(long, value_name = "N")]
+        group: Option<u8>,
+        /// With --group: contacts per phone.
+        #[arg(long, default_value_t = 1000, requires = "group")]
+        group_items: usize,
+    },
+    /// Group PSI through a server's relay: several phones learn the contacts all of them
+    /// hold (docs/protocol/group-psi.md).
+    Group {
+        #[command(subcommand)]
+        command: group::GroupCommand,
     },
     /// Run the HTTP server (docs/api.md).
     Serve(serve::ServeArgs),
@@ -150,12 +165,21 @@ fn main() -> ExitCode {
     output::quiet_on_broken_pipe();
     let result = match cli.command {
         Command::Demo {
+            threads,
+            json,
+            group: Some(n),
+            group_items,
+            ..
+        } => group::demo(n, group_items, threads, json),
+        Command::Demo {
             protocol,
             policy,
             registry_size,
             threads,
             json,
             in_process,
+            group: None,
+            group_items: _,
         } => {
             let choice = choice::resolve(protocol, policy);
             if in_process {
@@ -164,6 +188,7 @@ fn main() -> ExitCode {
                 demo::run(choice, registry_size, threads, json)
             }
         }
+        Command::Group { command } => group::run(command),
         Command::Serve(args) => serve::run(args),
         Command::Import(args) => import::run(args),
         Command::RotateKey { server } => import::rotate(server),

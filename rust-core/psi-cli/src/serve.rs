@@ -88,6 +88,23 @@ pub struct ServeArgs {
     /// with --db postgres://... charged in the database, shared by every instance.
     #[arg(long, default_value_t = 16 << 20)]
     probe_bytes_per_hour: u64,
+    /// Group relay (/v1/groups): most live groups on this instance.
+    #[arg(long, default_value_t = psi_server::GroupLimits::default().max_groups)]
+    max_groups: usize,
+    /// Group relay: most live groups one client may have created.
+    #[arg(long, default_value_t = psi_server::GroupLimits::default().max_groups_per_client)]
+    max_groups_per_client: usize,
+    /// Group relay: a group's lifetime in seconds (then it is removed with its mailboxes).
+    #[arg(long, default_value_t = psi_server::GroupLimits::default().ttl.as_secs())]
+    group_ttl: u64,
+    /// Group relay: bytes one client may post to mailboxes per hour (each post at least
+    /// 1 KiB); 0 = unlimited. As the probe's budget, in memory with SQLite and shared by
+    /// every instance with --db postgres://...
+    #[arg(long, default_value_t = psi_server::GroupLimits::default().bytes_per_hour)]
+    group_bytes_per_hour: u64,
+    /// Group relay: largest envelope one post carries, in bytes (at most --max-body-bytes).
+    #[arg(long, default_value_t = psi_server::GroupLimits::default().max_message_bytes)]
+    group_max_message_bytes: usize,
     /// Bytes of full encoded-set downloads (200 answers; 304s are free) one client may
     /// take per hour, label buckets included; 0 = unlimited. Default 64 MiB (about 10
     /// downloads of a set of 10^6 entries). With SQLite kept in memory; with --db
@@ -334,6 +351,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     config.instance = args.instance.clone();
     config.max_client_items = args.server.max_client_items;
     config.max_body_bytes = args.max_body_bytes;
+    config.groups.max_message_bytes = args.group_max_message_bytes.min(config.max_body_bytes);
     config.max_sessions = args.max_sessions;
     config.max_sessions_per_client = args.max_sessions_per_client;
     config.max_sessions_per_block = args.max_sessions_per_block;
@@ -349,6 +367,10 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     config.items_per_hour = args.items_per_hour;
     config.label_bucket_size = args.label_bucket_size;
     config.probe_bytes_per_hour = args.probe_bytes_per_hour;
+    config.groups.max_groups = args.max_groups;
+    config.groups.max_groups_per_client = args.max_groups_per_client;
+    config.groups.ttl = Duration::from_secs(args.group_ttl.max(1));
+    config.groups.bytes_per_hour = args.group_bytes_per_hour;
     config.encoded_set_bytes_per_hour = args.encoded_set_bytes_per_hour;
     config.ipv4_block_budgets = args.ipv4_block_budgets;
     config.ipv6_block_budgets = args.ipv6_block_budgets;

@@ -867,3 +867,143 @@ fn label_bucket_size_sets_the_layout_and_is_checked() {
     assert!(!ok && err.contains("below 4"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `psi demo --group 3`: three simulated phones through the embedded relay find the common
+/// contacts (the demo checks them against the synthetic books and fails otherwise), print
+/// the table of bytes and time per phone, and leave no group on the server.
+#[test]
+fn demo_group_of_three_finds_the_common_contacts() {
+    let (ok, out, err) = psi(&["demo", "--group", "3", "--group-items", "120"]);
+    assert!(ok, "{out}\n{err}");
+    assert!(out.contains("30 contacts every phone holds"), "{out}");
+    assert!(
+        out.contains("result matches the common contacts; groups left on the server: 0"),
+        "{out}"
+    );
+    for role in ["leader", "member"] {
+        assert!(out.contains(role), "{out}");
+    }
+    let (ok, out, err) = psi(&["demo", "--group", "3", "--group-items", "40", "--json"]);
+    assert!(ok, "{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("JSON");
+    assert_eq!(v["correct"], true, "{out}");
+    assert_eq!(v["common"], 10, "{out}");
+    assert_eq!(v["groups_left_on_server"], 0, "{out}");
+    let phones = v["phones"].as_array().unwrap();
+    assert_eq!(phones.len(), 3);
+    for p in phones {
+        assert!(p["bytes_sent"].as_u64().unwrap() > 0, "{out}");
+        assert!(p["protocol_bytes_received"].as_u64().unwrap() > 0, "{out}");
+    }
+    let (ok, _, err) = psi(&["demo", "--group", "17"]);
+    assert!(!ok && err.contains("2 to 16"), "{err}");
+}
+
+/// `psi group create` and `psi group join` against a `psi serve`: the leader prints the
+/// code, two members join with it, and all three print the contacts every file holds.
+#[test]
+fn group_create_and_join_through_psi_serve() {
+    use std::io::{BufRead, BufReader};
+    let dir = common::temp_dir("cli", "group");
+    let file = |name: &str, lines: &[&str]| {
+        let p = dir.join(name);
+        std::fs::write(&p, lines.join("\n")).unwrap();
+        p.to_string_lossy().into_owned()
+    };
+    let a = file(
+        "a.txt",
+        &[
+            "+1 202 555 0101",
+            "+12025550102",
+            "carol@example.com",
+            "+12025550199",
+        ],
+    );
+    let b = file(
+        "b.txt",
+        &["carol@Example.com", "+12025550101", "+12025550150"],
+    );
+    let c = file(
+        "c.txt",
+        &["(202) 555-0101", "CAROL@example.com", "+12025550102"],
+    );
+    let db = dir.join("r.sqlite").to_string_lossy().into_owned();
+    let server = Served::start(&db, &[]);
+    let mut leader = Command::new(env!("CARGO_BIN_EXE_psi"))
+        .args([
+            "group",
+            "create",
+            "--server",
+            &server.url,
+            "--size",
+            "3",
+            "--deadline",
+            "60",
+            &a,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("psi group create");
+    let mut lines = BufReader::new(leader.stdout.take().unwrap()).lines();
+    let mut code = None;
+    for line in lines.by_ref().take(3) {
+        let line = line.unwrap();
+        if let Some(c) = line.strip_prefix("  ") {
+            code = Some(c.trim().to_string());
+            break;
+        }
+    }
+    let code = code.expect("the code line");
+    let join = |f: &str| {
+        Command::new(env!("CARGO_BIN_EXE_psi"))
+            .args([
+                "group",
+                "join",
+                "--server",
+                &server.url,
+                "--code",
+                &code,
+                "--deadline",
+                "60",
+                f,
+            ])
+            .output()
+            .expect("psi group join")
+    };
+    let (jb, jc) = std::thread::scope(|s| {
+        let hb = s.spawn(|| join(&b));
+        let hc = s.spawn(|| join(&c));
+        (hb.join().unwrap(), hc.join().unwrap())
+    });
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    let status = leader.wait().unwrap();
+    let rest = rest.join("\n");
+    assert!(status.success(), "{rest}");
+    assert!(rest.contains("2 contacts every phone holds"), "{rest}");
+    for m in [&jb, &jc] {
+        let out = String::from_utf8_lossy(&m.stdout);
+        assert!(
+            m.status.success(),
+            "{out}\n{}",
+            String::from_utf8_lossy(&m.stderr)
+        );
+        assert!(out.contains("2 contacts every phone holds"), "{out}");
+        assert!(
+            out.contains("+12025550101") && out.contains("carol@example.com"),
+            "{out}"
+        );
+        assert!(!out.contains("+12025550102"), "{out}");
+    }
+    // A wrong code is refused before any request, with a clear message.
+    let (ok, _, err) = psi(&[
+        "group",
+        "join",
+        "--server",
+        &server.url,
+        "--code",
+        "nope",
+        &b,
+    ]);
+    assert!(!ok && err.contains("not a group code"), "{err}");
+}

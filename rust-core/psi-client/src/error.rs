@@ -75,6 +75,10 @@ pub enum ClientError {
     /// deleted.
     #[error("cancelled")]
     Cancelled,
+    /// A group run failed in its end-to-end layer or its choreography (a key announcement
+    /// or an envelope that is not the group's, out of order, a timeout, the group ended).
+    #[error("group: {0}")]
+    Group(#[from] crate::group::GroupError),
 }
 
 impl ClientError {

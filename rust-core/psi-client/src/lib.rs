@@ -43,6 +43,7 @@ pub mod config;
 pub mod contacts;
 pub mod driver;
 mod error;
+pub mod group;
 pub mod measure;
 pub mod measurements_file;
 pub mod report;

@@ -40,6 +40,14 @@ pub(crate) fn route_cap(
     let own = match route {
         Route::Health => HEALTH_RESPONSE_BYTES,
         Route::CreateSession | Route::DeleteSession => SESSION_RESPONSE_BYTES,
+        // The group relay's JSON answers (a roster of 16 keys is about 2 KB) and empty ones.
+        Route::CreateGroup
+        | Route::JoinGroup
+        | Route::GroupState
+        | Route::EndGroup
+        | Route::PostGroupMessage => SESSION_RESPONSE_BYTES,
+        // An envelope: `step` is the relay's `max_message_bytes`.
+        Route::FetchGroupMessage => step.unwrap_or(u64::MAX),
         Route::DhQuery
         | Route::DhEncodedSet
         | Route::OtRound

@@ -67,6 +67,86 @@ pub enum Route {
     /// `POST /v1/probe`: accepts a body of at most [`PROBE_MAX_BYTES`] and answers its
     /// size ([`ProbeReceived`]): a bounded measurement of the upstream link.
     ProbeUp,
+    /// `POST /v1/groups`: a leader creates a group relay ([`CreateGroup`], [`GroupJoined`]).
+    CreateGroup,
+    /// `POST /v1/groups/{id}/join`: a member joins a group ([`JoinGroup`], [`GroupJoined`]).
+    JoinGroup,
+    /// `GET /v1/groups/{id}`: the group's roster of announced keys ([`GroupState`]).
+    GroupState,
+    /// `DELETE /v1/groups/{id}`: a party ends the group (and leaves it).
+    EndGroup,
+    /// `POST /v1/groups/{id}/messages?to=N`: an envelope for party `N`'s mailbox.
+    PostGroupMessage,
+    /// `GET /v1/groups/{id}/messages?wait_ms=N`: the oldest envelope of the caller's
+    /// mailbox (`200`, sender in [`GROUP_FROM_HEADER`]), or `204` after at most `N` ms.
+    FetchGroupMessage,
+}
+
+/// Header naming the party credential on every group call after create or join.
+pub const GROUP_CREDENTIAL_HEADER: &str = "x-psi-party";
+/// Header naming the sender of a fetched group envelope (its party index).
+pub const GROUP_FROM_HEADER: &str = "x-psi-from";
+/// Bytes of a party's key announcement (a ristretto255 point and a 32-byte MAC,
+/// docs/protocol/group-psi.md §9); sent and returned as 128 lowercase hex digits.
+pub const GROUP_KEY_BYTES: usize = 64;
+/// The longest server-side wait of a mailbox fetch, in milliseconds.
+pub const GROUP_MAX_WAIT_MS: u64 = 5_000;
+
+/// `POST /v1/groups` request body.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateGroup {
+    /// Parties, the leader included (2 ..= 16).
+    pub size: u8,
+    /// The leader's key announcement, hex ([`GROUP_KEY_BYTES`] bytes).
+    pub key: String,
+}
+
+/// `POST /v1/groups/{id}/join` request body.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JoinGroup {
+    /// The member's key announcement, hex ([`GROUP_KEY_BYTES`] bytes).
+    pub key: String,
+}
+
+/// `POST /v1/groups` (201) and `POST /v1/groups/{id}/join` (201) response body.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GroupJoined {
+    /// Opaque group id: the instance's name, `-`, 32 lowercase hex digits (as session ids).
+    pub group_id: String,
+    /// The caller's party index: 0 for the leader, `1 ..= size - 1` for members.
+    pub party: u8,
+    /// The caller's party credential (64 hex digits): sent in [`GROUP_CREDENTIAL_HEADER`]
+    /// on every later call of this party. A secret: never log it.
+    pub credential: String,
+    /// Parties, the leader included.
+    pub size: u8,
+    /// Largest envelope one post may carry, in bytes.
+    pub max_message_bytes: u64,
+    /// Most bytes a party's mailbox holds at once.
+    pub max_mailbox_bytes: u64,
+    /// Most envelopes a party's mailbox holds at once.
+    pub max_mailbox_messages: u32,
+    /// Seconds until the group expires (and is removed with its mailboxes).
+    pub expires_in_secs: u64,
+}
+
+/// `GET /v1/groups/{id}` response body.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GroupState {
+    /// The group id.
+    pub group_id: String,
+    /// Parties, the leader included.
+    pub size: u8,
+    /// Parties joined so far, the leader included.
+    pub joined: u8,
+    /// Per party index: its key announcement (hex), `null` while that party has not joined.
+    pub keys: Vec<Option<String>>,
+    /// A party has ended the group: no more posts; mailboxes may still be drained.
+    pub ended: bool,
+    /// Seconds until the group expires.
+    pub expires_in_secs: u64,
 }
 
 /// Largest body of a probe either way: 256 KiB.
@@ -94,13 +174,23 @@ impl Route {
         Route::LabelFetch,
         Route::ProbeDown,
         Route::ProbeUp,
+        Route::CreateGroup,
+        Route::JoinGroup,
+        Route::GroupState,
+        Route::EndGroup,
+        Route::PostGroupMessage,
+        Route::FetchGroupMessage,
     ];
 
     /// The method.
     pub fn method(self) -> Method {
         match self {
-            Route::Health | Route::DhEncodedSet | Route::ProbeDown => Method::Get,
-            Route::DeleteSession => Method::Delete,
+            Route::Health
+            | Route::DhEncodedSet
+            | Route::ProbeDown
+            | Route::GroupState
+            | Route::FetchGroupMessage => Method::Get,
+            Route::DeleteSession | Route::EndGroup => Method::Delete,
             Route::CreateSession
             | Route::DhQuery
             | Route::OtRound
@@ -108,7 +198,10 @@ impl Route {
             | Route::GbfRound
             | Route::LabelQuery
             | Route::LabelFetch
-            | Route::ProbeUp => Method::Post,
+            | Route::ProbeUp
+            | Route::CreateGroup
+            | Route::JoinGroup
+            | Route::PostGroupMessage => Method::Post,
         }
     }
 
@@ -126,6 +219,10 @@ impl Route {
             Route::LabelQuery => "/v1/sessions/{id}/labels/query",
             Route::LabelFetch => "/v1/sessions/{id}/labels/fetch",
             Route::ProbeDown | Route::ProbeUp => "/v1/probe",
+            Route::CreateGroup => "/v1/groups",
+            Route::JoinGroup => "/v1/groups/{id}/join",
+            Route::GroupState | Route::EndGroup => "/v1/groups/{id}",
+            Route::PostGroupMessage | Route::FetchGroupMessage => "/v1/groups/{id}/messages",
         }
     }
 
@@ -475,6 +572,21 @@ error_codes! {
     UnknownSession = ("unknown_session", 404),
     /// Wrong method for the endpoint.
     MethodNotAllowed = ("method_not_allowed", 405),
+    /// No such group (never created, ended by every party, or removed after it expired).
+    UnknownGroup = ("unknown_group", 404),
+    /// The party credential (`X-PSI-Party`) is missing or is no party's of this group.
+    InvalidParty = ("invalid_party", 403),
+    /// The group has all its parties: no one else may join.
+    GroupFull = ("group_full", 409),
+    /// A party ended the group: nothing more is relayed (a mailbox may still be drained).
+    GroupClosed = ("group_closed", 409),
+    /// The recipient's mailbox holds its limit of envelopes or bytes (`Retry-After`):
+    /// retryable once the recipient has fetched.
+    MailboxFull = ("mailbox_full", 409),
+    /// The group's lifetime passed: it is removed with its mailboxes.
+    GroupExpired = ("group_expired", 410),
+    /// Group limits reached (`Retry-After`).
+    TooManyGroups = ("too_many_groups", 503),
     /// The session id names another instance of a service run by several (a load balancer
     /// sent the step to the wrong one, or the session's instance is gone and the balancer
     /// failed over): this instance never held the session. Retryable: start a new run,
@@ -528,6 +640,8 @@ impl ErrorCode {
                 | ErrorCode::Internal
                 | ErrorCode::WrongInstance
                 | ErrorCode::StoreUnavailable
+                | ErrorCode::MailboxFull
+                | ErrorCode::TooManyGroups
         )
     }
 }

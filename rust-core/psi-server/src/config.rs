@@ -103,6 +103,8 @@ pub struct Config {
     /// this (one download an hour). Callers without a token share it also per network and
     /// under the ceiling, as the items budget. In memory only.
     pub encoded_set_bytes_per_hour: u64,
+    /// The group relay's limits (`/v1/groups`, docs/adr/0051-group-relay.md).
+    pub groups: crate::groups::GroupLimits,
     /// Probe bytes (`/v1/probe`, both ways) one client may move per hour (default 16 MiB,
     /// 64 probes of the largest size; 0 = no limit).
     pub probe_bytes_per_hour: u64,
@@ -262,6 +264,7 @@ impl Default for Config {
             request_timeout: Duration::from_secs(120),
             items_per_hour: 20_000,
             probe_bytes_per_hour: 16 << 20,
+            groups: crate::groups::GroupLimits::default(),
             ipv4_block_budgets: 4,
             ipv6_block_budgets: 4,
             ipv6_allocation_prefix: 32,

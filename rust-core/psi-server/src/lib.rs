@@ -22,6 +22,7 @@ mod accounts;
 mod api;
 mod caller;
 mod config;
+mod groups;
 mod instance;
 mod limits;
 mod listen;
@@ -38,6 +39,7 @@ mod tls;
 
 pub use api::{PROBE_REQUEST_FLOOR, router};
 pub use config::Config;
+pub use groups::{GroupCounts, GroupLimits};
 pub use instance::{InstanceName, InvalidInstanceName, MAX_INSTANCE_NAME_LEN};
 pub use net::{ClientIpHeader, InvalidIpNet, IpNet};
 pub use registry::{Registry, RegistryStats};

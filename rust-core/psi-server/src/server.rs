@@ -48,6 +48,10 @@ pub async fn serve(
                 if removed > 0 {
                     tracing::debug!(removed, "expired sessions removed");
                 }
+                let removed = state.groups.sweep();
+                if removed > 0 {
+                    tracing::debug!(removed, "expired groups removed");
+                }
                 if saved.is_some_and(|t| t.elapsed() < accounts::SAVE_EVERY) {
                     continue;
                 }
@@ -59,6 +63,7 @@ pub async fn serve(
                 .await;
                 state.limiter.limiter().sweep();
                 state.probe_limiter.limiter().sweep();
+                state.group_limiter.limiter().sweep();
                 state.health_limiter.sweep();
                 state.invalid_token_limiter.sweep();
                 state.download_limiter.limiter().sweep();

@@ -69,6 +69,11 @@ pub struct AppState {
     /// Each caller's hourly budget of full encoded-set download bytes
     /// (`Config::encoded_set_bytes_per_hour`; in memory only with SQLite).
     pub(crate) download_limiter: limits::Budgets,
+    /// The group relay's table (groups.rs).
+    pub(crate) groups: crate::groups::Groups,
+    /// Each caller's hourly budget of bytes posted to group mailboxes
+    /// (`GroupLimits::bytes_per_hour`; in memory only with SQLite).
+    pub(crate) group_limiter: limits::Budgets,
     /// Issued tokens and saved budgets (its own database connection).
     pub(crate) accounts: Arc<accounts::Accounts>,
     /// Each address's hourly budget of requests whose bearer token is not known valid
@@ -149,6 +154,11 @@ impl AppState {
                 limits::RateLimiter::in_memory(config.encoded_set_bytes_per_hour),
                 Book::DownloadBytes,
             ),
+            groups: crate::groups::Groups::new(config.groups.clone()),
+            group_limiter: book(
+                limits::RateLimiter::in_memory(config.groups.bytes_per_hour),
+                Book::GroupBytes,
+            ),
             accounts,
             store_health: store_health::StoreHealth::default(),
             workers: Arc::new(tokio::sync::Semaphore::new(config.workers.max(1))),
@@ -172,6 +182,11 @@ impl AppState {
             tracing::warn!(error = %e, "reading the previous key epoch's set failed");
         }
         state
+    }
+
+    /// The group relay's live groups and the envelopes in their mailboxes.
+    pub fn group_counts(&self) -> crate::groups::GroupCounts {
+        self.groups.counts()
     }
 
     /// This instance's name: the prefix of its session ids.

@@ -120,8 +120,16 @@ fn every_route_is_documented_and_nothing_else() {
             | Route::GbfRound
             | Route::LabelQuery
             | Route::LabelFetch
-            | Route::ProbeUp => Some(vec![psi_http::BINARY.to_string()]),
-            Route::Health | Route::DeleteSession | Route::DhEncodedSet | Route::ProbeDown => None,
+            | Route::ProbeUp
+            | Route::PostGroupMessage => Some(vec![psi_http::BINARY.to_string()]),
+            Route::CreateGroup | Route::JoinGroup => Some(vec![psi_http::JSON.to_string()]),
+            Route::Health
+            | Route::DeleteSession
+            | Route::DhEncodedSet
+            | Route::ProbeDown
+            | Route::GroupState
+            | Route::EndGroup
+            | Route::FetchGroupMessage => None,
         };
         assert_eq!(body, want, "{route:?}: request body content types");
     }
@@ -245,7 +253,8 @@ fn can_return(route: Route) -> HashSet<ErrorCode> {
         // A trusted proxy's malformed forwarding header (issue 35 item 6).
         codes.insert(E::BadRequest);
     }
-    let session = route.template().contains("{id}");
+    let group = route.template().starts_with("/v1/groups");
+    let session = route.template().contains("{id}") && !group;
     let step = matches!(
         route,
         Route::DhQuery | Route::OtRound | Route::Cm20Round | Route::LabelQuery | Route::LabelFetch
@@ -283,8 +292,45 @@ fn can_return(route: Route) -> HashSet<ErrorCode> {
             E::CountMismatch,
         ]);
     }
+    if group && route.template().contains("{id}") {
+        // `local()`: an id naming another instance or none; the table: no such group, an
+        // expired one.
+        codes.extend([E::WrongInstance, E::UnknownGroup, E::GroupExpired]);
+        if route != Route::JoinGroup {
+            // `credential()` and the table's constant-time lookup.
+            codes.insert(E::InvalidParty);
+        }
+    }
     match route {
         Route::Health | Route::DeleteSession => {}
+        // The JSON body; the group caps.
+        Route::CreateGroup => codes.extend([
+            E::BadRequest,
+            E::UnsupportedMediaType,
+            E::BodyTooLarge,
+            E::TooManyGroups,
+        ]),
+        // The JSON body; full or ended.
+        Route::JoinGroup => codes.extend([
+            E::BadRequest,
+            E::UnsupportedMediaType,
+            E::GroupFull,
+            E::GroupClosed,
+        ]),
+        Route::GroupState | Route::EndGroup => {}
+        // `to`, the content type, the size, the recipient's phase and mailbox, an ended
+        // group, the hourly group budget.
+        Route::PostGroupMessage => codes.extend([
+            E::BadRequest,
+            E::UnsupportedMediaType,
+            E::BodyTooLarge,
+            E::WrongPhase,
+            E::MailboxFull,
+            E::GroupClosed,
+            E::RateLimited,
+        ]),
+        // `wait_ms`; an ended group with an empty mailbox.
+        Route::FetchGroupMessage => codes.extend([E::BadRequest, E::GroupClosed]),
         Route::CreateSession => codes.extend([
             E::BadRequest,
             E::UnsupportedMediaType,
@@ -409,6 +455,46 @@ fn json_bodies_match_psi_http() {
             label_lane_width: None,
         },
         &["label_lane_width"],
+    );
+    // The group relay's bodies.
+    assert_fields(
+        &doc,
+        "CreateGroup",
+        psi_http::CreateGroup {
+            size: 2,
+            key: String::new(),
+        },
+    );
+    assert_fields(
+        &doc,
+        "JoinGroup",
+        psi_http::JoinGroup { key: String::new() },
+    );
+    assert_fields(
+        &doc,
+        "GroupJoined",
+        psi_http::GroupJoined {
+            group_id: String::new(),
+            party: 0,
+            credential: String::new(),
+            size: 2,
+            max_message_bytes: 0,
+            max_mailbox_bytes: 0,
+            max_mailbox_messages: 0,
+            expires_in_secs: 0,
+        },
+    );
+    assert_fields(
+        &doc,
+        "GroupState",
+        psi_http::GroupState {
+            group_id: String::new(),
+            size: 2,
+            joined: 1,
+            keys: vec![],
+            ended: false,
+            expires_in_secs: 0,
+        },
     );
     // `store` is optional (absent from servers older than the shared store's health).
     assert_fields_optional(

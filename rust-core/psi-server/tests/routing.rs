@@ -358,3 +358,84 @@ fn config_epoch(servers: &Mutex<HashMap<String, RunningServer>>) -> u32 {
         .stats()
         .epoch
 }
+
+/// The group relay behind nginx (docs/deploy/nginx.conf, ADR 0051 decision 8): a group
+/// lives on the instance that created it, nginx sends every request of the group there
+/// (the other instances never hold it), the run gives the plain intersection, and a
+/// request for the group sent straight to another instance is `421 wrong_instance`.
+#[test]
+fn nginx_routes_a_group_to_the_instance_that_holds_it() {
+    within(LIMIT, || {
+        use psi_client::group::GroupOptions;
+        let config = shared("routing-group");
+        let names = ["psi1", "psi2", "psi3"];
+        let servers: Vec<RunningServer> = names.iter().map(|n| instance(&config, n)).collect();
+        let addrs: Vec<_> = servers.iter().map(|s| s.addr).collect();
+        let nginx = TempNginx::start(&nginx_conf(&addrs));
+        let client = || {
+            Client::new(
+                &nginx.base_url(),
+                ClientConfig::default().with_timeout(Duration::from_secs(30)),
+            )
+        };
+        let common: Vec<Vec<u8>> = (0..12u64).map(|i| id(i).into_bytes()).collect();
+        let book = |p: u64| {
+            let mut b = common.clone();
+            b.extend((0..20u64).map(|i| format!("+1303{p}{i:06}").into_bytes()));
+            psi_core::ItemSet::new(b)
+        };
+        let mut opts = GroupOptions::default();
+        opts.deadline = Duration::from_secs(60);
+        opts.poll = Duration::from_millis(500);
+        let leader_client = client();
+        let leader = leader_client.group_create(3).unwrap();
+        let code = leader.code();
+        let holder = name_of(code.split('.').next().unwrap()).to_string();
+        let held = |s: &RunningServer| s.state.group_counts().groups;
+        for (n, s) in names.iter().zip(&servers) {
+            assert_eq!(held(s), usize::from(*n == holder), "{n} {}", nginx.logs());
+        }
+        // Straight to another instance: typed and retryable.
+        let other = servers
+            .iter()
+            .zip(names)
+            .find(|(_, n)| *n != holder)
+            .unwrap()
+            .0;
+        let gid = code.split('.').next().unwrap();
+        let r = send(
+            &raw(other),
+            Method::Post,
+            &format!("/v1/groups/{gid}/join"),
+            &[("content-type", "application/json")],
+            format!(r#"{{"key":"{}"}}"#, "00".repeat(64)).as_bytes(),
+        );
+        assert_eq!((r.status, error_code(&r).as_str()), (421, "wrong_instance"));
+        let reports = std::thread::scope(|s| {
+            let members: Vec<_> = (1..3u64)
+                .map(|p| {
+                    let code = code.clone();
+                    let opts = opts.clone();
+                    let book = book(p);
+                    let c = client();
+                    s.spawn(move || c.group_join(&code).unwrap().run(book, &opts).unwrap())
+                })
+                .collect();
+            let mut out = vec![leader.run(book(0), &opts).unwrap()];
+            out.extend(members.into_iter().map(|h| h.join().unwrap()));
+            out
+        });
+        let want: BTreeSet<Vec<u8>> = common.iter().cloned().collect();
+        for r in &reports {
+            let got: BTreeSet<Vec<u8>> = r.common.clone().unwrap().into_iter().collect();
+            assert_eq!(got, want, "party {}", r.party);
+        }
+        for s in &servers {
+            assert_eq!(s.state.group_counts(), Default::default());
+        }
+        drop(nginx);
+        for s in servers {
+            s.shutdown().unwrap();
+        }
+    });
+}

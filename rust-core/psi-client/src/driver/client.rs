@@ -12,12 +12,12 @@ use std::sync::Arc;
 /// The client driver: runs psi-core's client state machines against a `psi-server`.
 /// Cheap to share between threads; runs may go on in parallel.
 pub struct Client {
-    pub(super) base: String,
-    pub(super) transport: Arc<dyn Transport>,
-    pub(super) cache: Arc<dyn SetCache>,
-    pub(super) config: ClientConfig,
-    pub(super) measurements: Arc<MeasurementStore>,
-    pub(super) clock: Arc<dyn Clock>,
+    pub(crate) base: String,
+    pub(crate) transport: Arc<dyn Transport>,
+    pub(crate) cache: Arc<dyn SetCache>,
+    pub(crate) config: ClientConfig,
+    pub(crate) measurements: Arc<MeasurementStore>,
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for Client {

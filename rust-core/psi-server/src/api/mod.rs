@@ -4,6 +4,7 @@
 //! nothing here panics on input, and nothing logs contact data.
 
 mod auth;
+mod groups;
 mod probe;
 mod registry;
 mod reply;
@@ -14,6 +15,9 @@ mod transition;
 pub use probe::PROBE_REQUEST_FLOOR;
 
 use self::auth::auth;
+use self::groups::{
+    create_group, end_group, fetch_group_message, group_state, join_group, post_group_message,
+};
 use self::probe::{probe_down, probe_up};
 use self::registry::{encoded_set, health};
 use self::reply::ApiError;
@@ -56,6 +60,9 @@ fn body_limit(route: Route, max_body_bytes: usize) -> usize {
         Route::ProbeDown | Route::ProbeUp => {
             usize::try_from(psi_http::PROBE_MAX_BYTES).unwrap_or(usize::MAX)
         }
+        // The group's own limit (`GroupLimits::max_message_bytes`) is checked by the
+        // handler, within this one.
+        Route::PostGroupMessage => max_body_bytes,
         _ => JSON_BODY_LIMIT.min(max_body_bytes),
     }
 }
@@ -82,13 +89,8 @@ async fn declared_limit(S(limit): S<usize>, req: Request, next: Next) -> Respons
 /// [`handler`] under the route's body limit ([`body_limit`]).
 fn limited(route: Route, max_body_bytes: usize) -> MethodRouter<Arc<AppState>> {
     let limit = body_limit(route, max_body_bytes);
-    let h = if route == Route::ProbeDown {
-        // Same path as ProbeUp: one method router with both methods.
-        handler(route).merge(handler(Route::ProbeUp))
-    } else {
-        handler(route)
-    };
-    h.layer(DefaultBodyLimit::max(limit))
+    handler(route)
+        .layer(DefaultBodyLimit::max(limit))
         .layer(from_fn_with_state(limit, declared_limit))
 }
 
@@ -104,6 +106,12 @@ fn handler(route: Route) -> MethodRouter<Arc<AppState>> {
         Route::LabelFetch => on(f, label_fetch),
         Route::ProbeDown => on(f, probe_down),
         Route::ProbeUp => on(f, probe_up),
+        Route::CreateGroup => on(f, create_group),
+        Route::JoinGroup => on(f, join_group),
+        Route::GroupState => on(f, group_state),
+        Route::EndGroup => on(f, end_group),
+        Route::PostGroupMessage => on(f, post_group_message),
+        Route::FetchGroupMessage => on(f, fetch_group_message),
         // The protocols that run in rounds share one handler (ADR 0039's plug).
         Route::OtRound | Route::Cm20Round | Route::GbfRound => match route.round_protocol() {
             Some(protocol) => on(f, move |S(state): S<Arc<AppState>>, call: SessionCall| {
@@ -122,14 +130,22 @@ pub fn router(state: Arc<AppState>) -> Router {
     let mut open = Router::new();
     let mut api = Router::new();
     let max = state.config.max_body_bytes;
+    // Routes sharing a path (the probe's two methods, a group's roster and end, its
+    // mailbox's post and fetch) are one method router, each method with its own limit.
+    let mut by_path: Vec<(&'static str, MethodRouter<Arc<AppState>>)> = Vec::new();
     for &route in Route::ALL {
         if route == Route::Health {
             open = open.route(route.template(), limited(route, max));
-        } else if route == Route::ProbeUp {
-            // Same path as ProbeDown: served by its method router (`limited`).
-        } else {
-            api = api.route(route.template(), limited(route, max));
+            continue;
         }
+        let h = limited(route, max);
+        match by_path.iter_mut().find(|(p, _)| *p == route.template()) {
+            Some((_, m)) => *m = std::mem::take(m).merge(h),
+            None => by_path.push((route.template(), h)),
+        }
+    }
+    for (path, h) in by_path {
+        api = api.route(path, h);
     }
     let api = api.route_layer(from_fn_with_state(state.clone(), auth));
     open.merge(api)

@@ -35,6 +35,8 @@ pub enum Book {
     DownloadBytes,
     /// OT-PSI sessions (`Config::ot_sessions_per_hour`).
     OtSessions,
+    /// Bytes posted to group mailboxes (`GroupLimits::bytes_per_hour`).
+    GroupBytes,
 }
 
 impl Book {
@@ -45,6 +47,7 @@ impl Book {
             Book::ProbeBytes => "probe_bytes",
             Book::DownloadBytes => "download_bytes",
             Book::OtSessions => "ot_sessions",
+            Book::GroupBytes => "group_bytes",
         }
     }
 }
