@@ -50,7 +50,7 @@ suite() {
 rust_tests() {
   psi_setup_postgres
   psi_setup_nginx
-  cd "$root/rust-core" && cargo test --workspace --locked
+  cd "$root/rust-core" && cargo test --workspace --locked --no-fail-fast
 }
 rustfmt_check() { cd "$root/rust-core" && cargo fmt --all -- --check; }
 clippy_check() { cd "$root/rust-core" && cargo clippy --workspace --all-targets --locked -- -D warnings; }

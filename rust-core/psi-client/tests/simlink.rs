@@ -108,6 +108,11 @@ fn server(n: usize) -> RunningServer {
 
 /// [`server`], running CM20-PSI too if `cm20`.
 fn server_with(n: usize, cm20: bool) -> RunningServer {
+    server_labelled(n, cm20, |i| format!("member-{i}"))
+}
+
+/// [`server_with`] with the labels `label(i)`.
+fn server_labelled(n: usize, cm20: bool, label: impl Fn(usize) -> String) -> RunningServer {
     let mut config = Config::default();
     config.enable_cm20 = cm20;
     config.db = psi_server::Database::memory();
@@ -122,7 +127,7 @@ fn server_with(n: usize, cm20: bool) -> RunningServer {
     config.encoded_set_bytes_per_hour = 0;
     config.max_client_items = 10_000;
     let entries = items("s", n);
-    let labels: Vec<String> = (0..n).map(|i| format!("member-{i}")).collect();
+    let labels: Vec<String> = (0..n).map(label).collect();
     common::serve_entries(
         config,
         entries
@@ -549,7 +554,12 @@ fn a_cm20_cell_matches_its_prediction_and_auto_weighs_three() {
 
 #[test]
 fn the_link_estimate_follows_the_simulated_link_and_drives_the_choice() {
-    let srv = server(4096);
+    // Labels too long for label lanes (over 15 bytes), so the forced OT-PSI runs below keep
+    // the label query and fetch: the fetch is the pure download that teaches the estimator
+    // its down rate. An OT-PSI run with lanes has none (its largest download shares a
+    // request with the last matrix chunk), so the down rate comes from other runs: a known
+    // limit of the estimator (ADR 0053, "Not done").
+    let srv = server_labelled(4096, false, |i| format!("member-label-{i:08}"));
     // 3G: 200 ms, 0.5 up, 2 down.
     let truth = Link::mbit(200.0, 0.5, 2.0);
     let sim = SimLink::new(truth);
