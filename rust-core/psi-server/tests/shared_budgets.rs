@@ -464,10 +464,13 @@ fn a_charge_without_the_database_is_refused_then_works_again() {
     );
 }
 
-/// A whole OT-PSI run through the client on a shared budget: its session and its label
-/// query (charged before the step, kept once the step is accepted) land in the one row.
+/// A whole OT-PSI run through the client on a shared budget: its session lands in the one
+/// row, and nothing more: its labels ride in label lanes (the registry's `user-i` fit
+/// them, ADR 0053), so no label query is charged. (The label query's charge, kept once
+/// its step is accepted, is the same shared row's; an OT-PSI run makes one only over
+/// labels too long for lanes.)
 #[test]
-fn an_ot_run_charges_its_session_and_label_query_in_the_shared_row() {
+fn an_ot_run_charges_its_session_in_the_shared_row_and_its_lanes_nothing() {
     use psi_client::{CancelToken, Client, ClientConfig, Protocol, Threads};
     let pg = TempPostgres::shared();
     let url = pg.fresh_database();
@@ -498,7 +501,8 @@ fn an_ot_run_charges_its_session_and_label_query_in_the_shared_row() {
         labels,
         vec![Some("user-3".to_string()), Some("user-5".to_string())]
     );
-    let spent = psi_core::Protocol::Ot.charge(40) as i64 + 40;
+    assert_eq!(report.stats.label_bytes, 0, "the labels came in lanes");
+    let spent = psi_core::Protocol::Ot.charge(40) as i64;
     let rows = items_rows(&url);
     assert_eq!(rows.len(), 1, "{rows:?}");
     // 3600 an hour: one item back per second of the run.
