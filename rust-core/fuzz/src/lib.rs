@@ -508,6 +508,7 @@ pub mod fake {
                         label_bucket_bits: f.labels.bucket_bits(),
                         expires_in_secs: 300,
                         ends_on_completion: true,
+                        label_lane_width: None,
                     };
                     if self.protocol == Protocol::Ot {
                         state.ot = OtServer::new(
@@ -595,6 +596,7 @@ pub mod fake {
                         label_bucket_bits: *label_bucket_bits,
                         expires_in_secs: 300,
                         ends_on_completion: true,
+                        label_lane_width: None,
                     })
                     .expect("json")
                 }
