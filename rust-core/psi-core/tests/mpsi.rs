@@ -11,6 +11,8 @@ use rand_core::SeedableRng;
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
 
+mod common;
+
 fn items(prefix: &str, r: std::ops::Range<usize>) -> Vec<Vec<u8>> {
     r.map(|i| format!("{prefix}{i}").into_bytes()).collect()
 }
@@ -689,35 +691,12 @@ fn transcript_json(threads: Threads) -> serde_json::Value {
 fn transcript_vector() {
     let one = transcript_json(Threads::ONE);
     let two = transcript_json(Threads::new(2));
-    assert_eq!(
-        one, two,
-        "the transcript must not depend on the thread count"
-    );
-    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/vectors")
-        .join(VECTOR);
-    if std::env::var_os(VECTOR_WRITE).is_some() {
-        std::fs::write(&path, serde_json::to_string_pretty(&one).unwrap() + "\n").unwrap();
-    }
-    let stored: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{}: {e} (set {VECTOR_WRITE}=1)", path.display())),
-    )
-    .unwrap();
-    let (got, want) = (
-        one["messages"].as_array().unwrap(),
-        stored["messages"].as_array().unwrap(),
-    );
-    assert_eq!(got.len(), want.len(), "number of messages");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert_eq!(g, w, "message {i}");
-    }
-    assert!(one == stored, "the vector differs outside the messages");
+    let stored = common::compare_vector(VECTOR, VECTOR_WRITE, &one, &two);
     let (leader, members) = vector_sets();
     assert_eq!(
         serde_json::json!(expected(&leader, &members)),
         stored["match_indices"]
     );
     // Two chunks per member: hello, setup, 2 x (matrix, cells).
-    assert_eq!(want.len(), 2 * 6);
+    assert_eq!(stored["messages"].as_array().unwrap().len(), 2 * 6);
 }

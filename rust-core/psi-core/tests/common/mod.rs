@@ -182,6 +182,21 @@ pub fn check_vector_of(
     two: &serde_json::Value,
     items: &Sets,
 ) {
+    let stored = compare_vector(name, write_var, one, two);
+    let (c, s) = items;
+    assert_eq!(serde_json::json!(expected(c, s)), stored["match_indices"]);
+}
+
+/// The comparison every transcript vector makes: the run made with one thread (`one`)
+/// equals the one made with two (`two`), and the checked-in file `name` (rewritten first
+/// if the environment variable `write_var` is set) equals it, message by message first
+/// for a readable failure. Returns the stored vector, for the caller's own checks.
+pub fn compare_vector(
+    name: &str,
+    write_var: &str,
+    one: &serde_json::Value,
+    two: &serde_json::Value,
+) -> serde_json::Value {
     assert_eq!(
         one, two,
         "the transcript must not depend on the thread count"
@@ -208,8 +223,7 @@ pub fn check_vector_of(
         *one == stored,
         "transcript vector differs outside the messages"
     );
-    let (c, s) = items;
-    assert_eq!(serde_json::json!(expected(c, s)), stored["match_indices"]);
+    stored
 }
 
 /// The sets of the round protocols' property tests: `n_c` client and `n_s` server items of
