@@ -509,6 +509,7 @@ pub mod fake {
                         expires_in_secs: 300,
                         ends_on_completion: true,
                         label_lane_width: None,
+                        health: None,
                     };
                     if self.protocol == Protocol::Ot {
                         state.ot = OtServer::new(
@@ -597,6 +598,7 @@ pub mod fake {
                         expires_in_secs: 300,
                         ends_on_completion: true,
                         label_lane_width: None,
+                        health: None,
                     })
                     .expect("json")
                 }

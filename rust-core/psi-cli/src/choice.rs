@@ -88,6 +88,7 @@ pub fn to_json(r: &ChoiceReport) -> Value {
             "server_source": r.server_source.name(),
         },
         "health_requested": r.health_requested,
+        "health_with_session": r.health_with_session,
         "overhead_ms": r.overhead.as_secs_f64() * 1e3,
         "predictions": r.choice.predictions.iter().map(|p| json!({
             "protocol": p.protocol.api_name(),

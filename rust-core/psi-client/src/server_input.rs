@@ -13,7 +13,8 @@ use std::time::Duration;
 /// numbers, the protocol and feature names).
 pub const HEALTH_RESPONSE_BYTES: u64 = 64 << 10;
 /// Largest body accepted in answer to creating or deleting a session (the created
-/// session's JSON is about 300 bytes; a deletion's is empty).
+/// session's JSON is about 300 bytes; a deletion's is empty); a created session that
+/// carries the health may have [`HEALTH_RESPONSE_BYTES`] more.
 pub const SESSION_RESPONSE_BYTES: u64 = 16 << 10;
 /// Added to twice the cost model's largest response of a protocol step
 /// ([`step_response_cap`]): room for a registry that grew since the session was created
@@ -39,7 +40,9 @@ pub(crate) fn route_cap(
 ) -> u64 {
     let own = match route {
         Route::Health => HEALTH_RESPONSE_BYTES,
-        Route::CreateSession | Route::DeleteSession => SESSION_RESPONSE_BYTES,
+        // A created session may carry the health (`?health=1`, ADR 0054).
+        Route::CreateSession => SESSION_RESPONSE_BYTES + HEALTH_RESPONSE_BYTES,
+        Route::DeleteSession => SESSION_RESPONSE_BYTES,
         // The group relay's JSON answers (a roster of 16 keys is about 2 KB) and empty ones.
         Route::CreateGroup
         | Route::JoinGroup
@@ -282,6 +285,7 @@ mod tests {
             expires_in_secs: 300,
             ends_on_completion: true,
             label_lane_width: None,
+            health: None,
         }
     }
 

@@ -32,6 +32,8 @@ struct SimLink {
     start: Instant,
     /// Simulated network seconds so far.
     delay: Mutex<f64>,
+    /// Every request sent, as "METHOD path?query".
+    seen: Mutex<Vec<String>>,
 }
 
 impl SimLink {
@@ -41,6 +43,7 @@ impl SimLink {
             link: Mutex::new(link),
             start: Instant::now(),
             delay: Mutex::new(0.0),
+            seen: Mutex::new(Vec::new()),
         })
     }
     fn set(&self, link: Link) {
@@ -53,6 +56,10 @@ impl SimLink {
     fn network(&self) -> f64 {
         *self.delay.lock().unwrap()
     }
+    /// The requests sent since the last call, as "METHOD path?query".
+    fn take_seen(&self) -> Vec<String> {
+        std::mem::take(&mut *self.seen.lock().unwrap())
+    }
 }
 
 fn header_bytes(h: &[(String, String)]) -> u64 {
@@ -64,6 +71,11 @@ impl Transport for SimLink {
         // Request line and host header, then the headers and the body.
         let up = 40 + request.url.len() as u64 + header_bytes(&request.headers);
         let up = up + request.body.len() as u64;
+        let path = request.url.find("/v1/").map_or("", |i| &request.url[i..]);
+        self.seen
+            .lock()
+            .unwrap()
+            .push(format!("{:?} {path}", request.method).to_uppercase());
         let resp = self.inner.send(request)?;
         let down = 17 + header_bytes(&resp.headers) + resp.body.len() as u64;
         let l = *self.link.lock().unwrap();
@@ -593,7 +605,8 @@ fn the_link_estimate_follows_the_simulated_link_and_drives_the_choice() {
         timed(&client, &sim, 4096, Protocol::Ot.into());
     }
     let m = store.snapshot();
-    assert!(m.device.is_some());
+    // Calibrated where the device could change that first choice, else not (ADR 0054).
+    assert_eq!(m.device.is_some(), c.device_source == Source::Measured);
     let e: LinkEstimate = m.networks["cell"];
     let close = |a: f64, b: f64, tol: f64| (a / b - 1.0).abs() < tol;
     // The loopback server's real time is part of each request: RTT within 25%, rates
@@ -694,4 +707,204 @@ fn a_stale_stored_health_is_dropped_after_an_unsupported_protocol() {
     let r = run().unwrap();
     assert_eq!(r.protocol, Protocol::Dh);
     assert!(r.choice.unwrap().health_requested);
+}
+
+/// The requests of `seen` without the bounded probe's (which a first run on a network may
+/// add, and which is not what ADR 0054 changes).
+fn without_probe(seen: Vec<String>) -> Vec<String> {
+    seen.into_iter()
+        .filter(|r| !r.contains("/v1/probe"))
+        .collect()
+}
+
+/// A client of `srv` over `sim` with its own measurements (empty: a first run) and set
+/// cache.
+fn fresh_client(srv: &RunningServer, sim: &Arc<SimLink>, config: ClientConfig) -> Client {
+    Client::with_transport(&srv.url(), sim.clone(), config)
+        .with_measurements(Arc::new(MeasurementStore::default()))
+        .with_clock(sim.clone())
+}
+
+/// ADR 0054, where DH-PSI wins (a far, slow link: HSDPA's 1 s RTT): a first run asks for
+/// the health with its DH-PSI session and goes on in it, so it makes the requests an app
+/// that has run before makes, and no `GET /v1/health`.
+#[test]
+fn a_first_run_makes_a_warm_runs_requests_where_dh_psi_wins() {
+    let srv = server(20_000);
+    let sim = SimLink::new(Link::mbit(1000.0, 3.6, 3.6));
+    let hints = LinkHints::new("hsdpa")
+        .with_bandwidth(3.6, 3.6)
+        .with_rtt_ms(1000.0);
+    let config = ClientConfig::default()
+        .with_threads(psi_core::Threads::new(2))
+        .with_link_hints(hints);
+    let first_client = fresh_client(&srv, &sim, config.clone());
+    sim.take_seen();
+    let (first, t_first, net_first) = timed3(&first_client, &sim, 256, ProtocolChoice::default());
+    let first_seen = without_probe(sim.take_seen());
+    let c = first.choice.as_ref().unwrap();
+    assert_eq!(first.protocol, Protocol::Dh);
+    assert!(c.health_requested && c.health_with_session, "{c:?}");
+    assert!(
+        !first_seen.iter().any(|r| r.contains("/v1/health")),
+        "{first_seen:?}"
+    );
+    assert_eq!(
+        first_seen[0], "POST /V1/SESSIONS?HEALTH=1",
+        "{first_seen:?}"
+    );
+    assert_eq!(first.matches.len(), 32);
+    // An app that has run before: the measurements the first run left, a new set cache
+    // (the same cold workload).
+    let warm_client = Client::with_transport(&srv.url(), sim.clone(), config)
+        .with_measurements(first_client.measurements().clone())
+        .with_clock(sim.clone());
+    let (warm, t_warm, net_warm) = timed3(&warm_client, &sim, 256, ProtocolChoice::default());
+    let warm_seen = sim.take_seen();
+    assert_eq!(warm.protocol, Protocol::Dh);
+    assert!(!warm.choice.as_ref().unwrap().health_requested);
+    // The same requests but the query on the first session (session ids apart).
+    let strip = |v: &[String]| -> Vec<String> {
+        v.iter()
+            .map(|r| {
+                let r = r.replace("?HEALTH=1", "");
+                match r.split_once("/SESSIONS/") {
+                    Some((head, tail)) => {
+                        let rest = tail.split_once('/').map_or("", |(_, rest)| rest);
+                        format!("{head}/SESSIONS/{{id}}/{rest}")
+                    }
+                    None => r,
+                }
+            })
+            .collect()
+    };
+    assert_eq!(strip(&first_seen), strip(&warm_seen));
+    assert_eq!(first.stats.requests, warm.stats.requests);
+    // The network time of the run is the warm run's (the probe apart): one round trip of
+    // 1 s is not added.
+    let probe_net = if c.probe_requests > 0 { 3.0 * 1.1 } else { 0.0 };
+    assert!(
+        net_first <= net_warm + probe_net + 0.05 * net_warm,
+        "first {net_first:.2} s of network against warm {net_warm:.2}"
+    );
+    println!(
+        "first run {t_first:.2} s ({net_first:.2} s network, probe {} requests), warm run {t_warm:.2} s ({net_warm:.2} s network), device {:?}",
+        c.probe_requests, c.device_source
+    );
+}
+
+/// ADR 0054, where the choice is not DH-PSI (balanced on a LAN, labels off: OT-PSI): the
+/// first run's DH-PSI session is replaced by the OT-PSI one on the server (with one session
+/// allowed per caller, the run could not go on otherwise), and nothing is left behind.
+#[test]
+fn a_first_run_that_picks_another_protocol_replaces_its_session() {
+    let srv = one_session_server(4096);
+    let sim = SimLink::new(Link::mbit(0.4, 1000.0, 1000.0));
+    let hints = LinkHints::new("lan")
+        .with_bandwidth(1000.0, 1000.0)
+        .with_rtt_ms(0.4);
+    let client = fresh_client(
+        &srv,
+        &sim,
+        ClientConfig::default()
+            .with_threads(psi_core::Threads::new(2))
+            .with_link_hints(hints)
+            .with_labels(false)
+            .with_retries(0),
+    );
+    sim.take_seen();
+    let (r, _) = timed(&client, &sim, 4096, ProtocolChoice::default());
+    let seen = without_probe(sim.take_seen());
+    assert_eq!(r.protocol, Protocol::Ot, "{:?}", r.choice);
+    let c = r.choice.as_ref().unwrap();
+    assert!(c.health_with_session);
+    assert!(!seen.iter().any(|r| r.contains("/v1/health")), "{seen:?}");
+    let sessions: Vec<&String> = seen
+        .iter()
+        .filter(|r| r.ends_with("SESSIONS") || r.contains("SESSIONS?"))
+        .collect();
+    assert_eq!(
+        sessions,
+        ["POST /V1/SESSIONS?HEALTH=1", "POST /V1/SESSIONS"],
+        "{seen:?}"
+    );
+    assert!(!seen.iter().any(|r| r.starts_with("DELETE")), "{seen:?}");
+    assert_eq!(r.matches.len(), 512);
+    assert_eq!(srv.state.live_sessions(), 0);
+}
+
+/// A server that does not answer `?health=1` with the health (an older one: here the
+/// query is dropped on the way, and the health lists neither feature of ADR 0054): the
+/// first run asks `GET /v1/health` as before; an OT-PSI choice `DELETE`s the DH-PSI session
+/// it opened, so one session per caller is still enough.
+#[test]
+fn a_first_run_against_an_older_server_asks_for_the_health() {
+    struct Older(Arc<SimLink>);
+    impl Transport for Older {
+        fn send(&self, mut request: Request) -> Result<Response, TransportError> {
+            request.url = request.url.replace("?health=1", "");
+            let health = request.url.ends_with("/v1/health");
+            let mut resp = self.0.send(request)?;
+            if health {
+                let mut h: serde_json::Value = serde_json::from_slice(&resp.body).unwrap();
+                h["features"] = serde_json::json!(["session-labels-option", "ends-sessions"]);
+                resp.body = serde_json::to_vec(&h).unwrap();
+            }
+            Ok(resp)
+        }
+    }
+    let srv = one_session_server(4096);
+    let sim = SimLink::new(Link::mbit(0.4, 1000.0, 1000.0));
+    let hints = LinkHints::new("lan")
+        .with_bandwidth(1000.0, 1000.0)
+        .with_rtt_ms(0.4);
+    let client = Client::with_transport(
+        &srv.url(),
+        Arc::new(Older(sim.clone())),
+        ClientConfig::default()
+            .with_threads(psi_core::Threads::new(2))
+            .with_link_hints(hints)
+            .with_labels(false)
+            .with_retries(0),
+    )
+    .with_clock(sim.clone());
+    sim.take_seen();
+    let r = client
+        .match_items(
+            client_items(4096),
+            ProtocolChoice::default(),
+            &mut |_| {},
+            &CancelToken::new(),
+        )
+        .unwrap();
+    let seen = without_probe(sim.take_seen());
+    assert_eq!(r.protocol, Protocol::Ot, "{:?}", r.choice);
+    let c = r.choice.as_ref().unwrap();
+    assert!(c.health_requested && !c.health_with_session, "{c:?}");
+    assert_eq!(seen[0], "POST /V1/SESSIONS", "{seen:?}");
+    assert_eq!(seen[1], "GET /V1/HEALTH", "{seen:?}");
+    assert!(seen[2].starts_with("DELETE /V1/SESSIONS/"), "{seen:?}");
+    assert_eq!(seen[3], "POST /V1/SESSIONS", "{seen:?}");
+    assert_eq!(r.matches.len(), 512);
+    assert_eq!(srv.state.live_sessions(), 0);
+}
+
+/// A loopback server of `n` labelled entries that admits one session per caller.
+fn one_session_server(n: usize) -> RunningServer {
+    let mut config = Config::default();
+    config.db = psi_server::Database::memory();
+    config.items_per_hour = 0;
+    config.ot_sessions_per_hour = 0;
+    config.max_sessions_per_client = 1;
+    config.max_ot_sessions_per_client = 1;
+    config.max_client_items = 10_000;
+    let entries = items("s", n);
+    let labels: Vec<String> = (0..n).map(|i| format!("member-{i}")).collect();
+    common::serve_entries(
+        config,
+        entries
+            .iter()
+            .zip(&labels)
+            .map(|(e, l)| (std::str::from_utf8(e).unwrap(), Some(l.as_str()))),
+    )
 }

@@ -5,6 +5,7 @@
 
 use crate::cost::{UnitCosts, kernels};
 use crate::parallel::Threads;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 /// Wall time each timed repetition of a kernel aims at.
@@ -33,21 +34,32 @@ fn per_op(kernel: fn(u32, u64) -> u8, reference: f64) -> f64 {
 /// units' and each protocol's own, [`crate::Protocol::unit`]; six runs of about 1 ms
 /// each), for `threads` threads.
 pub fn unit_costs(threads: Threads) -> UnitCosts {
+    unit_costs_unless(threads, &AtomicBool::new(false)).expect("never stopped")
+}
+
+/// [`unit_costs`], given up (`None`) as soon as `stop` is set: it is read before each
+/// kernel, so a calibration told to stop ends within one kernel's time (about 6 ms). For a
+/// calibration that runs beside a request and is not needed once the answer is in (the
+/// client's first automatic choice, docs/adr/0054-first-runs.md).
+pub fn unit_costs_unless(threads: Threads, stop: &AtomicBool) -> Option<UnitCosts> {
     let r = UnitCosts::REFERENCE;
+    let timed = |kernel: fn(u32, u64) -> u8, reference: f64| {
+        (!stop.load(Ordering::Relaxed)).then(|| per_op(kernel, reference))
+    };
     let shared = UnitCosts::new(
-        per_op(kernels::scalar_mults, r.scalar_mult),
-        per_op(kernels::hash_to_group, r.hash_to_group),
-        per_op(kernels::element_decodes, r.element_decode),
-        per_op(kernels::aes_blocks, r.aes_block),
-        per_op(kernels::hash_blocks, r.hash_block),
-        per_op(kernels::entries, r.entry),
+        timed(kernels::scalar_mults, r.scalar_mult)?,
+        timed(kernels::hash_to_group, r.hash_to_group)?,
+        timed(kernels::element_decodes, r.element_decode)?,
+        timed(kernels::aes_blocks, r.aes_block)?,
+        timed(kernels::hash_blocks, r.hash_block)?,
+        timed(kernels::entries, r.entry)?,
         threads.get() as u32,
     );
     crate::Protocol::ALL
         .iter()
-        .fold(shared, |u, &p| match p.unit() {
-            Some(unit) => u.with_own(p, per_op(unit.kernel, unit.reference)),
-            None => u,
+        .try_fold(shared, |u, &p| match p.unit() {
+            Some(unit) => Some(u.with_own(p, timed(unit.kernel, unit.reference)?)),
+            None => Some(u),
         })
 }
 
@@ -70,5 +82,13 @@ mod tests {
             assert!(own > 0.0 && own < u.hash_block, "{p}: {u:?}");
         }
         assert_eq!(u.own(crate::Protocol::Dh), None);
+    }
+
+    #[test]
+    fn a_stopped_calibration_gives_up() {
+        assert_eq!(
+            unit_costs_unless(Threads::new(1), &AtomicBool::new(true)),
+            None
+        );
     }
 }

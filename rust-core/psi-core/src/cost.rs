@@ -189,6 +189,25 @@ impl UnitCosts {
         self
     }
 
+    /// The same device `factor` times slower (every cost times `factor`, threads kept):
+    /// how far a prior may be off, for the choices that depend on it.
+    pub fn scaled(mut self, factor: f64) -> Self {
+        for c in [
+            &mut self.scalar_mult,
+            &mut self.hash_to_group,
+            &mut self.element_decode,
+            &mut self.aes_block,
+            &mut self.hash_block,
+            &mut self.entry,
+        ] {
+            *c *= factor;
+        }
+        for c in &mut self.own {
+            *c *= factor;
+        }
+        self
+    }
+
     /// Whether every cost is finite and non-negative (a peer's advertisement is checked
     /// before use).
     pub fn is_sane(&self) -> bool {

@@ -278,7 +278,19 @@ pub struct CreateSession {
     /// that lists [`Feature::SessionLabelsOption`]: older servers refuse unknown fields.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<bool>,
+    /// The id of a session of the same caller that this one replaces: the server ends it
+    /// as `DELETE` would, before admitting this one (a first run's session opened for a
+    /// protocol the choice then did not pick, docs/adr/0054-first-runs.md). An id that
+    /// names no session of this caller on this instance is ignored (that session ends at
+    /// its expiry). Sent only to a server that lists [`Feature::SessionReplaces`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<String>,
 }
+
+/// The query of `POST /v1/sessions?health=1` ([`Feature::SessionHealth`]): the answer
+/// carries the server's health ([`SessionCreated::health`]), so a first run learns it
+/// without `GET /v1/health`. A server older than the feature ignores the query.
+pub const SESSION_HEALTH_QUERY: &str = "health=1";
 
 /// `POST /v1/sessions` response body (201).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -317,6 +329,10 @@ pub struct SessionCreated {
     /// registry with a label over 15 bytes, or an older server).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label_lane_width: Option<u8>,
+    /// The server's health, as `GET /v1/health` would answer it, when the request asked
+    /// for it ([`SESSION_HEALTH_QUERY`]); absent otherwise and from older servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<Health>,
 }
 
 /// `GET /v1/health` response body.
@@ -408,6 +424,11 @@ pub enum Feature {
     EndsSessions,
     /// `"probe"`: `GET` and `POST /v1/probe` ([`Route::ProbeDown`], [`Route::ProbeUp`]).
     Probe,
+    /// `"session-health"`: `POST /v1/sessions?health=1` answers with the health too
+    /// ([`SessionCreated::health`], [`SESSION_HEALTH_QUERY`]).
+    SessionHealth,
+    /// `"session-replaces"`: `POST /v1/sessions` accepts [`CreateSession::replaces`].
+    SessionReplaces,
 }
 
 impl Feature {
@@ -416,6 +437,8 @@ impl Feature {
         Feature::SessionLabelsOption,
         Feature::EndsSessions,
         Feature::Probe,
+        Feature::SessionHealth,
+        Feature::SessionReplaces,
     ];
 
     /// The name listed in [`Health::features`].
@@ -424,6 +447,8 @@ impl Feature {
             Feature::SessionLabelsOption => "session-labels-option",
             Feature::EndsSessions => "ends-sessions",
             Feature::Probe => "probe",
+            Feature::SessionHealth => "session-health",
+            Feature::SessionReplaces => "session-replaces",
         }
     }
 }

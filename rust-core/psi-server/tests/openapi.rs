@@ -434,10 +434,12 @@ fn json_bodies_match_psi_http() {
             protocol: "dh-psi".into(),
             client_items: 1,
             labels: None,
+            replaces: None,
         },
-        &["labels"],
+        &["labels", "replaces"],
     );
-    // `label_lane_width` is optional (OT-PSI sessions with label lanes only).
+    // `label_lane_width` is optional (OT-PSI sessions with label lanes only), `health`
+    // too (a session asked for with `?health=1`).
     assert_fields_optional(
         &doc,
         "SessionCreated",
@@ -453,8 +455,9 @@ fn json_bodies_match_psi_http() {
             expires_in_secs: 0,
             ends_on_completion: true,
             label_lane_width: None,
+            health: None,
         },
-        &["label_lane_width"],
+        &["label_lane_width", "health"],
     );
     // The group relay's bodies.
     assert_fields(

@@ -78,3 +78,92 @@ fn a_session_without_labels_ends_with_its_final_response() {
     assert_eq!(error_code(&r), "bad_request");
     server.shutdown().unwrap();
 }
+
+/// ADR 0054: `?health=1` brings the health with the session, and `replaces` ends the
+/// caller's named session before the new one is admitted, never another caller's.
+#[test]
+fn a_session_brings_the_health_and_replaces_the_callers_own_session_only() {
+    let mut config = config("session-replaces");
+    config.tokens = vec!["a".into(), "b".into()];
+    config.max_sessions_per_client = 1;
+    fill(&config, 20, |i| i % 2 == 0);
+    let server = start(config);
+    let t = raw(&server);
+    let a = [JSON, ("authorization", "Bearer a")];
+    let b = [JSON, ("authorization", "Bearer b")];
+    let body = br#"{"protocol":"dh-psi","client_items":3}"#;
+    // Asked for, the health is the body GET /v1/health gives; not asked for, absent.
+    let r = send(&t, Method::Post, "/v1/sessions?health=1", &a, body);
+    assert_eq!(r.status, 201);
+    let created: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    let first = created["session_id"].as_str().unwrap().to_string();
+    let health = send(&t, Method::Get, "/v1/health", &[], b"");
+    let mut expected: serde_json::Value = serde_json::from_slice(&health.body).unwrap();
+    let mut got = created["health"].clone();
+    for h in [&mut expected, &mut got] {
+        h["store"] = serde_json::Value::Null; // a moment apart
+    }
+    assert_eq!(got, expected);
+    for f in ["session-health", "session-replaces"] {
+        assert!(
+            got["features"].as_array().unwrap().iter().any(|x| x == f),
+            "{f}"
+        );
+    }
+    let b1 = session_id(&send(&t, Method::Post, "/v1/sessions?other=1", &b, body));
+    // Caller a is at its cap of one session: a second is refused...
+    let r = send(&t, Method::Post, "/v1/sessions", &a, body);
+    assert_eq!(error_code(&r), "too_many_sessions");
+    // ...unless it replaces the first, which then is gone.
+    let replacing = format!(r#"{{"protocol":"dh-psi","client_items":3,"replaces":"{first}"}}"#);
+    let r = send(&t, Method::Post, "/v1/sessions", &a, replacing.as_bytes());
+    assert_eq!(r.status, 201);
+    let created: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert!(created.get("health").is_none(), "{created}");
+    let second = session_id(&r);
+    let gone = send(
+        &t,
+        Method::Delete,
+        &format!("/v1/sessions/{first}"),
+        &a,
+        b"",
+    );
+    assert_eq!(error_code(&gone), "unknown_session");
+    // Caller b cannot end caller a's session by naming it; its own request is refused
+    // at its own cap as usual, and a's session lives on.
+    let hijack = format!(r#"{{"protocol":"dh-psi","client_items":3,"replaces":"{second}"}}"#);
+    let r = send(&t, Method::Post, "/v1/sessions", &b, hijack.as_bytes());
+    assert_eq!(error_code(&r), "too_many_sessions");
+    assert_eq!(server.state.live_sessions(), 2);
+    let epoch = created["epoch"].as_u64().unwrap() as u32;
+    let q = send(
+        &t,
+        Method::Post,
+        &format!("/v1/sessions/{second}/dh/query"),
+        &[BIN, ("authorization", "Bearer a")],
+        &query(epoch, 3),
+    );
+    assert_eq!(q.status, 200);
+    // An id that names nothing of this caller (unknown, malformed, already replaced) is
+    // ignored: caller b stays at its cap until it names its own live session.
+    let replace = |id: &str| {
+        let body = format!(r#"{{"protocol":"dh-psi","client_items":3,"replaces":"{id}"}}"#);
+        send(&t, Method::Post, "/v1/sessions", &b, body.as_bytes())
+    };
+    for id in ["nothing", "", "a1-00"] {
+        assert_eq!(error_code(&replace(id)), "too_many_sessions", "{id:?}");
+    }
+    let b2 = session_id(&replace(&b1));
+    assert_eq!(error_code(&replace(&b1)), "too_many_sessions");
+    session_id(&replace(&b2));
+    // Not a string: a bad request like any malformed field.
+    let r = send(
+        &t,
+        Method::Post,
+        "/v1/sessions",
+        &a,
+        br#"{"protocol":"dh-psi","client_items":3,"replaces":7}"#,
+    );
+    assert_eq!(error_code(&r), "bad_request");
+    server.shutdown().unwrap();
+}

@@ -1,50 +1,87 @@
-//! The automatic protocol choice: the server's health, this device's costs and the
+//! The automatic choice: the server's health, this device's costs and the
 //! current network's link estimate (stored, or asked, calibrated, probed), then the
-//! cost model's pick.
+//! cost model's pick. A first run asks for the health with its session and calibrates
+//! only while the network waits or where the device can change the pick (ADR 0054).
 
 use super::client::Client;
 use super::run::Run;
+use super::session::Opened;
 use crate::cancel::CancelToken;
 use crate::error::{ClientError, Result};
-use crate::measure::{ChoiceReport, LinkEstimate, Source};
+use crate::measure::{Calibration, ChoiceReport, LinkEstimate, Source};
 use crate::server_input;
 use psi_core::Protocol;
 use psi_http::{ErrorCode, Feature};
 
 impl Client {
     /// The automatic choice for `n` items: the server's health (stored, or one
-    /// request), this device's costs (stored, or a calibration of about 30 ms), the
-    /// link estimate of the current network (stored, or the hints' prior), then
-    /// `psi_core::cost::choose`.
+    /// request), this device's costs (stored, or a calibration of about 50 ms where they
+    /// can change the choice, else the reference machine's), the link estimate of the
+    /// current network (stored, or the hints' prior), then `psi_core::cost::choose`.
     pub fn choose(
         &self,
         n: usize,
         policy: psi_core::cost::Policy,
         cancel: &CancelToken,
     ) -> Result<ChoiceReport> {
-        self.choose_within(n, policy, cancel, None)
+        self.choose_within(n, policy, cancel, None, false)
+            .map(|(r, _)| r)
     }
 
     /// [`Client::choose`] whose requests end by `deadline` (a run's,
-    /// [`crate::ClientConfig::deadline`]).
+    /// [`crate::ClientConfig::deadline`]). With `open`, a server whose health is not
+    /// stored gets the run's session at once, for DH-PSI and asking for the health with
+    /// it (one round trip where `GET /v1/health` and `POST /v1/sessions` took two): the
+    /// run takes it over or replaces it ([`Run::take_over`]). DH-PSI because it has the
+    /// fewest round trips and bytes, every server runs it, and it is the choice where a
+    /// round trip weighs most (the slow, far links, docs/adr/0054-first-runs.md).
     pub(super) fn choose_within(
         &self,
         n: usize,
         policy: psi_core::cost::Policy,
         cancel: &CancelToken,
         deadline: Option<std::time::Instant>,
-    ) -> Result<ChoiceReport> {
+        open: bool,
+    ) -> Result<(ChoiceReport, Option<Opened>)> {
         let started = self.clock.now();
-        let hints = &self.config.link_hints;
         let stored = self.measurements.snapshot();
-        let (health, health_requested) = match stored.servers.get(&self.base) {
-            Some(h) => (h.clone(), false),
+        // A store written before one of the protocols' own units existed lacks it: that
+        // device is calibrated again. The calibration starts before any request, so it
+        // runs while the network waits.
+        let calibration = match stored.device {
+            Some(d) if d.own.is_complete() => None,
+            _ => Some(Calibration::start()),
+        };
+        let mut opened = None;
+        let (health, health_requested, health_with_session) = match stored.servers.get(&self.base) {
+            Some(h) => (h.clone(), false, false),
             None => {
                 let mut quiet = |_| {};
                 let mut run = Run::new(self, cancel, &mut quiet);
                 run.deadline = deadline;
-                let h = run.health()?;
+                let session = if open {
+                    match run.open_session(Protocol::Dh, n) {
+                        Ok(s) => Some(s),
+                        Err(e) if opening_refused(&e) => None,
+                        Err(e) => return Err(e),
+                    }
+                } else {
+                    None
+                };
+                let (h, with_session) = match session.as_ref().and_then(|(s, _)| s.health.clone()) {
+                    Some(h) => (h, true),
+                    None => match run.health() {
+                        Ok(h) => (h, false),
+                        Err(e) => {
+                            if let Some((s, _)) = &session {
+                                let _ = run.delete_session(&s.session_id);
+                            }
+                            return Err(e);
+                        }
+                    },
+                };
                 let samples = std::mem::take(&mut run.samples);
+                let hints = &self.config.link_hints;
                 self.measurements.update(|m| {
                     m.servers.insert(self.base.clone(), h.clone());
                     let e = m
@@ -53,21 +90,53 @@ impl Client {
                         .or_insert_with(|| LinkEstimate::from_hints(hints));
                     e.update(&samples);
                 });
-                (h, true)
+                opened = session.map(|(mut session, said_no_labels)| {
+                    session.health = None;
+                    Opened {
+                        session,
+                        said_no_labels,
+                        stats: std::mem::take(&mut run.stats),
+                    }
+                });
+                (h, true, with_session)
             }
         };
+        let result = self.choose_with(n, policy, cancel, deadline, &health, calibration, started);
+        match result {
+            Ok(mut report) => {
+                report.health_requested = health_requested;
+                report.health_with_session = health_with_session;
+                Ok((report, opened))
+            }
+            Err(e) => {
+                // The opened session is freed when the choice fails after it.
+                if let Some(o) = opened {
+                    let mut quiet = |_| {};
+                    let mut run = Run::new(self, cancel, &mut quiet);
+                    let _ = run.delete_session(&o.session.session_id);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The choice once the health is known: the device (stored, or calibrated where it
+    /// matters), the link (stored, the hints, or a bounded probe), the model's pick.
+    #[allow(clippy::too_many_arguments)]
+    fn choose_with(
+        &self,
+        n: usize,
+        policy: psi_core::cost::Policy,
+        cancel: &CancelToken,
+        deadline: Option<std::time::Instant>,
+        health: &psi_http::Health,
+        calibration: Option<Calibration>,
+        started: std::time::Duration,
+    ) -> Result<ChoiceReport> {
+        let hints = &self.config.link_hints;
+        let stored = self.measurements.snapshot();
         let threads = self.config.threads.get() as u32;
-        let (device, device_source) = match stored.device {
-            // A store written before one of the protocols' own units existed lacks it:
-            // calibrate again.
-            Some(d) if d.own.is_complete() => (d.units(threads), Source::Measured),
-            _ => {
-                let d = crate::measure::calibrate_device();
-                self.measurements.update(|m| m.device = Some(d));
-                (d.units(threads), Source::Measured)
-            }
-        };
-        let (server, server_source) = match crate::measure::server_units(&health) {
+        let (server, server_source) = match crate::measure::server_units(health) {
             Some(u) => (u, Source::Measured),
             None => (psi_core::cost::UnitCosts::REFERENCE, Source::Default),
         };
@@ -112,11 +181,41 @@ impl Client {
         // Only protocols whose outputs fit this client's response cap are candidates.
         let served =
             server_input::fitting_protocols(&served, &workload, self.config.max_response_bytes);
+        // The device: stored, or (not calibrated yet) the reference machine's costs as
+        // the prior, and the calibration started before the health's request waited for
+        // only where a device that much slower or faster would change the pick; else it
+        // stops, and a later run calibrates where it matters.
+        let prior = psi_core::cost::UnitCosts::REFERENCE.with_threads(threads);
         let mut inputs = psi_core::cost::Inputs {
             link: link.link(),
-            client: device,
+            client: stored
+                .device
+                .filter(|d| d.own.is_complete())
+                .map_or(prior, |d| d.units(threads)),
             server,
         };
+        let device_source = match calibration {
+            None => Source::Measured,
+            Some(c)
+                if crate::measure::calibration_matters(
+                    &workload,
+                    &inputs,
+                    policy,
+                    &served,
+                    crate::measure::DEVICE_PRIOR_RANGE,
+                ) =>
+            {
+                let d = c.finish();
+                self.measurements.update(|m| m.device = Some(d));
+                inputs.client = d.units(threads);
+                Source::Measured
+            }
+            Some(c) => {
+                c.stop();
+                Source::Default
+            }
+        };
+        let device = inputs.client;
         // No rate measured on this network yet (at most the RTT of a health request), and
         // the prior's uncertainty could flip the choice at a cost above the probe's: one
         // bounded probe each way first (its time is in `overhead`, its requests and bytes
@@ -177,10 +276,26 @@ impl Client {
             device_source,
             server,
             server_source,
-            health_requested,
+            health_requested: true,
+            health_with_session: false,
             probe_requests: probe.0 as u32,
             probe_bytes: probe.1,
             overhead: self.clock.now().saturating_sub(started),
         })
     }
+}
+
+/// Whether a first run's opening session was refused for something the choice with the
+/// server's health may avoid (a server that does not run DH-PSI, or does not understand
+/// the request): the choice then asks `GET /v1/health` as before. Any other error (the
+/// caller's token, a budget, a busy server, no answer) is the run's: retried or reported
+/// like any request's.
+fn opening_refused(e: &ClientError) -> bool {
+    matches!(
+        e,
+        ClientError::Http {
+            code: ErrorCode::UnsupportedProtocol | ErrorCode::BadRequest | ErrorCode::Unknown,
+            ..
+        }
+    )
 }

@@ -104,12 +104,15 @@ impl Client {
             let mut last = (Phase::CreateSession, 0);
             // The choice is part of the attempt: a failure of its health request is retried
             // like any other request of the run (one retry policy for every request).
+            // A first run's choice may open the run's session with it (ADR 0054).
+            let mut opened = None;
             let chosen = match policy {
                 Some(policy) if report.is_none() => self
-                    .choose_within(set.len(), policy, cancel, deadline)
-                    .map(|r| {
+                    .choose_within(set.len(), policy, cancel, deadline, true)
+                    .map(|(r, o)| {
                         protocol = r.choice.protocol;
                         report = Some(r);
+                        opened = o;
                     }),
                 _ => Ok(()),
             };
@@ -119,7 +122,7 @@ impl Client {
                         last = (p.phase, p.round);
                         progress(p)
                     };
-                    self.match_once(set.clone(), protocol, &mut hook, cancel, deadline)
+                    self.match_once(set.clone(), protocol, &mut hook, cancel, deadline, opened)
                 })
                 .map(|mut r| {
                     r.choice = report.take();
@@ -187,7 +190,8 @@ impl Client {
         }
     }
 
-    /// One attempt of [`Client::match_items`]: one session, created and deleted.
+    /// One attempt of [`Client::match_items`]: one session, created (or taken over from
+    /// the choice that `opened` it) and deleted.
     fn match_once(
         &self,
         set: ItemSet,
@@ -195,11 +199,15 @@ impl Client {
         progress: &mut dyn FnMut(Progress),
         cancel: &CancelToken,
         deadline: Option<Instant>,
+        opened: Option<session::Opened>,
     ) -> Result<MatchReport> {
         let mut run = Run::new(self, cancel, progress);
         run.deadline = deadline;
         let n = set.len();
-        let (session, said_no_labels) = run.create_session(protocol, n)?;
+        let (session, said_no_labels) = match opened {
+            Some(o) => run.take_over(o, protocol, n)?,
+            None => run.create_session(protocol, n)?,
+        };
         // A layout that would pin matched entries down is refused before anything is
         // matched (docs/protocol/labels.md §5.1): the caller asked for labels.
         let layout = if self.config.fetch_labels {

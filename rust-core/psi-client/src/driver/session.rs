@@ -1,11 +1,32 @@
 //! A run's server session: created (saying "no labels" only to a server known to take
-//! it) with its fields checked, and deleted.
+//! it) with its fields checked, a first run's opened with the server's health before the
+//! choice (ADR 0054) and taken over or replaced after it, and deleted.
 
 use super::run::Run;
 use crate::error::{ClientError, Result};
+use crate::report::RunStats;
 use crate::server_input;
 use psi_core::{Phase, Protocol};
 use psi_http::{ErrorCode, Feature, Route, SessionCreated};
+
+/// A session a first run opened before its choice (for DH-PSI, asking for the server's
+/// health with it, docs/adr/0054-first-runs.md): the run takes it over if the choice is
+/// its protocol, or replaces it with the chosen protocol's session.
+pub(super) struct Opened {
+    pub(super) session: SessionCreated,
+    /// Whether its request said `"labels": false`.
+    pub(super) said_no_labels: bool,
+    /// Its request, counted (the link samples are in the measurements already).
+    pub(super) stats: RunStats,
+}
+
+/// What a session request says besides the protocol and the count.
+#[derive(Clone, Copy)]
+struct Ask<'a> {
+    no_labels: bool,
+    health: bool,
+    replaces: Option<&'a str>,
+}
 
 impl Run<'_> {
     /// `POST /v1/sessions`. With labels off, `"labels": false` is sent only to a server
@@ -18,33 +39,140 @@ impl Run<'_> {
         protocol: Protocol,
         n: usize,
     ) -> Result<(SessionCreated, bool)> {
-        let t = self.enter(Phase::CreateSession)?;
-        let say_no_labels = !self.client.config.fetch_labels
+        let no_labels = !self.client.config.fetch_labels
             && self.client.stored_feature(Feature::SessionLabelsOption);
-        let session = match self.create(protocol, n, say_no_labels) {
+        self.create_asking(
+            protocol,
+            n,
+            Ask {
+                no_labels,
+                health: false,
+                replaces: None,
+            },
+        )
+    }
+
+    /// A first run's session, opened before the choice: `POST /v1/sessions?health=1` for
+    /// `protocol`, its answer carrying the server's health where the server has
+    /// [`Feature::SessionHealth`] (an older one ignores the query). Labels off, it says so
+    /// whatever the server (nothing is stored of it yet); a `bad_request` to that asks
+    /// once more without it, like [`Run::create_session`].
+    pub(super) fn open_session(
+        &mut self,
+        protocol: Protocol,
+        n: usize,
+    ) -> Result<(SessionCreated, bool)> {
+        let no_labels = !self.client.config.fetch_labels;
+        self.create_asking(
+            protocol,
+            n,
+            Ask {
+                no_labels,
+                health: true,
+                replaces: None,
+            },
+        )
+    }
+
+    /// The run's session from what the choice opened: `opened` itself when it is for
+    /// `protocol` (the phase is still reported, with no request in it, so the phases of a
+    /// run do not depend on whether it was a first one), else a new session that replaces
+    /// it on the server ([`Feature::SessionReplaces`]; without it, `opened` is deleted).
+    pub(super) fn take_over(
+        &mut self,
+        opened: Opened,
+        protocol: Protocol,
+        n: usize,
+    ) -> Result<(SessionCreated, bool)> {
+        if opened.session.protocol == protocol.api_name() {
+            let t = match self.enter(Phase::CreateSession) {
+                Ok(t) => t,
+                Err(e) => {
+                    let _ = self.delete_session(&opened.session.session_id);
+                    return Err(e);
+                }
+            };
+            self.stats.requests += opened.stats.requests;
+            self.stats.bytes_sent += opened.stats.bytes_sent;
+            self.stats.bytes_received += opened.stats.bytes_received;
+            self.stats.server_time += opened.stats.server_time;
+            self.adopt(&opened.session, protocol, n);
+            self.leave(Phase::CreateSession, t);
+            for (phase, d) in opened.stats.phases {
+                self.stats.add_phase(phase, d);
+            }
+            return Ok((opened.session, opened.said_no_labels));
+        }
+        let id = opened.session.session_id;
+        if self.client.stored_feature(Feature::SessionReplaces) {
+            let no_labels = !self.client.config.fetch_labels
+                && self.client.stored_feature(Feature::SessionLabelsOption);
+            let created = self.create_asking(
+                protocol,
+                n,
+                Ask {
+                    no_labels,
+                    health: false,
+                    replaces: Some(&id),
+                },
+            );
+            if created.is_err() {
+                // Refused before the server got to the replacement, it is still there.
+                let _ = self.delete_session(&id);
+            }
+            created
+        } else {
+            let _ = self.delete_session(&id);
+            self.create_session(protocol, n)
+        }
+    }
+
+    fn create_asking(
+        &mut self,
+        protocol: Protocol,
+        n: usize,
+        ask: Ask<'_>,
+    ) -> Result<(SessionCreated, bool)> {
+        let t = self.enter(Phase::CreateSession)?;
+        let session = match self.create(protocol, n, ask) {
             Err(ClientError::Http {
                 code: ErrorCode::BadRequest,
                 ..
-            }) if say_no_labels => {
+            }) if ask.no_labels => {
                 let base = &self.client.base;
                 self.client.measurements.update(|m| m.servers.remove(base));
-                self.create(protocol, n, false).map(|s| (s, false))
+                let ask = Ask {
+                    no_labels: false,
+                    ..ask
+                };
+                self.create(protocol, n, ask).map(|s| (s, false))
             }
-            r => r.map(|s| (s, say_no_labels)),
+            r => r.map(|s| (s, ask.no_labels)),
         }?;
         self.leave(Phase::CreateSession, t);
         Ok(session)
     }
 
-    fn create(&mut self, protocol: Protocol, n: usize, no_labels: bool) -> Result<SessionCreated> {
+    fn create(&mut self, protocol: Protocol, n: usize, ask: Ask<'_>) -> Result<SessionCreated> {
         let body = serde_json::to_vec(&psi_http::CreateSession {
             protocol: protocol.api_name().to_string(),
             client_items: n as u64,
             // Said only when off: a request with labels on is as before this field.
-            labels: no_labels.then_some(false),
+            labels: ask.no_labels.then_some(false),
+            replaces: ask.replaces.map(str::to_string),
         })
         .map_err(|_| ClientError::BadInput("session request".into()))?;
-        let r = self.send(Route::CreateSession, "", body, Some(psi_http::JSON), vec![])?;
+        let mut path = Route::CreateSession.path("");
+        if ask.health {
+            path = format!("{path}?{}", psi_http::SESSION_HEALTH_QUERY);
+        }
+        let r = self.send_to(
+            Route::CreateSession,
+            path,
+            body,
+            Some(psi_http::JSON),
+            vec![],
+        )?;
         let s: SessionCreated = serde_json::from_slice(&r.body)
             .map_err(|_| ClientError::BadResponse("session body".into()))?;
         if let Err(e) = server_input::check_session(&s, protocol) {
@@ -55,10 +183,15 @@ impl Run<'_> {
             }
             return Err(e);
         }
-        self.step_cap = server_input::step_response_cap(protocol, n, &s);
-        self.requests_planned =
-            server_input::planned_requests(protocol, n, &s, self.client.config.fetch_labels);
+        self.adopt(&s, protocol, n);
         Ok(s)
+    }
+
+    /// The response caps and the plan of a run on session `s`.
+    fn adopt(&mut self, s: &SessionCreated, protocol: Protocol, n: usize) {
+        self.step_cap = server_input::step_response_cap(protocol, n, s);
+        self.requests_planned =
+            server_input::planned_requests(protocol, n, s, self.client.config.fetch_labels);
     }
 
     pub(super) fn delete_session(&mut self, id: &str) -> Result<()> {

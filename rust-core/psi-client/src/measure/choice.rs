@@ -68,14 +68,18 @@ pub struct ChoiceReport {
     pub server: UnitCosts,
     /// Where they came from (`Measured`: advertised by the server).
     pub server_source: Source,
-    /// Whether the choice asked the server for its health (one request) rather than
-    /// using the stored one.
+    /// Whether the choice got the server's health from the server (a `GET /v1/health`,
+    /// or with the run's session: `health_with_session`) rather than the stored one.
     pub health_requested: bool,
+    /// Whether that health came with the run's first session (a first run's session,
+    /// opened for DH-PSI before the choice: no request of its own, docs/adr/0054-first-runs.md).
+    pub health_with_session: bool,
     /// Requests of the bounded probe made for this choice (0: none; docs/protocol-choice.md,
     /// "Bounded probe").
     pub probe_requests: u32,
     /// Body bytes of the probe, both ways.
     pub probe_bytes: u64,
-    /// Time spent choosing (calibration, health request), included in nothing else.
+    /// Time spent choosing (the health, or the first session that brought it; the part of
+    /// the calibration not hidden behind it; a probe), included in nothing else.
     pub overhead: Duration,
 }

@@ -28,7 +28,8 @@ mod store;
 
 pub use choice::{ChoiceReport, ProtocolChoice};
 pub use costs::{
-    DeviceCosts, MAX_SERVER_THREADS, SERVER_COST_RANGE, calibrate_device, server_units,
+    Calibration, DEVICE_PRIOR_RANGE, DeviceCosts, MAX_SERVER_THREADS, SERVER_COST_RANGE,
+    calibrate_device, calibration_matters, server_units,
 };
 pub use link::{
     Clock, DEFAULT_LINK, LinkEstimate, LinkHints, MIN_RATE_SAMPLE_BYTES, Sample, SystemClock,

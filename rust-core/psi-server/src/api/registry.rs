@@ -41,8 +41,14 @@ pub(super) async fn health(
             return Err(resp);
         }
     }
+    Ok(Json(health_body(&state)))
+}
+
+/// The health this server reports now: `GET /v1/health`'s body, and a session's when its
+/// creation asked for it (`POST /v1/sessions?health=1`, ADR 0054).
+pub(super) fn health_body(state: &AppState) -> Health {
     let r = state.registry();
-    Ok(Json(Health {
+    Health {
         status: "ok".into(),
         epoch: r.dh.epoch(),
         registry_items: r.stats().entries,
@@ -67,7 +73,7 @@ pub(super) async fn health(
             .map(|f| f.as_str().to_string())
             .collect(),
         store: Some(state.store_health.state()),
-    }))
+    }
 }
 
 /// Charges `bytes` of a download to the caller's hourly download budget

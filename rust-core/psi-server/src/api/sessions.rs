@@ -14,7 +14,7 @@ use crate::sessions::{
 };
 use crate::state::AppState;
 use axum::extract::rejection::{JsonRejection, PathRejection};
-use axum::extract::{Path, State as S};
+use axum::extract::{Path, RawQuery, State as S};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -30,14 +30,28 @@ pub(super) async fn create_session(
     Extension(ClientKey(client)): Extension<ClientKey>,
     Extension(ClientBlock(block)): Extension<ClientBlock>,
     Extension(payer): Extension<Payer>,
+    query: RawQuery,
     body: Result<Json<CreateSession>, JsonRejection>,
 ) -> Result<Response, ApiError> {
-    let (protocol, n, labels) = session_request(&state, body)?;
+    let (protocol, n, labels, replaces) = session_request(&state, body)?;
     // No new session while the database is away: its budget could not be charged, nor
     // its token re-checked (store_health.rs). Running sessions go on.
     if state.store_health.is_down() {
         return Err(store_unavailable());
     }
+    // The session this one replaces (a first run's, ADR 0054) ends first, as its DELETE
+    // would, so it holds no slot the new one needs; one of another caller, or not on
+    // this instance, is left alone.
+    if let Some(old) = replaces
+        && !matches!(state.instance.owner_of(&old), Owner::Other(_))
+        && let Lookup::Live(s) = state.sessions.get(&old)
+        && lock(&s).client == client
+    {
+        state.sessions.remove(&old);
+    }
+    let with_health = query
+        .0
+        .is_some_and(|q| q.split('&').any(|p| p == psi_http::SESSION_HEALTH_QUERY));
     let registry = state.registry();
     let mut id = [0u8; 16];
     crate::storage::os_rng()
@@ -60,7 +74,8 @@ pub(super) async fn create_session(
         start_rounds(&state, &registry, &id, (protocol, n), slot)?;
     }
     tracing::info!(session = %id, protocol = protocol.api_name(), client_items = n, "session created");
-    Ok(created(&state, &registry, id, protocol, labels))
+    let health = with_health.then(|| super::registry::health_body(&state));
+    Ok(created(&state, &registry, id, protocol, labels, health))
 }
 
 /// The answer to a created session.
@@ -70,6 +85,7 @@ fn created(
     id: String,
     protocol: Protocol,
     labels: bool,
+    health: Option<psi_http::Health>,
 ) -> Response {
     let body = SessionCreated {
         session_id: id,
@@ -86,17 +102,18 @@ fn created(
             .rounds
             .lane_width()
             .filter(|_| labels && protocol.has_label_lanes()),
+        health,
     };
     (StatusCode::CREATED, Json(body)).into_response()
 }
 
 /// The request of `POST /v1/sessions`, checked: a protocol this server runs, `client_items`
-/// from 1 to `max_client_items`. Returns the protocol, the item count and whether labels
-/// follow the run.
+/// from 1 to `max_client_items`. Returns the protocol, the item count, whether labels
+/// follow the run and the session it replaces.
 fn session_request(
     state: &AppState,
     body: Result<Json<CreateSession>, JsonRejection>,
-) -> Result<(Protocol, u32, bool), ApiError> {
+) -> Result<(Protocol, u32, bool, Option<String>), ApiError> {
     let Json(req) = body.map_err(|e| match e {
         JsonRejection::BytesRejection(b) => body_error(b),
         JsonRejection::MissingJsonContentType(_) => ApiError::new(
@@ -139,7 +156,7 @@ fn session_request(
         ));
     }
     let n = n as u32; // max_client_items is at most 2^20
-    Ok((protocol, n, req.labels.unwrap_or(true)))
+    Ok((protocol, n, req.labels.unwrap_or(true), req.replaces))
 }
 
 /// Charges and admits `session` (its budgets, then the session table's caps): the item
