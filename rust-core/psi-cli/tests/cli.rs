@@ -661,7 +661,13 @@ fn match_keeps_its_measurements_in_the_cache_dir() {
     );
     assert_eq!(second["matches"].as_array().unwrap().len(), 1);
     let m: serde_json::Value = serde_json::from_str(&stored).unwrap();
-    assert!(m["device"]["scalar_mult_ns"].as_f64().unwrap() > 0.0, "{m}");
+    // The device is calibrated where it could change the choice, else not (ADR 0054).
+    if first["choice"]["inputs"]["device_source"] == "measured" {
+        assert!(m["device"]["scalar_mult_ns"].as_f64().unwrap() > 0.0, "{m}");
+    } else {
+        assert!(m["device"].is_null(), "{m}");
+    }
+    assert_eq!(first["choice"]["health_with_session"], true, "{first}");
     assert!(m["networks"]["lab"]["rtt"].as_f64().unwrap() > 0.0, "{m}");
     assert_eq!(m["servers"].as_object().unwrap().len(), 1);
 }

@@ -336,9 +336,10 @@ mod tests {
     fn caps_are_small_for_health_and_sessions_and_sized_for_protocol_steps() {
         let configured = 256 << 20;
         assert_eq!(route_cap(Route::Health, None, None, configured), 64 << 10);
+        // A created session may carry the health.
         assert_eq!(
             route_cap(Route::CreateSession, None, None, configured),
-            16 << 10
+            (16 << 10) + (64 << 10)
         );
         assert_eq!(
             route_cap(Route::DeleteSession, None, None, configured),

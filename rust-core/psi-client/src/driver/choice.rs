@@ -287,13 +287,15 @@ impl Client {
 
 /// Whether a first run's opening session was refused for something the choice with the
 /// server's health may avoid (a server that does not run DH-PSI, or does not understand
-/// the request): the choice then asks `GET /v1/health` as before. Any other error (the
-/// caller's token, a budget, a busy server, no answer) is the run's: retried or reported
-/// like any request's.
+/// the request; a 4xx without a JSON body, from a proxy in front of it): the choice then
+/// asks `GET /v1/health` as before. Any other error (the caller's token, a budget, a busy
+/// server, a 5xx of any body, no answer) is the run's: retried or reported like any
+/// request's.
 fn opening_refused(e: &ClientError) -> bool {
     matches!(
         e,
         ClientError::Http {
+            status: 400..=499,
             code: ErrorCode::UnsupportedProtocol | ErrorCode::BadRequest | ErrorCode::Unknown,
             ..
         }
