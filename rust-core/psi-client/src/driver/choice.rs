@@ -68,6 +68,9 @@ impl Client {
                 } else {
                     None
                 };
+                // The opening request's own counts, for the run that takes it over (a
+                // health request after it, from an older server, is the choice's).
+                let open_stats = std::mem::take(&mut run.stats);
                 let (h, with_session) = match session.as_ref().and_then(|(s, _)| s.health.clone()) {
                     Some(h) => (h, true),
                     None => match run.health() {
@@ -95,7 +98,7 @@ impl Client {
                     Opened {
                         session,
                         said_no_labels,
-                        stats: std::mem::take(&mut run.stats),
+                        stats: open_stats,
                     }
                 });
                 (h, true, with_session)
