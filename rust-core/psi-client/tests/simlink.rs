@@ -713,7 +713,7 @@ fn a_stale_stored_health_is_dropped_after_an_unsupported_protocol() {
 /// add, and which is not what ADR 0054 changes).
 fn without_probe(seen: Vec<String>) -> Vec<String> {
     seen.into_iter()
-        .filter(|r| !r.contains("/v1/probe"))
+        .filter(|r| !r.contains("/V1/PROBE"))
         .collect()
 }
 
@@ -746,11 +746,11 @@ fn a_first_run_makes_a_warm_runs_requests_where_dh_psi_wins() {
     assert_eq!(first.protocol, Protocol::Dh);
     assert!(c.health_requested && c.health_with_session, "{c:?}");
     assert!(
-        !first_seen.iter().any(|r| r.contains("/v1/health")),
+        !first_seen.iter().any(|r| r.contains("/V1/HEALTH")),
         "{first_seen:?}"
     );
-    assert_eq!(
-        first_seen[0], "POST /V1/SESSIONS?HEALTH=1",
+    assert!(
+        first_seen[0].starts_with("POST /V1/SESSIONS?HEALTH=1"),
         "{first_seen:?}"
     );
     assert_eq!(first.matches.len(), 32);
@@ -767,7 +767,10 @@ fn a_first_run_makes_a_warm_runs_requests_where_dh_psi_wins() {
     let strip = |v: &[String]| -> Vec<String> {
         v.iter()
             .map(|r| {
-                let r = r.replace("?HEALTH=1", "");
+                let r = match r.split_once('?') {
+                    Some((path, _)) if r.starts_with("POST") => path.to_string(),
+                    _ => r.clone(),
+                };
                 match r.split_once("/SESSIONS/") {
                     Some((head, tail)) => {
                         let rest = tail.split_once('/').map_or("", |(_, rest)| rest);
@@ -793,12 +796,12 @@ fn a_first_run_makes_a_warm_runs_requests_where_dh_psi_wins() {
     );
 }
 
-/// ADR 0054, where the choice is not DH-PSI (balanced on a LAN, labels off: OT-PSI): the
-/// first run's DH-PSI session is replaced by the OT-PSI one on the server (with one session
-/// allowed per caller, the run could not go on otherwise), and nothing is left behind.
+/// ADR 0054, where the choice is OT-PSI (balanced on a LAN): the first run's plan asks for
+/// OT-PSI at this registry size, the server creates that session, and the run goes on in
+/// it: one session request, no health request.
 #[test]
-fn a_first_run_that_picks_another_protocol_replaces_its_session() {
-    let srv = one_session_server(4096);
+fn a_first_runs_plan_gets_the_ot_psi_session_it_then_chooses() {
+    let srv = one_session_server(4096, false);
     let sim = SimLink::new(Link::mbit(0.4, 1000.0, 1000.0));
     let hints = LinkHints::new("lan")
         .with_bandwidth(1000.0, 1000.0)
@@ -809,7 +812,6 @@ fn a_first_run_that_picks_another_protocol_replaces_its_session() {
         ClientConfig::default()
             .with_threads(psi_core::Threads::new(2))
             .with_link_hints(hints)
-            .with_labels(false)
             .with_retries(0),
     );
     sim.take_seen();
@@ -818,16 +820,61 @@ fn a_first_run_that_picks_another_protocol_replaces_its_session() {
     assert_eq!(r.protocol, Protocol::Ot, "{:?}", r.choice);
     let c = r.choice.as_ref().unwrap();
     assert!(c.health_with_session);
-    assert!(!seen.iter().any(|r| r.contains("/v1/health")), "{seen:?}");
+    assert!(seen[0].contains("&PLAN=OT-PSI:"), "{seen:?}");
+    assert!(!seen.iter().any(|r| r.contains("/V1/HEALTH")), "{seen:?}");
+    let sessions = seen
+        .iter()
+        .filter(|r| r.starts_with("POST /V1/SESSIONS?") || r.ends_with("/V1/SESSIONS"));
+    assert_eq!(sessions.count(), 1, "{seen:?}");
+    assert_eq!(r.matches.len(), 512);
+    // Every match's label came with the run (OT-PSI's label lanes).
+    assert!(r.matches.iter().all(|m| m.label.is_some()));
+    assert_eq!(srv.state.live_sessions(), 0);
+}
+
+/// ADR 0054, where the choice is outside the plan (CM20-PSI, which a plan never names: it
+/// is opt-in on servers): the session the plan opened is replaced by the CM20-PSI one on
+/// the server (with one session allowed per caller, the run could not go on otherwise), and
+/// nothing is left behind.
+#[test]
+fn a_first_run_that_picks_outside_its_plan_replaces_its_session() {
+    let srv = one_session_server(4096, true);
+    let sim = SimLink::new(link(&NETWORKS[1]));
+    // The device measured before (the model picks CM20-PSI on WiFi for this workload:
+    // a_cm20_cell_matches_its_prediction_and_auto_weighs_three), no server known.
+    let mut m = Measurements::default();
+    m.device = Some(psi_client::measure::calibrate_device());
+    let client = Client::with_transport(
+        &srv.url(),
+        sim.clone(),
+        ClientConfig::default()
+            .with_threads(psi_core::Threads::ONE)
+            .with_labels(false)
+            .with_retries(0)
+            .with_link_hints(
+                LinkHints::new("wifi")
+                    .with_bandwidth(54.0, 54.0)
+                    .with_rtt_ms(0.4),
+            ),
+    )
+    .with_measurements(Arc::new(MeasurementStore::new(m)))
+    .with_clock(sim.clone());
+    sim.take_seen();
+    let (r, _) = timed(&client, &sim, 4096, ProtocolChoice::default());
+    let seen = without_probe(sim.take_seen());
+    assert_eq!(r.protocol, Protocol::Cm20, "{:?}", r.choice);
+    assert!(r.choice.as_ref().unwrap().health_with_session);
+    assert!(!seen.iter().any(|r| r.contains("/V1/HEALTH")), "{seen:?}");
     let sessions: Vec<&String> = seen
         .iter()
-        .filter(|r| r.ends_with("SESSIONS") || r.contains("SESSIONS?"))
+        .filter(|r| r.starts_with("POST /V1/SESSIONS?") || r.ends_with("/V1/SESSIONS"))
         .collect();
-    assert_eq!(
-        sessions,
-        ["POST /V1/SESSIONS?HEALTH=1", "POST /V1/SESSIONS"],
+    assert_eq!(sessions.len(), 2, "{seen:?}");
+    assert!(
+        sessions[0].starts_with("POST /V1/SESSIONS?HEALTH=1"),
         "{seen:?}"
     );
+    assert_eq!(sessions[1], "POST /V1/SESSIONS", "{seen:?}");
     assert!(!seen.iter().any(|r| r.starts_with("DELETE")), "{seen:?}");
     assert_eq!(r.matches.len(), 512);
     assert_eq!(srv.state.live_sessions(), 0);
@@ -842,7 +889,11 @@ fn a_first_run_against_an_older_server_asks_for_the_health() {
     struct Older(Arc<SimLink>);
     impl Transport for Older {
         fn send(&self, mut request: Request) -> Result<Response, TransportError> {
-            request.url = request.url.replace("?health=1", "");
+            if let Some((path, _)) = request.url.split_once('?')
+                && path.ends_with("/v1/sessions")
+            {
+                request.url = path.to_string();
+            }
             let health = request.url.ends_with("/v1/health");
             let mut resp = self.0.send(request)?;
             if health {
@@ -853,7 +904,7 @@ fn a_first_run_against_an_older_server_asks_for_the_health() {
             Ok(resp)
         }
     }
-    let srv = one_session_server(4096);
+    let srv = one_session_server(4096, false);
     let sim = SimLink::new(Link::mbit(0.4, 1000.0, 1000.0));
     let hints = LinkHints::new("lan")
         .with_bandwidth(1000.0, 1000.0)
@@ -889,9 +940,11 @@ fn a_first_run_against_an_older_server_asks_for_the_health() {
     assert_eq!(srv.state.live_sessions(), 0);
 }
 
-/// A loopback server of `n` labelled entries that admits one session per caller.
-fn one_session_server(n: usize) -> RunningServer {
+/// A loopback server of `n` labelled entries that admits one session per caller, running
+/// CM20-PSI too if `cm20`.
+fn one_session_server(n: usize, cm20: bool) -> RunningServer {
     let mut config = Config::default();
+    config.enable_cm20 = cm20;
     config.db = psi_server::Database::memory();
     config.items_per_hour = 0;
     config.ot_sessions_per_hour = 0;

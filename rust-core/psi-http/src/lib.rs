@@ -292,6 +292,76 @@ pub struct CreateSession {
 /// without `GET /v1/health`. A server older than the feature ignores the query.
 pub const SESSION_HEALTH_QUERY: &str = "health=1";
 
+/// The name of the query parameter of `POST /v1/sessions?plan=...`
+/// ([`Feature::SessionPlan`]): a first run's protocols by registry size, so that the
+/// server creates the session for the one its registry calls for (docs/api.md, ADR 0054).
+pub const SESSION_PLAN_PARAM: &str = "plan";
+
+/// Most steps in a session plan.
+pub const MAX_PLAN_STEPS: usize = 8;
+
+/// One step of a session plan: `protocol` (API name) if the registry holds at most
+/// `max_registry_items` entries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanStep {
+    /// The protocol's API name.
+    pub protocol: String,
+    /// The largest registry this step is for.
+    pub max_registry_items: u64,
+}
+
+/// A plan in its query spelling: `name:max` steps joined by `,` (e.g.
+/// `ot-psi:65536,dh-psi:1000000`).
+pub fn format_plan(steps: &[PlanStep]) -> String {
+    steps
+        .iter()
+        .map(|s| format!("{}:{}", s.protocol, s.max_registry_items))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A plan from its query spelling: 1 to [`MAX_PLAN_STEPS`] steps `name:max`, each name 1 to
+/// 32 characters of `a-z0-9-`, each bound a decimal `u64`. `None` for anything else.
+pub fn parse_plan(value: &str) -> Option<Vec<PlanStep>> {
+    let steps: Vec<&str> = value.split(',').collect();
+    if steps.is_empty() || steps.len() > MAX_PLAN_STEPS {
+        return None;
+    }
+    steps
+        .into_iter()
+        .map(|step| {
+            let (name, max) = step.split_once(':')?;
+            let name_ok = (1..=32).contains(&name.len())
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+            let max_ok =
+                !max.is_empty() && max.len() <= 20 && max.bytes().all(|b| b.is_ascii_digit());
+            if !(name_ok && max_ok) {
+                return None;
+            }
+            Some(PlanStep {
+                protocol: name.to_string(),
+                max_registry_items: max.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+/// The protocol a plan gives a registry of `registry_items` entries on a server that runs
+/// `runs`: the first step whose protocol it runs and whose bound the registry is within;
+/// `None` if no step is (the request's own protocol then).
+pub fn plan_pick<'a>(
+    steps: &'a [PlanStep],
+    registry_items: u64,
+    runs: impl Fn(&str) -> bool,
+) -> Option<&'a str> {
+    steps
+        .iter()
+        .find(|s| registry_items <= s.max_registry_items && runs(&s.protocol))
+        .map(|s| s.protocol.as_str())
+}
+
 /// `POST /v1/sessions` response body (201).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SessionCreated {
@@ -429,6 +499,9 @@ pub enum Feature {
     SessionHealth,
     /// `"session-replaces"`: `POST /v1/sessions` accepts [`CreateSession::replaces`].
     SessionReplaces,
+    /// `"session-plan"`: `POST /v1/sessions?plan=...` creates the session for the plan's
+    /// protocol for this registry ([`SESSION_PLAN_PARAM`], [`plan_pick`]).
+    SessionPlan,
 }
 
 impl Feature {
@@ -439,6 +512,7 @@ impl Feature {
         Feature::Probe,
         Feature::SessionHealth,
         Feature::SessionReplaces,
+        Feature::SessionPlan,
     ];
 
     /// The name listed in [`Health::features`].
@@ -449,6 +523,7 @@ impl Feature {
             Feature::Probe => "probe",
             Feature::SessionHealth => "session-health",
             Feature::SessionReplaces => "session-replaces",
+            Feature::SessionPlan => "session-plan",
         }
     }
 }
@@ -680,6 +755,43 @@ impl std::fmt::Display for ErrorCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn session_plans_round_trip_and_refuse_what_they_are_not() {
+        let plan = vec![
+            PlanStep {
+                protocol: "ot-psi".into(),
+                max_registry_items: 70_000,
+            },
+            PlanStep {
+                protocol: "dh-psi".into(),
+                max_registry_items: u64::MAX,
+            },
+        ];
+        let text = format_plan(&plan);
+        assert_eq!(text, format!("ot-psi:70000,dh-psi:{}", u64::MAX));
+        assert_eq!(parse_plan(&text), Some(plan.clone()));
+        for bad in [
+            "",
+            "ot-psi",
+            "ot-psi:",
+            ":5",
+            "OT:5",
+            "ot-psi:-1",
+            "ot-psi:1e9",
+            "ot-psi:99999999999999999999999",
+            "ot psi:5",
+            "a:1,b:2,c:3,d:4,e:5,f:6,g:7,h:8,i:9",
+        ] {
+            assert_eq!(parse_plan(bad), None, "{bad:?}");
+        }
+        // The first step the registry is within and the server runs.
+        let runs_all = |_: &str| true;
+        assert_eq!(plan_pick(&plan, 4096, runs_all), Some("ot-psi"));
+        assert_eq!(plan_pick(&plan, 70_001, runs_all), Some("dh-psi"));
+        assert_eq!(plan_pick(&plan, 4096, |p| p != "ot-psi"), Some("dh-psi"));
+        assert_eq!(plan_pick(&plan[..1], 70_001, runs_all), None);
+    }
 
     /// Every round-based protocol has exactly one round route, and no other route names a
     /// protocol's rounds.

@@ -167,3 +167,53 @@ fn a_session_brings_the_health_and_replaces_the_callers_own_session_only() {
     assert_eq!(error_code(&r), "bad_request");
     server.shutdown().unwrap();
 }
+
+/// ADR 0054: a first run's plan (`?plan=`) gets the session of the first step the
+/// registry is within and the server runs; the body's protocol otherwise; a malformed plan
+/// is a bad request.
+#[test]
+fn a_session_plan_picks_the_protocol_for_the_registrys_size() {
+    let config = config("session-plan");
+    fill(&config, 20, |i| i % 2 == 0);
+    let server = start(config);
+    let t = raw(&server);
+    let body = br#"{"protocol":"dh-psi","client_items":3}"#;
+    let protocol_of = |query: &str| {
+        let r = send(
+            &t,
+            Method::Post,
+            &format!("/v1/sessions{query}"),
+            &[JSON],
+            body,
+        );
+        if r.status != 201 {
+            return error_code(&r);
+        }
+        let created: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        let id = created["session_id"].as_str().unwrap();
+        assert_eq!(
+            send(&t, Method::Delete, &format!("/v1/sessions/{id}"), &[], b"").status,
+            204
+        );
+        created["protocol"].as_str().unwrap().to_string()
+    };
+    // 20 entries: within 100, not within 10.
+    assert_eq!(protocol_of("?plan=ot-psi:100"), "ot-psi");
+    assert_eq!(protocol_of("?health=1&plan=ot-psi:100"), "ot-psi");
+    assert_eq!(protocol_of("?plan=ot-psi:10"), "dh-psi");
+    assert_eq!(protocol_of("?plan=ot-psi:10,ot-psi:20"), "ot-psi");
+    // CM20-PSI is not run here (no --enable-cm20), an unknown name is no protocol: skipped.
+    assert_eq!(protocol_of("?plan=cm20-psi:100,ot-psi:100"), "ot-psi");
+    assert_eq!(protocol_of("?plan=xyz-psi:100"), "dh-psi");
+    for bad in [
+        "?plan=",
+        "?plan=ot-psi",
+        "?plan=ot-psi:-1",
+        "?plan=OT:5",
+        "?plan=ot-psi%3A5",
+    ] {
+        assert_eq!(protocol_of(bad), "bad_request", "{bad}");
+    }
+    assert_eq!(server.state.live_sessions(), 0);
+    server.shutdown().unwrap();
+}

@@ -60,7 +60,8 @@ impl Client {
                 let mut run = Run::new(self, cancel, &mut quiet);
                 run.deadline = deadline;
                 let session = if open {
-                    match run.open_session(Protocol::Dh, n) {
+                    let plan = self.opening_plan(n, policy, &stored);
+                    match run.open_session(&plan, n) {
                         Ok(s) => Some(s),
                         Err(e) if opening_refused(&e) => None,
                         Err(e) => return Err(e),
@@ -121,6 +122,38 @@ impl Client {
                 Err(e)
             }
         }
+    }
+
+    /// A first run's session plan ([`crate::measure::opening_plan`]) from what is known
+    /// before the server answers: the link (stored for this network, or the hints'
+    /// prior), the device (stored, or the reference machine), the reference server.
+    fn opening_plan(
+        &self,
+        n: usize,
+        policy: psi_core::cost::Policy,
+        stored: &crate::measure::Measurements,
+    ) -> Vec<psi_http::PlanStep> {
+        let hints = &self.config.link_hints;
+        let threads = self.config.threads.get() as u32;
+        let link = match stored.networks.get(&hints.network) {
+            Some(e) if e.rtt_samples + e.up_samples + e.down_samples > 0 => *e,
+            _ => LinkEstimate::from_hints(hints),
+        };
+        let inputs = psi_core::cost::Inputs {
+            link: link.link(),
+            client: stored
+                .device
+                .filter(|d| d.own.is_complete())
+                .map_or(psi_core::cost::UnitCosts::REFERENCE, |d| d.units(threads))
+                .with_threads(threads),
+            server: psi_core::cost::UnitCosts::REFERENCE,
+        };
+        let policy = if hints.constrained {
+            psi_core::cost::Policy::FewestBytes
+        } else {
+            policy
+        };
+        crate::measure::opening_plan(n as u64, self.config.fetch_labels, &inputs, policy)
     }
 
     /// The choice once the health is known: the device (stored, or calibrated where it

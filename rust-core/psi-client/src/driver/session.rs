@@ -26,6 +26,8 @@ struct Ask<'a> {
     no_labels: bool,
     health: bool,
     replaces: Option<&'a str>,
+    /// A first run's plan: the server may create the session for one of its protocols.
+    plan: &'a [psi_http::PlanStep],
 }
 
 impl Run<'_> {
@@ -48,28 +50,33 @@ impl Run<'_> {
                 no_labels,
                 health: false,
                 replaces: None,
+                plan: &[],
             },
         )
     }
 
     /// A first run's session, opened before the choice: `POST /v1/sessions?health=1` for
-    /// `protocol`, its answer carrying the server's health where the server has
-    /// [`Feature::SessionHealth`] (an older one ignores the query). Labels off, it says so
-    /// whatever the server (nothing is stored of it yet); a `bad_request` to that asks
-    /// once more without it, like [`Run::create_session`].
+    /// DH-PSI with the plan (`&plan=...`, [`crate::measure::opening_plan`]) when there is
+    /// one: the server creates it for the plan's protocol for its registry
+    /// ([`Feature::SessionPlan`]), and its answer carries the server's health
+    /// ([`Feature::SessionHealth`]); an older server ignores the query (a DH-PSI session,
+    /// no health). Labels off, it says so whatever the server (nothing is stored of it
+    /// yet); a `bad_request` to that asks once more without it, like
+    /// [`Run::create_session`].
     pub(super) fn open_session(
         &mut self,
-        protocol: Protocol,
+        plan: &[psi_http::PlanStep],
         n: usize,
     ) -> Result<(SessionCreated, bool)> {
         let no_labels = !self.client.config.fetch_labels;
         self.create_asking(
-            protocol,
+            Protocol::Dh,
             n,
             Ask {
                 no_labels,
                 health: true,
                 replaces: None,
+                plan,
             },
         )
     }
@@ -114,6 +121,7 @@ impl Run<'_> {
                     no_labels,
                     health: false,
                     replaces: Some(&id),
+                    plan: &[],
                 },
             );
             if created.is_err() {
@@ -162,9 +170,17 @@ impl Run<'_> {
             replaces: ask.replaces.map(str::to_string),
         })
         .map_err(|_| ClientError::BadInput("session request".into()))?;
-        let mut path = Route::CreateSession.path("");
+        let mut query = Vec::new();
         if ask.health {
-            path = format!("{path}?{}", psi_http::SESSION_HEALTH_QUERY);
+            query.push(psi_http::SESSION_HEALTH_QUERY.to_string());
+        }
+        if !ask.plan.is_empty() {
+            let plan = psi_http::format_plan(ask.plan);
+            query.push(format!("{}={plan}", psi_http::SESSION_PLAN_PARAM));
+        }
+        let mut path = Route::CreateSession.path("");
+        if !query.is_empty() {
+            path = format!("{path}?{}", query.join("&"));
         }
         let r = self.send_to(
             Route::CreateSession,
@@ -175,6 +191,10 @@ impl Run<'_> {
         )?;
         let s: SessionCreated = serde_json::from_slice(&r.body)
             .map_err(|_| ClientError::BadResponse("session body".into()))?;
+        // A plan lets the server pick one of its protocols; otherwise the one asked for.
+        let protocol = Protocol::from_api_name(&s.protocol)
+            .filter(|p| ask.plan.iter().any(|step| step.protocol == p.api_name()))
+            .unwrap_or(protocol);
         if let Err(e) = server_input::check_session(&s, protocol) {
             // A session refused for its fields is still freed on the server, when its id
             // can be named.

@@ -15,13 +15,14 @@
 //!
 //! One module per concept, all their items public here: `link` (hints, the estimate, a
 //! request's timing, the clock), `costs` (the device's and a server's unit costs),
-//! `store` (what the caller keeps), `probe` (the bounded probe and when it is worth
-//! making), `choice` (how a run's protocol is picked and what the choice reports) and
+//! `store` (what the caller keeps), `opening` (a first run's session plan), `probe` (the
+//! bounded probe and when it is worth making), `choice` (how a run's protocol is picked and what the choice reports) and
 //! `source` (where an input came from).
 
 mod choice;
 mod costs;
 mod link;
+mod opening;
 mod probe;
 mod source;
 mod store;
@@ -35,6 +36,7 @@ pub use link::{
     Clock, DEFAULT_LINK, LinkEstimate, LinkHints, MIN_RATE_SAMPLE_BYTES, Sample, SystemClock,
     usable_hint,
 };
+pub use opening::opening_plan;
 pub use probe::{PROBE_BYTES, PROBE_RESPONSE_SLACK, prior_uncertainty, probe_worthwhile};
 pub use source::{LinkSources, Source};
 pub(crate) use store::unix_now;

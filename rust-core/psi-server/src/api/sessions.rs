@@ -34,6 +34,23 @@ pub(super) async fn create_session(
     body: Result<Json<CreateSession>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let (protocol, n, labels, replaces) = session_request(&state, body)?;
+    let query = query.0.unwrap_or_default();
+    // The query's parameters, unencoded (`psi_http::SESSION_HEALTH_QUERY`, a plan).
+    let params = || {
+        query
+            .split('&')
+            .map(|p| p.split_once('=').unwrap_or((p, "")))
+    };
+    let with_health = params().any(|(k, v)| k == "health" && v == "1");
+    let plan = match params().find(|(k, _)| *k == psi_http::SESSION_PLAN_PARAM) {
+        Some((_, v)) => Some(psi_http::parse_plan(v).ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::BadRequest,
+                "invalid session plan: expected plan=<protocol>:<max registry items>[,...]",
+            )
+        })?),
+        None => None,
+    };
     // No new session while the database is away: its budget could not be charged, nor
     // its token re-checked (store_health.rs). Running sessions go on.
     if state.store_health.is_down() {
@@ -49,10 +66,19 @@ pub(super) async fn create_session(
     {
         state.sessions.remove(&old);
     }
-    let with_health = query
-        .0
-        .is_some_and(|q| q.split('&').any(|p| p == psi_http::SESSION_HEALTH_QUERY));
     let registry = state.registry();
+    // A first run's plan (ADR 0054): the protocol for this registry's size, among those
+    // this server runs; none applies, the body's.
+    let protocol = plan
+        .as_deref()
+        .and_then(|steps| {
+            let runs = state.protocols();
+            psi_http::plan_pick(steps, registry.stats().entries, |name| {
+                Protocol::from_api_name(name).is_some_and(|p| runs.contains(&p))
+            })
+        })
+        .and_then(Protocol::from_api_name)
+        .unwrap_or(protocol);
     let mut id = [0u8; 16];
     crate::storage::os_rng()
         .map_err(|_| internal())?
