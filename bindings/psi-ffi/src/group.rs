@@ -26,9 +26,12 @@ pub struct GroupRunOptions {
     /// only then). Ignored on a member.
     pub share_result: bool,
     /// The longest the whole run may take, waiting for the group to fill included, in
-    /// milliseconds (at least 1).
+    /// milliseconds (1 ms to 24 h).
     pub deadline_ms: u64,
 }
+
+/// The longest deadline a group run takes (a day: the relay's groups live minutes).
+const MAX_DEADLINE_MS: u64 = 24 * 3_600_000;
 
 /// psi-client's defaults for a group run: the result shared, a deadline of 300 s.
 #[uniffi::export]
@@ -263,9 +266,12 @@ impl GroupSession {
         options: Option<GroupRunOptions>,
     ) -> Result<GroupResult, GroupError> {
         let options = options.unwrap_or_else(default_group_run_options);
-        if options.deadline_ms == 0 {
+        if !(1..=MAX_DEADLINE_MS).contains(&options.deadline_ms) {
             return Err(PsiError::InvalidInput {
-                reason: "a group run's deadline must be at least 1 ms".into(),
+                reason: format!(
+                    "a group run's deadline must be 1 ms to {} h",
+                    MAX_DEADLINE_MS / 3_600_000
+                ),
             }
             .into());
         }

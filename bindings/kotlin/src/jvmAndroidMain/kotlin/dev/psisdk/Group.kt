@@ -17,7 +17,7 @@ import kotlinx.coroutines.future.future
  * @property shareResult leader: send the common contacts to every member at the end (the
  *   members learn them only then). Ignored on a member.
  * @property deadline the longest the whole run may take, waiting for the group to fill
- *   included (at least 1 ms).
+ *   included (1 ms to 24 hours).
  */
 data class GroupRunOptions @JvmOverloads constructor(
     val shareResult: Boolean = GroupDefaults.shareResult,
