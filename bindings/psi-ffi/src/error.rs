@@ -552,7 +552,11 @@ mod tests {
                 GroupFailure::Tampered,
                 true,
             ),
-            (CoreGroupError::Tampered { from: 1 }, GroupFailure::Tampered, true),
+            (
+                CoreGroupError::Tampered { from: 1 },
+                GroupFailure::Tampered,
+                true,
+            ),
             (
                 CoreGroupError::OutOfOrder {
                     from: 1,

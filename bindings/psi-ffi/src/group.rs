@@ -351,7 +351,10 @@ impl DiscoveryClient {
     /// that is not one, or names no group, fails with [`GroupError::Failed`]
     /// ([`GroupFailure::BadCode`], [`GroupFailure::UnknownGroup`]); a group whose parties
     /// are all there with [`GroupFailure::GroupFull`].
-    pub async fn group_join(self: Arc<Self>, code: String) -> Result<Arc<GroupSession>, GroupError> {
+    pub async fn group_join(
+        self: Arc<Self>,
+        code: String,
+    ) -> Result<Arc<GroupSession>, GroupError> {
         self.start_group(Start::Join(code), CancelToken::new())
             .await
     }

@@ -5,8 +5,7 @@
 
 use psi_ffi::{
     CancelHandle, DiscoveryClient, GroupError, GroupFailure, HttpRequest, HttpResponse,
-    HttpTransport, PsiError, TransportError, default_discovery_config,
-    default_group_run_options,
+    HttpTransport, PsiError, TransportError, default_discovery_config, default_group_run_options,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -83,7 +82,12 @@ fn a_size_outside_2_to_16_is_invalid_input_and_sends_nothing() {
 #[test]
 fn a_code_that_is_not_one_is_a_bad_code_and_sends_nothing() {
     let (client, transport) = client();
-    for code in ["", "nodot", "abc.tooshort", "abc.!!!!!!!!!!!!!!!!!!!!!!!!!!"] {
+    for code in [
+        "",
+        "nodot",
+        "abc.tooshort",
+        "abc.!!!!!!!!!!!!!!!!!!!!!!!!!!",
+    ] {
         match block_on(client.clone().group_join(code.into())) {
             Err(GroupError::Failed {
                 failure: GroupFailure::BadCode,

@@ -19,11 +19,11 @@ pub use code::GroupCode;
 use crate::cancel::CancelToken;
 use crate::contacts::{ContactMatch, Rejected};
 use crate::error::{ClientError, Result};
-use crate::{Client, ClientConfig};
 use crate::transport::{Request, Response, TransportError};
+use crate::{Client, ClientConfig};
 use envelope::{Channel, GroupSecret, PartyKey};
-use psi_core::mpsi::{Leader, LeaderStep, Member, MpsiConfig};
 use psi_contacts::Normalizer;
+use psi_core::mpsi::{Leader, LeaderStep, Member, MpsiConfig};
 use psi_core::{ItemSet, Threads};
 use psi_http::{
     ErrorBody, ErrorCode, GROUP_CREDENTIAL_HEADER, GROUP_FROM_HEADER, GroupJoined, GroupState,
@@ -629,12 +629,8 @@ impl GroupParty<'_> {
             .map(|(_, c)| c.value.as_bytes().to_vec())
             .collect();
         let run = self.run(ItemSet::new(items), options)?;
-        let common: std::collections::HashSet<&[u8]> = run
-            .common
-            .iter()
-            .flatten()
-            .map(Vec::as_slice)
-            .collect();
+        let common: std::collections::HashSet<&[u8]> =
+            run.common.iter().flatten().map(Vec::as_slice).collect();
         let matches = normalized
             .accepted
             .iter()
