@@ -104,10 +104,9 @@ pub struct GroupOptions {
     pub cancel: CancelToken,
 }
 
-/// The fewest parties in a group (the leader and one member).
-pub const MIN_PARTIES: u8 = 2;
-/// The most parties in a group (psi-http's limit on the relay).
-pub const MAX_PARTIES: u8 = 16;
+/// The fewest and the most parties in a group, the leader included (psi-core's limits,
+/// which the relay also enforces).
+pub use psi_core::mpsi::params::{MAX_PARTIES, MIN_PARTIES};
 
 impl Default for GroupOptions {
     fn default() -> Self {
