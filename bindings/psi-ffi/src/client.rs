@@ -65,17 +65,17 @@ impl Drop for DiscoveryClient {
 /// Cancels its token when dropped before the run finished: a run whose future is dropped
 /// (the coroutine or task awaiting it was cancelled) stops at its next check and deletes its
 /// session. Disarmed once the run returned, so a caller's [`CancelHandle`] stays usable.
-struct CancelOnDrop {
+pub(crate) struct CancelOnDrop {
     token: CancelToken,
     armed: bool,
 }
 
 impl CancelOnDrop {
-    fn new(token: CancelToken) -> Self {
+    pub(crate) fn new(token: CancelToken) -> Self {
         CancelOnDrop { token, armed: true }
     }
 
-    fn disarm(mut self) {
+    pub(crate) fn disarm(mut self) {
         self.armed = false;
     }
 }
@@ -242,6 +242,12 @@ impl DiscoveryClient {
         let result = call.await;
         guard.disarm();
         result
+    }
+
+    /// psi-client's client for a group party (the create or join, and its run): the
+    /// configured settings, a transport aware of `cancel`.
+    pub(crate) fn group_client(&self, cancel: &CancelToken) -> Client {
+        self.run_client(self.config.clone(), cancel)
     }
 
     /// psi-client's client for one run with `config`: the foreign transport, aware of the

@@ -2,6 +2,7 @@
 //! psi-client's error in one place ([`From<ClientError>`]). Messages never contain
 //! contact data, labels or keys.
 
+use psi_client::group::GroupError as CoreGroupError;
 use psi_client::{ClientError, ErrorCode};
 
 /// Why a call failed.
@@ -83,6 +84,143 @@ pub enum PsiError {
         /// What went wrong (the transport's message).
         reason: String,
     },
+}
+
+/// Why a group call failed (`DiscoveryClient::group_create`, `group_join`,
+/// `GroupSession::run`, `GroupSession::end`): a failure of the group itself, with what the
+/// app can do, or any other failure, as the match calls report it. Its own type rather
+/// than a new [`PsiError`] variant, which would break the exhaustive matches of the Swift
+/// SDK and of apps (the match calls never fail with a group failure).
+#[derive(Debug, thiserror::Error, uniffi::Error)]
+pub enum GroupError {
+    /// The group failed: `failure` says how. The relay's group codes (docs/api.md,
+    /// "Errors") and the group layer's own failures (docs/protocol/group-psi.md) arrive
+    /// here.
+    #[error("group failed ({failure:?}): {reason}")]
+    Failed {
+        /// What failed.
+        failure: GroupFailure,
+        /// What went wrong (party indices and counts only: never a contact or the code).
+        reason: String,
+        /// True if the same call may succeed later (a new group, or the same call after
+        /// `retry_after_secs`).
+        retryable: bool,
+        /// Seconds to wait, from the server's `Retry-After` ([`GroupFailure::TooManyGroups`],
+        /// [`GroupFailure::MailboxFull`]).
+        retry_after_secs: Option<u64>,
+    },
+    /// Not a group failure: what any call can fail with (no network, token refused, rate
+    /// limits, [`PsiError::Cancelled`], bad input such as a size outside 2 ..= 16).
+    #[error("{error}")]
+    Call {
+        /// The failure, as a match would report it.
+        error: PsiError,
+    },
+}
+
+impl From<PsiError> for GroupError {
+    fn from(error: PsiError) -> Self {
+        GroupError::Call { error }
+    }
+}
+
+impl From<ClientError> for GroupError {
+    fn from(e: ClientError) -> Self {
+        let failed = |failure: GroupFailure, reason: String, retry_after_secs| GroupError::Failed {
+            failure,
+            reason,
+            retryable: failure.retryable(),
+            retry_after_secs,
+        };
+        match e {
+            ClientError::Http {
+                code,
+                message,
+                retry_after,
+                ..
+            } if GroupFailure::of_code(code).is_some() => failed(
+                GroupFailure::of_code(code).unwrap_or(GroupFailure::Other),
+                message,
+                retry_after,
+            ),
+            ClientError::Group(g) => failed(GroupFailure::of_group(&g), g.to_string(), None),
+            other => GroupError::Call {
+                error: other.into(),
+            },
+        }
+    }
+}
+
+/// Why a group failed ([`GroupError::Failed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Enum)]
+pub enum GroupFailure {
+    /// The code is not a group code (`GROUP_ID.SECRET`): mistyped or cut. Refused before
+    /// any request.
+    BadCode,
+    /// The server knows no group of this code: never created, ended by every party, or
+    /// removed after it expired (`unknown_group`).
+    UnknownGroup,
+    /// Every party of the group has joined: no one else may (`group_full`).
+    GroupFull,
+    /// Another party ended the group (left, failed or was cancelled) before this run
+    /// finished (`group_closed`).
+    GroupEnded,
+    /// The group's lifetime on the server passed (`group_expired`).
+    GroupExpired,
+    /// The server does not take this party's credential for the group (`invalid_party`).
+    InvalidParty,
+    /// A party's mailbox stayed full until the run's deadline (`mailbox_full`).
+    MailboxFull,
+    /// The server's group limits are reached (`too_many_groups`): retry after
+    /// `retry_after_secs`.
+    TooManyGroups,
+    /// The group did not fill, or the run did not finish, within the run's deadline.
+    TimedOut,
+    /// A key announcement or a message that is not the group's: altered, replayed,
+    /// reordered or dropped on the way (the relay, or someone without the code). The run
+    /// gives no answer rather than a wrong one.
+    Tampered,
+    /// A group failure added to the core after these bindings were built.
+    Other,
+}
+
+impl GroupFailure {
+    /// The relay's code as a failure, if it is one of the group relay's.
+    fn of_code(code: ErrorCode) -> Option<GroupFailure> {
+        Some(match code {
+            ErrorCode::UnknownGroup => GroupFailure::UnknownGroup,
+            ErrorCode::InvalidParty => GroupFailure::InvalidParty,
+            ErrorCode::GroupFull => GroupFailure::GroupFull,
+            ErrorCode::GroupClosed => GroupFailure::GroupEnded,
+            ErrorCode::MailboxFull => GroupFailure::MailboxFull,
+            ErrorCode::GroupExpired => GroupFailure::GroupExpired,
+            ErrorCode::TooManyGroups => GroupFailure::TooManyGroups,
+            _ => return None,
+        })
+    }
+
+    /// The group layer's failure.
+    fn of_group(e: &CoreGroupError) -> GroupFailure {
+        match e {
+            CoreGroupError::BadCode => GroupFailure::BadCode,
+            CoreGroupError::BadAnnouncement { .. }
+            | CoreGroupError::Tampered { .. }
+            | CoreGroupError::OutOfOrder { .. }
+            | CoreGroupError::Unexpected { .. } => GroupFailure::Tampered,
+            CoreGroupError::TimedOut { .. } => GroupFailure::TimedOut,
+            CoreGroupError::Ended => GroupFailure::GroupEnded,
+            _ => GroupFailure::Other,
+        }
+    }
+
+    /// True if the same call may succeed later: a new group (ended, expired, timed out,
+    /// tampered with on the way) or the same call after a wait (limits).
+    fn retryable(self) -> bool {
+        !matches!(
+            self,
+            GroupFailure::BadCode | GroupFailure::InvalidParty | GroupFailure::Other
+        )
+    }
 }
 
 impl PsiError {
@@ -172,10 +310,11 @@ impl From<ErrorCode> for ServerErrorCode {
             ErrorCode::TooManySessions | ErrorCode::OtCapacity | ErrorCode::StoreUnavailable => {
                 ServerErrorCode::TooManySessions
             }
-            // The group relay's codes (docs/adr/0051-group-relay.md): these bindings have no
-            // group API yet, so no call of theirs can receive one; named here so that each
-            // new code is a decision, not the default arm. The group API's FFI will give
-            // them their own variants (a change the Kotlin and Swift SDKs must map).
+            // The group relay's codes (docs/adr/0051-group-relay.md) reach the app as
+            // `GroupError::Failed` with their own `GroupFailure` (`From<ClientError> for
+            // GroupError`), never as `PsiError::Server`; a retry event (the match runs' only other use of
+            // this enum) never carries one. New variants here would break exhaustive
+            // matches in the Kotlin and Swift SDKs.
             ErrorCode::UnknownGroup
             | ErrorCode::InvalidParty
             | ErrorCode::GroupFull
@@ -375,8 +514,107 @@ mod tests {
     }
 
     #[test]
+    fn every_group_failure_is_a_typed_group_error() {
+        let codes = [
+            (ErrorCode::UnknownGroup, GroupFailure::UnknownGroup),
+            (ErrorCode::InvalidParty, GroupFailure::InvalidParty),
+            (ErrorCode::GroupFull, GroupFailure::GroupFull),
+            (ErrorCode::GroupClosed, GroupFailure::GroupEnded),
+            (ErrorCode::MailboxFull, GroupFailure::MailboxFull),
+            (ErrorCode::GroupExpired, GroupFailure::GroupExpired),
+            (ErrorCode::TooManyGroups, GroupFailure::TooManyGroups),
+        ];
+        for (code, want) in codes {
+            let e = ClientError::Http {
+                status: code.status(),
+                code,
+                message: "m".into(),
+                retry_after: Some(3),
+            };
+            match GroupError::from(e) {
+                GroupError::Failed {
+                    failure,
+                    retry_after_secs: Some(3),
+                    ..
+                } => assert_eq!(failure, want, "{code:?}"),
+                other => panic!("{code:?} became {other:?}"),
+            }
+        }
+        // Every relay code of the group API is one of those: none falls to `Server`.
+        for &code in ErrorCode::ALL {
+            let is_group = codes.iter().any(|(c, _)| *c == code);
+            assert_eq!(GroupFailure::of_code(code).is_some(), is_group, "{code:?}");
+        }
+        let layer = [
+            (CoreGroupError::BadCode, GroupFailure::BadCode, false),
+            (
+                CoreGroupError::BadAnnouncement { party: 2 },
+                GroupFailure::Tampered,
+                true,
+            ),
+            (
+                CoreGroupError::Tampered { from: 1 },
+                GroupFailure::Tampered,
+                true,
+            ),
+            (
+                CoreGroupError::OutOfOrder {
+                    from: 1,
+                    expected: 2,
+                    got: 4,
+                },
+                GroupFailure::Tampered,
+                true,
+            ),
+            (
+                CoreGroupError::TimedOut { what: "x" },
+                GroupFailure::TimedOut,
+                true,
+            ),
+            (CoreGroupError::Ended, GroupFailure::GroupEnded, true),
+        ];
+        for (e, want, retry) in layer {
+            match GroupError::from(ClientError::Group(e.clone())) {
+                GroupError::Failed {
+                    failure,
+                    retryable,
+                    reason,
+                    retry_after_secs: None,
+                } => {
+                    assert_eq!((failure, retryable), (want, retry), "{e:?}");
+                    assert_eq!(reason, e.to_string());
+                }
+                other => panic!("{e:?} became {other:?}"),
+            }
+        }
+        // Anything else is the match calls' error.
+        assert!(matches!(
+            GroupError::from(ClientError::Cancelled),
+            GroupError::Call {
+                error: PsiError::Cancelled
+            }
+        ));
+        assert!(matches!(
+            GroupError::from(http_error(ErrorCode::InvalidToken)),
+            GroupError::Call {
+                error: PsiError::Unauthorized { .. }
+            }
+        ));
+    }
+
+    fn http_error(code: ErrorCode) -> ClientError {
+        ClientError::Http {
+            status: code.status(),
+            code,
+            message: "m".into(),
+            retry_after: None,
+        }
+    }
+
+    #[test]
     fn every_known_code_has_its_own_ffi_code() {
-        // The group relay's codes reach no call of these bindings (no group API yet).
+        // The group relay's codes become `GroupError::Failed` (the test above), not a
+        // `ServerErrorCode`.
         let group = [
             ErrorCode::UnknownGroup,
             ErrorCode::InvalidParty,

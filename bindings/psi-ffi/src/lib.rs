@@ -20,6 +20,10 @@
 //!   name the same directory).
 //! - [`native_http_transport`]: psi-client's own ureq transport behind [`HttpTransport`],
 //!   opt-in for the desktop JVM (feature `native-http`; other builds export it but fail).
+//! - Group overlap ([`GroupSession`], from [`DiscoveryClient::group_create`] and
+//!   [`DiscoveryClient::group_join`]): which contacts every party of a group of 2 to 16
+//!   holds (IOP18 multiparty PSI over the server's relay, docs/protocol/group-psi.md),
+//!   with [`GroupResult`] and its failures as [`GroupError`].
 //! - [`PsiError`]: one error whose variants say what the app can do. Panics (a rayon worker
 //!   included) are caught at the boundary and become [`PsiError::Internal`].
 //!
@@ -36,6 +40,7 @@ mod choice;
 mod client;
 mod config;
 mod error;
+mod group;
 mod job;
 mod native;
 mod protocol;
@@ -49,7 +54,10 @@ pub use choice::{
 };
 pub use client::{DiscoveryClient, ProgressListener, live_clients};
 pub use config::{DiscoveryConfig, default_discovery_config, preload};
-pub use error::{PsiError, ServerErrorCode};
+pub use error::{GroupError, GroupFailure, PsiError, ServerErrorCode};
+pub use group::{
+    GroupMatch, GroupResult, GroupRunOptions, GroupSession, GroupStats, default_group_run_options,
+};
 pub use native::{has_native_http_transport, native_http_transport};
 pub use protocol::Protocol;
 pub use report::{

@@ -833,6 +833,34 @@ public protocol DiscoveryClientProtocol: AnyObject, Sendable {
      */
     func serverUrl()  -> String
     
+    /**
+     * Creates a group of `size` parties (2 ..= 16, this one included) on the server's
+     * relay, with this caller as its leader. Show the session's `code` to the others,
+     * then call its `run`. A size outside 2 ..= 16 fails with [`PsiError::InvalidInput`]
+     * before any request. Dropping the future cancels the create.
+     */
+    func groupCreate(size: UInt32) async throws  -> GroupSession
+    
+    /**
+     * [`DiscoveryClient::group_create`] with an explicit cancel path (Swift): `cancel`
+     * cancels the create and, later, the session's run (as [`GroupSession::cancel`]).
+     */
+    func groupCreateCancellable(size: UInt32, cancel: CancelHandle) async throws  -> GroupSession
+    
+    /**
+     * Joins the group of `code` (the leader's [`GroupSession::code`]) as a member. A code
+     * that is not one, or names no group, fails with [`GroupError::Failed`]
+     * ([`GroupFailure::BadCode`], [`GroupFailure::UnknownGroup`]); a group whose parties
+     * are all there with [`GroupFailure::GroupFull`].
+     */
+    func groupJoin(code: String) async throws  -> GroupSession
+    
+    /**
+     * [`DiscoveryClient::group_join`] with an explicit cancel path (see
+     * [`DiscoveryClient::group_create_cancellable`]).
+     */
+    func groupJoinCancellable(code: String, cancel: CancelHandle) async throws  -> GroupSession
+    
 }
 /**
  * A contact-discovery client for one server. Cheap to share; runs may go on in parallel.
@@ -1005,6 +1033,90 @@ open func serverUrl() -> String  {
 })
 }
     
+    /**
+     * Creates a group of `size` parties (2 ..= 16, this one included) on the server's
+     * relay, with this caller as its leader. Show the session's `code` to the others,
+     * then call its `run`. A size outside 2 ..= 16 fails with [`PsiError::InvalidInput`]
+     * before any request. Dropping the future cancels the create.
+     */
+open func groupCreate(size: UInt32)async throws  -> GroupSession  {
+    return
+        try  await uniffiRustCallAsync(
+            rustFutureFunc: {
+                uniffi_psi_ffi_fn_method_discoveryclient_group_create(
+                        self.uniffiCloneHandle(),FfiConverterUInt32.lower(size)
+                )
+            },
+            pollFunc: ffi_psi_ffi_rust_future_poll_u64,
+            completeFunc: ffi_psi_ffi_rust_future_complete_u64,
+            freeFunc: ffi_psi_ffi_rust_future_free_u64,
+            liftFunc: FfiConverterTypeGroupSession_lift,
+            errorHandler: FfiConverterTypeGroupError_lift
+        )
+}
+    
+    /**
+     * [`DiscoveryClient::group_create`] with an explicit cancel path (Swift): `cancel`
+     * cancels the create and, later, the session's run (as [`GroupSession::cancel`]).
+     */
+open func groupCreateCancellable(size: UInt32, cancel: CancelHandle)async throws  -> GroupSession  {
+    return
+        try  await uniffiRustCallAsync(
+            rustFutureFunc: {
+                uniffi_psi_ffi_fn_method_discoveryclient_group_create_cancellable(
+                        self.uniffiCloneHandle(),FfiConverterUInt32.lower(size),FfiConverterTypeCancelHandle_lower(cancel)
+                )
+            },
+            pollFunc: ffi_psi_ffi_rust_future_poll_u64,
+            completeFunc: ffi_psi_ffi_rust_future_complete_u64,
+            freeFunc: ffi_psi_ffi_rust_future_free_u64,
+            liftFunc: FfiConverterTypeGroupSession_lift,
+            errorHandler: FfiConverterTypeGroupError_lift
+        )
+}
+    
+    /**
+     * Joins the group of `code` (the leader's [`GroupSession::code`]) as a member. A code
+     * that is not one, or names no group, fails with [`GroupError::Failed`]
+     * ([`GroupFailure::BadCode`], [`GroupFailure::UnknownGroup`]); a group whose parties
+     * are all there with [`GroupFailure::GroupFull`].
+     */
+open func groupJoin(code: String)async throws  -> GroupSession  {
+    return
+        try  await uniffiRustCallAsync(
+            rustFutureFunc: {
+                uniffi_psi_ffi_fn_method_discoveryclient_group_join(
+                        self.uniffiCloneHandle(),FfiConverterString.lower(code)
+                )
+            },
+            pollFunc: ffi_psi_ffi_rust_future_poll_u64,
+            completeFunc: ffi_psi_ffi_rust_future_complete_u64,
+            freeFunc: ffi_psi_ffi_rust_future_free_u64,
+            liftFunc: FfiConverterTypeGroupSession_lift,
+            errorHandler: FfiConverterTypeGroupError_lift
+        )
+}
+    
+    /**
+     * [`DiscoveryClient::group_join`] with an explicit cancel path (see
+     * [`DiscoveryClient::group_create_cancellable`]).
+     */
+open func groupJoinCancellable(code: String, cancel: CancelHandle)async throws  -> GroupSession  {
+    return
+        try  await uniffiRustCallAsync(
+            rustFutureFunc: {
+                uniffi_psi_ffi_fn_method_discoveryclient_group_join_cancellable(
+                        self.uniffiCloneHandle(),FfiConverterString.lower(code),FfiConverterTypeCancelHandle_lower(cancel)
+                )
+            },
+            pollFunc: ffi_psi_ffi_rust_future_poll_u64,
+            completeFunc: ffi_psi_ffi_rust_future_complete_u64,
+            freeFunc: ffi_psi_ffi_rust_future_free_u64,
+            liftFunc: FfiConverterTypeGroupSession_lift,
+            errorHandler: FfiConverterTypeGroupError_lift
+        )
+}
+    
 
     
 }
@@ -1048,6 +1160,295 @@ public func FfiConverterTypeDiscoveryClient_lift(_ handle: UInt64) throws -> Dis
 #endif
 public func FfiConverterTypeDiscoveryClient_lower(_ value: DiscoveryClient) -> UInt64 {
     return FfiConverterTypeDiscoveryClient.lower(value)
+}
+
+
+
+
+
+
+/**
+ * One party of a group on the server's relay, after its create or join: holds the
+ * group's code and this party's keys until [`GroupSession::run`]. Run once; a session
+ * dropped without running leaves the group (ends it for everyone) on a thread of its own.
+ */
+public protocol GroupSessionProtocol: AnyObject, Sendable {
+    
+    /**
+     * Cancels this session's run, now or before it starts: the request in flight is
+     * abandoned, the group ended, and `run` fails with [`PsiError::Cancelled`]. For
+     * platforms whose task cancellation does not drop the native future (Swift). Cheap;
+     * any thread, any number of times.
+     */
+    func cancel() 
+    
+    /**
+     * The code to show the other parties (`GROUP_ID.SECRET`). It holds the group's
+     * secret: show it to the group only, never log it.
+     */
+    func code()  -> String
+    
+    /**
+     * Leaves the group without running: it ends for every party (their runs fail with
+     * a group-ended error). Does nothing after a run, or a second time.
+     */
+    func end() async throws 
+    
+    /**
+     * True once the session (or the handle it was created with) was cancelled.
+     */
+    func isCancelled()  -> Bool
+    
+    /**
+     * True for the party that created the group.
+     */
+    func isLeader()  -> Bool
+    
+    /**
+     * This party's index: 0 for the leader, 1 ..= size-1 for the members.
+     */
+    func party()  -> UInt32
+    
+    /**
+     * Normalizes `contacts` (phone numbers with the client's default region, emails) and
+     * runs group PSI with the valid ones through the relay: the leader waits for the group
+     * to fill and learns the identifiers every party holds (and shares them, unless
+     * `options.share_result` is false); a member learns them only if shared. The group is
+     * ended at the end, or on any failure. Runs once per session (a second call fails
+     * with [`PsiError::InvalidInput`]). Dropping the returned future, or
+     * [`GroupSession::cancel`], cancels the run ([`PsiError::Cancelled`]) and ends the
+     * group for everyone.
+     */
+    func run(contacts: [String], options: GroupRunOptions?) async throws  -> GroupResult
+    
+    /**
+     * Parties, the leader included (2 ..= 16).
+     */
+    func size()  -> UInt32
+    
+}
+/**
+ * One party of a group on the server's relay, after its create or join: holds the
+ * group's code and this party's keys until [`GroupSession::run`]. Run once; a session
+ * dropped without running leaves the group (ends it for everyone) on a thread of its own.
+ */
+open class GroupSession: GroupSessionProtocol, @unchecked Sendable {
+    fileprivate let handle: UInt64
+
+    /// Used to instantiate a [FFIObject] without an actual handle, for fakes in tests, mostly.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public struct NoHandle {
+        public init() {}
+    }
+
+    // TODO: We'd like this to be `private` but for Swifty reasons,
+    // we can't implement `FfiConverter` without making this `required` and we can't
+    // make it `required` without making it `public`.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    required public init(unsafeFromHandle handle: UInt64) {
+        self.handle = handle
+    }
+
+    // This constructor can be used to instantiate a fake object.
+    // - Parameter noHandle: Placeholder value so we can have a constructor separate from the default empty one that may be implemented for classes extending [FFIObject].
+    //
+    // - Warning:
+    //     Any object instantiated with this constructor cannot be passed to an actual Rust-backed object. Since there isn't a backing handle the FFI lower functions will crash.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public init(noHandle: NoHandle) {
+        self.handle = 0
+    }
+
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public func uniffiCloneHandle() -> UInt64 {
+        return try! rustCall { uniffi_psi_ffi_fn_clone_groupsession(self.handle, $0) }
+    }
+    // No primary constructor declared for this class.
+
+    deinit {
+        if handle == 0 {
+            // Mock objects have handle=0 don't try to free them
+            return
+        }
+
+        try! rustCall { uniffi_psi_ffi_fn_free_groupsession(handle, $0) }
+    }
+
+    
+
+    
+    /**
+     * Cancels this session's run, now or before it starts: the request in flight is
+     * abandoned, the group ended, and `run` fails with [`PsiError::Cancelled`]. For
+     * platforms whose task cancellation does not drop the native future (Swift). Cheap;
+     * any thread, any number of times.
+     */
+open func cancel()  {try! rustCall() {
+        uniffiCallStatus in
+    uniffi_psi_ffi_fn_method_groupsession_cancel(
+            self.uniffiCloneHandle(),uniffiCallStatus
+    )
+}
+}
+    
+    /**
+     * The code to show the other parties (`GROUP_ID.SECRET`). It holds the group's
+     * secret: show it to the group only, never log it.
+     */
+open func code() -> String  {
+    return try!  FfiConverterString.lift(try! rustCall() {
+        uniffiCallStatus in
+    uniffi_psi_ffi_fn_method_groupsession_code(
+            self.uniffiCloneHandle(),uniffiCallStatus
+    )
+})
+}
+    
+    /**
+     * Leaves the group without running: it ends for every party (their runs fail with
+     * a group-ended error). Does nothing after a run, or a second time.
+     */
+open func end()async throws   {
+    return
+        try  await uniffiRustCallAsync(
+            rustFutureFunc: {
+                uniffi_psi_ffi_fn_method_groupsession_end(
+                        self.uniffiCloneHandle()
+                )
+            },
+            pollFunc: ffi_psi_ffi_rust_future_poll_void,
+            completeFunc: ffi_psi_ffi_rust_future_complete_void,
+            freeFunc: ffi_psi_ffi_rust_future_free_void,
+            liftFunc: { $0 },
+            errorHandler: FfiConverterTypeGroupError_lift
+        )
+}
+    
+    /**
+     * True once the session (or the handle it was created with) was cancelled.
+     */
+open func isCancelled() -> Bool  {
+    return try!  FfiConverterBool.lift(try! rustCall() {
+        uniffiCallStatus in
+    uniffi_psi_ffi_fn_method_groupsession_is_cancelled(
+            self.uniffiCloneHandle(),uniffiCallStatus
+    )
+})
+}
+    
+    /**
+     * True for the party that created the group.
+     */
+open func isLeader() -> Bool  {
+    return try!  FfiConverterBool.lift(try! rustCall() {
+        uniffiCallStatus in
+    uniffi_psi_ffi_fn_method_groupsession_is_leader(
+            self.uniffiCloneHandle(),uniffiCallStatus
+    )
+})
+}
+    
+    /**
+     * This party's index: 0 for the leader, 1 ..= size-1 for the members.
+     */
+open func party() -> UInt32  {
+    return try!  FfiConverterUInt32.lift(try! rustCall() {
+        uniffiCallStatus in
+    uniffi_psi_ffi_fn_method_groupsession_party(
+            self.uniffiCloneHandle(),uniffiCallStatus
+    )
+})
+}
+    
+    /**
+     * Normalizes `contacts` (phone numbers with the client's default region, emails) and
+     * runs group PSI with the valid ones through the relay: the leader waits for the group
+     * to fill and learns the identifiers every party holds (and shares them, unless
+     * `options.share_result` is false); a member learns them only if shared. The group is
+     * ended at the end, or on any failure. Runs once per session (a second call fails
+     * with [`PsiError::InvalidInput`]). Dropping the returned future, or
+     * [`GroupSession::cancel`], cancels the run ([`PsiError::Cancelled`]) and ends the
+     * group for everyone.
+     */
+open func run(contacts: [String], options: GroupRunOptions?)async throws  -> GroupResult  {
+    return
+        try  await uniffiRustCallAsync(
+            rustFutureFunc: {
+                uniffi_psi_ffi_fn_method_groupsession_run(
+                        self.uniffiCloneHandle(),FfiConverterSequenceString.lower(contacts),FfiConverterOptionTypeGroupRunOptions.lower(options)
+                )
+            },
+            pollFunc: ffi_psi_ffi_rust_future_poll_rust_buffer,
+            completeFunc: ffi_psi_ffi_rust_future_complete_rust_buffer,
+            freeFunc: ffi_psi_ffi_rust_future_free_rust_buffer,
+            liftFunc: FfiConverterTypeGroupResult_lift,
+            errorHandler: FfiConverterTypeGroupError_lift
+        )
+}
+    
+    /**
+     * Parties, the leader included (2 ..= 16).
+     */
+open func size() -> UInt32  {
+    return try!  FfiConverterUInt32.lift(try! rustCall() {
+        uniffiCallStatus in
+    uniffi_psi_ffi_fn_method_groupsession_size(
+            self.uniffiCloneHandle(),uniffiCallStatus
+    )
+})
+}
+    
+
+    
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeGroupSession: FfiConverter {
+    typealias FfiType = UInt64
+    typealias SwiftType = GroupSession
+
+    public static func lift(_ handle: UInt64) throws -> GroupSession {
+        return GroupSession(unsafeFromHandle: handle)
+    }
+
+    public static func lower(_ value: GroupSession) -> UInt64 {
+        return value.uniffiCloneHandle()
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> GroupSession {
+        let handle: UInt64 = try readInt(&buf)
+        return try lift(handle)
+    }
+
+    public static func write(_ value: GroupSession, into buf: inout [UInt8]) {
+        writeInt(&buf, lower(value))
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeGroupSession_lift(_ handle: UInt64) throws -> GroupSession {
+    return try FfiConverterTypeGroupSession.lift(handle)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeGroupSession_lower(_ value: GroupSession) -> UInt64 {
+    return FfiConverterTypeGroupSession.lower(value)
 }
 
 
@@ -2318,6 +2719,392 @@ public func FfiConverterTypeDiscoveryConfig_lift(_ buf: RustBuffer) throws -> Di
 #endif
 public func FfiConverterTypeDiscoveryConfig_lower(_ value: DiscoveryConfig) -> RustBuffer {
     return FfiConverterTypeDiscoveryConfig.lower(value)
+}
+
+
+/**
+ * A row of this party's contacts that every party of the group holds.
+ */
+public struct GroupMatch: Equatable, Hashable {
+    /**
+     * Index of the row in the caller's list (0-based). Rows that normalize to the same
+     * identifier all appear, each with its own index.
+     */
+    public var row: UInt64
+    /**
+     * The normalized identifier (E.164 phone number or lower-cased email).
+     */
+    public var identifier: String
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * Index of the row in the caller's list (0-based). Rows that normalize to the same
+         * identifier all appear, each with its own index.
+         */row: UInt64, 
+        /**
+         * The normalized identifier (E.164 phone number or lower-cased email).
+         */identifier: String) {
+        self.row = row
+        self.identifier = identifier
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension GroupMatch: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeGroupMatch: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> GroupMatch {
+        return
+            try GroupMatch(
+                row: FfiConverterUInt64.read(from: &buf), 
+                identifier: FfiConverterString.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: GroupMatch, into buf: inout [UInt8]) {
+        FfiConverterUInt64.write(value.row, into: &buf)
+        FfiConverterString.write(value.identifier, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeGroupMatch_lift(_ buf: RustBuffer) throws -> GroupMatch {
+    return try FfiConverterTypeGroupMatch.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeGroupMatch_lower(_ value: GroupMatch) -> RustBuffer {
+    return FfiConverterTypeGroupMatch.lower(value)
+}
+
+
+/**
+ * What a group run tells a party.
+ */
+public struct GroupResult: Equatable, Hashable {
+    /**
+     * This party's index (0: the leader).
+     */
+    public var party: UInt32
+    /**
+     * Parties, the leader included.
+     */
+    public var size: UInt32
+    /**
+     * The identifiers (normalized) every party holds: the leader's output, or on a member
+     * the result the leader shared. `None` on a member the leader did not share it with.
+     */
+    public var common: [String]?
+    /**
+     * This party's rows whose identifier is in `common`, in row order.
+     */
+    public var matches: [GroupMatch]
+    /**
+     * Rows that are not valid identifiers (left out of the run), in row order.
+     */
+    public var rejected: [RejectedContact]
+    /**
+     * Traffic and time.
+     */
+    public var stats: GroupStats
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * This party's index (0: the leader).
+         */party: UInt32, 
+        /**
+         * Parties, the leader included.
+         */size: UInt32, 
+        /**
+         * The identifiers (normalized) every party holds: the leader's output, or on a member
+         * the result the leader shared. `None` on a member the leader did not share it with.
+         */common: [String]?, 
+        /**
+         * This party's rows whose identifier is in `common`, in row order.
+         */matches: [GroupMatch], 
+        /**
+         * Rows that are not valid identifiers (left out of the run), in row order.
+         */rejected: [RejectedContact], 
+        /**
+         * Traffic and time.
+         */stats: GroupStats) {
+        self.party = party
+        self.size = size
+        self.common = common
+        self.matches = matches
+        self.rejected = rejected
+        self.stats = stats
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension GroupResult: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeGroupResult: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> GroupResult {
+        return
+            try GroupResult(
+                party: FfiConverterUInt32.read(from: &buf), 
+                size: FfiConverterUInt32.read(from: &buf), 
+                common: FfiConverterOptionSequenceString.read(from: &buf), 
+                matches: FfiConverterSequenceTypeGroupMatch.read(from: &buf), 
+                rejected: FfiConverterSequenceTypeRejectedContact.read(from: &buf), 
+                stats: FfiConverterTypeGroupStats.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: GroupResult, into buf: inout [UInt8]) {
+        FfiConverterUInt32.write(value.party, into: &buf)
+        FfiConverterUInt32.write(value.size, into: &buf)
+        FfiConverterOptionSequenceString.write(value.common, into: &buf)
+        FfiConverterSequenceTypeGroupMatch.write(value.matches, into: &buf)
+        FfiConverterSequenceTypeRejectedContact.write(value.rejected, into: &buf)
+        FfiConverterTypeGroupStats.write(value.stats, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeGroupResult_lift(_ buf: RustBuffer) throws -> GroupResult {
+    return try FfiConverterTypeGroupResult.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeGroupResult_lower(_ value: GroupResult) -> RustBuffer {
+    return FfiConverterTypeGroupResult.lower(value)
+}
+
+
+/**
+ * Settings of one group run ([`default_group_run_options`] gives psi-client's).
+ */
+public struct GroupRunOptions: Equatable, Hashable {
+    /**
+     * Leader: send the common contacts to every member at the end (members learn them
+     * only then). Ignored on a member.
+     */
+    public var shareResult: Bool
+    /**
+     * The longest the whole run may take, waiting for the group to fill included, in
+     * milliseconds (1 ms to 24 h).
+     */
+    public var deadlineMs: UInt64
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * Leader: send the common contacts to every member at the end (members learn them
+         * only then). Ignored on a member.
+         */shareResult: Bool, 
+        /**
+         * The longest the whole run may take, waiting for the group to fill included, in
+         * milliseconds (1 ms to 24 h).
+         */deadlineMs: UInt64) {
+        self.shareResult = shareResult
+        self.deadlineMs = deadlineMs
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension GroupRunOptions: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeGroupRunOptions: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> GroupRunOptions {
+        return
+            try GroupRunOptions(
+                shareResult: FfiConverterBool.read(from: &buf), 
+                deadlineMs: FfiConverterUInt64.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: GroupRunOptions, into buf: inout [UInt8]) {
+        FfiConverterBool.write(value.shareResult, into: &buf)
+        FfiConverterUInt64.write(value.deadlineMs, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeGroupRunOptions_lift(_ buf: RustBuffer) throws -> GroupRunOptions {
+    return try FfiConverterTypeGroupRunOptions.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeGroupRunOptions_lower(_ value: GroupRunOptions) -> RustBuffer {
+    return FfiConverterTypeGroupRunOptions.lower(value)
+}
+
+
+/**
+ * This party's traffic and time in a group run (psi-client's `GroupReport`).
+ */
+public struct GroupStats: Equatable, Hashable {
+    /**
+     * HTTP requests made to the relay (the create or join and the end included).
+     */
+    public var requests: UInt64
+    /**
+     * HTTP body bytes sent (envelopes, JSON).
+     */
+    public var bytesSent: UInt64
+    /**
+     * HTTP body bytes received.
+     */
+    public var bytesReceived: UInt64
+    /**
+     * Group PSI message bytes sent (inside the end-to-end envelopes).
+     */
+    public var protocolBytesSent: UInt64
+    /**
+     * Group PSI message bytes received.
+     */
+    public var protocolBytesReceived: UInt64
+    /**
+     * From the call of `run` to its end, waiting for the group included, in ms.
+     */
+    public var elapsedMs: UInt64
+    /**
+     * Waiting: until the group was complete (the leader) or the leader's first
+     * message (a member), in ms.
+     */
+    public var waitedMs: UInt64
+    /**
+     * This party's own computation, in ms.
+     */
+    public var computeMs: UInt64
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * HTTP requests made to the relay (the create or join and the end included).
+         */requests: UInt64, 
+        /**
+         * HTTP body bytes sent (envelopes, JSON).
+         */bytesSent: UInt64, 
+        /**
+         * HTTP body bytes received.
+         */bytesReceived: UInt64, 
+        /**
+         * Group PSI message bytes sent (inside the end-to-end envelopes).
+         */protocolBytesSent: UInt64, 
+        /**
+         * Group PSI message bytes received.
+         */protocolBytesReceived: UInt64, 
+        /**
+         * From the call of `run` to its end, waiting for the group included, in ms.
+         */elapsedMs: UInt64, 
+        /**
+         * Waiting: until the group was complete (the leader) or the leader's first
+         * message (a member), in ms.
+         */waitedMs: UInt64, 
+        /**
+         * This party's own computation, in ms.
+         */computeMs: UInt64) {
+        self.requests = requests
+        self.bytesSent = bytesSent
+        self.bytesReceived = bytesReceived
+        self.protocolBytesSent = protocolBytesSent
+        self.protocolBytesReceived = protocolBytesReceived
+        self.elapsedMs = elapsedMs
+        self.waitedMs = waitedMs
+        self.computeMs = computeMs
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension GroupStats: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeGroupStats: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> GroupStats {
+        return
+            try GroupStats(
+                requests: FfiConverterUInt64.read(from: &buf), 
+                bytesSent: FfiConverterUInt64.read(from: &buf), 
+                bytesReceived: FfiConverterUInt64.read(from: &buf), 
+                protocolBytesSent: FfiConverterUInt64.read(from: &buf), 
+                protocolBytesReceived: FfiConverterUInt64.read(from: &buf), 
+                elapsedMs: FfiConverterUInt64.read(from: &buf), 
+                waitedMs: FfiConverterUInt64.read(from: &buf), 
+                computeMs: FfiConverterUInt64.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: GroupStats, into buf: inout [UInt8]) {
+        FfiConverterUInt64.write(value.requests, into: &buf)
+        FfiConverterUInt64.write(value.bytesSent, into: &buf)
+        FfiConverterUInt64.write(value.bytesReceived, into: &buf)
+        FfiConverterUInt64.write(value.protocolBytesSent, into: &buf)
+        FfiConverterUInt64.write(value.protocolBytesReceived, into: &buf)
+        FfiConverterUInt64.write(value.elapsedMs, into: &buf)
+        FfiConverterUInt64.write(value.waitedMs, into: &buf)
+        FfiConverterUInt64.write(value.computeMs, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeGroupStats_lift(_ buf: RustBuffer) throws -> GroupStats {
+    return try FfiConverterTypeGroupStats.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeGroupStats_lower(_ value: GroupStats) -> RustBuffer {
+    return FfiConverterTypeGroupStats.lower(value)
 }
 
 
@@ -3832,6 +4619,301 @@ public func FfiConverterTypeUnitCosts_lift(_ buf: RustBuffer) throws -> UnitCost
 public func FfiConverterTypeUnitCosts_lower(_ value: UnitCosts) -> RustBuffer {
     return FfiConverterTypeUnitCosts.lower(value)
 }
+
+
+/**
+ * Why a group call failed (`DiscoveryClient::group_create`, `group_join`,
+ * `GroupSession::run`, `GroupSession::end`): a failure of the group itself, with what the
+ * app can do, or any other failure, as the match calls report it. Its own type rather
+ * than a new [`PsiError`] variant, which would break the exhaustive matches of the Swift
+ * SDK and of apps (the match calls never fail with a group failure).
+ */
+public 
+enum GroupError: Swift.Error, Equatable, Hashable, Foundation.LocalizedError {
+
+    
+    
+    /**
+     * The group failed: `failure` says how. The relay's group codes (docs/api.md,
+     * "Errors") and the group layer's own failures (docs/protocol/group-psi.md) arrive
+     * here.
+     */
+    case Failed(
+        /**
+         * What failed.
+         */failure: GroupFailure, 
+        /**
+         * What went wrong (party indices and counts only: never a contact or the code).
+         */reason: String, 
+        /**
+         * True if the same call may succeed later (a new group, or the same call after
+         * `retry_after_secs`).
+         */retryable: Bool, 
+        /**
+         * Seconds to wait, from the server's `Retry-After` ([`GroupFailure::TooManyGroups`],
+         * [`GroupFailure::MailboxFull`]).
+         */retryAfterSecs: UInt64?
+    )
+    /**
+     * Not a group failure: what any call can fail with (no network, token refused, rate
+     * limits, [`PsiError::Cancelled`], bad input such as a size outside 2 ..= 16).
+     */
+    case Call(
+        /**
+         * The failure, as a match would report it.
+         */error: PsiError
+    )
+
+    
+
+    
+
+    
+    public var errorDescription: String? {
+        String(reflecting: self)
+    }
+    
+}
+
+#if compiler(>=6)
+extension GroupError: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeGroupError: FfiConverterRustBuffer {
+    typealias SwiftType = GroupError
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> GroupError {
+        let variant: Int32 = try readInt(&buf)
+        switch variant {
+
+        
+
+        
+        case 1: return .Failed(
+            failure: try FfiConverterTypeGroupFailure.read(from: &buf), 
+            reason: try FfiConverterString.read(from: &buf), 
+            retryable: try FfiConverterBool.read(from: &buf), 
+            retryAfterSecs: try FfiConverterOptionUInt64.read(from: &buf)
+            )
+        case 2: return .Call(
+            error: try FfiConverterTypePsiError.read(from: &buf)
+            )
+
+         default: throw UniffiInternalError.unexpectedEnumCase
+        }
+    }
+
+    public static func write(_ value: GroupError, into buf: inout [UInt8]) {
+        switch value {
+
+        
+
+        
+        
+        case let .Failed(failure,reason,retryable,retryAfterSecs):
+            writeInt(&buf, Int32(1))
+            FfiConverterTypeGroupFailure.write(failure, into: &buf)
+            FfiConverterString.write(reason, into: &buf)
+            FfiConverterBool.write(retryable, into: &buf)
+            FfiConverterOptionUInt64.write(retryAfterSecs, into: &buf)
+            
+        
+        case let .Call(error):
+            writeInt(&buf, Int32(2))
+            FfiConverterTypePsiError.write(error, into: &buf)
+            
+        }
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeGroupError_lift(_ buf: RustBuffer) throws -> GroupError {
+    return try FfiConverterTypeGroupError.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeGroupError_lower(_ value: GroupError) -> RustBuffer {
+    return FfiConverterTypeGroupError.lower(value)
+}
+
+
+/**
+ * Why a group failed ([`GroupError::Failed`]).
+ */
+
+public enum GroupFailure: Equatable, Hashable {
+    
+    /**
+     * The code is not a group code (`GROUP_ID.SECRET`): mistyped or cut. Refused before
+     * any request.
+     */
+    case badCode
+    /**
+     * The server knows no group of this code: never created, ended by every party, or
+     * removed after it expired (`unknown_group`).
+     */
+    case unknownGroup
+    /**
+     * Every party of the group has joined: no one else may (`group_full`).
+     */
+    case groupFull
+    /**
+     * Another party ended the group (left, failed or was cancelled) before this run
+     * finished (`group_closed`).
+     */
+    case groupEnded
+    /**
+     * The group's lifetime on the server passed (`group_expired`).
+     */
+    case groupExpired
+    /**
+     * The server does not take this party's credential for the group (`invalid_party`).
+     */
+    case invalidParty
+    /**
+     * A party's mailbox stayed full until the run's deadline (`mailbox_full`).
+     */
+    case mailboxFull
+    /**
+     * The server's group limits are reached (`too_many_groups`): retry after
+     * `retry_after_secs`.
+     */
+    case tooManyGroups
+    /**
+     * The group did not fill, or the run did not finish, within the run's deadline.
+     */
+    case timedOut
+    /**
+     * A key announcement or a message that is not the group's: altered, replayed,
+     * reordered or dropped on the way (the relay, or someone without the code). The run
+     * gives no answer rather than a wrong one.
+     */
+    case tampered
+    /**
+     * A group failure added to the core after these bindings were built.
+     */
+    case other
+
+
+
+
+
+}
+
+#if compiler(>=6)
+extension GroupFailure: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeGroupFailure: FfiConverterRustBuffer {
+    typealias SwiftType = GroupFailure
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> GroupFailure {
+        let variant: Int32 = try readInt(&buf)
+        switch variant {
+        
+        case 1: return .badCode
+        
+        case 2: return .unknownGroup
+        
+        case 3: return .groupFull
+        
+        case 4: return .groupEnded
+        
+        case 5: return .groupExpired
+        
+        case 6: return .invalidParty
+        
+        case 7: return .mailboxFull
+        
+        case 8: return .tooManyGroups
+        
+        case 9: return .timedOut
+        
+        case 10: return .tampered
+        
+        case 11: return .other
+        
+        default: throw UniffiInternalError.unexpectedEnumCase
+        }
+    }
+
+    public static func write(_ value: GroupFailure, into buf: inout [UInt8]) {
+        switch value {
+        
+        
+        case .badCode:
+            writeInt(&buf, Int32(1))
+        
+        
+        case .unknownGroup:
+            writeInt(&buf, Int32(2))
+        
+        
+        case .groupFull:
+            writeInt(&buf, Int32(3))
+        
+        
+        case .groupEnded:
+            writeInt(&buf, Int32(4))
+        
+        
+        case .groupExpired:
+            writeInt(&buf, Int32(5))
+        
+        
+        case .invalidParty:
+            writeInt(&buf, Int32(6))
+        
+        
+        case .mailboxFull:
+            writeInt(&buf, Int32(7))
+        
+        
+        case .tooManyGroups:
+            writeInt(&buf, Int32(8))
+        
+        
+        case .timedOut:
+            writeInt(&buf, Int32(9))
+        
+        
+        case .tampered:
+            writeInt(&buf, Int32(10))
+        
+        
+        case .other:
+            writeInt(&buf, Int32(11))
+        
+        }
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeGroupFailure_lift(_ buf: RustBuffer) throws -> GroupFailure {
+    return try FfiConverterTypeGroupFailure.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeGroupFailure_lower(_ value: GroupFailure) -> RustBuffer {
+    return FfiConverterTypeGroupFailure.lower(value)
+}
+
 
 
 /**
@@ -5360,6 +6442,30 @@ fileprivate struct FfiConverterOptionTypeChoiceReport: FfiConverterRustBuffer {
 #if swift(>=5.8)
 @_documentation(visibility: private)
 #endif
+fileprivate struct FfiConverterOptionTypeGroupRunOptions: FfiConverterRustBuffer {
+    typealias SwiftType = GroupRunOptions?
+
+    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
+        guard let value = value else {
+            writeInt(&buf, Int8(0))
+            return
+        }
+        writeInt(&buf, Int8(1))
+        FfiConverterTypeGroupRunOptions.write(value, into: &buf)
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
+        switch try readInt(&buf) as Int8 {
+        case 0: return nil
+        case 1: return try FfiConverterTypeGroupRunOptions.read(from: &buf)
+        default: throw UniffiInternalError.unexpectedOptionalTag
+        }
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
 fileprivate struct FfiConverterOptionTypeLinkHints: FfiConverterRustBuffer {
     typealias SwiftType = LinkHints?
 
@@ -5480,6 +6586,30 @@ fileprivate struct FfiConverterOptionTypeServerErrorCode: FfiConverterRustBuffer
 #if swift(>=5.8)
 @_documentation(visibility: private)
 #endif
+fileprivate struct FfiConverterOptionSequenceString: FfiConverterRustBuffer {
+    typealias SwiftType = [String]?
+
+    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
+        guard let value = value else {
+            writeInt(&buf, Int8(0))
+            return
+        }
+        writeInt(&buf, Int8(1))
+        FfiConverterSequenceString.write(value, into: &buf)
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
+        switch try readInt(&buf) as Int8 {
+        case 0: return nil
+        case 1: return try FfiConverterSequenceString.read(from: &buf)
+        default: throw UniffiInternalError.unexpectedOptionalTag
+        }
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
 fileprivate struct FfiConverterSequenceString: FfiConverterRustBuffer {
     typealias SwiftType = [String]
 
@@ -5522,6 +6652,31 @@ fileprivate struct FfiConverterSequenceTypeContactMatch: FfiConverterRustBuffer 
         seq.reserveCapacity(Int(len))
         for _ in 0 ..< len {
             seq.append(try FfiConverterTypeContactMatch.read(from: &buf))
+        }
+        return seq
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterSequenceTypeGroupMatch: FfiConverterRustBuffer {
+    typealias SwiftType = [GroupMatch]
+
+    public static func write(_ value: [GroupMatch], into buf: inout [UInt8]) {
+        let len = Int32(value.count)
+        writeInt(&buf, len)
+        for item in value {
+            FfiConverterTypeGroupMatch.write(item, into: &buf)
+        }
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> [GroupMatch] {
+        let len: Int32 = try readInt(&buf)
+        var seq = [GroupMatch]()
+        seq.reserveCapacity(Int(len))
+        for _ in 0 ..< len {
+            seq.append(try FfiConverterTypeGroupMatch.read(from: &buf))
         }
         return seq
     }
@@ -5828,6 +6983,16 @@ public func preload()  {try! rustCall() {
 }
 }
 /**
+ * psi-client's defaults for a group run: the result shared, a deadline of 300 s.
+ */
+public func defaultGroupRunOptions() -> GroupRunOptions  {
+    return try!  FfiConverterTypeGroupRunOptions_lift(try! rustCall() {
+        uniffiCallStatus in
+    uniffi_psi_ffi_fn_func_default_group_run_options(uniffiCallStatus
+    )
+})
+}
+/**
  * True when this library carries the native transport ([`native_http_transport`]).
  */
 public func hasNativeHttpTransport() -> Bool  {
@@ -5891,6 +7056,9 @@ private let initializationResult: InitializationResult = {
     if (uniffi_psi_ffi_checksum_func_preload() != 56986) {
         return InitializationResult.apiChecksumMismatch
     }
+    if (uniffi_psi_ffi_checksum_func_default_group_run_options() != 15478) {
+        return InitializationResult.apiChecksumMismatch
+    }
     if (uniffi_psi_ffi_checksum_func_has_native_http_transport() != 30352) {
         return InitializationResult.apiChecksumMismatch
     }
@@ -5921,7 +7089,43 @@ private let initializationResult: InitializationResult = {
     if (uniffi_psi_ffi_checksum_method_discoveryclient_server_url() != 1530) {
         return InitializationResult.apiChecksumMismatch
     }
+    if (uniffi_psi_ffi_checksum_method_discoveryclient_group_create() != 30970) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_psi_ffi_checksum_method_discoveryclient_group_create_cancellable() != 30988) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_psi_ffi_checksum_method_discoveryclient_group_join() != 44510) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_psi_ffi_checksum_method_discoveryclient_group_join_cancellable() != 15361) {
+        return InitializationResult.apiChecksumMismatch
+    }
     if (uniffi_psi_ffi_checksum_method_progresslistener_on_progress() != 33828) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_psi_ffi_checksum_method_groupsession_cancel() != 60860) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_psi_ffi_checksum_method_groupsession_code() != 37230) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_psi_ffi_checksum_method_groupsession_end() != 29476) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_psi_ffi_checksum_method_groupsession_is_cancelled() != 15769) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_psi_ffi_checksum_method_groupsession_is_leader() != 37584) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_psi_ffi_checksum_method_groupsession_party() != 19512) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_psi_ffi_checksum_method_groupsession_run() != 35959) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_psi_ffi_checksum_method_groupsession_size() != 53369) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_psi_ffi_checksum_method_httptransport_send() != 13520) {

@@ -340,6 +340,26 @@ uint64_t uniffi_psi_ffi_fn_method_discoveryclient_match_contacts_cancellable(uin
 RustBuffer uniffi_psi_ffi_fn_method_discoveryclient_server_url(uint64_t ptr, RustCallStatus *_Nonnull out_status
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_METHOD_DISCOVERYCLIENT_GROUP_CREATE
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_METHOD_DISCOVERYCLIENT_GROUP_CREATE
+uint64_t uniffi_psi_ffi_fn_method_discoveryclient_group_create(uint64_t ptr, uint32_t size
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_METHOD_DISCOVERYCLIENT_GROUP_CREATE_CANCELLABLE
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_METHOD_DISCOVERYCLIENT_GROUP_CREATE_CANCELLABLE
+uint64_t uniffi_psi_ffi_fn_method_discoveryclient_group_create_cancellable(uint64_t ptr, uint32_t size, uint64_t cancel
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_METHOD_DISCOVERYCLIENT_GROUP_JOIN
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_METHOD_DISCOVERYCLIENT_GROUP_JOIN
+uint64_t uniffi_psi_ffi_fn_method_discoveryclient_group_join(uint64_t ptr, RustBuffer code
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_METHOD_DISCOVERYCLIENT_GROUP_JOIN_CANCELLABLE
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_METHOD_DISCOVERYCLIENT_GROUP_JOIN_CANCELLABLE
+uint64_t uniffi_psi_ffi_fn_method_discoveryclient_group_join_cancellable(uint64_t ptr, RustBuffer code, uint64_t cancel
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_CLONE_PROGRESSLISTENER
 #define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_CLONE_PROGRESSLISTENER
 uint64_t uniffi_psi_ffi_fn_clone_progresslistener(uint64_t handle, RustCallStatus *_Nonnull out_status
@@ -358,6 +378,56 @@ void uniffi_psi_ffi_fn_init_callback_vtable_progresslistener(const UniffiVTableC
 #ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_METHOD_PROGRESSLISTENER_ON_PROGRESS
 #define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_METHOD_PROGRESSLISTENER_ON_PROGRESS
 void uniffi_psi_ffi_fn_method_progresslistener_on_progress(uint64_t ptr, RustBuffer event, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_CLONE_GROUPSESSION
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_CLONE_GROUPSESSION
+uint64_t uniffi_psi_ffi_fn_clone_groupsession(uint64_t handle, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_FREE_GROUPSESSION
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_FREE_GROUPSESSION
+void uniffi_psi_ffi_fn_free_groupsession(uint64_t handle, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_METHOD_GROUPSESSION_CANCEL
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_METHOD_GROUPSESSION_CANCEL
+void uniffi_psi_ffi_fn_method_groupsession_cancel(uint64_t ptr, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_METHOD_GROUPSESSION_CODE
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_METHOD_GROUPSESSION_CODE
+RustBuffer uniffi_psi_ffi_fn_method_groupsession_code(uint64_t ptr, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_METHOD_GROUPSESSION_END
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_METHOD_GROUPSESSION_END
+uint64_t uniffi_psi_ffi_fn_method_groupsession_end(uint64_t ptr
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_METHOD_GROUPSESSION_IS_CANCELLED
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_METHOD_GROUPSESSION_IS_CANCELLED
+int8_t uniffi_psi_ffi_fn_method_groupsession_is_cancelled(uint64_t ptr, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_METHOD_GROUPSESSION_IS_LEADER
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_METHOD_GROUPSESSION_IS_LEADER
+int8_t uniffi_psi_ffi_fn_method_groupsession_is_leader(uint64_t ptr, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_METHOD_GROUPSESSION_PARTY
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_METHOD_GROUPSESSION_PARTY
+uint32_t uniffi_psi_ffi_fn_method_groupsession_party(uint64_t ptr, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_METHOD_GROUPSESSION_RUN
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_METHOD_GROUPSESSION_RUN
+uint64_t uniffi_psi_ffi_fn_method_groupsession_run(uint64_t ptr, RustBuffer contacts, RustBuffer options
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_METHOD_GROUPSESSION_SIZE
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_METHOD_GROUPSESSION_SIZE
+uint32_t uniffi_psi_ffi_fn_method_groupsession_size(uint64_t ptr, RustCallStatus *_Nonnull out_status
 );
 #endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_CLONE_HTTPTRANSPORT
@@ -395,6 +465,12 @@ RustBuffer uniffi_psi_ffi_fn_func_default_discovery_config(RustCallStatus *_Nonn
 #ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_FUNC_PRELOAD
 #define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_FUNC_PRELOAD
 void uniffi_psi_ffi_fn_func_preload(RustCallStatus *_Nonnull out_status
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_FUNC_DEFAULT_GROUP_RUN_OPTIONS
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_FN_FUNC_DEFAULT_GROUP_RUN_OPTIONS
+RustBuffer uniffi_psi_ffi_fn_func_default_group_run_options(RustCallStatus *_Nonnull out_status
     
 );
 #endif
@@ -694,6 +770,12 @@ uint16_t uniffi_psi_ffi_checksum_func_preload(void
     
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_FUNC_DEFAULT_GROUP_RUN_OPTIONS
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_FUNC_DEFAULT_GROUP_RUN_OPTIONS
+uint16_t uniffi_psi_ffi_checksum_func_default_group_run_options(void
+    
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_FUNC_HAS_NATIVE_HTTP_TRANSPORT
 #define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_FUNC_HAS_NATIVE_HTTP_TRANSPORT
 uint16_t uniffi_psi_ffi_checksum_func_has_native_http_transport(void
@@ -754,9 +836,81 @@ uint16_t uniffi_psi_ffi_checksum_method_discoveryclient_server_url(void
     
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_METHOD_DISCOVERYCLIENT_GROUP_CREATE
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_METHOD_DISCOVERYCLIENT_GROUP_CREATE
+uint16_t uniffi_psi_ffi_checksum_method_discoveryclient_group_create(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_METHOD_DISCOVERYCLIENT_GROUP_CREATE_CANCELLABLE
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_METHOD_DISCOVERYCLIENT_GROUP_CREATE_CANCELLABLE
+uint16_t uniffi_psi_ffi_checksum_method_discoveryclient_group_create_cancellable(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_METHOD_DISCOVERYCLIENT_GROUP_JOIN
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_METHOD_DISCOVERYCLIENT_GROUP_JOIN
+uint16_t uniffi_psi_ffi_checksum_method_discoveryclient_group_join(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_METHOD_DISCOVERYCLIENT_GROUP_JOIN_CANCELLABLE
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_METHOD_DISCOVERYCLIENT_GROUP_JOIN_CANCELLABLE
+uint16_t uniffi_psi_ffi_checksum_method_discoveryclient_group_join_cancellable(void
+    
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_METHOD_PROGRESSLISTENER_ON_PROGRESS
 #define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_METHOD_PROGRESSLISTENER_ON_PROGRESS
 uint16_t uniffi_psi_ffi_checksum_method_progresslistener_on_progress(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_METHOD_GROUPSESSION_CANCEL
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_METHOD_GROUPSESSION_CANCEL
+uint16_t uniffi_psi_ffi_checksum_method_groupsession_cancel(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_METHOD_GROUPSESSION_CODE
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_METHOD_GROUPSESSION_CODE
+uint16_t uniffi_psi_ffi_checksum_method_groupsession_code(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_METHOD_GROUPSESSION_END
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_METHOD_GROUPSESSION_END
+uint16_t uniffi_psi_ffi_checksum_method_groupsession_end(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_METHOD_GROUPSESSION_IS_CANCELLED
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_METHOD_GROUPSESSION_IS_CANCELLED
+uint16_t uniffi_psi_ffi_checksum_method_groupsession_is_cancelled(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_METHOD_GROUPSESSION_IS_LEADER
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_METHOD_GROUPSESSION_IS_LEADER
+uint16_t uniffi_psi_ffi_checksum_method_groupsession_is_leader(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_METHOD_GROUPSESSION_PARTY
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_METHOD_GROUPSESSION_PARTY
+uint16_t uniffi_psi_ffi_checksum_method_groupsession_party(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_METHOD_GROUPSESSION_RUN
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_METHOD_GROUPSESSION_RUN
+uint16_t uniffi_psi_ffi_checksum_method_groupsession_run(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_METHOD_GROUPSESSION_SIZE
+#define UNIFFI_FFIDEF_UNIFFI_PSI_FFI_CHECKSUM_METHOD_GROUPSESSION_SIZE
+uint16_t uniffi_psi_ffi_checksum_method_groupsession_size(void
     
 );
 #endif

@@ -642,3 +642,85 @@ fn posts_are_charged_to_the_callers_group_budget() {
     );
     srv.shutdown().unwrap();
 }
+
+/// A size outside 2 ..= 16 is the caller's input, refused before any request (the server
+/// here does not exist: a request would be a network error).
+#[test]
+fn a_size_outside_2_to_16_is_refused_before_any_request() {
+    let c = client("http://127.0.0.1:9");
+    for size in [0, 1, 17, 255] {
+        assert!(
+            matches!(c.group_create(size), Err(ClientError::BadInput(_))),
+            "{size}"
+        );
+    }
+    assert!(matches!(
+        c.group_create(2),
+        Err(ClientError::Network { .. })
+    ));
+}
+
+/// The options' cancel token stops a leader waiting for its group: the run fails with
+/// `Cancelled`, and the group is ended on the way out (a late member cannot join).
+#[test]
+fn a_cancelled_run_ends_the_group() {
+    let srv = server(|_| {});
+    let url = srv.url();
+    let c = Arc::new(client(&url));
+    let leader = c.group_create_shared(3).unwrap();
+    let code = leader.code();
+    let o = options();
+    let cancel = o.cancel.clone();
+    let run = std::thread::spawn(move || leader.run(ItemSet::new([b"+12025550100"]), &o));
+    std::thread::sleep(Duration::from_millis(300));
+    cancel.cancel();
+    assert!(matches!(run.join().unwrap(), Err(ClientError::Cancelled)));
+    match c.group_join(&code) {
+        Err(ClientError::Http { code, .. }) => assert!(
+            matches!(code, ErrorCode::GroupClosed | ErrorCode::UnknownGroup),
+            "{code:?}"
+        ),
+        other => panic!("joined an ended group: {other:?}"),
+    }
+}
+
+/// `run_contacts` normalizes each party's rows and maps the common identifiers back to
+/// them: rows spelt differently match, invalid rows are returned, not sent.
+#[test]
+fn run_contacts_maps_the_intersection_back_to_each_partys_rows() {
+    let srv = server(|_| {});
+    let url = srv.url();
+    let leader_client = Arc::new(client(&url));
+    let member_client = client(&url);
+    let leader = leader_client.group_create_shared(2).unwrap();
+    let code = leader.code();
+    let mine = [
+        "Ann@Example.com",
+        "not a contact",
+        "+1 202 555 0100",
+        "zed@example.com",
+    ];
+    let theirs = ["(202) 555-0100", "ann@example.com ", "bob@example.com"];
+    let led = std::thread::spawn(move || leader.run_contacts(&mine, &options()));
+    let member = member_client
+        .group_join(&code)
+        .unwrap()
+        .run_contacts(&theirs, &options())
+        .unwrap();
+    let led = led.join().unwrap().unwrap();
+    let want: BTreeSet<Vec<u8>> = [b"ann@example.com".to_vec(), b"+12025550100".to_vec()]
+        .into_iter()
+        .collect();
+    for r in [&led, &member] {
+        let common: BTreeSet<Vec<u8>> = r.run.common.clone().unwrap().into_iter().collect();
+        assert_eq!(common, want);
+    }
+    let rows = |r: &psi_client::group::GroupContactReport| -> Vec<usize> {
+        r.matches.iter().map(|m| m.row).collect()
+    };
+    assert_eq!(rows(&led), [0, 2]);
+    assert_eq!(rows(&member), [0, 1]);
+    assert_eq!(led.rejected.iter().map(|r| r.row).collect::<Vec<_>>(), [1]);
+    assert!(member.rejected.is_empty());
+    assert_eq!((led.rows, member.rows), (4, 3));
+}

@@ -16,10 +16,13 @@ pub mod envelope;
 
 pub use code::GroupCode;
 
-use crate::Client;
+use crate::cancel::CancelToken;
+use crate::contacts::{ContactMatch, Rejected};
 use crate::error::{ClientError, Result};
 use crate::transport::{Request, Response, TransportError};
+use crate::{Client, ClientConfig};
 use envelope::{Channel, GroupSecret, PartyKey};
+use psi_contacts::Normalizer;
 use psi_core::mpsi::{Leader, LeaderStep, Member, MpsiConfig};
 use psi_core::{ItemSet, Threads};
 use psi_http::{
@@ -94,7 +97,16 @@ pub struct GroupOptions {
     /// Leader: send the intersection to every member at the end (the issue's "may share
     /// it with the group"). Members learn it only then.
     pub share_result: bool,
+    /// Stops the run: it is checked before each request to the relay, and a request the
+    /// transport abandoned because of it counts as the cancel, not a network error. The
+    /// run then fails with [`ClientError::Cancelled`] and ends the group (the end itself
+    /// is sent, so the others hear `group_closed` at once).
+    pub cancel: CancelToken,
 }
+
+/// The fewest and the most parties in a group, the leader included (psi-core's limits,
+/// which the relay also enforces).
+pub use psi_core::mpsi::params::{MAX_PARTIES, MIN_PARTIES};
 
 impl Default for GroupOptions {
     fn default() -> Self {
@@ -103,8 +115,36 @@ impl Default for GroupOptions {
             deadline: Duration::from_secs(300),
             poll: Duration::from_secs(2),
             share_result: true,
+            cancel: CancelToken::new(),
         }
     }
+}
+
+impl GroupOptions {
+    /// The defaults with `config`'s threads: what a platform SDK's run starts from.
+    pub fn for_config(config: &ClientConfig) -> GroupOptions {
+        GroupOptions {
+            threads: config.threads,
+            ..GroupOptions::default()
+        }
+    }
+}
+
+/// What [`GroupParty::run_contacts`] tells a party: the group's run, mapped back to this
+/// party's contact rows.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct GroupContactReport {
+    /// This party's rows whose identifier every party holds, in row order (`label` is
+    /// always `None`: a group has no registry). Empty on a member the leader did not
+    /// share the result with.
+    pub matches: Vec<ContactMatch>,
+    /// Rows that are not valid identifiers, left out of the run, in row order.
+    pub rejected: Vec<Rejected>,
+    /// Rows given.
+    pub rows: usize,
+    /// The run: the common identifiers (normalized, as bytes), traffic and time.
+    pub run: GroupReport,
 }
 
 /// What a run tells a party.
@@ -146,9 +186,26 @@ mod kind {
 /// A hook seeing every psi-core message in the clear: the peer, `true` if sent, bytes.
 pub type Observer = Arc<dyn Fn(u8, bool, &[u8]) + Send + Sync>;
 
+/// The client a [`GroupParty`] sends through: borrowed (the CLI, tests), or shared (a
+/// platform binding, whose party outlives the call that created it).
+enum ClientRef<'c> {
+    Borrowed(&'c Client),
+    Shared(Arc<Client>),
+}
+
+impl std::ops::Deref for ClientRef<'_> {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        match self {
+            ClientRef::Borrowed(c) => c,
+            ClientRef::Shared(c) => c,
+        }
+    }
+}
+
 /// A party of a group on the relay, after its create or join.
 pub struct GroupParty<'c> {
-    client: &'c Client,
+    client: ClientRef<'c>,
     code: GroupCode,
     secret: GroupSecret,
     key: PartyKey,
@@ -159,6 +216,8 @@ pub struct GroupParty<'c> {
     report: GroupReport,
     observer: Option<Observer>,
     ended: bool,
+    /// The run's cancel token (from its options); checked before each request but the end.
+    cancel: CancelToken,
 }
 
 impl std::fmt::Debug for GroupParty<'_> {
@@ -182,9 +241,38 @@ fn bad(what: &str) -> ClientError {
 impl Client {
     /// Creates a group of `size` parties (2 ..= 16) with this caller as its leader: draws
     /// the code's secret and the leader's key, and announces it. Show
-    /// [`GroupParty::code`] to the members.
+    /// [`GroupParty::code`] to the members. A size outside 2 ..= 16 is
+    /// [`ClientError::BadInput`], refused before any request.
     pub fn group_create(&self, size: u8) -> Result<GroupParty<'_>> {
-        Client::check_base_url(&self.base, &self.config)?;
+        create(ClientRef::Borrowed(self), size)
+    }
+
+    /// [`Client::group_create`] on a shared client: the party holds it, and lives as long
+    /// as the caller keeps it (a platform binding's group object).
+    pub fn group_create_shared(self: &Arc<Self>, size: u8) -> Result<GroupParty<'static>> {
+        create(ClientRef::Shared(self.clone()), size)
+    }
+
+    /// Joins the group of `code` as a member.
+    pub fn group_join(&self, code: &str) -> Result<GroupParty<'_>> {
+        join(ClientRef::Borrowed(self), code)
+    }
+
+    /// [`Client::group_join`] on a shared client (see [`Client::group_create_shared`]).
+    pub fn group_join_shared(self: &Arc<Self>, code: &str) -> Result<GroupParty<'static>> {
+        join(ClientRef::Shared(self.clone()), code)
+    }
+}
+
+fn create(client: ClientRef<'_>, size: u8) -> Result<GroupParty<'_>> {
+    let (code, key, joined, report) = {
+        let this: &Client = &client;
+        Client::check_base_url(&this.base, &this.config)?;
+        if !(MIN_PARTIES..=MAX_PARTIES).contains(&size) {
+            return Err(ClientError::BadInput(format!(
+                "a group has {MIN_PARTIES} to {MAX_PARTIES} parties, not {size}"
+            )));
+        }
         let mut r = rng()?;
         let mut secret = Zeroizing::new([0u8; envelope::SECRET_BYTES]);
         rand_core::Rng::fill_bytes(&mut r, secret.as_mut());
@@ -206,7 +294,7 @@ impl Client {
             query: None,
             step: None,
         };
-        let resp = send(self, &mut report, call)?;
+        let resp = send(this, &mut report, call)?;
         let joined: GroupJoined =
             serde_json::from_slice(&resp.body).map_err(|_| bad("not a group (JSON)"))?;
         if joined.party != 0 || joined.size != size {
@@ -215,12 +303,15 @@ impl Client {
             ));
         }
         let code = GroupCode::new(joined.group_id.clone(), *secret);
-        GroupParty::new(self, code, key, joined, report)
-    }
+        (code, key, joined, report)
+    };
+    GroupParty::new(client, code, key, joined, report)
+}
 
-    /// Joins the group of `code` as a member.
-    pub fn group_join(&self, code: &str) -> Result<GroupParty<'_>> {
-        Client::check_base_url(&self.base, &self.config)?;
+fn join<'c>(client: ClientRef<'c>, code: &str) -> Result<GroupParty<'c>> {
+    let (code, key, joined, report) = {
+        let this: &Client = &client;
+        Client::check_base_url(&this.base, &this.config)?;
         let code: GroupCode = code.parse()?;
         let mut r = rng()?;
         let key = PartyKey::new(&mut r);
@@ -238,14 +329,15 @@ impl Client {
             query: None,
             step: None,
         };
-        let resp = send(self, &mut report, call)?;
+        let resp = send(this, &mut report, call)?;
         let joined: GroupJoined =
             serde_json::from_slice(&resp.body).map_err(|_| bad("not a group (JSON)"))?;
         if joined.group_id != code.group_id || joined.party == 0 {
             return Err(bad("the server answered for another group or party"));
         }
-        GroupParty::new(self, code, key, joined, report)
-    }
+        (code, key, joined, report)
+    };
+    GroupParty::new(client, code, key, joined, report)
 }
 
 /// One request to the relay.
@@ -366,7 +458,7 @@ fn decode_result(body: &[u8]) -> Option<Vec<Vec<u8>>> {
 
 impl<'c> GroupParty<'c> {
     fn new(
-        client: &'c Client,
+        client: ClientRef<'c>,
         code: GroupCode,
         key: PartyKey,
         joined: GroupJoined,
@@ -395,6 +487,7 @@ impl<'c> GroupParty<'c> {
             },
             observer: None,
             ended: false,
+            cancel: CancelToken::new(),
         })
     }
 
@@ -413,12 +506,21 @@ impl<'c> GroupParty<'c> {
         self.size
     }
 
+    /// The client this party sends through.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// Sets a hook that sees every psi-core message in the clear (tests, transcripts).
     pub fn observe(&mut self, observer: Observer) {
         self.observer = Some(observer);
     }
 
     fn send(&mut self, route: Route, body: Vec<u8>, query: Option<String>) -> Result<Response> {
+        let cancellable = route != Route::EndGroup;
+        if cancellable && self.cancel.is_cancelled() {
+            return Err(ClientError::Cancelled);
+        }
         let c = self.credential.clone();
         let call = Call {
             route,
@@ -428,7 +530,11 @@ impl<'c> GroupParty<'c> {
             query,
             step: Some(self.max_message_bytes),
         };
-        send(self.client, &mut self.report, call)
+        match send(&self.client, &mut self.report, call) {
+            // A request the transport abandoned because of the cancel.
+            Err(_) if cancellable && self.cancel.is_cancelled() => Err(ClientError::Cancelled),
+            other => other,
+        }
     }
 
     /// Waits for the roster until `parties` hold announcements, and opens a channel to
@@ -475,6 +581,7 @@ impl GroupParty<'_> {
     /// learns them only if shared. The group is ended at the end, or on any failure (so
     /// the others hear `group_closed` at once).
     pub fn run(mut self, items: ItemSet, options: &GroupOptions) -> Result<GroupReport> {
+        self.cancel = options.cancel.clone();
         let start = Instant::now();
         let deadline = start + options.deadline;
         let result = if self.party == 0 {
@@ -495,6 +602,50 @@ impl GroupParty<'_> {
         }
         self.report.common = common;
         Ok(self.report)
+    }
+
+    /// Normalizes `contacts` (phone numbers with the client's
+    /// [`ClientConfig::default_region`], emails), runs group PSI with the valid ones, and
+    /// maps the common identifiers back to this party's rows. Invalid rows are left out
+    /// and returned with their reason; an address book with no valid row still takes part
+    /// (with an empty set, so the group's result is empty).
+    pub fn run_contacts<S: AsRef<str>>(
+        self,
+        contacts: &[S],
+        options: &GroupOptions,
+    ) -> Result<GroupContactReport> {
+        let normalizer = Normalizer::new(&self.client.config.default_region)
+            .map_err(|e| ClientError::BadInput(e.to_string()))?;
+        let normalized = normalizer.normalize_all(contacts);
+        let rejected: Vec<Rejected> = normalized
+            .rejected
+            .iter()
+            .map(|&(row, reason)| Rejected { row, reason })
+            .collect();
+        let items: Vec<Vec<u8>> = normalized
+            .accepted
+            .iter()
+            .map(|(_, c)| c.value.as_bytes().to_vec())
+            .collect();
+        let run = self.run(ItemSet::new(items), options)?;
+        let common: std::collections::HashSet<&[u8]> =
+            run.common.iter().flatten().map(Vec::as_slice).collect();
+        let matches = normalized
+            .accepted
+            .iter()
+            .filter(|(_, c)| common.contains(c.value.as_bytes()))
+            .map(|(row, c)| ContactMatch {
+                row: *row,
+                identifier: c.value.clone(),
+                label: None,
+            })
+            .collect();
+        Ok(GroupContactReport {
+            matches,
+            rejected,
+            rows: contacts.len(),
+            run,
+        })
     }
 
     /// Ends the group for every party (this one leaves it); done by [`GroupParty::run`].

@@ -87,6 +87,60 @@ sealed class ContactDiscoveryException(message: String, cause: Throwable? = null
         ContactDiscoveryException(message, cause) {
         override val isRetryable get() = false
     }
+
+    /**
+     * A group call failed (group overlap: `createGroup`, `joinGroup`, [GroupSession.run]):
+     * [failure] says how. [isRetryable] when a new group (or the same call after
+     * [retryAfterSeconds]) may succeed. Other failures of a group call (no network, the
+     * token refused, a size outside 2..16) are the other cases of this class.
+     */
+    class Group(
+        message: String,
+        val failure: GroupFailure,
+        override val isRetryable: Boolean,
+        val retryAfterSeconds: Long?,
+        cause: Throwable? = null,
+    ) : ContactDiscoveryException(message, cause)
+}
+
+/** Why a group failed ([ContactDiscoveryException.Group]). */
+enum class GroupFailure {
+    /** The code is not a group code (`GROUP_ID.SECRET`): mistyped or cut. Nothing was sent. */
+    BAD_CODE,
+
+    /** The server knows no group of this code: never created, ended, or expired. */
+    UNKNOWN_GROUP,
+
+    /** Every party of the group has joined: no one else may. */
+    GROUP_FULL,
+
+    /** Another party ended the group (left, failed or was cancelled) before this run finished. */
+    GROUP_ENDED,
+
+    /** The group's lifetime on the server passed. */
+    GROUP_EXPIRED,
+
+    /** The server does not take this party's credential for the group. */
+    INVALID_PARTY,
+
+    /** A party's mailbox on the server stayed full until the run's deadline. */
+    MAILBOX_FULL,
+
+    /** The server's group limits are reached: retry after [ContactDiscoveryException.Group.retryAfterSeconds]. */
+    TOO_MANY_GROUPS,
+
+    /** The group did not fill, or the run did not finish, within [GroupRunOptions.deadline]. */
+    TIMED_OUT,
+
+    /**
+     * A key announcement or a message that is not the group's (altered, replayed, reordered
+     * or dropped on the way, by the server or by someone without the code): the run gives
+     * no answer rather than a wrong one.
+     */
+    TAMPERED,
+
+    /** A failure this version of the SDK does not know. */
+    OTHER,
 }
 
 /** The server API's error codes (docs/api.md, "Errors"). */

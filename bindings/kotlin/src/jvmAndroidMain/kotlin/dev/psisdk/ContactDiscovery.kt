@@ -1,6 +1,7 @@
 package dev.psisdk
 
 import dev.psisdk.ffi.DiscoveryClient
+import dev.psisdk.ffi.GroupException
 import dev.psisdk.ffi.HttpTransport
 import dev.psisdk.ffi.InternalException
 import dev.psisdk.ffi.ProgressEvent
@@ -171,6 +172,49 @@ actual class ContactDiscovery private constructor(
         }
     }
 
+    /**
+     * Creates a group overlap of [size] parties (2 to 16, this one included) on the
+     * server, with this caller as its leader: show [GroupSession.code] to the others, then
+     * call [GroupSession.run]. See [GroupSession].
+     *
+     * @throws ContactDiscoveryException.InvalidInput if [size] is not 2 to 16 (nothing is sent).
+     * @throws ContactDiscoveryException.Group if the server's group limits are reached.
+     * @throws ContactDiscoveryException another failure, as a match reports it.
+     */
+    @Throws(ContactDiscoveryException::class)
+    suspend fun createGroup(size: Int): GroupSession {
+        checkOpen()
+        if (size < 0) throw ContactDiscoveryException.InvalidInput("a group size must not be negative")
+        return GroupSession(NativeLibrary.call { native.groupCreate(size.toUInt()) })
+    }
+
+    /**
+     * Joins the group overlap whose leader shows [code], as a member; then call
+     * [GroupSession.run].
+     *
+     * @throws ContactDiscoveryException.Group with [GroupFailure.BAD_CODE] for a code that is
+     *   not one (nothing is sent), [GroupFailure.UNKNOWN_GROUP] for one the server does not
+     *   know, [GroupFailure.GROUP_FULL] when every party has joined.
+     * @throws ContactDiscoveryException another failure, as a match reports it.
+     */
+    @Throws(ContactDiscoveryException::class)
+    suspend fun joinGroup(code: String): GroupSession {
+        checkOpen()
+        return GroupSession(NativeLibrary.call { native.groupJoin(code) })
+    }
+
+    /** [createGroup] for Java callers. */
+    fun createGroupAsync(size: Int): CompletableFuture<GroupSession> {
+        checkOpen()
+        return futures.future { createGroup(size) }
+    }
+
+    /** [joinGroup] for Java callers. */
+    fun joinGroupAsync(code: String): CompletableFuture<GroupSession> {
+        checkOpen()
+        return futures.future { joinGroup(code) }
+    }
+
     /** [health] for Java callers. */
     fun healthAsync(): CompletableFuture<ServerHealth> {
         checkOpen()
@@ -272,6 +316,8 @@ internal object NativeLibrary {
             ready()
             block()
         } catch (e: PsiException) {
+            throw e.toPublic()
+        } catch (e: GroupException) {
             throw e.toPublic()
         } catch (e: InternalException) {
             // uniffi's own failure (a panic it caught, a broken call): a bug.

@@ -19,6 +19,11 @@ import dev.psisdk.ffi.Protocol as FfiProtocol
 import dev.psisdk.ffi.RejectReason as FfiRejectReason
 import dev.psisdk.ffi.ServerErrorCode as FfiCode
 import dev.psisdk.ffi.ServerHealth as FfiHealth
+import dev.psisdk.ffi.GroupException
+import dev.psisdk.ffi.GroupFailure as FfiGroupFailure
+import dev.psisdk.ffi.GroupResult as FfiGroupResult
+import dev.psisdk.ffi.GroupRunOptions as FfiGroupRunOptions
+import java.time.Duration
 
 // Conversions between the generated bindings (dev.psisdk.ffi) and the public API, in this
 // one file. Every `when` is exhaustive, so a case added on the Rust side fails this
@@ -306,4 +311,69 @@ internal fun PsiException.toPublic(): Exception = when (this) {
     is PsiException.Cancelled -> CancellationException("the run was cancelled").also { it.initCause(this) }
     is PsiException.Internal -> ContactDiscoveryException.Internal(reason, this)
     is PsiException.Tls -> ContactDiscoveryException.Tls(reason, this)
+}
+
+/** A group run's settings for the native library, which checks them; a negative duration cannot cross as unsigned. */
+internal fun GroupRunOptions.toFfi(): FfiGroupRunOptions {
+    if (deadline.isNegative) throw ContactDiscoveryException.InvalidInput("deadline must not be negative")
+    val millis = runCatching { deadline.toMillis() }.getOrDefault(Long.MAX_VALUE)
+    return FfiGroupRunOptions(shareResult = shareResult, deadlineMs = millis.toULong())
+}
+
+internal fun <C> FfiGroupResult.toResult(contacts: List<C>): GroupResult<C> {
+    fun row(r: ULong): Int {
+        if (r >= contacts.size.toULong()) {
+            throw ContactDiscoveryException.Internal("the native library returned row $r of ${contacts.size}")
+        }
+        return r.toInt()
+    }
+    fun ms(v: ULong) = Duration.ofMillis(v.toLongClamped())
+    val s = stats
+    return GroupResult(
+        party = party.toIntClamped(),
+        size = size.toIntClamped(),
+        common = common,
+        matches = matches.map {
+            val i = row(it.row)
+            GroupMatch(contacts[i], i, it.identifier)
+        },
+        rejected = rejected.map {
+            val i = row(it.row)
+            RejectedContact(contacts[i], i, it.reason.toPublic())
+        },
+        stats = GroupStats(
+            requests = s.requests.toLongClamped(),
+            bytesSent = s.bytesSent.toLongClamped(),
+            bytesReceived = s.bytesReceived.toLongClamped(),
+            protocolBytesSent = s.protocolBytesSent.toLongClamped(),
+            protocolBytesReceived = s.protocolBytesReceived.toLongClamped(),
+            elapsed = ms(s.elapsedMs),
+            waited = ms(s.waitedMs),
+            compute = ms(s.computeMs),
+        ),
+    )
+}
+
+internal fun FfiGroupFailure.toPublic() = when (this) {
+    FfiGroupFailure.BAD_CODE -> GroupFailure.BAD_CODE
+    FfiGroupFailure.UNKNOWN_GROUP -> GroupFailure.UNKNOWN_GROUP
+    FfiGroupFailure.GROUP_FULL -> GroupFailure.GROUP_FULL
+    FfiGroupFailure.GROUP_ENDED -> GroupFailure.GROUP_ENDED
+    FfiGroupFailure.GROUP_EXPIRED -> GroupFailure.GROUP_EXPIRED
+    FfiGroupFailure.INVALID_PARTY -> GroupFailure.INVALID_PARTY
+    FfiGroupFailure.MAILBOX_FULL -> GroupFailure.MAILBOX_FULL
+    FfiGroupFailure.TOO_MANY_GROUPS -> GroupFailure.TOO_MANY_GROUPS
+    FfiGroupFailure.TIMED_OUT -> GroupFailure.TIMED_OUT
+    FfiGroupFailure.TAMPERED -> GroupFailure.TAMPERED
+    FfiGroupFailure.OTHER -> GroupFailure.OTHER
+}
+
+/**
+ * The public exception for a group call's native error: a group failure becomes
+ * [ContactDiscoveryException.Group], anything else what a match would throw.
+ */
+internal fun GroupException.toPublic(): Exception = when (this) {
+    is GroupException.Failed ->
+        ContactDiscoveryException.Group(reason, failure.toPublic(), retryable, retryAfterSecs?.toLongClamped(), this)
+    is GroupException.Call -> error.toPublic()
 }
