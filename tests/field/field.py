@@ -386,12 +386,14 @@ def serve_extra_flags(psi):
     """CM20-PSI and GBF-PSI are opt-in on a server (ADR 0021, ADR 0048: semi-honest clients
     only); the harness's client is ours, so each is enabled where the binary has its flag
     (`psi match` accepts every protocol name, so the grid forces each one). The link probe's hourly
-    byte budget is lifted like the other budgets (the grid makes more runs per hour than a
-    user), where the binary has the flag."""
+    byte budget and the encoded-set download budget (a 10^6 set is about 8 MB: the grid downloads
+    it more often an hour than the 64 MiB default allows) are lifted like the other budgets (the
+    grid makes more runs per hour than a user), where the binary has the flag."""
     if psi not in _SERVE_EXTRA:
         text = sh(psi, "serve", "--help").stdout
         extra = [flag for flag in ("--enable-cm20", "--enable-gbf") if flag in text]
-        extra += ["--probe-bytes-per-hour", "0"] if "--probe-bytes-per-hour" in text else []
+        for budget in ("--probe-bytes-per-hour", "--encoded-set-bytes-per-hour"):
+            extra += [budget, "0"] if budget in text else []
         _SERVE_EXTRA[psi] = extra
     return _SERVE_EXTRA[psi]
 
