@@ -3,7 +3,7 @@
 
 use super::config::OtConfig;
 use super::cuckoo::{self, EMPTY, ItemDigest};
-use super::lanes::{self, PAD_AT};
+use crate::lanes::{self, PAD_AT};
 use super::matrix::{BLOCK_ROWS, matrix_rows};
 use super::messages::{
     self, Chunk, Hello, MAX_BINS, MAX_ITEMS, Message, Outputs, Setup, max_bins_for,
@@ -320,10 +320,8 @@ impl OtClient {
             unreachable!("checked by caller")
         };
         let n_c = self.items.len();
-        if setup.lane.is_some() && !self.config.ask_label_lanes {
-            // Lanes granted that were not asked for.
-            return Err(DecodeError::InvalidParameter { what: "suite" }.into());
-        }
+        // Lanes granted that were not asked for are refused.
+        lanes::check_granted(self.config.ask_label_lanes, setup.lane)?;
         let out_len = output_len(n_c, setup.server_items as usize);
         if setup.out_len as usize != out_len {
             return Err(DecodeError::InvalidParameter {
