@@ -97,8 +97,8 @@ pub trait ChunkedServer: Send {
     fn is_done(&self) -> bool;
     /// True once the run is over, successfully or not: no further message is accepted.
     fn is_finished(&self) -> bool;
-    /// True when the run sent the matches' labels with its outputs (OT-PSI's label lanes,
-    /// ADR 0053): the session then needs no label step.
+    /// True when the run sent the matches' labels with its outputs (OT-PSI's and
+    /// CM20-PSI's label lanes, ADR 0053): the session then needs no label step.
     fn labels_carried(&self) -> bool;
     /// The most bytes the next request can have in this phase: the hello's size before
     /// the hello, the rest of the matrix in one chunk while chunks arrive, 0 once the run

@@ -443,4 +443,16 @@ impl Cm20Client {
             _ => panic!("no seeds yet"),
         }
     }
+
+    /// Test hook: the client's own values (sorted, with item indices) and lane pads, while
+    /// the outputs are awaited.
+    pub(crate) fn test_mine(&self) -> (Vec<(u128, u32)>, Vec<u8>) {
+        match &self.phase {
+            Phase::AwaitOutputs(s) => {
+                let mine = s.own_values(self.items.len());
+                (mine.sorted.to_vec(), mine.pads.to_vec())
+            }
+            _ => panic!("not awaiting the outputs"),
+        }
+    }
 }
