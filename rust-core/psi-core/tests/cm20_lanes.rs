@@ -288,7 +288,10 @@ fn malformed_lane_messages_are_typed_errors() {
     };
     for n in 0..outputs.len() {
         assert!(cm20::messages::check(&outputs[..n]).is_err(), "prefix {n}");
-        assert!(matches!(fresh().handle(&outputs[..n]), Err(Error::Decode(_))));
+        assert!(matches!(
+            fresh().handle(&outputs[..n]),
+            Err(Error::Decode(_))
+        ));
     }
     let with_len = |bytes: &mut Vec<u8>| {
         let n = (bytes.len() - BODY) as u32;

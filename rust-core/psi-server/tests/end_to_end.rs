@@ -207,7 +207,12 @@ fn cm20_psi_labels_ride_on_the_run_and_equal_dh_psis() {
     );
     let mut phases = Vec::new();
     let dh = client
-        .match_items(items.clone(), Protocol::Dh, &mut |_| {}, &CancelToken::new())
+        .match_items(
+            items.clone(),
+            Protocol::Dh,
+            &mut |_| {},
+            &CancelToken::new(),
+        )
         .unwrap();
     let cm20 = client
         .match_items(
@@ -234,7 +239,10 @@ fn cm20_psi_labels_ride_on_the_run_and_equal_dh_psis() {
     let t = raw(&server);
     for (body, want) in [
         (&br#"{"protocol":"cm20-psi","client_items":3}"#[..], Some(9)),
-        (br#"{"protocol":"cm20-psi","client_items":3,"labels":false}"#, None),
+        (
+            br#"{"protocol":"cm20-psi","client_items":3,"labels":false}"#,
+            None,
+        ),
     ] {
         let r = send(
             &t,
@@ -245,7 +253,10 @@ fn cm20_psi_labels_ride_on_the_run_and_equal_dh_psis() {
         );
         assert_eq!(r.status, 201);
         let created: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
-        assert_eq!(created.get("label_lane_width").and_then(|v| v.as_u64()), want);
+        assert_eq!(
+            created.get("label_lane_width").and_then(|v| v.as_u64()),
+            want
+        );
     }
     server.shutdown().unwrap();
 }

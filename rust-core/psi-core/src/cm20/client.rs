@@ -358,7 +358,14 @@ impl Sending {
     fn own_values(&self, n: usize) -> Mine {
         let p = self.params;
         let pad_len = self.lane.map_or(0, |w| 1 + w as usize);
-        let d = prf::outputs(&self.sid, &self.acc, n, p.width as usize, p.output_bits, pad_len);
+        let d = prf::outputs(
+            &self.sid,
+            &self.acc,
+            n,
+            p.width as usize,
+            p.output_bits,
+            pad_len,
+        );
         let mut mine: Zeroizing<Vec<(u128, u32)>> = Zeroizing::new(
             d.values
                 .iter()

@@ -6,8 +6,8 @@
 use super::params::{self, MAX_WIDTH, MIN_HEIGHT};
 use super::rot;
 use crate::chunked::{self, put_base_ot, read_base_ot};
-use crate::lanes;
 use crate::error::DecodeError;
+use crate::lanes;
 use crate::ote::base_ot::RECEIVER_MSG_LEN;
 use crate::protocol::Protocol;
 use crate::wire::{self, Reader, check_limit as limit};

@@ -362,7 +362,11 @@ impl Cm20Server {
                         lanes.seal_into(i, pad, &mut sealed);
                     }
                     let mut rows: Zeroizing<Vec<(u128, u32)>> = Zeroizing::new(
-                        d.values.iter().enumerate().map(|(i, &v)| (v, i as u32)).collect(),
+                        d.values
+                            .iter()
+                            .enumerate()
+                            .map(|(i, &v)| (v, i as u32))
+                            .collect(),
                     );
                     Outputs::encode_labelled(
                         crate::Protocol::Cm20,

@@ -512,17 +512,15 @@ fn label_lanes_give_cm20_psi_its_links() {
             .iter()
             .map(|&p| (p, predict(p, &lanes, &i).unwrap().total()))
             .collect();
-        let fastest = forced
-            .iter()
-            .min_by(|a, b| a.1.total_cmp(&b.1))
-            .unwrap()
-            .0;
+        let fastest = forced.iter().min_by(|a, b| a.1.total_cmp(&b.1)).unwrap().0;
         let chosen = choose(&lanes, &i, Policy::Fastest, ALL).unwrap().protocol;
         assert_eq!(chosen, fastest, "{name}: {forced:?}");
         if chosen == Protocol::Cm20 {
             cm20_links += 1;
-            assert!(predict(Protocol::Cm20, &lanes, &i).unwrap().total()
-                < predict(Protocol::Cm20, &w, &i).unwrap().total());
+            assert!(
+                predict(Protocol::Cm20, &lanes, &i).unwrap().total()
+                    < predict(Protocol::Cm20, &w, &i).unwrap().total()
+            );
         }
     }
     assert!(cm20_links > 0, "CM20-PSI is the fastest on no link");
@@ -540,5 +538,8 @@ fn label_lanes_give_cm20_psi_its_links() {
     // A small client against a large registry keeps the label step (12 MB of lanes).
     let small = Workload::new(1000, 1_000_000).with_label_lanes(Some(11));
     assert!(!label_lanes_pay_off(Protocol::Cm20, &small));
-    assert!(!label_lanes_pay_off(Protocol::Cm20, &lanes.with_labels(false)));
+    assert!(!label_lanes_pay_off(
+        Protocol::Cm20,
+        &lanes.with_labels(false)
+    ));
 }

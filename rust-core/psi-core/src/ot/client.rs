@@ -3,7 +3,6 @@
 
 use super::config::OtConfig;
 use super::cuckoo::{self, EMPTY, ItemDigest};
-use crate::lanes::{self, PAD_AT};
 use super::matrix::{BLOCK_ROWS, matrix_rows};
 use super::messages::{
     self, Chunk, Hello, MAX_BINS, MAX_ITEMS, Message, Outputs, Setup, max_bins_for,
@@ -12,6 +11,7 @@ use super::session::{output_len, session_id};
 use crate::chunked::{self, ClientPhase, ClientStep, wrong_phase};
 use crate::error::{DecodeError, Error, Result};
 use crate::items::ItemSet;
+use crate::lanes::{self, PAD_AT};
 use crate::ote::base_ot::{self, BASE_OTS};
 use crate::ote::iknp;
 use crate::ote::prc::{Block, CODE_BYTES, PRC_BATCH, Prc, Prg, Row, out_hash, out_prefix, pack};

@@ -3,9 +3,9 @@
 //! All integers are big-endian. Every decoder checks exact lengths and hard limits and
 //! returns a [`DecodeError`]; none panics on any input.
 
-use crate::lanes;
 use crate::chunked::{self, put_base_ot, read_base_ot};
 use crate::error::DecodeError;
+use crate::lanes;
 use crate::ote::base_ot::{BASE_OTS, RECEIVER_MSG_LEN};
 use crate::ote::iknp::U_LEN;
 use crate::ote::prc::CODE_BYTES;

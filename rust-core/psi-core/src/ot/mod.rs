@@ -37,10 +37,10 @@ pub mod sizes;
 use crate::ote::base_ot;
 
 pub use crate::chunked::ClientStep;
+pub use crate::lanes::{LaneLabels, MAX_LANE_LABEL};
 pub use client::OtClient;
 pub use config::{DEFAULT_CHUNK_ROWS, OtConfig};
 pub use cuckoo::{failure_bound_log2, table_size};
-pub use crate::lanes::{LaneLabels, MAX_LANE_LABEL};
 pub(crate) use matrix::kernel_aes_blocks;
 pub use server::OtServer;
 pub use session::output_len;

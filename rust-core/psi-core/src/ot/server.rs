@@ -4,13 +4,13 @@
 
 use super::config::OtConfig;
 use super::cuckoo::{self, HASHES, SimpleTable};
-use crate::lanes::{LaneLabels, PAD_AT};
 use super::matrix::{BLOCK_ROWS, matrix_rows};
 use super::messages::{self, Ack, Chunk, Hello, MAX_ITEMS, Message, Outputs, Setup, row_len};
 use super::session::{output_len, session_id};
 use crate::chunked::{self, ServerPhase, admit_client_items, wrong_phase};
 use crate::error::{DecodeError, Result};
 use crate::items::ItemSet;
+use crate::lanes::{LaneLabels, PAD_AT};
 use crate::ote::base_ot::{self, RECEIVER_MSG_LEN};
 use crate::ote::iknp;
 use crate::ote::prc::{
