@@ -84,9 +84,9 @@ impl Workload {
         self
     }
     /// Sets the width of the server's label lanes (`None`: it sends none), at most
-    /// [`crate::ot::MAX_LANE_LABEL`].
+    /// [`crate::lanes::MAX_LANE_LABEL`].
     pub fn with_label_lanes(mut self, width: Option<u8>) -> Self {
-        self.label_lane_width = width.map(|w| w.min(crate::ot::MAX_LANE_LABEL));
+        self.label_lane_width = width.map(|w| w.min(crate::lanes::MAX_LANE_LABEL));
         self
     }
     /// Sets the label layout: bucket bits and the bytes of all records, as the server
