@@ -474,7 +474,11 @@ fn a_cm20_cell_matches_its_prediction_and_auto_weighs_three() {
         // The labels ("member-i") fit label lanes: the forced CM20-PSI run carries them
         // (cm20-psi.md §4.7), and the prediction counts the lanes, as the client does.
         assert!(health.label_lane_width.is_some());
-        assert_eq!(r.stats.label_bytes, 0, "{}: the run carried the labels", net.0);
+        assert_eq!(
+            r.stats.label_bytes, 0,
+            "{}: the run carried the labels",
+            net.0
+        );
         let w = Workload::new(n_c as u64, n_s as u64)
             .with_limits(u64::from(health.max_client_items), health.max_body_bytes)
             .with_label_layout(
