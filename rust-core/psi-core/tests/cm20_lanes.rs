@@ -8,43 +8,11 @@ use psi_core::lanes::LaneLabels;
 use psi_core::{DecodeError, Error, ItemSet, MatchOutput, Threads};
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
-use std::collections::HashMap;
 use std::sync::Arc;
 
-/// The label of server item `i`: none for every fifth, the empty label for every seventh,
-/// otherwise up to 11 bytes (a user id's length).
-fn label_of(i: usize) -> Option<Vec<u8>> {
-    if i.is_multiple_of(5) {
-        None
-    } else if i.is_multiple_of(7) {
-        Some(Vec::new())
-    } else {
-        Some(format!("id{:09}", i * 7919).into_bytes()[..(3 + i % 9)].to_vec())
-    }
-}
+mod common;
 
-struct Registry {
-    set: Arc<ItemSet>,
-    labels: Arc<LaneLabels>,
-    by_item: HashMap<Vec<u8>, Option<Vec<u8>>>,
-}
-
-fn registry(range: std::ops::Range<usize>) -> Registry {
-    let set = Arc::new(ItemSet::new(range.clone().map(|i| format!("c{i}"))));
-    let by_item: HashMap<Vec<u8>, Option<Vec<u8>>> = range
-        .map(|i| (format!("c{i}").into_bytes(), label_of(i)))
-        .collect();
-    let labels = LaneLabels::new(set.items().iter().map(|it| by_item[it].clone())).unwrap();
-    Registry {
-        set,
-        labels: Arc::new(labels),
-        by_item,
-    }
-}
-
-fn client_items(range: std::ops::Range<usize>) -> ItemSet {
-    ItemSet::new(range.map(|i| format!("c{i}")))
-}
+use common::lanes::{Registry, check_labels, client_items, registry};
 
 /// A run's output, (client → server, server → client) bytes, and the outputs message.
 type Run = (MatchOutput, u64, u64, Vec<u8>);
@@ -75,14 +43,6 @@ fn run(client: ItemSet, reg: &Registry, ask: bool, serve: bool, seed: u64) -> Re
                 return Ok((out, up, down, response));
             }
         }
-    }
-}
-
-fn check_labels(out: &MatchOutput, reg: &Registry) {
-    let labels = out.labels.as_ref().expect("the run carried labels");
-    assert_eq!(labels.0.len(), out.matches.len());
-    for (m, label) in out.matches.iter().zip(&labels.0) {
-        assert_eq!(label, &reg.by_item[&m.item], "match {}", m.index);
     }
 }
 
@@ -376,8 +336,6 @@ fn labels_must_match_the_set() {
 
 // ---- the transcript vector (docs/protocol/cm20-psi.md §8.1) -----------------------------
 
-mod common;
-
 /// The suite-0x02 vector: the sets, seeds and chunk size of `cm20-psi-transcript.json`, the
 /// server's items labelled as in `ot-psi-lanes-transcript.json`: `+1555...` number `i`
 /// gets `u<i>`, the empty string the empty label, the `+4420...` numbers none; `Λ = 4`.
@@ -387,38 +345,12 @@ fn lanes_transcript_json(threads: Threads) -> serde_json::Value {
     const VECTOR_REQUEST_BYTES: u64 = 16 * 64 + 29;
     let (client, server) = common::vector_sets();
     let (c, s) = common::vector_items();
-    let label = |item: &str| -> Option<String> {
-        match item.strip_prefix("+1555") {
-            Some(number) => Some(format!("u{}", number.parse::<u32>().unwrap())),
-            None if item.is_empty() => Some(String::new()),
-            None => None,
-        }
-    };
-    let set = ItemSet::new(s.clone());
-    let labels = LaneLabels::new(
-        set.items()
-            .iter()
-            .map(|it| label(std::str::from_utf8(it).unwrap()).map(String::into_bytes)),
-    )
-    .unwrap();
-    assert_eq!(labels.width(), 4);
     let config = Cm20Config::new(threads)
         .with_max_request_bytes(VECTOR_REQUEST_BYTES)
         .with_label_lanes()
-        .with_lane_labels(Arc::new(labels));
+        .with_lane_labels(common::lanes::vector_lane_labels(&s));
     let (out, transcript) = common::chunked::run(&c, &s, &config, (CLIENT_SEED, SERVER_SEED));
-    let got: Vec<Option<String>> = out
-        .labels
-        .clone()
-        .expect("lanes")
-        .into_vec()
-        .into_iter()
-        .map(|l| l.map(|l| String::from_utf8(l).unwrap()))
-        .collect();
-    assert!(!got.is_empty());
-    for (m, l) in out.matches.iter().zip(&got) {
-        assert_eq!(l, &label(std::str::from_utf8(&m.item).unwrap()));
-    }
+    let got = common::lanes::vector_match_labels(&out);
     serde_json::json!({
         "description": "CM20-PSI (protocol id 0x03, suite 0x02: label lanes) transcript with fixed RNG seeds; the sets, seeds, draw order and chunk size of cm20-psi-transcript.json; see docs/protocol/cm20-psi.md sections 4.7 and 8.1",
         "produced_by": "rust-core/psi-core/tests/cm20_lanes.rs, test lanes_transcript_vector; regenerate with CM20_PSI_WRITE_VECTORS=1 cargo test -p psi-core --test cm20_lanes lanes_transcript_vector",
@@ -428,7 +360,7 @@ fn lanes_transcript_json(threads: Threads) -> serde_json::Value {
         "max_request_bytes": VECTOR_REQUEST_BYTES,
         "client_items": client,
         "server_items": server,
-        "server_labels": server.iter().map(|s| label(s)).collect::<Vec<_>>(),
+        "server_labels": server.iter().map(|s| common::lanes::vector_label(s)).collect::<Vec<_>>(),
         "lane_width": 4,
         "messages": common::vector_messages(&transcript),
         "outputs_hex": hex::encode(transcript.last().unwrap()),

@@ -261,48 +261,22 @@ fn cm20_psi_labels_ride_on_the_run_and_equal_dh_psis() {
     server.shutdown().unwrap();
 }
 
-/// A registry with a label over 15 bytes offers no CM20-PSI lanes either: its labels come
-/// from the label query, as before, and are still right.
-#[test]
-fn cm20_psi_with_long_labels_uses_the_label_query() {
-    let mut config = config("cm20longlabels");
-    config.enable_cm20 = true;
-    let mut store = psi_server::Store::open(config.db.sqlite_path().unwrap()).unwrap();
-    let rows: Vec<(String, Option<String>)> = (0..300)
-        .map(|i| {
-            (
-                id(i),
-                (i % 2 == 0).then(|| format!("a-much-longer-label-{i}")),
-            )
-        })
-        .collect();
-    store
-        .add_entries(rows.iter().map(|(a, b)| (a.as_str(), b.as_deref())))
-        .unwrap();
-    drop(store);
-    let server = start(config);
-    let items = contacts(&[0, 1, 2, 3, 250], 20);
-    let client = Client::new(&server.url(), ClientConfig::default());
-    let r = client
-        .match_items(items, Protocol::Cm20, &mut |_| {}, &CancelToken::new())
-        .unwrap();
-    assert_eq!(r.matches.len(), 5);
-    assert!(r.stats.label_bytes > 0, "the label query ran");
-    for m in &r.matches {
-        let i: u64 = std::str::from_utf8(&m.item).unwrap()[5..].parse().unwrap();
-        let want = i
-            .is_multiple_of(2)
-            .then(|| format!("a-much-longer-label-{i}"));
-        assert_eq!(m.label, want);
-    }
-    server.shutdown().unwrap();
-}
-
 /// A registry with a label over 15 bytes offers no lanes: OT-PSI's labels come from the
 /// label query, as before, and are still right.
 #[test]
 fn ot_psi_with_long_labels_uses_the_label_query() {
-    let config = config("longlabels");
+    long_labels_use_the_label_query(Protocol::Ot, "longlabels");
+}
+
+/// The same for CM20-PSI: no lanes for a label over 15 bytes, the label query instead.
+#[test]
+fn cm20_psi_with_long_labels_uses_the_label_query() {
+    long_labels_use_the_label_query(Protocol::Cm20, "cm20longlabels");
+}
+
+fn long_labels_use_the_label_query(protocol: Protocol, name: &str) {
+    let mut config = config(name);
+    config.enable_cm20 = protocol == Protocol::Cm20;
     let mut store = psi_server::Store::open(config.db.sqlite_path().unwrap()).unwrap();
     let rows: Vec<(String, Option<String>)> = (0..300)
         .map(|i| {
@@ -320,7 +294,7 @@ fn ot_psi_with_long_labels_uses_the_label_query() {
     let items = contacts(&[0, 1, 2, 3, 250], 20);
     let client = Client::new(&server.url(), ClientConfig::default());
     let r = client
-        .match_items(items, Protocol::Ot, &mut |_| {}, &CancelToken::new())
+        .match_items(items, protocol, &mut |_| {}, &CancelToken::new())
         .unwrap();
     assert_eq!(r.matches.len(), 5);
     assert!(r.stats.label_bytes > 0, "the label query ran");
