@@ -116,7 +116,8 @@ fn main() {
         }
     }
     // CM20-PSI: the empty input is the vector's honest run (the target asserts its
-    // matches); the vector's hello, framed, is a raw first message; short inputs as above.
+    // matches), `[1]` the same with label lanes; the vector's hello, framed, is a raw first
+    // message; short inputs as above.
     let c = psi_fuzz::cm20();
     let (_, hello) = psi_core::cm20::Cm20Client::start(
         ItemSet::new(c.client_items.clone()),
@@ -131,6 +132,9 @@ fn main() {
     );
     write("wire_frame", "cm20-hello", &hello);
     write("cm20", "honest", &[]);
+    // The first byte's low bit picks label lanes (suite 0x02): the honest run with lanes
+    // (the target asserts its matches and the lane vector's labels).
+    write("cm20", "honest-lanes", &[1]);
     for (i, s) in [
         &[0x40u8, 0, 0, 0][..],
         &[0xc0, 0, 0, 0, 1],

@@ -648,6 +648,49 @@ impl Cm20 {
     }
 }
 
+/// The CM20-PSI label-lane vector (`tests/vectors/cm20-psi-lanes-transcript.json`): the
+/// same sets, seeds and chunking as [`CM20_TRANSCRIPT`], suite `0x02`, compiled in.
+pub const CM20_LANES_TRANSCRIPT: &str =
+    include_str!("../../../tests/vectors/cm20-psi-lanes-transcript.json");
+
+impl Cm20 {
+    /// The lane vector's labels of the server's items, in lane form (`Λ = 4`).
+    pub fn lane_labels(&self) -> Arc<psi_core::lanes::LaneLabels> {
+        static LABELS: OnceLock<Arc<psi_core::lanes::LaneLabels>> = OnceLock::new();
+        LABELS
+            .get_or_init(|| {
+                let v: serde_json::Value =
+                    serde_json::from_str(CM20_LANES_TRANSCRIPT).expect("json");
+                let by_item: std::collections::HashMap<Vec<u8>, Option<String>> =
+                    strings(&v["server_items"])
+                        .into_iter()
+                        .zip(v["server_labels"].as_array().expect("labels"))
+                        .map(|(item, l)| (item, l.as_str().map(str::to_string)))
+                        .collect();
+                let labels = psi_core::lanes::LaneLabels::new(
+                    self.server_items
+                        .items()
+                        .iter()
+                        .map(|it| by_item[it].clone().map(String::into_bytes)),
+                )
+                .expect("short labels");
+                Arc::new(labels)
+            })
+            .clone()
+    }
+
+    /// The lane vector's labels of the matches, in match order.
+    pub fn match_labels(&self) -> Vec<Option<Vec<u8>>> {
+        let v: serde_json::Value = serde_json::from_str(CM20_LANES_TRANSCRIPT).expect("json");
+        v["match_labels"]
+            .as_array()
+            .expect("labels")
+            .iter()
+            .map(|l| l.as_str().map(|s| s.as_bytes().to_vec()))
+            .collect()
+    }
+}
+
 /// The CM20-PSI fixture, built on first use.
 pub fn cm20() -> &'static Cm20 {
     static CM20: OnceLock<Cm20> = OnceLock::new();
@@ -701,7 +744,7 @@ pub fn round_steps<C: psi_core::chunked::ChunkedClient, S: psi_core::chunked::Ch
     start: impl Fn() -> (C, Vec<u8>),
     mut server: S,
     matches: &[usize],
-) {
+) -> Option<psi_core::MatchOutput> {
     use psi_core::chunked::ClientStep;
     let (mut client, mut request) = start();
     let (mut bystander, _) = start();
@@ -728,7 +771,9 @@ pub fn round_steps<C: psi_core::chunked::ChunkedClient, S: psi_core::chunked::Ch
         let out = output.expect("honest run finishes");
         let got: Vec<usize> = out.matches.iter().map(|m| m.index).collect();
         assert_eq!(got, matches, "transcript matches");
+        return Some(out);
     }
+    None
 }
 
 /// The group PSI transcript vector (`tests/vectors/group-psi-transcript.json`), compiled in.

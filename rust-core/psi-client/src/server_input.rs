@@ -118,7 +118,7 @@ fn session_workload(n: usize, session: &SessionCreated) -> psi_core::cost::Workl
 /// The cost model's largest response to one protocol step of `protocol` for `workload`
 /// (the DH-PSI evaluation or encoded set, an OT-PSI or CM20-PSI output chunk; label steps
 /// are left out: their caps are the configured one; labels the run carries itself, OT-PSI's
-/// label lanes, are in its outputs and counted). `None` when the model cannot size the
+/// and CM20-PSI's label lanes, are in its outputs and counted). `None` when the model cannot size the
 /// run.
 pub(crate) fn largest_step_response(
     protocol: Protocol,
@@ -289,8 +289,8 @@ mod tests {
         }
     }
 
-    /// A session whose OT-PSI run carries label lanes gets a cap that fits its larger
-    /// outputs (`L + 1 + Λ` bytes per row, not `L`).
+    /// A session whose OT-PSI or CM20-PSI run carries label lanes gets a cap that fits its
+    /// larger outputs (`L + 1 + Λ` bytes per OT-PSI row, `1 + Λ` more per CM20-PSI value).
     #[test]
     fn the_cap_counts_label_lanes() {
         // Balanced: the lanes pay off, the client asks, the cap fits them.
@@ -304,6 +304,11 @@ mod tests {
         let rows = 3 * n as u64;
         assert_eq!(lanes - plain, 2 * (1 + rows * 16));
         assert!(lanes >= psi_core::ot::sizes::outputs_with_lanes(n as u64, l, 15));
+        // CM20-PSI's outputs: the width byte and one lane per value (`1 + Λ` bytes).
+        let plain = step_response_cap(Protocol::Cm20, n, &session(n as u64)).unwrap();
+        assert!(label_lanes_pay_off(Protocol::Cm20, n, &s));
+        let lanes = step_response_cap(Protocol::Cm20, n, &s).unwrap();
+        assert_eq!(lanes - plain, 2 * (1 + n as u64 * 16));
         // Another protocol ignores the lanes.
         let dh = step_response_cap(Protocol::Dh, n, &session(n as u64));
         assert_eq!(dh, step_response_cap(Protocol::Dh, n, &s));

@@ -483,12 +483,21 @@ fn a_cm20_cell_matches_its_prediction_and_auto_weighs_three() {
         assert_eq!(r.protocol, Protocol::Cm20);
         assert_eq!(r.matches.len(), n_c / 8);
         assert!(r.matches.iter().all(|m| m.label.is_some()));
+        // The labels ("member-i") fit label lanes: the forced CM20-PSI run carries them
+        // (cm20-psi.md §4.7), and the prediction counts the lanes, as the client does.
+        assert!(health.label_lane_width.is_some());
+        assert_eq!(
+            r.stats.label_bytes, 0,
+            "{}: the run carried the labels",
+            net.0
+        );
         let w = Workload::new(n_c as u64, n_s as u64)
             .with_limits(u64::from(health.max_client_items), health.max_body_bytes)
             .with_label_layout(
                 Some(health.label_bucket_bits),
                 Some(health.label_record_bytes),
-            );
+            )
+            .with_label_lanes(health.label_lane_width);
         let inputs = cost::Inputs {
             link: l,
             client: device.units(1),
@@ -497,11 +506,9 @@ fn a_cm20_cell_matches_its_prediction_and_auto_weighs_three() {
         let pred = cost::predict(Protocol::Cm20, &w, &inputs).unwrap();
         assert_eq!(pred.requests as usize, r.stats.requests, "{}", net.0);
         let c = cost::cost(Protocol::Cm20, &w).unwrap();
-        // Session first; the label query and the fetch last.
-        let protocol_up: u64 = c.requests[1..c.requests.len() - 2]
-            .iter()
-            .map(|e| e.up)
-            .sum();
+        assert!(c.labels_carried);
+        // Session first; no label step after the run's own requests.
+        let protocol_up: u64 = c.requests[1..].iter().map(|e| e.up).sum();
         assert_eq!(protocol_up, r.stats.protocol_bytes_sent);
         let rel = |a: u64, b: u64| (a as f64 / b as f64 - 1.0).abs();
         assert!(rel(pred.bytes_up, r.stats.bytes_sent) < 0.05, "{pred:?}");
@@ -522,8 +529,8 @@ fn a_cm20_cell_matches_its_prediction_and_auto_weighs_three() {
         if let Some(h) = reference.servers.get_mut(&srv.url()) {
             h.costs = None;
         }
-        // The choice among the three without labels (with labels, the OT-PSI family's
-        // label query over every item makes DH-PSI win: ADR 0033).
+        // The choice among the three without labels (with labels and no label lanes, the
+        // OT-PSI family's label query over every item makes DH-PSI win: ADR 0033).
         let auto = client_with(
             config.clone().with_labels(false).with_link_hints(
                 LinkHints::new(net.0)

@@ -44,6 +44,9 @@ pub mod message_type {
     pub const CHUNK_ACK: u8 = 0x04;
     /// Server → client: the server's OPRF values.
     pub const OUTPUTS: u8 = 0x05;
+    /// Server → client: the server's OPRF values, each with its entry's label lane
+    /// (suite `0x02`, [`crate::lanes`]; OT-PSI and CM20-PSI).
+    pub const LABELLED_OUTPUTS: u8 = 0x06;
 }
 
 /// What the client does next. Deliberately exhaustive: a driver's loop matches on it.
@@ -94,8 +97,8 @@ pub trait ChunkedServer: Send {
     fn is_done(&self) -> bool;
     /// True once the run is over, successfully or not: no further message is accepted.
     fn is_finished(&self) -> bool;
-    /// True when the run sent the matches' labels with its outputs (OT-PSI's label lanes,
-    /// ADR 0053): the session then needs no label step.
+    /// True when the run sent the matches' labels with its outputs (OT-PSI's and
+    /// CM20-PSI's label lanes, ADR 0053): the session then needs no label step.
     fn labels_carried(&self) -> bool;
     /// The most bytes the next request can have in this phase: the hello's size before
     /// the hello, the rest of the matrix in one chunk while chunks arrive, 0 once the run
@@ -125,19 +128,26 @@ impl<H, S, C, A, O> Message<H, S, C, A, O> {
     }
 }
 
-/// Bytes of [`SortedOutputs`]' fixed fields.
+/// Bytes of [`SortedOutputs`]' fixed fields (one more, `Λ`, with label lanes).
 pub(crate) const SORTED_OUTPUTS_FIELDS_LEN: usize = 1 + 4 + 1 + 4;
 
 /// The outputs message of CM20-PSI and GBF-PSI: the server's values, sorted and
 /// Golomb-Rice coded ([`crate::golomb`]): `output_bits` (u8), `server_items` (BE32),
 /// `rice_bits` (u8), the coded length (BE32), the coded bytes. `data` borrows the
-/// response bytes.
+/// response bytes. With label lanes (message [`message_type::LABELLED_OUTPUTS`],
+/// CM20-PSI's suite `0x02`): the lane width `Λ` (u8) after `output_bits`, and after the
+/// coded bytes one lane of `1 + Λ` bytes per value, in the values' sorted order
+/// ([`crate::lanes`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SortedOutputs<'a> {
     pub(crate) output_bits: u8,
     pub(crate) server_items: u32,
     pub(crate) rice_bits: u8,
     pub(crate) data: &'a [u8],
+    /// `Λ`, for the labelled message.
+    pub(crate) lane: Option<u8>,
+    /// The lanes, `server_items · (1 + Λ)` bytes (empty without lanes).
+    pub(crate) lanes: &'a [u8],
 }
 
 impl<'a> SortedOutputs<'a> {
@@ -151,22 +161,66 @@ impl<'a> SortedOutputs<'a> {
     ) -> Vec<u8> {
         use rayon::slice::ParallelSliceMut;
         values.par_sort_unstable();
+        Self::encode_sorted(protocol, output_bits, values, None)
+    }
+
+    /// The labelled message: `rows` holds each value with its item's index (any order;
+    /// sorted here), `sealed` each item's lane (`1 + width` bytes, in item order). The
+    /// lanes follow the values' sorted order, so a lane's position says no more than its
+    /// value's.
+    pub(crate) fn encode_labelled(
+        protocol: crate::Protocol,
+        output_bits: u8,
+        rows: &mut [(u128, u32)],
+        width: u8,
+        sealed: &[u8],
+    ) -> Vec<u8> {
+        use rayon::slice::ParallelSliceMut;
+        let lane = 1 + width as usize;
+        assert_eq!(sealed.len(), rows.len() * lane);
+        rows.par_sort_unstable();
+        let values: Zeroizing<Vec<u128>> = Zeroizing::new(rows.iter().map(|r| r.0).collect());
+        let mut lanes = Vec::with_capacity(sealed.len());
+        for &(_, i) in rows.iter() {
+            let i = i as usize;
+            lanes.extend_from_slice(&sealed[i * lane..(i + 1) * lane]);
+        }
+        Self::encode_sorted(protocol, output_bits, &values, Some((width, &lanes)))
+    }
+
+    fn encode_sorted(
+        protocol: crate::Protocol,
+        output_bits: u8,
+        values: &[u128],
+        lanes: Option<(u8, &[u8])>,
+    ) -> Vec<u8> {
         let k = crate::golomb::best_rice_bits(values, output_bits);
         let data = crate::golomb::encode(values, output_bits, k);
-        let body = SORTED_OUTPUTS_FIELDS_LEN + data.len();
-        let mut out = crate::wire::begin(protocol, message_type::OUTPUTS, body);
+        let extra = lanes.map_or(0, |(_, l)| 1 + l.len());
+        let body = SORTED_OUTPUTS_FIELDS_LEN + data.len() + extra;
+        let kind = match lanes {
+            None => message_type::OUTPUTS,
+            Some(_) => message_type::LABELLED_OUTPUTS,
+        };
+        let mut out = crate::wire::begin(protocol, kind, body);
         out.push(output_bits);
+        out.extend(lanes.map(|(w, _)| w));
         out.extend_from_slice(&(values.len() as u32).to_be_bytes());
         out.push(k);
         out.extend_from_slice(&(data.len() as u32).to_be_bytes());
         out.extend_from_slice(&data);
+        if let Some((_, l)) = lanes {
+            out.extend_from_slice(l);
+        }
         crate::wire::finish(out)
     }
 
-    /// Reads the message body; at most `max_items` values.
+    /// Reads the message body (`labelled`: message
+    /// [`message_type::LABELLED_OUTPUTS`]); at most `max_items` values.
     pub(crate) fn read(
         r: &mut Reader<'a>,
         max_items: u32,
+        labelled: bool,
     ) -> Result<SortedOutputs<'a>, DecodeError> {
         let output_bits = r.u8()?;
         if !(40..=128).contains(&output_bits) {
@@ -174,6 +228,11 @@ impl<'a> SortedOutputs<'a> {
                 what: "output bits",
             });
         }
+        let lane = if labelled {
+            Some(crate::lanes::read_width(r)?)
+        } else {
+            None
+        };
         let server_items = r.u32()?;
         crate::wire::check_limit("server items", server_items as u64, max_items as u64)?;
         let rice_bits = r.u8()?;
@@ -181,19 +240,23 @@ impl<'a> SortedOutputs<'a> {
             return Err(DecodeError::InvalidParameter { what: "rice bits" });
         }
         let len = r.u32()? as usize;
-        if r.remaining() != len {
+        let lanes_len = lane.map_or(0, |w| server_items as usize * (1 + w as usize));
+        if r.remaining() != len.saturating_add(lanes_len) {
             return Err(DecodeError::LengthMismatch {
                 what: "coded outputs",
-                declared: len as u64,
+                declared: len as u64 + lanes_len as u64,
                 actual: r.remaining() as u64,
             });
         }
         let data = r.take(len)?;
+        let lanes = r.take(lanes_len)?;
         Ok(SortedOutputs {
             output_bits,
             server_items,
             rice_bits,
             data,
+            lane,
+            lanes,
         })
     }
 
@@ -210,27 +273,71 @@ impl<'a> SortedOutputs<'a> {
     /// The indices of the client's items whose values are in this list: `mine` holds the
     /// client's values with their item indices, sorted by value. Sorted, each index once.
     pub(crate) fn matches(&self, mine: &[(u128, u32)]) -> Result<Zeroizing<Vec<usize>>> {
+        let hits = self.hits(mine)?;
+        Ok(Zeroizing::new(hits.iter().map(|h| h.item).collect()))
+    }
+
+    /// The client's items whose values are in this list, with where: `mine` holds the
+    /// client's values with their item indices, sorted by value. By increasing item, each
+    /// item once.
+    pub(crate) fn hits(&self, mine: &[(u128, u32)]) -> Result<Zeroizing<Vec<Hit>>> {
         // Merge the two sorted lists; the server's is checked value by value as it streams.
-        // At most one index per own value; sized first, so no reallocation leaves a copy.
-        let mut matched: Zeroizing<Vec<usize>> = Zeroizing::new(Vec::with_capacity(mine.len()));
+        // At most one hit per own value; sized first, so no reallocation leaves a copy.
+        let mut hits: Zeroizing<Vec<Hit>> = Zeroizing::new(Vec::with_capacity(mine.len()));
         let mut values = self.values();
         let mut k = 0;
+        // The last server value and the first hit it gave: a repeat of it (two server
+        // entries with one value, as likely as a false match) widens those hits' runs.
+        let mut last: Option<(u128, usize)> = None;
+        let mut position = 0usize;
         while let Some(v) = values.next_value()? {
+            if let Some((lv, from)) = last
+                && lv == v
+            {
+                for h in &mut hits[from..] {
+                    h.count += 1;
+                }
+                position += 1;
+                continue;
+            }
             while k < mine.len() && mine[k].0 < v {
                 k += 1;
             }
-            // Own values equal to `v` are taken once (`k` moves past them), even if the
-            // server's list repeats `v`.
+            // Own values equal to `v` are taken once (`k` moves past them).
+            let from = hits.len();
             while k < mine.len() && mine[k].0 == v {
-                matched.push(mine[k].1 as usize);
+                hits.push(Hit {
+                    item: mine[k].1 as usize,
+                    position,
+                    count: 1,
+                });
                 k += 1;
             }
+            last = Some((v, from));
+            position += 1;
         }
-        matched.sort_unstable();
-        matched.dedup();
-        Ok(matched)
+        hits.sort_unstable_by_key(|h| h.item);
+        hits.dedup_by_key(|h| h.item);
+        Ok(hits)
+    }
+
+    /// The lane at sorted position `i` (with lanes).
+    pub(crate) fn lane_at(&self, i: usize) -> &'a [u8] {
+        let len = 1 + self.lane.unwrap_or(0) as usize;
+        &self.lanes[i * len..(i + 1) * len]
     }
 }
+
+/// A client item whose value the server's sorted list holds: at sorted positions
+/// `position .. position + count` (`count > 1` only when server values repeat).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Hit {
+    pub(crate) item: usize,
+    pub(crate) position: usize,
+    pub(crate) count: usize,
+}
+
+impl zeroize::DefaultIsZeroes for Hit {}
 
 /// The expected [`SortedOutputs`] message (frame header included) for `n` uniformly random values of `l2` bits: the
 /// Golomb-Rice payload with the parameter `k = max(0, l2 - bit_length(n))` (the centre of

@@ -279,8 +279,8 @@ pub struct Cost {
     /// Server computation during the run (precomputation such as the encoded registry is
     /// not counted: it is shared by every run).
     pub server: Ops,
-    /// The run carries the labels itself (OT-PSI's label lanes, ADR 0053): labels on,
-    /// and no label step among the requests.
+    /// The run carries the labels itself (OT-PSI's and CM20-PSI's label lanes, ADR 0053):
+    /// labels on, and no label step among the requests.
     pub labels_carried: bool,
 }
 
@@ -368,9 +368,9 @@ pub fn cost(protocol: Protocol, w: &Workload) -> Option<Cost> {
 
 /// Whether a run of `protocol` for `w` should carry the labels in label lanes rather than
 /// fetch them in a label step: the server offers lanes, labels are on, and the lanes move
-/// no more bytes (for OT-PSI, `3 n_s (1 + Λ)` against the label query and fetch, sized by
-/// `n_c`: lanes for balanced sets, the label step for a small client against a large
-/// registry).
+/// no more bytes (for OT-PSI, `3 n_s (1 + Λ)`, for CM20-PSI `n_s (1 + Λ)`, against the
+/// label query and fetch, sized by `n_c`: lanes for balanced sets, the label step for a
+/// small client against a large registry).
 pub fn label_lanes_pay_off(protocol: Protocol, w: &Workload) -> bool {
     cost(protocol, w).is_some_and(|c| c.labels_carried)
 }

@@ -39,9 +39,10 @@ pub struct Workload {
     /// Bytes of all the server's label records (`None`: [`DEFAULT_LABEL_RECORD_BYTES`]
     /// per entry).
     pub label_record_bytes: Option<u64>,
-    /// The width `Λ` of the server's OT-PSI label lanes (ADR 0053), when it sends them:
-    /// with labels on, an OT-PSI run then carries the labels in its outputs
-    /// (`3 n_s (1 + Λ)` bytes more) and needs no label step. `None`: no lanes.
+    /// The width `Λ` of the server's label lanes (ADR 0053), when it sends them: with
+    /// labels on, an OT-PSI or CM20-PSI run then carries the labels in its outputs
+    /// (`3 n_s (1 + Λ)` bytes more for OT-PSI, `n_s (1 + Λ)` for CM20-PSI) and needs no
+    /// label step. `None`: no lanes.
     pub label_lane_width: Option<u8>,
 }
 
@@ -82,10 +83,10 @@ impl Workload {
         self.max_body_bytes = max_body_bytes.min(MAX_MODEL_BYTES);
         self
     }
-    /// Sets the width of the server's OT-PSI label lanes (`None`: it sends none), at most
-    /// [`crate::ot::MAX_LANE_LABEL`].
+    /// Sets the width of the server's label lanes (`None`: it sends none), at most
+    /// [`crate::lanes::MAX_LANE_LABEL`].
     pub fn with_label_lanes(mut self, width: Option<u8>) -> Self {
-        self.label_lane_width = width.map(|w| w.min(crate::ot::MAX_LANE_LABEL));
+        self.label_lane_width = width.map(|w| w.min(crate::lanes::MAX_LANE_LABEL));
         self
     }
     /// Sets the label layout: bucket bits and the bytes of all records, as the server
@@ -171,7 +172,7 @@ pub(crate) struct Terms {
     pub(crate) client: Ops,
     /// Server computation.
     pub(crate) server: Ops,
-    /// The run itself carries the matches' labels (OT-PSI's label lanes, ADR 0053): no
+    /// The run itself carries the matches' labels (OT-PSI's and CM20-PSI's label lanes, ADR 0053): no
     /// label step follows.
     pub(crate) labels_carried: bool,
 }

@@ -47,6 +47,7 @@ pub mod gbf;
 pub mod golomb;
 pub mod items;
 pub mod labels;
+pub mod lanes;
 pub mod mpsi;
 pub mod oprf;
 pub mod ot;

@@ -40,9 +40,10 @@ pub struct MatchOutput {
     pub duplicates: usize,
     /// Items in the server's set.
     pub server_items: u32,
-    /// The matches' labels when they rode on the run itself (OT-PSI's label lanes, ADR
-    /// 0053), in the order of [`MatchOutput::matches`]; `None` when the run carried none
-    /// (every other protocol, and OT-PSI without lanes: the label step fetches them).
+    /// The matches' labels when they rode on the run itself (OT-PSI's and CM20-PSI's label
+    /// lanes, ADR 0053), in the order of [`MatchOutput::matches`]; `None` when the run
+    /// carried none (every other protocol, and a run without lanes: the label step fetches
+    /// them).
     pub labels: Option<RunLabels>,
 }
 

@@ -25,8 +25,9 @@ pub struct ServerSet {
     items: Arc<ItemSet>,
     cm20: Option<Arc<crate::cm20::Cm20Set>>,
     gbf: Option<Arc<crate::gbf::GbfSet>>,
-    /// The items' labels in lane form, for OT-PSI sessions whose client asks (ADR 0053).
-    lanes: Option<Arc<crate::ot::LaneLabels>>,
+    /// The items' labels in lane form, for OT-PSI and CM20-PSI sessions whose client asks
+    /// (ADR 0053).
+    lanes: Option<Arc<crate::lanes::LaneLabels>>,
 }
 
 impl ServerSet {
@@ -40,21 +41,16 @@ impl ServerSet {
         }
     }
 
-    /// The set with its items' labels for OT-PSI's label lanes (one per item of
-    /// [`ServerSet::items`], in its order): its OT-PSI sessions send them to a client that
-    /// asks. A count that is not the set's is [`crate::Error::CountMismatch`].
-    pub fn with_lane_labels(mut self, labels: crate::ot::LaneLabels) -> Result<ServerSet> {
-        if labels.len() != self.items.len() {
-            return Err(crate::Error::CountMismatch {
-                expected: self.items.len() as u64,
-                found: labels.len() as u64,
-            });
-        }
+    /// The set with its items' labels for label lanes (one per item of
+    /// [`ServerSet::items`], in its order): its sessions of every protocol that
+    /// [has them](Protocol::has_label_lanes) send them to a client that asks. A count that is not the set's is [`crate::Error::CountMismatch`].
+    pub fn with_lane_labels(mut self, labels: crate::lanes::LaneLabels) -> Result<ServerSet> {
+        crate::lanes::check_count(Some(&labels), self.items.len())?;
         self.lanes = Some(Arc::new(labels));
         Ok(self)
     }
 
-    /// The width `Λ` of the set's OT-PSI label lanes, if it has them.
+    /// The width `Λ` of the set's label lanes, if it has them.
     pub fn lane_width(&self) -> Option<u8> {
         self.lanes.as_ref().map(|l| l.width())
     }
@@ -147,7 +143,7 @@ impl Protocol {
     /// Starts a client of this round-based protocol for `set` on `threads`, its requests
     /// sized to a server's body limit of `max_body_bytes`: the client, as a driver runs
     /// it, and its hello. With `label_lanes`, a protocol that can carry the matches'
-    /// labels in its run asks for them (OT-PSI's suite `0x02`, ADR 0053; the output's
+    /// labels in its run asks for them (OT-PSI's and CM20-PSI's suite `0x02`, ADR 0053; the output's
     /// [`crate::MatchOutput::labels`] then has them if the server sent them); the others
     /// ignore it. `None` for a protocol without rounds (DH-PSI).
     pub fn start_chunked_client<R: CryptoRng + ?Sized>(
@@ -174,7 +170,10 @@ impl Protocol {
                 Some(boxed(crate::ot::OtClient::start(set, config, rng)))
             }
             Protocol::Cm20 => {
-                let config = crate::cm20::Cm20Config::for_body_limit(threads, max_body_bytes);
+                let mut config = crate::cm20::Cm20Config::for_body_limit(threads, max_body_bytes);
+                if label_lanes {
+                    config = config.with_label_lanes();
+                }
                 Some(boxed(crate::cm20::Cm20Client::start(set, config, rng)))
             }
             Protocol::Gbf => {
@@ -211,7 +210,10 @@ impl Protocol {
             }
             Protocol::Cm20 => {
                 use crate::cm20::{Cm20Config, Cm20Server};
-                let config = Cm20Config::new(threads).with_expected_client_items(n);
+                let mut config = Cm20Config::new(threads).with_expected_client_items(n);
+                if let Some(lanes) = &set.lanes {
+                    config = config.with_lane_labels(lanes.clone());
+                }
                 Some(boxed(match &set.cm20 {
                     Some(prepared) => Cm20Server::with_set(prepared.clone(), config, rng),
                     None => Cm20Server::new(items, config, rng),
@@ -240,12 +242,12 @@ impl Protocol {
     }
 
     /// Whether the protocol's run can carry the matches' labels in label lanes (OT-PSI's
-    /// suite `0x02`, ADR 0053) when the server's set has them
+    /// and CM20-PSI's suite `0x02`, ADR 0053) when the server's set has them
     /// ([`ServerSet::with_lane_labels`]).
     pub const fn has_label_lanes(self) -> bool {
         match self {
-            Protocol::Ot => true,
-            Protocol::Dh | Protocol::Cm20 | Protocol::Gbf => false,
+            Protocol::Ot | Protocol::Cm20 => true,
+            Protocol::Dh | Protocol::Gbf => false,
         }
     }
 

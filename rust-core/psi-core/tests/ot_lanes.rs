@@ -7,47 +7,11 @@ use psi_core::ot::{self, ClientStep, LaneLabels, OtClient, OtConfig, OtServer};
 use psi_core::{DecodeError, Error, ItemSet, MatchOutput, Threads};
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
-use std::collections::HashMap;
 use std::sync::Arc;
 
-/// The label of server item `i`: none for every fifth, the empty label for every seventh,
-/// otherwise up to 11 bytes (a user id's length).
-fn label_of(i: usize) -> Option<Vec<u8>> {
-    if i.is_multiple_of(5) {
-        None
-    } else if i.is_multiple_of(7) {
-        Some(Vec::new())
-    } else {
-        Some(format!("id{:09}", i * 7919).into_bytes()[..(3 + i % 9)].to_vec())
-    }
-}
+mod common;
 
-struct Registry {
-    set: Arc<ItemSet>,
-    labels: Arc<LaneLabels>,
-    by_item: HashMap<Vec<u8>, Option<Vec<u8>>>,
-}
-
-fn registry(range: std::ops::Range<usize>) -> Registry {
-    let items: Vec<Vec<u8>> = range
-        .clone()
-        .map(|i| format!("c{i}").into_bytes())
-        .collect();
-    let set = Arc::new(ItemSet::new(items.clone()));
-    let by_item: HashMap<Vec<u8>, Option<Vec<u8>>> = range
-        .map(|i| (format!("c{i}").into_bytes(), label_of(i)))
-        .collect();
-    let labels = LaneLabels::new(set.items().iter().map(|it| by_item[it].clone())).unwrap();
-    Registry {
-        set,
-        labels: Arc::new(labels),
-        by_item,
-    }
-}
-
-fn client_items(range: std::ops::Range<usize>) -> ItemSet {
-    ItemSet::new(range.map(|i| format!("c{i}").into_bytes()))
-}
+use common::lanes::{Registry, check_labels, client_items, registry};
 
 /// A run; returns the output and (client → server, server → client) bytes.
 fn run(
@@ -77,14 +41,6 @@ fn run(
             ClientStep::Send(next) => request = next,
             ClientStep::Done(out) => return Ok((out, up, down)),
         }
-    }
-}
-
-fn check_labels(out: &MatchOutput, registry: &Registry) {
-    let labels = out.labels.as_ref().expect("the run carried labels");
-    assert_eq!(labels.0.len(), out.matches.len());
-    for (m, label) in out.matches.iter().zip(&labels.0) {
-        assert_eq!(label, &registry.by_item[&m.item], "match {}", m.index);
     }
 }
 
@@ -269,45 +225,18 @@ fn labels_must_match_the_set() {
 
 // ---- the transcript vector (docs/protocol/ot-psi.md §9.7) --------------------------------
 
-mod common;
-
 /// The suite-0x02 vector: the sets, seeds and chunk size of `ot-psi-transcript.json`, the
 /// server's items labelled: `+1555...` number `i` gets `u<i>`, the empty string the empty
 /// label, the `+4420...` numbers none; so `Λ = 4`.
 fn lanes_transcript_json(threads: Threads) -> serde_json::Value {
     let (client, server) = common::vector_sets();
     let (c, s) = common::vector_items();
-    let label = |item: &str| -> Option<String> {
-        match item.strip_prefix("+1555") {
-            Some(number) => Some(format!("u{}", number.parse::<u32>().unwrap())),
-            None if item.is_empty() => Some(String::new()),
-            None => None,
-        }
-    };
-    let set = ItemSet::new(s.clone());
-    let labels = LaneLabels::new(
-        set.items()
-            .iter()
-            .map(|it| label(std::str::from_utf8(it).unwrap()).map(String::into_bytes)),
-    )
-    .unwrap();
-    assert_eq!(labels.width(), 4);
     let config = OtConfig::new(threads)
         .with_chunk_rows(128)
         .with_label_lanes()
-        .with_lane_labels(Arc::new(labels));
+        .with_lane_labels(common::lanes::vector_lane_labels(&s));
     let (out, transcript) = common::chunked::run(&c, &s, &config, (0x0071_c11e, 0x0071_5e7e));
-    let got: Vec<Option<String>> = out
-        .labels
-        .clone()
-        .expect("lanes")
-        .into_vec()
-        .into_iter()
-        .map(|l| l.map(|l| String::from_utf8(l).unwrap()))
-        .collect();
-    for (m, l) in out.matches.iter().zip(&got) {
-        assert_eq!(l, &label(std::str::from_utf8(&m.item).unwrap()));
-    }
+    let got = common::lanes::vector_match_labels(&out);
     serde_json::json!({
         "description": "OT-PSI (protocol id 0x02, suite 0x02: label lanes) transcript with fixed RNG seeds; the sets, seeds and draw order of ot-psi-transcript.json; see docs/protocol/ot-psi.md sections 4.7 and 9.7",
         "produced_by": "rust-core/psi-core/tests/ot_lanes.rs, test lanes_transcript_vector; regenerate with OT_PSI_WRITE_VECTORS=1 cargo test -p psi-core --test ot_lanes lanes_transcript_vector",
@@ -317,7 +246,7 @@ fn lanes_transcript_json(threads: Threads) -> serde_json::Value {
         "chunk_rows": 128,
         "client_items": client,
         "server_items": server,
-        "server_labels": server.iter().map(|s| label(s)).collect::<Vec<_>>(),
+        "server_labels": server.iter().map(|s| common::lanes::vector_label(s)).collect::<Vec<_>>(),
         "lane_width": 4,
         "messages": common::vector_messages(&transcript),
         "match_indices": out.matches.iter().map(|m| m.index).collect::<Vec<_>>(),

@@ -392,8 +392,8 @@ pub struct SessionCreated {
     /// client need not `DELETE` it after a complete run. `false` from older servers.
     #[serde(default)]
     pub ends_on_completion: bool,
-    /// An OT-PSI session with labels on: the width `Λ` of the label lanes its run can carry
-    /// (docs/protocol/ot-psi.md §4.7, ADR 0053). A client that asks for them (hello suite
+    /// An OT-PSI or CM20-PSI session with labels on: the width `Λ` of the label lanes its run
+    /// can carry (ot-psi.md and cm20-psi.md §4.7, ADR 0053). A client that asks (hello suite
     /// `0x02`) gets every match's label in the outputs, needs no label step, and the
     /// session ends with the outputs. Absent: no lanes (another protocol, labels off, a
     /// registry with a label over 15 bytes, or an older server).
@@ -435,9 +435,9 @@ pub struct Health {
     /// returns about `K / 2^bits` of them): sizes the label step for the protocol choice.
     #[serde(default)]
     pub label_record_bytes: u64,
-    /// The width `Λ` of the label lanes this server's OT-PSI sessions carry (as in
-    /// [`SessionCreated::label_lane_width`]), for the protocol choice; absent when it
-    /// sends none.
+    /// The width `Λ` of the label lanes this server's OT-PSI and CM20-PSI sessions carry
+    /// (one per registry, as in [`SessionCreated::label_lane_width`]), for the protocol
+    /// choice; absent when it sends none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label_lane_width: Option<u8>,
     /// The server's own unit costs, measured at start, and its workers: an input of the

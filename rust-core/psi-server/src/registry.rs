@@ -155,9 +155,10 @@ impl Registry {
         let items = Arc::new(ItemSet::new(
             entries.iter().map(|e| e.identifier.as_bytes()),
         ));
-        // OT-PSI's label lanes (ADR 0053): each item's label, in the set's order. A label
-        // over 15 bytes leaves them out: OT-PSI's labels then come from the label query.
-        let lanes = psi_core::ot::LaneLabels::new((0..items.len()).map(|i| {
+        // OT-PSI's and CM20-PSI's label lanes (ADR 0053): each item's label, in the set's
+        // order. A label over 15 bytes leaves them out: those protocols' labels then come
+        // from the label query.
+        let lanes = psi_core::lanes::LaneLabels::new((0..items.len()).map(|i| {
             entries[items.original_index(i)]
                 .label
                 .as_deref()
@@ -172,8 +173,8 @@ impl Registry {
         match lanes {
             Ok(lanes) => rounds = rounds.with_lane_labels(lanes)?,
             Err(_) => tracing::info!(
-                "a label is longer than {} bytes: OT-PSI sessions fetch labels by the label query",
-                psi_core::ot::MAX_LANE_LABEL
+                "a label is longer than {} bytes: OT-PSI and CM20-PSI sessions fetch labels by the label query",
+                psi_core::lanes::MAX_LANE_LABEL
             ),
         }
         let stats = RegistryStats {

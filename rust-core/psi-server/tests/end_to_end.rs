@@ -190,11 +190,93 @@ fn ot_psi_labels_ride_on_the_run_and_equal_dh_psis() {
     server.shutdown().unwrap();
 }
 
+/// CM20-PSI with labels on rides the labels on the run too (label lanes, cm20-psi.md
+/// §4.7): the same labels as DH-PSI's for the same registry, no label step (no label bytes),
+/// the `Labels` progress phase still reported, the session ended by the outputs, and a
+/// CM20-PSI session response names the width.
+#[test]
+fn cm20_psi_labels_ride_on_the_run_and_equal_dh_psis() {
+    let mut config = config("cm20lanes");
+    config.enable_cm20 = true;
+    fill(&config, 2000, |i| i % 3 != 0);
+    let server = start(config);
+    let items = contacts(&(0..50).map(|k| k * 37).collect::<Vec<_>>(), 200);
+    let client = Client::new(
+        &server.url(),
+        ClientConfig::default().with_threads(Threads::new(2)),
+    );
+    let mut phases = Vec::new();
+    let dh = client
+        .match_items(
+            items.clone(),
+            Protocol::Dh,
+            &mut |_| {},
+            &CancelToken::new(),
+        )
+        .unwrap();
+    let cm20 = client
+        .match_items(
+            items.clone(),
+            Protocol::Cm20,
+            &mut |p| phases.push(p.phase),
+            &CancelToken::new(),
+        )
+        .unwrap();
+    assert_eq!(cm20.matches, dh.matches);
+    assert_eq!(cm20.matches.len(), 50);
+    assert!(cm20.matches.iter().any(|m| m.label.is_none()));
+    assert!(cm20.matches.iter().any(|m| m.label.is_some()));
+    assert!(dh.stats.label_bytes > 0);
+    assert_eq!(cm20.stats.label_bytes, 0, "no label step");
+    assert_eq!(phases.last(), Some(&psi_client::Phase::Labels));
+    assert_eq!(
+        server.state.live_sessions(),
+        0,
+        "the outputs ended the session"
+    );
+    // The CM20-PSI session response names the lane width: "user-1999", 9 bytes; not with
+    // labels off.
+    let t = raw(&server);
+    for (body, want) in [
+        (&br#"{"protocol":"cm20-psi","client_items":3}"#[..], Some(9)),
+        (
+            br#"{"protocol":"cm20-psi","client_items":3,"labels":false}"#,
+            None,
+        ),
+    ] {
+        let r = send(
+            &t,
+            Method::Post,
+            "/v1/sessions",
+            &[("content-type", "application/json")],
+            body,
+        );
+        assert_eq!(r.status, 201);
+        let created: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(
+            created.get("label_lane_width").and_then(|v| v.as_u64()),
+            want
+        );
+    }
+    server.shutdown().unwrap();
+}
+
 /// A registry with a label over 15 bytes offers no lanes: OT-PSI's labels come from the
 /// label query, as before, and are still right.
 #[test]
 fn ot_psi_with_long_labels_uses_the_label_query() {
-    let config = config("longlabels");
+    long_labels_use_the_label_query(Protocol::Ot, "longlabels");
+}
+
+/// The same for CM20-PSI: no lanes for a label over 15 bytes, the label query instead.
+#[test]
+fn cm20_psi_with_long_labels_uses_the_label_query() {
+    long_labels_use_the_label_query(Protocol::Cm20, "cm20longlabels");
+}
+
+fn long_labels_use_the_label_query(protocol: Protocol, name: &str) {
+    let mut config = config(name);
+    config.enable_cm20 = protocol == Protocol::Cm20;
     let mut store = psi_server::Store::open(config.db.sqlite_path().unwrap()).unwrap();
     let rows: Vec<(String, Option<String>)> = (0..300)
         .map(|i| {
@@ -212,7 +294,7 @@ fn ot_psi_with_long_labels_uses_the_label_query() {
     let items = contacts(&[0, 1, 2, 3, 250], 20);
     let client = Client::new(&server.url(), ClientConfig::default());
     let r = client
-        .match_items(items, Protocol::Ot, &mut |_| {}, &CancelToken::new())
+        .match_items(items, protocol, &mut |_| {}, &CancelToken::new())
         .unwrap();
     assert_eq!(r.matches.len(), 5);
     assert!(r.stats.label_bytes > 0, "the label query ran");

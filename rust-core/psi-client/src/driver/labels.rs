@@ -14,7 +14,7 @@ pub(super) enum LabelSource {
     Outputs(MatchedOutputs),
     /// The run gave no outputs: one OPRF query over the matches first (OT-PSI).
     Query,
-    /// The run carried the matches' labels itself (OT-PSI's label lanes, ADR 0053), in the
+    /// The run carried the matches' labels itself (OT-PSI's and CM20-PSI's label lanes, ADR 0053), in the
     /// order of its matches: no label step, and the server ended the session with the
     /// outputs.
     Carried(psi_core::RunLabels),

@@ -11,9 +11,10 @@ use super::session::session_id;
 use crate::chunked::{self, ClientPhase, ClientStep, wrong_phase};
 use crate::error::{DecodeError, Error, Result};
 use crate::items::ItemSet;
+use crate::lanes;
 use crate::ote::base_ot;
 use crate::ote::prc::{Block, Prg};
-use crate::output::MatchOutput;
+use crate::output::{MatchOutput, RunLabels};
 use crate::wire;
 use rand_core::CryptoRng;
 use rayon::prelude::*;
@@ -58,8 +59,17 @@ struct Sending {
     /// `sent_column .. next_column`.
     ahead: Option<Vec<u8>>,
     /// The client's own values, sorted with their item indices, once computed (ahead of
-    /// the outputs, or when they arrive).
-    mine: Option<Zeroizing<Vec<(u128, u32)>>>,
+    /// the outputs, or when they arrive); with lanes, each item's lane pad.
+    mine: Option<Mine>,
+    /// `Λ` when the server grants label lanes.
+    lane: Option<u8>,
+}
+
+/// The client's own values sorted with their item indices, and with lanes each item's pad
+/// (`1 + Λ` bytes, in item order). Zeroized on drop.
+struct Mine {
+    sorted: Zeroizing<Vec<(u128, u32)>>,
+    pads: Zeroizing<Vec<u8>>,
 }
 
 impl std::fmt::Debug for Cm20Client {
@@ -95,6 +105,7 @@ impl Cm20Client {
             client_items: n as u32,
             height,
             base_ot,
+            lanes: config.ask_label_lanes,
         };
         let client = Cm20Client {
             items,
@@ -128,6 +139,12 @@ impl Cm20Client {
                 self.next_chunk()
             }
             (Phase::AwaitOutputs(st), Message::Outputs(out)) => {
+                if out.lane != st.lane {
+                    return Err(DecodeError::InvalidParameter {
+                        what: "label lane width",
+                    }
+                    .into());
+                }
                 if out.output_bits as u32 != st.params.output_bits {
                     return Err(DecodeError::InvalidParameter {
                         what: "output bits",
@@ -166,6 +183,8 @@ impl Cm20Client {
 
     fn on_setup(&mut self, setup: Setup) -> Result<ClientStep> {
         let n_c = self.items.len() as u32;
+        // Lanes granted that were not asked for are refused.
+        lanes::check_granted(self.config.ask_label_lanes, setup.lane)?;
         let Some(width) = params::width(n_c as u64, setup.server_items as u64, self.height) else {
             return Err(DecodeError::InvalidParameter {
                 what: "matrix width",
@@ -223,6 +242,7 @@ impl Cm20Client {
             sent_column: 0,
             ahead: None,
             mine: None,
+            lane: setup.lane,
         };
         self.phase = Phase::AwaitAck(Box::new(st));
         self.next_chunk()
@@ -293,27 +313,71 @@ impl Cm20Client {
             Some(mine) => mine,
             None => threads.install(|| st.own_values(n))?,
         };
-        let matched = out.matches(&mine)?;
-        let output = MatchOutput::new(&self.items, &matched, p.server_items);
+        let hits = out.hits(&mine.sorted)?;
+        let labels = match st.lane {
+            None => None,
+            Some(width) => Some(open_lanes(&out, &hits, &mine.pads, width)?),
+        };
+        let matched: Zeroizing<Vec<usize>> = Zeroizing::new(hits.iter().map(|h| h.item).collect());
+        let mut output = MatchOutput::new(&self.items, &matched, p.server_items);
+        output.labels = labels;
         self.phase = Phase::Done;
         Ok(ClientStep::Done(output))
     }
 }
 
+/// Each hit's label from its lane (spec §4.7): the lane at the matched value's sorted
+/// position, opened with the item's pad. When the server's list repeats the value (two
+/// entries with one value, about as likely as a false match) the first of its lanes that
+/// opens is the item's.
+fn open_lanes(
+    out: &Outputs<'_>,
+    hits: &[chunked::Hit],
+    pads: &[u8],
+    width: u8,
+) -> Result<RunLabels> {
+    let len = 1 + width as usize;
+    let mut labels = Vec::with_capacity(hits.len());
+    for h in hits {
+        let pad = &pads[h.item * len..(h.item + 1) * len];
+        let mut opened = Err(DecodeError::InvalidParameter { what: "label lane" }.into());
+        for at in h.position..h.position + h.count {
+            opened = lanes::open(out.lane_at(at), pad);
+            if opened.is_ok() {
+                break;
+            }
+        }
+        labels.push(opened?);
+    }
+    Ok(RunLabels(labels))
+}
+
 impl Sending {
-    /// The client's own values `H2(A[v(y)])` with their item indices, sorted by value.
-    fn own_values(&self, n: usize) -> Zeroizing<Vec<(u128, u32)>> {
+    /// The client's own values `H2(A[v(y)])` with their item indices, sorted by value, and
+    /// with lanes each item's pad.
+    fn own_values(&self, n: usize) -> Mine {
         let p = self.params;
-        let values = prf::outputs(&self.sid, &self.acc, n, p.width as usize, p.output_bits);
+        let pad_len = self.lane.map_or(0, |w| 1 + w as usize);
+        let d = prf::outputs(
+            &self.sid,
+            &self.acc,
+            n,
+            p.width as usize,
+            p.output_bits,
+            pad_len,
+        );
         let mut mine: Zeroizing<Vec<(u128, u32)>> = Zeroizing::new(
-            values
+            d.values
                 .iter()
                 .enumerate()
                 .map(|(i, &v)| (v, i as u32))
                 .collect(),
         );
         mine.par_sort_unstable();
-        mine
+        Mine {
+            sorted: mine,
+            pads: d.pads,
+        }
     }
 
     /// Columns `next_column ..` as one chunk message; records the client's lookups.
@@ -384,6 +448,18 @@ impl Cm20Client {
         match &self.phase {
             Phase::AwaitAck(s) | Phase::AwaitOutputs(s) => s.seeds[c],
             _ => panic!("no seeds yet"),
+        }
+    }
+
+    /// Test hook: the client's own values (sorted, with item indices) and lane pads, while
+    /// the outputs are awaited.
+    pub(crate) fn test_mine(&self) -> (Vec<(u128, u32)>, Vec<u8>) {
+        match &self.phase {
+            Phase::AwaitOutputs(s) => {
+                let mine = s.own_values(self.items.len());
+                (mine.sorted.to_vec(), mine.pads.to_vec())
+            }
+            _ => panic!("not awaiting the outputs"),
         }
     }
 }

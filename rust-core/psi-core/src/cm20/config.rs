@@ -23,6 +23,14 @@ pub struct Cm20Config {
     /// Server: the exact client set size the hello must declare, if set (a server that
     /// admitted and charged a session for `n` items sets `n`).
     pub expected_client_items: Option<usize>,
+    /// Client: ask for label lanes (suite `0x02`, spec §4.7, ADR 0053): a server that has
+    /// them sends each entry's label with its value, and the output carries the matches'
+    /// labels ([`crate::output::MatchOutput::labels`]). A server without them answers with
+    /// suite `0x01`, and the output carries none.
+    pub ask_label_lanes: bool,
+    /// Server: the label of each of its items, in lane form; a client that asks gets them
+    /// in lanes. `None`: no lanes.
+    pub lane_labels: Option<std::sync::Arc<crate::lanes::LaneLabels>>,
 }
 
 impl Default for Cm20Config {
@@ -40,6 +48,8 @@ impl Cm20Config {
             height: None,
             max_client_items: messages::MAX_ITEMS as usize,
             expected_client_items: None,
+            ask_label_lanes: false,
+            lane_labels: None,
         }
     }
 
@@ -62,6 +72,19 @@ impl Cm20Config {
     /// to four times it).
     pub fn with_height(mut self, height: u32) -> Self {
         self.height = Some(height);
+        self
+    }
+
+    /// Client: ask for label lanes ([`Cm20Config::ask_label_lanes`]).
+    pub fn with_label_lanes(mut self) -> Self {
+        self.ask_label_lanes = true;
+        self
+    }
+
+    /// Server: the labels it sends in lanes to a client that asks
+    /// ([`Cm20Config::lane_labels`]); one per item of the set the server is given.
+    pub fn with_lane_labels(mut self, labels: std::sync::Arc<crate::lanes::LaneLabels>) -> Self {
+        self.lane_labels = Some(labels);
         self
     }
 

@@ -54,7 +54,10 @@ pub(crate) fn charge(client_items: u32) -> u64 {
 }
 
 /// A CM20-PSI run for `w`: hello and setup, then the matrix chunks, each answered by an
-/// ack, the last by the outputs. `None` for a workload no width qualifies for.
+/// ack, the last by the outputs; with labels on and a server that sends label lanes, the
+/// outputs carry them (one more byte in the setup, the width byte and `1 + Λ` per value in
+/// the outputs, an XOR per entry on the server; spec §4.7, ADR 0053) and no label step
+/// follows. `None` for a workload no width qualifies for.
 pub(crate) fn terms(w: &Workload) -> Option<Terms> {
     let (c, s) = (w.client_items as f64, w.server_items as f64);
     let mut requests = Vec::new();
@@ -73,13 +76,15 @@ pub(crate) fn terms(w: &Workload) -> Option<Terms> {
     // prediction), every chunk but the last answered
     // by an ack, the last by the outputs.
     let setup = sizes::setup(u64::from(width));
+    let lane = w.label_lane_width.filter(|_| w.labels).map(u64::from);
     requests.push(Exchange {
         up: sizes::hello(),
-        down: setup,
+        down: setup + u64::from(lane.is_some()),
     });
     let matrix = t.client_to_server - sizes::hello();
     let ack = sizes::acks(2);
-    let outputs = t.server_to_client - setup - sizes::acks(chunks);
+    let outputs = t.server_to_client - setup - sizes::acks(chunks)
+        + lane.map_or(0, |width| sizes::lanes(n_s, width) - 1);
     for i in 0..chunks {
         let last = i + 1 == chunks;
         requests.push(Exchange {
@@ -125,6 +130,6 @@ pub(crate) fn terms(w: &Workload) -> Option<Terms> {
         requests,
         client,
         server,
-        labels_carried: false,
+        labels_carried: lane.is_some(),
     })
 }

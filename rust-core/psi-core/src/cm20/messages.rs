@@ -5,8 +5,9 @@
 
 use super::params::{self, MAX_WIDTH, MIN_HEIGHT};
 use super::rot;
-use crate::chunked::{self, put_base_ot, read_base_ot, read_suite};
+use crate::chunked::{self, put_base_ot, read_base_ot};
 use crate::error::DecodeError;
+use crate::lanes;
 use crate::ote::base_ot::RECEIVER_MSG_LEN;
 use crate::protocol::Protocol;
 use crate::wire::{self, Reader, check_limit as limit};
@@ -20,6 +21,13 @@ pub use crate::chunked::message_type;
 /// The parameter suite byte: λ = 128, σ = 40, d = 128, 128 MR19 base OTs over
 /// ristretto255 extended by IKNP, AES-128 for `F`, SHA-256 for `H1` and `H2`.
 pub const SUITE: u8 = 0x01;
+/// Suite [`SUITE`] with label lanes (ADR 0053, spec §4.7): a hello of this suite asks for
+/// them; a setup of this suite grants them (and ends with the lane width `Λ`), and the
+/// outputs are then [`LABELLED_OUTPUTS`], the sorted values followed by one padded label
+/// per value.
+pub const SUITE_LANES: u8 = lanes::SUITE_LANES;
+/// The outputs message with label lanes (suite [`SUITE_LANES`]).
+pub const LABELLED_OUTPUTS: u8 = message_type::LABELLED_OUTPUTS;
 /// Most items either side may have (2^24).
 pub const MAX_ITEMS: u32 = 1 << 24;
 /// Largest matrix height: 4 times the default for the largest client set.
@@ -30,7 +38,8 @@ pub const CHUNK_FIELDS_LEN: usize = 16 + 2 + 2;
 pub const OUTPUTS_FIELDS_LEN: usize = chunked::SORTED_OUTPUTS_FIELDS_LEN;
 /// Body length of a hello message.
 pub const HELLO_BODY_LEN: usize = 1 + 32 + 4 + 4 + chunked::BASE_OT_FIELD_LEN;
-/// Body length of a setup message for width `w`.
+/// Body length of a setup message for width `w` (suite [`SUITE`]; one byte more, `Λ`,
+/// with lanes).
 pub fn setup_body_len(width: usize) -> usize {
     1 + 32 + 4 + 2 + 1 + 32 + rot::u_len(width)
 }
@@ -58,7 +67,8 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Message<'_>, DecodeError> {
             message_type::CHUNK_ACK => Message::Ack(Ack {
                 next_column: r.u16()?,
             }),
-            message_type::OUTPUTS => Message::Outputs(Outputs::read(r, MAX_ITEMS)?),
+            message_type::OUTPUTS => Message::Outputs(Outputs::read(r, MAX_ITEMS, false)?),
+            LABELLED_OUTPUTS => Message::Outputs(Outputs::read(r, MAX_ITEMS, true)?),
             t => return Err(DecodeError::UnknownMessageType(t)),
         })
     })
@@ -76,12 +86,14 @@ pub(crate) struct Hello {
     pub(crate) client_items: u32,
     pub(crate) height: u32,
     pub(crate) base_ot: Vec<[u8; RECEIVER_MSG_LEN]>,
+    /// Suite [`SUITE_LANES`]: the client asks for label lanes.
+    pub(crate) lanes: bool,
 }
 
 impl Hello {
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut out = wire::begin(Protocol::Cm20, message_type::HELLO, HELLO_BODY_LEN);
-        out.push(SUITE);
+        out.push(if self.lanes { SUITE_LANES } else { SUITE });
         out.extend_from_slice(&self.client_nonce);
         out.extend_from_slice(&self.client_items.to_be_bytes());
         out.extend_from_slice(&self.height.to_be_bytes());
@@ -90,7 +102,7 @@ impl Hello {
     }
 
     fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        read_suite(r, SUITE)?;
+        let lanes = lanes::read_suite(r, SUITE)?;
         let client_nonce = r.array()?;
         let client_items = r.u32()?;
         limit("client items", client_items as u64, MAX_ITEMS as u64)?;
@@ -107,6 +119,7 @@ impl Hello {
             client_items,
             height,
             base_ot,
+            lanes,
         })
     }
 }
@@ -120,24 +133,31 @@ pub(crate) struct Setup {
     pub(crate) output_bits: u8,
     pub(crate) sender_point: [u8; 32],
     pub(crate) iknp_u: Vec<u8>,
+    /// Suite [`SUITE_LANES`]: label lanes of `Λ` label bytes (the setup's last byte).
+    pub(crate) lane: Option<u8>,
 }
 
 impl Setup {
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let body = setup_body_len(self.width as usize);
+        let body = setup_body_len(self.width as usize) + usize::from(self.lane.is_some());
         let mut out = wire::begin(Protocol::Cm20, message_type::SETUP, body);
-        out.push(SUITE);
+        out.push(if self.lane.is_some() {
+            SUITE_LANES
+        } else {
+            SUITE
+        });
         out.extend_from_slice(&self.server_nonce);
         out.extend_from_slice(&self.server_items.to_be_bytes());
         out.extend_from_slice(&self.width.to_be_bytes());
         out.push(self.output_bits);
         out.extend_from_slice(&self.sender_point);
         out.extend_from_slice(&self.iknp_u);
+        out.extend(self.lane);
         wire::finish(out)
     }
 
     fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        read_suite(r, SUITE)?;
+        let lanes = lanes::read_suite(r, SUITE)?;
         let server_nonce = r.array()?;
         let server_items = r.u32()?;
         limit("server items", server_items as u64, MAX_ITEMS as u64)?;
@@ -156,6 +176,11 @@ impl Setup {
         }
         let sender_point = r.array()?;
         let iknp_u = r.take(rot::u_len(width as usize))?.to_vec();
+        let lane = if lanes {
+            Some(lanes::read_width(r)?)
+        } else {
+            None
+        };
         Ok(Setup {
             server_nonce,
             server_items,
@@ -163,6 +188,7 @@ impl Setup {
             output_bits,
             sender_point,
             iknp_u,
+            lane,
         })
     }
 }
@@ -230,5 +256,6 @@ impl Ack {
     }
 }
 
-/// Message 0x05 ([`chunked::SortedOutputs`], a layout GBF-PSI's outputs share).
+/// Message 0x05, or 0x06 with label lanes ([`chunked::SortedOutputs`], a layout GBF-PSI's
+/// outputs share without lanes).
 pub(crate) type Outputs<'a> = chunked::SortedOutputs<'a>;

@@ -328,30 +328,70 @@ pub(crate) fn acc_rows(width: usize) -> usize {
 
 /// `H2` of every item's `w` looked-up bits, truncated to `l2` bits. `acc` has
 /// [`acc_rows`]`(w)` rows of [`acc_bytes`]`(n)` bytes (rows from `w` on are zero).
+/// With `pad_len > 0` (label lanes), also each item's lane pad: bytes
+/// `16 .. 16 + pad_len` of its `H2` digest, `pad_len` bytes per item in item order.
 pub(crate) fn outputs(
     sid: &[u8; 32],
     acc: &[u8],
     n: usize,
     width: usize,
     output_bits: u32,
-) -> Zeroizing<Vec<u128>> {
+    pad_len: usize,
+) -> Digests {
     let rows = acc_rows(width);
     let row_bytes = acc_bytes(n);
     assert_eq!(acc.len(), rows * row_bytes);
     let prefix = session_midstate(ds::H2, sid);
     let out_row = rows / 8;
+    for_each_block(n, pad_len, |t, vals, pads| {
+        let mut items = Zeroizing::new(vec![0u8; vals.len().div_ceil(8) * 8 * out_row]);
+        transpose_block(acc, rows, row_bytes, t, vals.len(), &mut items);
+        for (i, (v, bits)) in vals.iter_mut().zip(items.chunks_exact(out_row)).enumerate() {
+            let d = h2_digest(&prefix, bits, width);
+            *v = value_of(&d, output_bits);
+            put_pad(&d, pads, i, pad_len);
+        }
+    })
+}
+
+/// Every item's value and, with `pad_len > 0`, its lane pad ([`outputs`]). Zeroized on
+/// drop.
+pub(crate) struct Digests {
+    pub(crate) values: Zeroizing<Vec<u128>>,
+    pub(crate) pads: Zeroizing<Vec<u8>>,
+}
+
+/// Runs `f(t, values, pads)` on each block of [`TRANSPOSE_ITEMS`] items in parallel, with
+/// the block's values and pads (`pad_len` bytes per item; empty when 0) to fill.
+fn for_each_block(
+    n: usize,
+    pad_len: usize,
+    f: impl Fn(usize, &mut [u128], &mut [u8]) + Sync,
+) -> Digests {
     let mut values = Zeroizing::new(vec![0u128; n]);
-    values
-        .par_chunks_mut(TRANSPOSE_ITEMS)
-        .enumerate()
-        .for_each(|(t, vals)| {
-            let mut items = Zeroizing::new(vec![0u8; vals.len().div_ceil(8) * 8 * out_row]);
-            transpose_block(acc, rows, row_bytes, t, vals.len(), &mut items);
-            for (v, bits) in vals.iter_mut().zip(items.chunks_exact(out_row)) {
-                *v = h2(&prefix, bits, width, output_bits);
-            }
-        });
-    values
+    let mut pads = Zeroizing::new(vec![0u8; n * pad_len]);
+    if pad_len == 0 {
+        values
+            .par_chunks_mut(TRANSPOSE_ITEMS)
+            .enumerate()
+            .for_each(|(t, vals)| f(t, vals, &mut []));
+    } else {
+        values
+            .par_chunks_mut(TRANSPOSE_ITEMS)
+            .zip(pads.par_chunks_mut(TRANSPOSE_ITEMS * pad_len))
+            .enumerate()
+            .for_each(|(t, (vals, p))| f(t, vals, p));
+    }
+    Digests { values, pads }
+}
+
+/// Item `i`'s lane pad, bytes `16 .. 16 + pad_len` of its digest `d`, into `pads`.
+#[inline]
+fn put_pad(d: &[u8; 32], pads: &mut [u8], i: usize, pad_len: usize) {
+    if pad_len > 0 {
+        let at = crate::lanes::PAD_AT;
+        pads[i * pad_len..(i + 1) * pad_len].copy_from_slice(&d[at..at + pad_len]);
+    }
 }
 
 /// Items per transpose task: 128 bytes of every `acc` row.
@@ -376,10 +416,16 @@ fn transpose_block(
 }
 
 /// `H2` of one item's bit string (`bits`, at least `ceil(w / 8)` bytes, zero from bit `w`
-/// on), truncated to `output_bits`.
+/// on): the whole digest, whose first `l2` bits are the value ([`value_of`]) and whose
+/// bytes from 16 on pad the item's label lane.
 #[inline]
-fn h2(prefix: &Midstate, bits: &[u8], width: usize, output_bits: u32) -> u128 {
-    let d = Zeroizing::new(prefix.hash(&bits[..width.div_ceil(8)]));
+fn h2_digest(prefix: &Midstate, bits: &[u8], width: usize) -> Zeroizing<[u8; 32]> {
+    Zeroizing::new(prefix.hash(&bits[..width.div_ceil(8)]))
+}
+
+/// The OPRF value of a digest: its first `output_bits` bits.
+#[inline]
+fn value_of(d: &[u8; 32], output_bits: u32) -> u128 {
     let top = u128::from_be_bytes(d[..16].try_into().expect("16 bytes"));
     top >> (128 - output_bits)
 }
@@ -413,7 +459,8 @@ pub(crate) fn hash_parts(
     n: usize,
     width: usize,
     output_bits: u32,
-) -> Zeroizing<Vec<u128>> {
+    pad_len: usize,
+) -> Digests {
     let items = acc_bytes(n) * 8;
     let sizes: Vec<usize> = parts.iter().map(|p| p.len() / items).collect();
     let item_bytes: usize = sizes.iter().sum();
@@ -422,23 +469,20 @@ pub(crate) fn hash_parts(
         assert_eq!(p.len(), items * s);
     }
     let prefix = session_midstate(ds::H2, sid);
-    let mut values = Zeroizing::new(vec![0u128; n]);
-    values
-        .par_chunks_mut(TRANSPOSE_ITEMS)
-        .enumerate()
-        .for_each(|(t, vals)| {
-            let mut bits = Zeroizing::new(vec![0u8; item_bytes]);
-            for (i, v) in vals.iter_mut().enumerate() {
-                let item = t * TRANSPOSE_ITEMS + i;
-                let mut off = 0;
-                for (p, &s) in parts.iter().zip(&sizes) {
-                    bits[off..off + s].copy_from_slice(&p[item * s..(item + 1) * s]);
-                    off += s;
-                }
-                *v = h2(&prefix, &bits, width, output_bits);
+    for_each_block(n, pad_len, |t, vals, pads| {
+        let mut bits = Zeroizing::new(vec![0u8; item_bytes]);
+        for (i, v) in vals.iter_mut().enumerate() {
+            let item = t * TRANSPOSE_ITEMS + i;
+            let mut off = 0;
+            for (p, &s) in parts.iter().zip(&sizes) {
+                bits[off..off + s].copy_from_slice(&p[item * s..(item + 1) * s]);
+                off += s;
             }
-        });
-    values
+            let d = h2_digest(&prefix, &bits, width);
+            *v = value_of(&d, output_bits);
+            put_pad(&d, pads, i, pad_len);
+        }
+    })
 }
 
 #[cfg(test)]
@@ -576,7 +620,14 @@ mod tests {
                     }
                 }
             }
-            let want = outputs(&sid, &acc, n, w, 52);
+            let want = outputs(&sid, &acc, n, w, 52, 0);
+            assert!(want.pads.is_empty());
+            // With pads (label lanes): the same values, and the pads are the digests'
+            // bytes 16.. (checked against the values' own digest bytes 0..16 by being
+            // equal between the two paths; the lane tests check them end to end).
+            let padded = outputs(&sid, &acc, n, w, 52, 9);
+            assert_eq!(*padded.values, *want.values);
+            assert_eq!(padded.pads.len(), 9 * n);
             let mut parts = Vec::new();
             let mut c0 = 0;
             for &count in &split {
@@ -587,7 +638,14 @@ mod tests {
                 c0 += count;
             }
             assert_eq!(c0, w);
-            assert_eq!(*hash_parts(&sid, &parts, n, w, 52), *want, "{n} {w}");
+            assert_eq!(
+                *hash_parts(&sid, &parts, n, w, 52, 0).values,
+                *want.values,
+                "{n} {w}"
+            );
+            let parted = hash_parts(&sid, &parts, n, w, 52, 9);
+            assert_eq!(*parted.values, *want.values, "{n} {w}");
+            assert_eq!(*parted.pads, *padded.pads, "{n} {w}");
         }
     }
 

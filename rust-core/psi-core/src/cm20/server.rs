@@ -12,6 +12,7 @@ use super::session::session_id;
 use crate::chunked::{self, ServerPhase, admit_client_items, wrong_phase};
 use crate::error::{DecodeError, Result};
 use crate::items::ItemSet;
+use crate::lanes::LaneLabels;
 use crate::ote::base_ot;
 use crate::ote::prc::{Block, Prg, Row};
 use rand_core::CryptoRng;
@@ -27,6 +28,8 @@ pub struct Cm20Server {
     prepared: Option<Arc<Cm20Set>>,
     config: Cm20Config,
     phase: Phase,
+    /// The outputs carried label lanes (a client that asked, a server that has them).
+    sent_lanes: bool,
 }
 
 /// A server's set prepared for CM20-PSI sessions: the items and their `H1` digests. `H1`
@@ -83,6 +86,8 @@ struct Evaluating {
     /// run of one chunk keeps its rows as they are (the hashing transposes them).
     parts: Vec<Zeroizing<Vec<u8>>>,
     next_column: usize,
+    /// The labels, when this session sends lanes (the client asked, the server has them).
+    lanes: Option<Arc<LaneLabels>>,
 }
 
 impl std::fmt::Debug for Cm20Server {
@@ -120,6 +125,7 @@ impl Cm20Server {
         rng: &mut R,
     ) -> Result<Cm20Server> {
         chunked::check_set_size("server items", items.len(), MAX_ITEMS)?;
+        crate::lanes::check_count(config.lane_labels.as_deref(), items.len())?;
         let nonce = chunked::draw_nonce(rng);
         let sender = base_ot::Sender::new(rng);
         let mut s = Zeroizing::new(vec![[0u8; 64]; rot::instances(params::MAX_WIDTH as usize)]);
@@ -131,6 +137,7 @@ impl Cm20Server {
             prepared,
             config,
             phase: Phase::AwaitHello(Box::new(Fresh { nonce, sender, s })),
+            sent_lanes: false,
         })
     }
 
@@ -155,6 +162,16 @@ impl Cm20Server {
     /// True once the run is over, successfully or not: no further message is accepted.
     pub fn is_finished(&self) -> bool {
         self.phase.is_finished()
+    }
+
+    /// True when this run sends (or sent) the matches' labels in label lanes (spec §4.7):
+    /// the client asked and the server has them. The session then needs no label step.
+    pub fn labels_carried(&self) -> bool {
+        match &self.phase {
+            Phase::AwaitChunk(ev) => ev.lanes.is_some(),
+            Phase::AwaitHello(_) | Phase::Failed => false,
+            Phase::Done => self.sent_lanes,
+        }
     }
 
     /// The most bytes the next request can have: a hello ([`super::sizes::hello`]), then
@@ -213,6 +230,7 @@ impl Cm20Server {
         let mut s = fresh.s;
         s.truncate(rot::instances(w));
         let (u, seeds) = rot::receiver(&sid, &keys, &s, w);
+        let lanes = self.config.lane_labels.clone().filter(|_| hello.lanes);
         let setup = Setup {
             server_nonce: fresh.nonce,
             server_items: n_s,
@@ -220,6 +238,7 @@ impl Cm20Server {
             output_bits: p.output_bits as u8,
             sender_point: fresh.sender.point(),
             iknp_u: u,
+            lane: lanes.as_ref().map(|l| l.width()),
         };
         self.phase = Phase::AwaitChunk(Box::new(Evaluating {
             sid,
@@ -229,6 +248,7 @@ impl Cm20Server {
             prf: None,
             parts: Vec::new(),
             next_column: 0,
+            lanes,
         }));
         Ok(setup.encode())
     }
@@ -323,13 +343,40 @@ impl Cm20Server {
             unreachable!("checked above")
         };
         let n_s = self.items.len();
+        self.sent_lanes = ev.lanes.is_some();
+        let pad_len = ev.lanes.as_ref().map_or(0, |l| l.lane_len());
         threads.install(|| {
-            let mut values = if only {
-                prf::outputs(&ev.sid, &ev.parts[0], n_s, w, p.output_bits)
+            let mut d = if only {
+                prf::outputs(&ev.sid, &ev.parts[0], n_s, w, p.output_bits, pad_len)
             } else {
-                prf::hash_parts(&ev.sid, &ev.parts, n_s, w, p.output_bits)
+                prf::hash_parts(&ev.sid, &ev.parts, n_s, w, p.output_bits, pad_len)
             };
-            Outputs::encode(crate::Protocol::Cm20, p.output_bits as u8, &mut values)
+            let l2 = p.output_bits as u8;
+            match &ev.lanes {
+                None => Outputs::encode(crate::Protocol::Cm20, l2, &mut d.values),
+                Some(lanes) => {
+                    // Each item's lane sealed in item order (a lane is as public as the
+                    // value it rides with), then sorted with the values.
+                    let mut sealed = Vec::with_capacity(n_s * pad_len);
+                    for (i, pad) in d.pads.chunks_exact(pad_len).enumerate() {
+                        lanes.seal_into(i, pad, &mut sealed);
+                    }
+                    let mut rows: Zeroizing<Vec<(u128, u32)>> = Zeroizing::new(
+                        d.values
+                            .iter()
+                            .enumerate()
+                            .map(|(i, &v)| (v, i as u32))
+                            .collect(),
+                    );
+                    Outputs::encode_labelled(
+                        crate::Protocol::Cm20,
+                        l2,
+                        &mut rows,
+                        lanes.width(),
+                        &sealed,
+                    )
+                }
+            }
         })
     }
 }
@@ -352,7 +399,7 @@ impl chunked::ChunkedServer for Cm20Server {
     }
 
     fn labels_carried(&self) -> bool {
-        false
+        Cm20Server::labels_carried(self)
     }
 
     fn next_request_max(&self) -> u64 {

@@ -67,3 +67,10 @@ pub fn outputs(data_len: u64) -> u64 {
 pub fn outputs_expected(n: u64, l2: u32) -> u64 {
     crate::chunked::sorted_outputs_expected(n, l2)
 }
+
+/// The bytes label lanes (suite `0x02`, spec §4.7) add to a run of `n_s` server items with
+/// lane width `Λ`: one byte in the setup, and in the outputs the width byte and one lane
+/// of `1 + Λ` bytes per value: `2 + n_s (1 + Λ)`.
+pub fn lanes(server_items: u64, lane_width: u64) -> u64 {
+    2 + server_items * (1 + lane_width)
+}

@@ -471,3 +471,74 @@ fn an_ack_for_a_chunk_built_ahead_but_not_sent_is_refused() {
     );
     assert!(server.handle(&chunk2).is_ok());
 }
+
+/// Label lanes (spec §4.7): a client opens the lanes of its matches only. Every lane of an
+/// entry it did not match, opened with the pad of every one of its items, gives anything
+/// but that entry's label (or any registry label): the pads are digest bytes of inputs it
+/// does not hold, never sent. Its matches' lanes open to their labels.
+#[test]
+fn a_client_opens_only_its_matches_lanes() {
+    use crate::lanes::{self, LaneLabels};
+    let server = set(200..800);
+    let label = |i: usize| format!("L{:010}", i * 104_729).into_bytes();
+    let labels = LaneLabels::new((0..server.len()).map(|i| Some(label(i)))).unwrap();
+    let all: std::collections::HashSet<Vec<u8>> = (0..server.len()).map(label).collect();
+    assert_eq!(labels.width(), 11);
+    let mut rng = ChaCha20Rng::seed_from_u64(41);
+    let client_set = set(0..300);
+    let (mut c, hello) = Cm20Client::start(
+        client_set.clone(),
+        Cm20Config::new(Threads::ONE).with_label_lanes(),
+        &mut rng,
+    )
+    .unwrap();
+    let server_items = std::sync::Arc::new(server);
+    let config = Cm20Config::new(Threads::ONE).with_lane_labels(std::sync::Arc::new(labels));
+    let mut s = Cm20Server::new(server_items.clone(), config, &mut rng).unwrap();
+    let mut request = hello;
+    let outputs = loop {
+        let response = s.handle(&request).unwrap();
+        if s.is_done() {
+            break response;
+        }
+        match c.handle(&response).unwrap() {
+            ClientStep::Send(next) => request = next,
+            ClientStep::Done(_) => panic!("outputs not yet sent"),
+        }
+    };
+    let (mine, pads) = c.test_mine();
+    let Message::Outputs(o) = messages::decode(&outputs).unwrap() else {
+        panic!("outputs")
+    };
+    assert_eq!(o.lane, Some(11));
+    let hits = o.hits(&mine).unwrap();
+    assert_eq!(hits.len(), 100);
+    let matched: std::collections::HashSet<usize> = hits.iter().map(|h| h.position).collect();
+    for h in hits.iter() {
+        let pad = &pads[h.item * 12..(h.item + 1) * 12];
+        let got = lanes::open(o.lane_at(h.position), pad).unwrap().unwrap();
+        let i = server_items
+            .items()
+            .iter()
+            .position(|x| *x == client_set.items()[h.item])
+            .unwrap();
+        assert_eq!(got, label(i));
+    }
+    let (mut tried, mut opened) = (0, 0);
+    for p in (0..server_items.len()).filter(|p| !matched.contains(p)) {
+        for pad in pads.chunks_exact(12) {
+            tried += 1;
+            if let Ok(Some(l)) = lanes::open(o.lane_at(p), pad) {
+                opened += 1;
+                assert!(!all.contains(&l), "an unmatched lane opened to a label");
+            }
+        }
+    }
+    assert_eq!(tried, 500 * 300);
+    // What "opens" is noise: a length byte of 12 and nothing to check (about 1 in 256).
+    assert!(opened < tried / 100, "{opened} of {tried}");
+    // The labels are nowhere in the clear.
+    for l in &all {
+        assert!(!outputs.windows(l.len()).any(|w| w == &l[..]));
+    }
+}

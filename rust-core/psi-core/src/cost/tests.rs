@@ -479,11 +479,76 @@ fn label_lanes_give_ot_psi_back_its_fast_links() {
     let small = Workload::new(1000, 1_000_000).with_label_lanes(Some(11));
     assert!(!label_lanes_pay_off(Protocol::Ot, &small));
     assert!(!cost(Protocol::Ot, &small).unwrap().labels_carried);
-    // Only OT-PSI has lanes; labels off takes none.
+    // Only OT-PSI and CM20-PSI have lanes; labels off takes none.
     assert!(!label_lanes_pay_off(Protocol::Dh, &lanes));
-    assert!(!label_lanes_pay_off(Protocol::Cm20, &lanes));
+    assert!(!label_lanes_pay_off(Protocol::Gbf, &lanes));
     assert!(!label_lanes_pay_off(
         Protocol::Ot,
+        &lanes.with_labels(false)
+    ));
+}
+
+/// Issue 33 for CM20-PSI: with labels on, CM20-PSI's label step (an OPRF query over every
+/// item, as much group work as a DH-PSI run) kept it from ever being chosen for a balanced
+/// set; with label lanes offered it is chosen wherever it is the fastest forced protocol
+/// with labels on, and it is that on four of PSZ14's five links. Its lanes cost `n_s (1 + Λ)`
+/// bytes (one per value, a third of OT-PSI's) and no label step.
+#[test]
+fn label_lanes_give_cm20_psi_its_links() {
+    const ALL: &[Protocol] = &[Protocol::Dh, Protocol::Ot, Protocol::Cm20];
+    let w = Workload::new(1 << 16, 1 << 16).with_limits(1 << 16, 8 << 20);
+    let lanes = w.with_label_lanes(Some(11));
+    let mut cm20_links = Vec::new();
+    for &(name, rtt, mbit) in PSZ14 {
+        let i = inputs(Link::mbit(rtt, mbit, mbit));
+        // Without lanes CM20-PSI pays the label query and is never chosen.
+        assert_ne!(
+            choose(&w, &i, Policy::Fastest, ALL).unwrap().protocol,
+            Protocol::Cm20,
+            "{name}"
+        );
+        // With lanes: the choice is the fastest forced protocol, each forced with labels on.
+        let forced: Vec<(Protocol, f64)> = ALL
+            .iter()
+            .map(|&p| (p, predict(p, &lanes, &i).unwrap().total()))
+            .collect();
+        let fastest = forced.iter().min_by(|a, b| a.1.total_cmp(&b.1)).unwrap().0;
+        let chosen = choose(&lanes, &i, Policy::Fastest, ALL).unwrap().protocol;
+        assert_eq!(chosen, fastest, "{name}: {forced:?}");
+        if chosen == Protocol::Cm20 {
+            cm20_links.push(name);
+            assert!(
+                predict(Protocol::Cm20, &lanes, &i).unwrap().total()
+                    < predict(Protocol::Cm20, &w, &i).unwrap().total()
+            );
+        }
+    }
+    // On the reference machine: every PSZ14 link but the gigabit LAN.
+    assert_eq!(
+        cm20_links,
+        [
+            "802.11g WiFi",
+            "intra-country WAN",
+            "inter-country WAN",
+            "HSDPA"
+        ]
+    );
+    let with = cost(Protocol::Cm20, &lanes).unwrap();
+    let without = cost(Protocol::Cm20, &w).unwrap();
+    let no_labels = cost(Protocol::Cm20, &w.with_labels(false)).unwrap();
+    assert!(with.labels_carried && !without.labels_carried);
+    assert!(label_lanes_pay_off(Protocol::Cm20, &lanes));
+    // One setup byte, one outputs byte and n_s (1 + Λ); no request more than the run's.
+    let lane_bytes = 2 + (1u64 << 16) * 12;
+    assert_eq!(lane_bytes, crate::cm20::sizes::lanes(1 << 16, 11));
+    assert_eq!(with.bytes_down(), no_labels.bytes_down() + lane_bytes);
+    assert_eq!(with.bytes_up(), no_labels.bytes_up());
+    assert_eq!(with.requests.len(), no_labels.requests.len());
+    // A small client against a large registry keeps the label step (12 MB of lanes).
+    let small = Workload::new(1000, 1_000_000).with_label_lanes(Some(11));
+    assert!(!label_lanes_pay_off(Protocol::Cm20, &small));
+    assert!(!label_lanes_pay_off(
+        Protocol::Cm20,
         &lanes.with_labels(false)
     ));
 }

@@ -46,7 +46,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Message<'_>, DecodeError> {
             message_type::CHUNK_ACK => Message::Ack(Ack {
                 next_instance: r.u32()?,
             }),
-            message_type::OUTPUTS => Message::Outputs(Outputs::read(r, MAX_ITEMS)?),
+            message_type::OUTPUTS => Message::Outputs(Outputs::read(r, MAX_ITEMS, false)?),
             t => return Err(DecodeError::UnknownMessageType(t)),
         })
     })

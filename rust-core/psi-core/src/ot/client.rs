@@ -3,7 +3,6 @@
 
 use super::config::OtConfig;
 use super::cuckoo::{self, EMPTY, ItemDigest};
-use super::lanes::{self, PAD_AT};
 use super::matrix::{BLOCK_ROWS, matrix_rows};
 use super::messages::{
     self, Chunk, Hello, MAX_BINS, MAX_ITEMS, Message, Outputs, Setup, max_bins_for,
@@ -12,6 +11,7 @@ use super::session::{output_len, session_id};
 use crate::chunked::{self, ClientPhase, ClientStep, wrong_phase};
 use crate::error::{DecodeError, Error, Result};
 use crate::items::ItemSet;
+use crate::lanes::{self, PAD_AT};
 use crate::ote::base_ot::{self, BASE_OTS};
 use crate::ote::iknp;
 use crate::ote::prc::{Block, CODE_BYTES, PRC_BATCH, Prc, Prg, Row, out_hash, out_prefix, pack};
@@ -320,10 +320,8 @@ impl OtClient {
             unreachable!("checked by caller")
         };
         let n_c = self.items.len();
-        if setup.lane.is_some() && !self.config.ask_label_lanes {
-            // Lanes granted that were not asked for.
-            return Err(DecodeError::InvalidParameter { what: "suite" }.into());
-        }
+        // Lanes granted that were not asked for are refused.
+        lanes::check_granted(self.config.ask_label_lanes, setup.lane)?;
         let out_len = output_len(n_c, setup.server_items as usize);
         if setup.out_len as usize != out_len {
             return Err(DecodeError::InvalidParameter {

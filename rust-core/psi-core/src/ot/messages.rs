@@ -3,9 +3,9 @@
 //! All integers are big-endian. Every decoder checks exact lengths and hard limits and
 //! returns a [`DecodeError`]; none panics on any input.
 
-use super::lanes::MAX_LANE_LABEL;
 use crate::chunked::{self, put_base_ot, read_base_ot};
 use crate::error::DecodeError;
+use crate::lanes;
 use crate::ote::base_ot::{BASE_OTS, RECEIVER_MSG_LEN};
 use crate::ote::iknp::U_LEN;
 use crate::ote::prc::CODE_BYTES;
@@ -22,9 +22,9 @@ pub const SUITE: u8 = 0x01;
 /// Suite [`SUITE`] with label lanes (ADR 0053): a hello of this suite asks for them; a setup
 /// of this suite grants them (and ends with the lane width `Λ`), and the outputs are then
 /// [`LABELLED_OUTPUTS`], each value followed by its entry's padded label.
-pub const SUITE_LANES: u8 = 0x02;
+pub const SUITE_LANES: u8 = lanes::SUITE_LANES;
 /// The outputs message with label lanes (suite [`SUITE_LANES`]).
-pub const LABELLED_OUTPUTS: u8 = 0x06;
+pub const LABELLED_OUTPUTS: u8 = message_type::LABELLED_OUTPUTS;
 /// Most items either side may have (2^24).
 pub const MAX_ITEMS: u32 = 1 << 24;
 /// Most Cuckoo bins a client may ask for (2^25).
@@ -68,15 +68,6 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Message<'_>, DecodeError> {
     })
 }
 
-/// Reads the suite byte: false for [`SUITE`], true for [`SUITE_LANES`].
-fn read_lanes_suite(r: &mut Reader<'_>) -> Result<bool, DecodeError> {
-    match r.u8()? {
-        SUITE => Ok(false),
-        SUITE_LANES => Ok(true),
-        _ => Err(DecodeError::InvalidParameter { what: "suite" }),
-    }
-}
-
 /// `LimitExceeded` if a u32 field is above its limit.
 fn limit(what: &'static str, value: u32, limit: u32) -> Result<(), DecodeError> {
     check_limit(what, value.into(), limit.into())
@@ -114,7 +105,7 @@ impl Hello {
     }
 
     fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        let lanes = read_lanes_suite(r)?;
+        let lanes = lanes::read_suite(r, SUITE)?;
         let client_nonce = r.array()?;
         let client_items = r.u32()?;
         limit("client items", client_items, MAX_ITEMS)?;
@@ -171,7 +162,7 @@ impl Setup {
     }
 
     fn read(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        let lanes = read_lanes_suite(r)?;
+        let lanes = lanes::read_suite(r, SUITE)?;
         let server_nonce = r.array()?;
         let server_items = r.u32()?;
         limit("server items", server_items, MAX_ITEMS)?;
@@ -184,7 +175,7 @@ impl Setup {
         let sender_point = r.array()?;
         let iknp_u = r.take(U_LEN)?.to_vec();
         let lane = if lanes {
-            Some(read_lane_width(r)?)
+            Some(lanes::read_width(r)?)
         } else {
             None
         };
@@ -197,17 +188,6 @@ impl Setup {
             lane,
         })
     }
-}
-
-/// The lane width byte `Λ`, at most [`MAX_LANE_LABEL`].
-fn read_lane_width(r: &mut Reader<'_>) -> Result<u8, DecodeError> {
-    let width = r.u8()?;
-    if width > MAX_LANE_LABEL {
-        return Err(DecodeError::InvalidParameter {
-            what: "label lane width",
-        });
-    }
-    Ok(width)
 }
 
 /// Message 0x03; `rows` borrows the request bytes.
@@ -332,7 +312,7 @@ impl Outputs<'_> {
             });
         }
         let lane = if labelled {
-            Some(read_lane_width(r)?)
+            Some(lanes::read_width(r)?)
         } else {
             None
         };
@@ -359,6 +339,7 @@ impl Outputs<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lanes::MAX_LANE_LABEL;
 
     fn hello() -> Hello {
         Hello {

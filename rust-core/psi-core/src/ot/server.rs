@@ -4,13 +4,13 @@
 
 use super::config::OtConfig;
 use super::cuckoo::{self, HASHES, SimpleTable};
-use super::lanes::{LaneLabels, PAD_AT};
 use super::matrix::{BLOCK_ROWS, matrix_rows};
 use super::messages::{self, Ack, Chunk, Hello, MAX_ITEMS, Message, Outputs, Setup, row_len};
 use super::session::{output_len, session_id};
 use crate::chunked::{self, ServerPhase, admit_client_items, wrong_phase};
 use crate::error::{DecodeError, Result};
 use crate::items::ItemSet;
+use crate::lanes::{LaneLabels, PAD_AT};
 use crate::ote::base_ot::{self, RECEIVER_MSG_LEN};
 use crate::ote::iknp;
 use crate::ote::prc::{
@@ -81,14 +81,7 @@ impl OtServer {
     ) -> Result<OtServer> {
         let items = items.into();
         chunked::check_set_size("server items", items.len(), MAX_ITEMS)?;
-        if let Some(labels) = &config.lane_labels
-            && labels.len() != items.len()
-        {
-            return Err(crate::Error::CountMismatch {
-                expected: items.len() as u64,
-                found: labels.len() as u64,
-            });
-        }
+        crate::lanes::check_count(config.lane_labels.as_deref(), items.len())?;
         let nonce = chunked::draw_nonce(rng);
         let sender = base_ot::Sender::new(rng);
         let mut s = Zeroizing::new([0u8; CODE_BYTES]);

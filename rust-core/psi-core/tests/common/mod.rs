@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod chunked;
+pub mod lanes;
 
 use psi_core::{DecodeError, Error, MatchOutput};
 use sha2::{Digest, Sha256};

@@ -80,8 +80,8 @@ impl RoundServer {
         self.0.is_finished()
     }
 
-    /// The run sent the matches' labels with its outputs (OT-PSI's label lanes): the
-    /// session needs no label step.
+    /// The run sent the matches' labels with its outputs (OT-PSI's and CM20-PSI's label
+    /// lanes): the session needs no label step.
     pub(crate) fn labels_carried(&self) -> bool {
         self.0.labels_carried()
     }

@@ -16,8 +16,8 @@ const MAX_OT_ROUNDS: usize = 1 << 16;
 impl Run<'_> {
     /// A round-based protocol's run (OT-PSI, CM20-PSI: [`Protocol::runs_in_rounds`]): its
     /// client started by psi-core's plug with requests sized to the server's body limit,
-    /// then its rounds on the protocol's round route. With labels on, an OT-PSI client asks
-    /// for label lanes when the session offers them (`label_lane_width`, ADR 0053): the
+    /// then its rounds on the protocol's round route. With labels on, an OT-PSI or CM20-PSI
+    /// client asks for label lanes when the session offers them (`label_lane_width`, ADR 0053): the
     /// labels then come with the outputs. Otherwise they follow as an OPRF query over the
     /// matches.
     pub(super) fn rounds(

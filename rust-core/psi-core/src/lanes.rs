@@ -1,20 +1,70 @@
-//! Label lanes (suite `0x02`, `docs/protocol/ot-psi.md` §4.7, ADR 0053): every output row
-//! carries its entry's label, one-time padded with bytes of the entry's OPRF digest that
-//! the server never sends, so the label step needs no second protocol.
+//! Label lanes (ADR 0053): every output value of a run carries its entry's label,
+//! one-time padded with bytes of the entry's OPRF digest that the server never sends, so
+//! the label step needs no second protocol. Shared by OT-PSI (suite `0x02`,
+//! `docs/protocol/ot-psi.md` §4.7) and CM20-PSI (suite `0x02`, `docs/protocol/cm20-psi.md`
+//! §4.7); each protocol says which digest pads which lane.
 //!
 //! The plaintext of a lane is `lenbyte || label || zeros`, `1 + Λ` bytes: `lenbyte` is 0
 //! for an entry without a label and `1 + |label|` otherwise, and `Λ` (the registry's
 //! longest label, at most [`MAX_LANE_LABEL`]) is announced in the setup. The pad is bytes
-//! `16 .. 17 + Λ` of the 32-byte digest `PHash(DS_OUT, sid, BE32(j), v)` whose first `L`
-//! bytes are the value: only a client that holds the entry's input in bin `j` knows them.
+//! `16 .. 17 + Λ` of the entry's 32-byte OPRF digest, whose first bytes (at most 16) are
+//! the value: OT-PSI's `PHash(DS_OUT, sid, BE32(j), v)`, CM20-PSI's `H2`. Only a client
+//! that holds the entry's input knows them.
 
-use crate::error::{Error, Result};
+use crate::error::{DecodeError, Error, Result};
+use crate::wire::Reader;
 use zeroize::Zeroize;
 
 /// The longest label a lane carries (bytes): `17 + Λ` digest bytes must fit in 32.
 pub const MAX_LANE_LABEL: u8 = 15;
-/// Where the pad starts in the 32-byte digest: past the longest value (`L <= 16`).
+/// Where the pad starts in the 32-byte digest: past the longest value (`L <= 16` bytes,
+/// `l2 <= 128` bits).
 pub(crate) const PAD_AT: usize = 16;
+/// The suite byte that asks for (hello) and grants (setup) label lanes, in every protocol
+/// that has them; the plain suite is `0x01`.
+pub(crate) const SUITE_LANES: u8 = 0x02;
+
+/// Reads a hello's or setup's suite byte: false for `plain`, true for [`SUITE_LANES`],
+/// any other byte `InvalidParameter { what: "suite" }`.
+pub(crate) fn read_suite(r: &mut Reader<'_>, plain: u8) -> Result<bool, DecodeError> {
+    match r.u8()? {
+        s if s == plain => Ok(false),
+        SUITE_LANES => Ok(true),
+        _ => Err(DecodeError::InvalidParameter { what: "suite" }),
+    }
+}
+
+/// Reads the lane width `Λ` (at most [`MAX_LANE_LABEL`]).
+pub(crate) fn read_width(r: &mut Reader<'_>) -> Result<u8, DecodeError> {
+    let width = r.u8()?;
+    if width > MAX_LANE_LABEL {
+        return Err(DecodeError::InvalidParameter {
+            what: "label lane width",
+        });
+    }
+    Ok(width)
+}
+
+/// A server's labels must describe its set, one per item: otherwise
+/// [`Error::CountMismatch`], not a wrong label.
+pub(crate) fn check_count(labels: Option<&LaneLabels>, items: usize) -> Result<()> {
+    match labels {
+        Some(l) if l.len() != items => Err(Error::CountMismatch {
+            expected: items as u64,
+            found: l.len() as u64,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The labels a client asked for that the server granted: an error when the server
+/// grants lanes the client did not ask for.
+pub(crate) fn check_granted(asked: bool, granted: Option<u8>) -> Result<(), DecodeError> {
+    if granted.is_some() && !asked {
+        return Err(DecodeError::InvalidParameter { what: "suite" });
+    }
+    Ok(())
+}
 
 /// The server's labels in lane form, one row of `1 + width` bytes per item of its
 /// [`ItemSet`](crate::items::ItemSet), in the set's (deduplicated) order. Never printed.
@@ -94,6 +144,11 @@ impl LaneLabels {
         self.rows.is_empty()
     }
 
+    /// Bytes of one lane, `1 + Λ`.
+    pub fn lane_len(&self) -> usize {
+        1 + self.width as usize
+    }
+
     /// Item `i`'s lane, padded with `pad` (at least `1 + width` bytes).
     pub(crate) fn seal_into(&self, i: usize, pad: &[u8], out: &mut Vec<u8>) {
         let row = 1 + self.width as usize;
@@ -112,7 +167,7 @@ pub(crate) fn open(lane: &[u8], pad: &[u8]) -> Result<Option<Vec<u8>>> {
     let label = (ok && len > 0).then(|| plain[1..len].to_vec());
     plain.zeroize();
     if !ok {
-        return Err(crate::error::DecodeError::InvalidParameter { what: "label lane" }.into());
+        return Err(DecodeError::InvalidParameter { what: "label lane" }.into());
     }
     Ok(label)
 }
