@@ -827,7 +827,10 @@ fn a_first_runs_plan_gets_the_ot_psi_session_it_then_chooses() {
     assert_eq!(r.protocol, Protocol::Ot, "{:?}", r.choice);
     let c = r.choice.as_ref().unwrap();
     assert!(c.health_with_session);
-    assert!(seen[0].contains("&PLAN=OT-PSI:"), "{seen:?}");
+    assert!(
+        seen[0].contains("&PLAN=") && seen[0].contains("OT-PSI:"),
+        "{seen:?}"
+    );
     assert!(!seen.iter().any(|r| r.contains("/V1/HEALTH")), "{seen:?}");
     let sessions = seen
         .iter()
@@ -839,37 +842,30 @@ fn a_first_runs_plan_gets_the_ot_psi_session_it_then_chooses() {
     assert_eq!(srv.state.live_sessions(), 0);
 }
 
-/// ADR 0054, where the choice is outside the plan (CM20-PSI, which a plan never names: it
-/// is opt-in on servers): the session the plan opened is replaced by the CM20-PSI one on
-/// the server (with one session allowed per caller, the run could not go on otherwise), and
-/// nothing is left behind.
+/// ADR 0054, where the choice is not what the plan assumed (a registry whose labels are
+/// too long for label lanes: the plan assumed lanes and asked for OT-PSI, whose label step
+/// over every item then makes DH-PSI the choice): the opened OT-PSI session is replaced by
+/// the DH-PSI one on the server (with one session allowed per caller, the run could not go
+/// on otherwise), and nothing is left behind.
 #[test]
-fn a_first_run_that_picks_outside_its_plan_replaces_its_session() {
-    let srv = one_session_server(4096, true);
-    let sim = SimLink::new(link(&NETWORKS[1]));
-    // The device measured before (the model picks CM20-PSI on WiFi for this workload:
-    // a_cm20_cell_matches_its_prediction_and_auto_weighs_three), no server known.
-    let mut m = Measurements::default();
-    m.device = Some(psi_client::measure::calibrate_device());
-    let client = Client::with_transport(
-        &srv.url(),
-        sim.clone(),
+fn a_first_run_that_chooses_against_its_plan_replaces_its_session() {
+    let srv = one_session_server_labelled(4096, false, |i| format!("member-label-{i:08}"));
+    let sim = SimLink::new(Link::mbit(0.4, 1000.0, 1000.0));
+    let hints = LinkHints::new("lan")
+        .with_bandwidth(1000.0, 1000.0)
+        .with_rtt_ms(0.4);
+    let client = fresh_client(
+        &srv,
+        &sim,
         ClientConfig::default()
-            .with_threads(psi_core::Threads::ONE)
-            .with_labels(false)
-            .with_retries(0)
-            .with_link_hints(
-                LinkHints::new("wifi")
-                    .with_bandwidth(54.0, 54.0)
-                    .with_rtt_ms(0.4),
-            ),
-    )
-    .with_measurements(Arc::new(MeasurementStore::new(m)))
-    .with_clock(sim.clone());
+            .with_threads(psi_core::Threads::new(2))
+            .with_link_hints(hints)
+            .with_retries(0),
+    );
     sim.take_seen();
     let (r, _) = timed(&client, &sim, 4096, ProtocolChoice::default());
     let seen = without_probe(sim.take_seen());
-    assert_eq!(r.protocol, Protocol::Cm20, "{:?}", r.choice);
+    assert_eq!(r.protocol, Protocol::Dh, "{:?}", r.choice);
     assert!(r.choice.as_ref().unwrap().health_with_session);
     assert!(!seen.iter().any(|r| r.contains("/V1/HEALTH")), "{seen:?}");
     let sessions: Vec<&String> = seen
@@ -878,12 +874,14 @@ fn a_first_run_that_picks_outside_its_plan_replaces_its_session() {
         .collect();
     assert_eq!(sessions.len(), 2, "{seen:?}");
     assert!(
-        sessions[0].starts_with("POST /V1/SESSIONS?HEALTH=1"),
+        sessions[0].contains("&PLAN=") && sessions[0].contains("OT-PSI:"),
         "{seen:?}"
     );
     assert_eq!(sessions[1], "POST /V1/SESSIONS", "{seen:?}");
     assert!(!seen.iter().any(|r| r.starts_with("DELETE")), "{seen:?}");
+    assert!(!seen.iter().any(|r| r.contains("/OT/")), "{seen:?}");
     assert_eq!(r.matches.len(), 512);
+    assert!(r.matches.iter().all(|m| m.label.is_some()));
     assert_eq!(srv.state.live_sessions(), 0);
 }
 
@@ -950,6 +948,15 @@ fn a_first_run_against_an_older_server_asks_for_the_health() {
 /// A loopback server of `n` labelled entries that admits one session per caller, running
 /// CM20-PSI too if `cm20`.
 fn one_session_server(n: usize, cm20: bool) -> RunningServer {
+    one_session_server_labelled(n, cm20, |i| format!("member-{i}"))
+}
+
+/// [`one_session_server`] with the labels `label(i)`.
+fn one_session_server_labelled(
+    n: usize,
+    cm20: bool,
+    label: impl Fn(usize) -> String,
+) -> RunningServer {
     let mut config = Config::default();
     config.enable_cm20 = cm20;
     config.db = psi_server::Database::memory();
@@ -959,7 +966,7 @@ fn one_session_server(n: usize, cm20: bool) -> RunningServer {
     config.max_ot_sessions_per_client = 1;
     config.max_client_items = 10_000;
     let entries = items("s", n);
-    let labels: Vec<String> = (0..n).map(|i| format!("member-{i}")).collect();
+    let labels: Vec<String> = (0..n).map(label).collect();
     common::serve_entries(
         config,
         entries

@@ -300,28 +300,34 @@ pub const SESSION_PLAN_PARAM: &str = "plan";
 /// Most steps in a session plan.
 pub const MAX_PLAN_STEPS: usize = 8;
 
-/// One step of a session plan: `protocol` (API name) if the registry holds at most
-/// `max_registry_items` entries.
+/// One step of a session plan: `protocol` (API name) if the registry holds from
+/// `min_registry_items` to `max_registry_items` entries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlanStep {
     /// The protocol's API name.
     pub protocol: String,
+    /// The smallest registry this step is for (0: any up to the largest).
+    pub min_registry_items: u64,
     /// The largest registry this step is for.
     pub max_registry_items: u64,
 }
 
-/// A plan in its query spelling: `name:max` steps joined by `,` (e.g.
-/// `ot-psi:65536,dh-psi:1000000`).
+/// A plan in its query spelling: steps `name:max` (from 0) or `name:min-max` joined by `,`
+/// (e.g. `cm20-psi:2049-70000,ot-psi:65536`).
 pub fn format_plan(steps: &[PlanStep]) -> String {
     steps
         .iter()
-        .map(|s| format!("{}:{}", s.protocol, s.max_registry_items))
+        .map(|s| match s.min_registry_items {
+            0 => format!("{}:{}", s.protocol, s.max_registry_items),
+            min => format!("{}:{min}-{}", s.protocol, s.max_registry_items),
+        })
         .collect::<Vec<_>>()
         .join(",")
 }
 
-/// A plan from its query spelling: 1 to [`MAX_PLAN_STEPS`] steps `name:max`, each name 1 to
-/// 32 characters of `a-z0-9-`, each bound a decimal `u64`. `None` for anything else.
+/// A plan from its query spelling: 1 to [`MAX_PLAN_STEPS`] steps `name:max` or
+/// `name:min-max`, each name 1 to 32 characters of `a-z0-9-`, each bound a decimal `u64`
+/// (`min` at most `max`). `None` for anything else.
 pub fn parse_plan(value: &str) -> Option<Vec<PlanStep>> {
     let steps: Vec<&str> = value.split(',').collect();
     if steps.is_empty() || steps.len() > MAX_PLAN_STEPS {
@@ -330,26 +336,32 @@ pub fn parse_plan(value: &str) -> Option<Vec<PlanStep>> {
     steps
         .into_iter()
         .map(|step| {
-            let (name, max) = step.split_once(':')?;
+            let (name, range) = step.split_once(':')?;
             let name_ok = (1..=32).contains(&name.len())
                 && name
                     .bytes()
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-            let max_ok =
-                !max.is_empty() && max.len() <= 20 && max.bytes().all(|b| b.is_ascii_digit());
-            if !(name_ok && max_ok) {
+            let (min, max) = range.split_once('-').unwrap_or(("0", range));
+            let number = |v: &str| {
+                (!v.is_empty() && v.len() <= 20 && v.bytes().all(|b| b.is_ascii_digit()))
+                    .then(|| v.parse::<u64>().ok())
+                    .flatten()
+            };
+            let (min, max) = (number(min)?, number(max)?);
+            if !name_ok || min > max {
                 return None;
             }
             Some(PlanStep {
                 protocol: name.to_string(),
-                max_registry_items: max.parse().ok()?,
+                min_registry_items: min,
+                max_registry_items: max,
             })
         })
         .collect()
 }
 
 /// The protocol a plan gives a registry of `registry_items` entries on a server that runs
-/// `runs`: the first step whose protocol it runs and whose bound the registry is within;
+/// `runs`: the first step whose protocol it runs and whose range the registry is within;
 /// `None` if no step is (the request's own protocol then).
 pub fn plan_pick<'a>(
     steps: &'a [PlanStep],
@@ -358,7 +370,10 @@ pub fn plan_pick<'a>(
 ) -> Option<&'a str> {
     steps
         .iter()
-        .find(|s| registry_items <= s.max_registry_items && runs(&s.protocol))
+        .find(|s| {
+            (s.min_registry_items..=s.max_registry_items).contains(&registry_items)
+                && runs(&s.protocol)
+        })
         .map(|s| s.protocol.as_str())
 }
 
@@ -760,16 +775,26 @@ mod tests {
     fn session_plans_round_trip_and_refuse_what_they_are_not() {
         let plan = vec![
             PlanStep {
+                protocol: "cm20-psi".into(),
+                min_registry_items: 5_000,
+                max_registry_items: 60_000,
+            },
+            PlanStep {
                 protocol: "ot-psi".into(),
+                min_registry_items: 0,
                 max_registry_items: 70_000,
             },
             PlanStep {
                 protocol: "dh-psi".into(),
+                min_registry_items: 0,
                 max_registry_items: u64::MAX,
             },
         ];
         let text = format_plan(&plan);
-        assert_eq!(text, format!("ot-psi:70000,dh-psi:{}", u64::MAX));
+        assert_eq!(
+            text,
+            format!("cm20-psi:5000-60000,ot-psi:70000,dh-psi:{}", u64::MAX)
+        );
         assert_eq!(parse_plan(&text), Some(plan.clone()));
         for bad in [
             "",
@@ -781,6 +806,10 @@ mod tests {
             "ot-psi:1e9",
             "ot-psi:99999999999999999999999",
             "ot psi:5",
+            "ot-psi:9-5",
+            "ot-psi:-5",
+            "ot-psi:5-",
+            "ot-psi:1-2-3",
             "a:1,b:2,c:3,d:4,e:5,f:6,g:7,h:8,i:9",
         ] {
             assert_eq!(parse_plan(bad), None, "{bad:?}");
@@ -788,9 +817,11 @@ mod tests {
         // The first step the registry is within and the server runs.
         let runs_all = |_: &str| true;
         assert_eq!(plan_pick(&plan, 4096, runs_all), Some("ot-psi"));
+        assert_eq!(plan_pick(&plan, 5000, runs_all), Some("cm20-psi"));
+        assert_eq!(plan_pick(&plan, 5000, |p| p != "cm20-psi"), Some("ot-psi"));
         assert_eq!(plan_pick(&plan, 70_001, runs_all), Some("dh-psi"));
         assert_eq!(plan_pick(&plan, 4096, |p| p != "ot-psi"), Some("dh-psi"));
-        assert_eq!(plan_pick(&plan[..1], 70_001, runs_all), None);
+        assert_eq!(plan_pick(&plan[..2], 70_001, runs_all), None);
     }
 
     /// Every round-based protocol has exactly one round route, and no other route names a

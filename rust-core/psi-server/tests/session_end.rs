@@ -217,3 +217,42 @@ fn a_session_plan_picks_the_protocol_for_the_registrys_size() {
     assert_eq!(server.state.live_sessions(), 0);
     server.shutdown().unwrap();
 }
+
+/// A plan step with a range: the registry (20 entries) must be within it.
+#[test]
+fn a_session_plan_step_holds_only_its_range() {
+    let config = config("session-plan-range");
+    fill(&config, 20, |i| i % 2 == 0);
+    let server = start(config);
+    let t = raw(&server);
+    let body = br#"{"protocol":"dh-psi","client_items":3}"#;
+    for (query, want) in [
+        ("?plan=ot-psi:21-100", "dh-psi"),
+        ("?plan=ot-psi:20-20", "ot-psi"),
+        ("?plan=ot-psi:0-19,ot-psi:5-25", "ot-psi"),
+        ("?plan=ot-psi:1-19", "dh-psi"),
+    ] {
+        let r = send(
+            &t,
+            Method::Post,
+            &format!("/v1/sessions{query}"),
+            &[JSON],
+            body,
+        );
+        assert_eq!(r.status, 201, "{query}");
+        let created: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(created["protocol"], want, "{query}");
+        let id = created["session_id"].as_str().unwrap();
+        let path = format!("/v1/sessions/{id}");
+        assert_eq!(send(&t, Method::Delete, &path, &[], b"").status, 204);
+    }
+    let r = send(
+        &t,
+        Method::Post,
+        "/v1/sessions?plan=ot-psi:9-5",
+        &[JSON],
+        body,
+    );
+    assert_eq!(error_code(&r), "bad_request");
+    server.shutdown().unwrap();
+}

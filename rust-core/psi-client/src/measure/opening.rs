@@ -6,68 +6,93 @@ use psi_core::Protocol;
 use psi_core::cost::{Inputs, Policy, Workload, choose};
 use psi_http::{MAX_PLAN_STEPS, PlanStep};
 
-/// The protocols a first plan considers: those every server runs by default. A choice of an
-/// opt-in protocol (CM20-PSI, GBF-PSI) replaces the opened session.
-const PLANNED: [Protocol; 2] = [Protocol::Dh, Protocol::Ot];
+/// The protocols every server runs by default: a plan's second part picks among them.
+const DEFAULT_SET: [Protocol; 2] = [Protocol::Dh, Protocol::Ot];
+
+/// With CM20-PSI, which servers run only when enabled (`--enable-cm20`): a plan's first
+/// part names its ranges, which a server without it skips. GBF-PSI (opt-in too, and never
+/// the fastest in this project's grid) is not planned: a choice of it replaces the session.
+const WITH_CM20: [Protocol; 3] = [Protocol::Dh, Protocol::Ot, Protocol::Cm20];
 
 /// The largest registry a plan distinguishes: the model's largest count (2^32; it reads
 /// larger counts as that).
 const MAX_PLANNED_REGISTRY: u64 = 1 << 32;
 
 /// The label lanes a plan assumes: the widest (a registry with longer labels has none, and
-/// its OT-PSI runs fetch labels: a plan's OT-PSI step is then replaced where it loses).
-const ASSUMED_LANE_WIDTH: u8 = psi_core::ot::MAX_LANE_LABEL;
+/// its runs fetch labels: a plan's step is then replaced where it loses).
+const ASSUMED_LANE_WIDTH: u8 = psi_core::lanes::MAX_LANE_LABEL;
 
 /// The session plan for `n` items with the choice's inputs before the health (the link
-/// prior, the device's costs or the reference's, the reference server): for each range of
-/// registry sizes, the protocol `psi_core::cost::choose` picks between DH-PSI and OT-PSI,
-/// ranges found by doubling the size and then bisecting each change to the entry. The
-/// last range's protocol is the request's own (DH-PSI where the largest registries call
-/// for it, as they always do: OT-PSI's bytes grow with the registry faster than DH-PSI's
-/// encoded set), so the plan lists the ranges before it; empty when DH-PSI is the pick for
-/// every size. At most [`MAX_PLAN_STEPS`] steps.
+/// prior, the device's costs or the reference's, the reference server): the ranges of
+/// registry sizes where `psi_core::cost::choose` picks CM20-PSI among DH-PSI, OT-PSI and
+/// CM20-PSI, then those where it picks OT-PSI between DH-PSI and OT-PSI. A server takes the
+/// first step it runs whose range holds its registry, so one with CM20-PSI gets the pick of
+/// the three, one without it the pick of the two (where the three's pick is not CM20-PSI it
+/// is the two's), and DH-PSI (the request's own protocol) covers the rest. Ranges are found
+/// by doubling the size from 1 to 2^32 and bisecting each change to the entry. At most
+/// [`MAX_PLAN_STEPS`] steps; empty where DH-PSI is the pick at every size.
 pub fn opening_plan(n: u64, labels: bool, inputs: &Inputs, policy: Policy) -> Vec<PlanStep> {
+    let mut steps: Vec<PlanStep> = ranges(n, labels, inputs, policy, &WITH_CM20)
+        .into_iter()
+        .filter(|r| r.0 == Protocol::Cm20)
+        .chain(
+            ranges(n, labels, inputs, policy, &DEFAULT_SET)
+                .into_iter()
+                .filter(|r| r.0 == Protocol::Ot),
+        )
+        .map(|(p, lo, hi)| PlanStep {
+            protocol: p.api_name().to_string(),
+            min_registry_items: if lo <= 1 { 0 } else { lo },
+            max_registry_items: if hi >= MAX_PLANNED_REGISTRY {
+                u64::MAX
+            } else {
+                hi
+            },
+        })
+        .collect();
+    steps.truncate(MAX_PLAN_STEPS);
+    steps
+}
+
+/// The runs of equal picks among `candidates` over registry sizes 1 to 2^32: (protocol,
+/// smallest size, largest size), smallest sizes first, covering every size.
+fn ranges(
+    n: u64,
+    labels: bool,
+    inputs: &Inputs,
+    policy: Policy,
+    candidates: &[Protocol],
+) -> Vec<(Protocol, u64, u64)> {
     let pick = |m: u64| {
         let w = Workload::new(n, m)
             .with_labels(labels)
             .with_label_lanes(Some(ASSUMED_LANE_WIDTH));
-        choose(&w, inputs, policy, &PLANNED).map_or(Protocol::Dh, |c| c.protocol)
+        choose(&w, inputs, policy, candidates).map_or(Protocol::Dh, |c| c.protocol)
     };
-    // (protocol, largest size with it) for each run of equal picks, smallest sizes first.
-    let mut runs: Vec<(Protocol, u64)> = Vec::new();
+    let mut runs = Vec::new();
+    let (mut current, mut start) = (pick(1), 1u64);
     let mut m = 1u64;
-    let mut last = (pick(1), 1u64);
     while m < MAX_PLANNED_REGISTRY {
         let next = (m * 2).min(MAX_PLANNED_REGISTRY);
         let p = pick(next);
-        if p != last.0 {
-            // The change is in (m, next]: bisect to the last size with the old pick.
+        if p != current {
+            // The change is in (m, next]: bisect to the last size with the current pick.
             let (mut lo, mut hi) = (m, next);
             while hi - lo > 1 {
                 let mid = lo + (hi - lo) / 2;
-                if pick(mid) == last.0 {
+                if pick(mid) == current {
                     lo = mid
                 } else {
                     hi = mid
                 }
             }
-            runs.push((last.0, lo));
-            last = (p, hi);
+            runs.push((current, start, lo));
+            (current, start) = (pick(hi), hi);
         }
         m = next;
     }
-    // The last run is the request's own protocol when it is DH-PSI; otherwise it is a step
-    // too (up to the largest size), and the request's DH-PSI covers the rest.
-    if last.0 != Protocol::Dh {
-        runs.push((last.0, MAX_PLANNED_REGISTRY));
-    }
-    runs.into_iter()
-        .take(MAX_PLAN_STEPS)
-        .map(|(p, max)| PlanStep {
-            protocol: p.api_name().to_string(),
-            max_registry_items: max,
-        })
-        .collect()
+    runs.push((current, start, MAX_PLANNED_REGISTRY));
+    runs
 }
 
 #[cfg(test)]
@@ -89,13 +114,14 @@ mod tests {
     }
 
     #[test]
-    fn a_plan_gives_ot_psi_the_balanced_registries_of_fast_links_and_dh_psi_the_rest() {
+    fn a_plan_gives_the_balanced_registries_of_fast_links_to_ot_psi_and_the_rest_to_dh_psi() {
         // A LAN with labels: OT-PSI (with lanes) for registries near the client's size.
         let lan = plan(4096, true, Link::mbit(0.4, 1000.0, 1000.0));
         assert!(!lan.is_empty(), "{lan:?}");
-        let first = &lan[0];
-        assert_eq!(first.protocol, "ot-psi");
-        assert!(first.max_registry_items >= 4096, "{lan:?}");
+        assert!(
+            psi_http::plan_pick(&lan, 4096, |p| p != "cm20-psi") == Some("ot-psi"),
+            "{lan:?}"
+        );
         // Contact discovery sizes are DH-PSI's: a registry of 10^7 is past every OT step.
         assert_eq!(
             psi_http::plan_pick(&lan, 10_000_000, |_| true).unwrap_or("dh-psi"),
@@ -110,25 +136,36 @@ mod tests {
     }
 
     #[test]
-    fn a_plan_follows_the_models_pick_at_every_size() {
-        let link = Link::mbit(100.0, 10.0, 10.0);
-        let inputs = Inputs {
-            link,
-            client: UnitCosts::REFERENCE.with_threads(2),
-            server: UnitCosts::REFERENCE,
-        };
-        for n in [256u64, 1024, 4096, 1 << 16] {
-            let p = opening_plan(n, true, &inputs, Policy::Fastest);
-            for k in 0..40 {
-                let m = 1u64 << k;
-                let w = Workload::new(n, m)
-                    .with_labels(true)
-                    .with_label_lanes(Some(ASSUMED_LANE_WIDTH));
-                let want = choose(&w, &inputs, Policy::Fastest, &PLANNED)
-                    .unwrap()
-                    .protocol;
-                let got = psi_http::plan_pick(&p, m, |_| true).unwrap_or("dh-psi");
-                assert_eq!(got, want.api_name(), "n {n}, m {m}: {p:?}");
+    fn a_plan_follows_the_models_pick_at_every_size_with_and_without_cm20() {
+        for link in [
+            Link::mbit(0.4, 1000.0, 1000.0),
+            Link::mbit(100.0, 10.0, 10.0),
+            Link::mbit(1000.0, 3.6, 3.6),
+            Link::mbit(200.0, 0.5, 2.0),
+        ] {
+            let inputs = Inputs {
+                link,
+                client: UnitCosts::REFERENCE.with_threads(2),
+                server: UnitCosts::REFERENCE,
+            };
+            for n in [256u64, 1024, 4096, 1 << 16] {
+                let p = opening_plan(n, true, &inputs, Policy::Fastest);
+                for k in 0..36 {
+                    // Powers of two and the sizes around them.
+                    for m in [(1u64 << k).saturating_sub(1).max(1), 1 << k, (1 << k) + 1] {
+                        let w = Workload::new(n, m)
+                            .with_labels(true)
+                            .with_label_lanes(Some(ASSUMED_LANE_WIDTH));
+                        for (set, runs_cm20) in [(&WITH_CM20[..], true), (&DEFAULT_SET[..], false)]
+                        {
+                            let want = choose(&w, &inputs, Policy::Fastest, set).unwrap().protocol;
+                            let got =
+                                psi_http::plan_pick(&p, m, |name| runs_cm20 || name != "cm20-psi")
+                                    .unwrap_or("dh-psi");
+                            assert_eq!(got, want.api_name(), "n {n}, m {m}, {link:?}: {p:?}");
+                        }
+                    }
+                }
             }
         }
     }
