@@ -60,9 +60,25 @@ pub fn width(client_items: u64, server_items: u64, height: u32) -> Option<u32> {
     let bound = -(STATISTICAL_SECURITY as f64) * std::f64::consts::LN_2;
     let ln_ns = (server_items.max(1) as f64).ln();
     let per_column = -(0.5 + 0.5 / m).log2();
-    (MIN_WEIGHT..=MAX_WIDTH).find(|&w| {
+    let qualifies = |w: u32| {
         w as f64 * per_column >= COMPUTATIONAL_SECURITY as f64 && ln_ns + ln_tail(w, p) <= bound
-    })
+    };
+    // Both conditions only get easier as `w` grows (more columns, a smaller tail of
+    // `Bin(w, p)` below `d`), so the smallest qualifying width is found by bisection: the
+    // cost model asks for it many times (a first run's plan, ADR 0054).
+    if !qualifies(MAX_WIDTH) {
+        return None;
+    }
+    let (mut lo, mut hi) = (MIN_WEIGHT, MAX_WIDTH);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if qualifies(mid) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    Some(lo)
 }
 
 /// Bits of each server output `l2 = 40 + ceil(log2 n_c) + ceil(log2 n_s)` (section 3.3,
@@ -137,6 +153,30 @@ mod tests {
             assert_eq!(height(n_c), m, "m for {n_c}");
             assert_eq!(width(n_c, n_s, m), Some(w), "w for {n_c} x {n_s}");
             assert_eq!(output_bits(n_c, n_s), l2);
+        }
+    }
+
+    #[test]
+    fn the_bisected_width_is_the_smallest_qualifying_one() {
+        // The linear search the bisection replaces, over sizes from tiny to the largest.
+        let linear = |n_c: u64, n_s: u64, height: u32| {
+            let m = height as f64;
+            let p = (n_c as f64 * (-1.0 / m).ln_1p()).exp();
+            let bound = -(STATISTICAL_SECURITY as f64) * std::f64::consts::LN_2;
+            let ln_ns = (n_s.max(1) as f64).ln();
+            let per_column = -(0.5 + 0.5 / m).log2();
+            (MIN_WEIGHT..=MAX_WIDTH).find(|&w| {
+                w as f64 * per_column >= COMPUTATIONAL_SECURITY as f64
+                    && ln_ns + ln_tail(w, p) <= bound
+            })
+        };
+        for a in 0..=24 {
+            for b in (0..=32).step_by(2) {
+                let (n_c, n_s) = (1u64 << a, 1u64 << b);
+                let h = height(n_c);
+                assert_eq!(width(n_c, n_s, h), linear(n_c, n_s, h), "{n_c} {n_s}");
+                assert_eq!(width(n_c + 3, n_s + 7, h), linear(n_c + 3, n_s + 7, h));
+            }
         }
     }
 
