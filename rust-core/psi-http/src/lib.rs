@@ -363,11 +363,11 @@ pub fn parse_plan(value: &str) -> Option<Vec<PlanStep>> {
 /// The protocol a plan gives a registry of `registry_items` entries on a server that runs
 /// `runs`: the first step whose protocol it runs and whose range the registry is within;
 /// `None` if no step is (the request's own protocol then).
-pub fn plan_pick<'a>(
-    steps: &'a [PlanStep],
+pub fn plan_pick(
+    steps: &[PlanStep],
     registry_items: u64,
     runs: impl Fn(&str) -> bool,
-) -> Option<&'a str> {
+) -> Option<&str> {
     steps
         .iter()
         .find(|s| {
