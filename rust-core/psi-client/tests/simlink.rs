@@ -732,6 +732,21 @@ fn fresh_client(srv: &RunningServer, sim: &Arc<SimLink>, config: ClientConfig) -
         .with_clock(sim.clone())
 }
 
+/// A first run's client of `srv` over `sim` (a LAN) with the LAN's hints, no retries.
+fn lan_first_client(srv: &RunningServer, sim: &Arc<SimLink>) -> Client {
+    let hints = LinkHints::new("lan")
+        .with_bandwidth(1000.0, 1000.0)
+        .with_rtt_ms(0.4);
+    fresh_client(
+        srv,
+        sim,
+        ClientConfig::default()
+            .with_threads(psi_core::Threads::new(2))
+            .with_link_hints(hints)
+            .with_retries(0),
+    )
+}
+
 /// ADR 0054, where DH-PSI wins (a far, slow link: HSDPA's 1 s RTT): a first run asks for
 /// the health with its DH-PSI session and goes on in it, so it makes the requests an app
 /// that has run before makes, and no `GET /v1/health`.
@@ -810,17 +825,7 @@ fn a_first_run_makes_a_warm_runs_requests_where_dh_psi_wins() {
 fn a_first_runs_plan_gets_the_ot_psi_session_it_then_chooses() {
     let srv = one_session_server(4096, false);
     let sim = SimLink::new(Link::mbit(0.4, 1000.0, 1000.0));
-    let hints = LinkHints::new("lan")
-        .with_bandwidth(1000.0, 1000.0)
-        .with_rtt_ms(0.4);
-    let client = fresh_client(
-        &srv,
-        &sim,
-        ClientConfig::default()
-            .with_threads(psi_core::Threads::new(2))
-            .with_link_hints(hints)
-            .with_retries(0),
-    );
+    let client = lan_first_client(&srv, &sim);
     sim.take_seen();
     let (r, _) = timed(&client, &sim, 4096, ProtocolChoice::default());
     let seen = without_probe(sim.take_seen());
@@ -851,17 +856,7 @@ fn a_first_runs_plan_gets_the_ot_psi_session_it_then_chooses() {
 fn a_first_run_that_chooses_against_its_plan_replaces_its_session() {
     let srv = one_session_server_labelled(4096, false, |i| format!("member-label-{i:08}"));
     let sim = SimLink::new(Link::mbit(0.4, 1000.0, 1000.0));
-    let hints = LinkHints::new("lan")
-        .with_bandwidth(1000.0, 1000.0)
-        .with_rtt_ms(0.4);
-    let client = fresh_client(
-        &srv,
-        &sim,
-        ClientConfig::default()
-            .with_threads(psi_core::Threads::new(2))
-            .with_link_hints(hints)
-            .with_retries(0),
-    );
+    let client = lan_first_client(&srv, &sim);
     sim.take_seen();
     let (r, _) = timed(&client, &sim, 4096, ProtocolChoice::default());
     let seen = without_probe(sim.take_seen());

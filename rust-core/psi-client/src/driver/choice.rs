@@ -133,27 +133,51 @@ impl Client {
         policy: psi_core::cost::Policy,
         stored: &crate::measure::Measurements,
     ) -> Vec<psi_http::PlanStep> {
-        let hints = &self.config.link_hints;
-        let threads = self.config.threads.get() as u32;
-        let link = match stored.networks.get(&hints.network) {
-            Some(e) if e.rtt_samples + e.up_samples + e.down_samples > 0 => *e,
-            _ => LinkEstimate::from_hints(hints),
-        };
         let inputs = psi_core::cost::Inputs {
-            link: link.link(),
-            client: stored
-                .device
-                .filter(|d| d.own.is_complete())
-                .map_or(psi_core::cost::UnitCosts::REFERENCE, |d| d.units(threads))
-                .with_threads(threads),
+            link: self.link_estimate(stored).0.link(),
+            client: self.device_units(stored),
             server: psi_core::cost::UnitCosts::REFERENCE,
         };
-        let policy = if hints.constrained {
+        let policy = self.policy(policy);
+        crate::measure::opening_plan(n as u64, self.config.fetch_labels, &inputs, policy)
+    }
+
+    /// The link estimate of the current network and where it came from: the stored one if
+    /// it has samples, else the hints' prior (`Given` when they are usable, else `Default`).
+    fn link_estimate(&self, stored: &crate::measure::Measurements) -> (LinkEstimate, Source) {
+        let hints = &self.config.link_hints;
+        match stored.networks.get(&hints.network) {
+            Some(e) if e.rtt_samples + e.up_samples + e.down_samples > 0 => (*e, Source::Measured),
+            _ => (LinkEstimate::from_hints(hints), self.prior_source()),
+        }
+    }
+
+    /// Where the link prior comes from: usable hints, else the default.
+    fn prior_source(&self) -> Source {
+        if self.config.link_hints.informative() {
+            Source::Given
+        } else {
+            Source::Default
+        }
+    }
+
+    /// The device's unit costs on the configured threads: the stored calibration if it
+    /// has every unit, else the reference machine's (the prior).
+    fn device_units(&self, stored: &crate::measure::Measurements) -> psi_core::cost::UnitCosts {
+        let threads = self.config.threads.get() as u32;
+        stored.device.filter(|d| d.own.is_complete()).map_or(
+            psi_core::cost::UnitCosts::REFERENCE.with_threads(threads),
+            |d| d.units(threads),
+        )
+    }
+
+    /// `policy`, or the fewest bytes where the user asked to save data.
+    fn policy(&self, policy: psi_core::cost::Policy) -> psi_core::cost::Policy {
+        if self.config.link_hints.constrained {
             psi_core::cost::Policy::FewestBytes
         } else {
             policy
-        };
-        crate::measure::opening_plan(n as u64, self.config.fetch_labels, &inputs, policy)
+        }
     }
 
     /// The choice once the health is known: the device (stored, or calibrated where it
@@ -176,22 +200,7 @@ impl Client {
             Some(u) => (u, Source::Measured),
             None => (psi_core::cost::UnitCosts::REFERENCE, Source::Default),
         };
-        let link = self
-            .measurements
-            .snapshot()
-            .networks
-            .get(&hints.network)
-            .copied();
-        // Where the prior comes from: usable hints, else the default.
-        let prior_source = if hints.informative() {
-            Source::Given
-        } else {
-            Source::Default
-        };
-        let (mut link, mut link_source) = match link {
-            Some(e) if e.rtt_samples + e.up_samples + e.down_samples > 0 => (e, Source::Measured),
-            _ => (LinkEstimate::from_hints(hints), prior_source),
-        };
+        let (mut link, mut link_source) = self.link_estimate(&self.measurements.snapshot());
         let cached = self.cache.load(&self.base).is_some_and(|c| {
             !health.encoded_set_etag.is_empty() && c.etag == health.encoded_set_etag
         });
@@ -204,11 +213,7 @@ impl Client {
                 (!health.encoded_set_etag.is_empty()).then_some(health.label_record_bytes),
             )
             .with_label_lanes(health.label_lane_width);
-        let policy = if hints.constrained {
-            psi_core::cost::Policy::FewestBytes
-        } else {
-            policy
-        };
+        let policy = self.policy(policy);
         let served: Vec<Protocol> = health
             .protocols
             .iter()
@@ -221,13 +226,9 @@ impl Client {
         // the prior, and the calibration started before the health's request waited for
         // only where a device that much slower or faster would change the pick; else it
         // stops, and a later run calibrates where it matters.
-        let prior = psi_core::cost::UnitCosts::REFERENCE.with_threads(threads);
         let mut inputs = psi_core::cost::Inputs {
             link: link.link(),
-            client: stored
-                .device
-                .filter(|d| d.own.is_complete())
-                .map_or(prior, |d| d.units(threads)),
+            client: self.device_units(&stored),
             server,
         };
         let device_source = match calibration {
@@ -265,7 +266,7 @@ impl Client {
             && health.supports(Feature::Probe)
             && self.measurements.read(|m| m.probe_allowed(&self.base, now))
         {
-            let factor = crate::measure::prior_uncertainty(prior_source);
+            let factor = crate::measure::prior_uncertainty(self.prior_source());
             if crate::measure::probe_worthwhile(&workload, &inputs, policy, &served, factor) {
                 let mut quiet = |_| {};
                 let mut run = Run::new(self, cancel, &mut quiet);
