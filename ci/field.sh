@@ -47,20 +47,8 @@ if [ "$mode" != report ]; then
     skip "no veth or tbf in this kernel"
   fi
   ip netns del "$probe"
-  # Toxiproxy (the latency element), built with Go from the Go module proxy only (no
-  # fallback to version-control hosts) into the cargo target directory, once.
-  toxiproxy_version="2.5.0"
-  PSI_TOXIPROXY="${CARGO_TARGET_DIR:-$root/rust-core/target}/field-tools/toxiproxy-$toxiproxy_version/server"
-  if [ ! -x "$PSI_TOXIPROXY" ]; then
-    go_bin="$(command -v go || true)"
-    [ -z "$go_bin" ] && [ -x /usr/local/go/bin/go ] && go_bin=/usr/local/go/bin/go
-    if [ -z "$go_bin" ]; then
-      apt_install "Go is needed to build Toxiproxy for the field tests (ci/field.sh)." golang-go
-      go_bin="$(command -v go)"
-    fi
-    GOBIN="$(dirname "$PSI_TOXIPROXY")" GOPROXY=https://proxy.golang.org GOFLAGS=-mod=mod \
-      "$go_bin" install "github.com/Shopify/toxiproxy/v2/cmd/server@v$toxiproxy_version"
-  fi
+  source "$root/ci/lib/toxiproxy.sh"
+  psi_toxiproxy "$root"
 fi
 python3 "$field" cleanup # namespaces of harnesses killed earlier (SIGKILL skips their cleanup)
 

@@ -35,6 +35,7 @@
 
 uniffi::setup_scaffolding!();
 
+mod body;
 mod cancel;
 mod choice;
 mod client;

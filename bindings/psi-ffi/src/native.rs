@@ -63,7 +63,7 @@ impl HttpTransport for NativeTransport {
                 .into_iter()
                 .map(|h| (h.name, h.value))
                 .collect(),
-            body: request.body,
+            body: request.body.0,
             timeout: std::time::Duration::from_millis(request.timeout_ms),
             max_response_bytes: request.max_response_bytes,
             abandon_on_cancel: false,
@@ -76,7 +76,7 @@ impl HttpTransport for NativeTransport {
                     .into_iter()
                     .map(|(name, value)| HttpHeader { name, value })
                     .collect(),
-                body: r.body,
+                body: r.body.into(),
             }),
             Err(e) => Err(transport_error(e)),
         }
@@ -123,7 +123,7 @@ mod tests {
             method: HttpMethod::Get,
             url: format!("http://127.0.0.1:{port}/v1/health"),
             headers: Vec::new(),
-            body: Vec::new(),
+            body: Vec::new().into(),
             timeout_ms: 5_000,
             max_response_bytes: 1 << 16,
         };

@@ -2,6 +2,7 @@
 //! on Swift), and the adapter that lets psi-client's synchronous driver use it from a
 //! run's thread.
 
+use crate::body::Body;
 use crate::job::{Wait, block_on};
 use psi_client::{CancelToken, Method, Request, Response, Transport};
 use std::sync::Arc;
@@ -37,7 +38,7 @@ pub struct HttpRequest {
     /// Headers to send.
     pub headers: Vec<HttpHeader>,
     /// Body (empty for GET and DELETE).
-    pub body: Vec<u8>,
+    pub body: Body,
     /// The whole exchange must finish within this many milliseconds, or fail with
     /// [`TransportError::Timeout`].
     pub timeout_ms: u64,
@@ -61,7 +62,7 @@ pub struct HttpResponse {
     /// Headers.
     pub headers: Vec<HttpHeader>,
     /// Body.
-    pub body: Vec<u8>,
+    pub body: Body,
 }
 
 /// Why a request produced no response.
@@ -154,7 +155,7 @@ impl Transport for ForeignTransport {
                 .into_iter()
                 .map(|(name, value)| HttpHeader { name, value })
                 .collect(),
-            body: request.body,
+            body: Body(request.body),
             timeout_ms: u64::try_from(request.timeout.as_millis()).unwrap_or(u64::MAX),
             max_response_bytes: limit,
         };
@@ -175,7 +176,7 @@ impl Transport for ForeignTransport {
             Wait::Done(Ok(r)) => Ok(Response {
                 status: r.status,
                 headers: r.headers.into_iter().map(|h| (h.name, h.value)).collect(),
-                body: r.body,
+                body: r.body.0,
             }),
             Wait::Done(Err(TransportError::Tls { reason })) => {
                 Err(psi_client::TransportError::tls_failed(reason))
@@ -230,7 +231,7 @@ mod tests {
             Ok(HttpResponse {
                 status: 200,
                 headers: vec![],
-                body: vec![0; self.body_len],
+                body: vec![0; self.body_len].into(),
             })
         }
     }
