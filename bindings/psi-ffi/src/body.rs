@@ -121,8 +121,9 @@ mod tests {
             assert_eq!(read.0, b);
             assert_eq!(buf, b"next field");
             // And the lowered buffer lifts back to the same bytes.
-            let lifted = <Body as Lift<Tag>>::try_lift(<Body as Lower<Tag>>::lower(Body(b.clone())))
-                .expect("lift");
+            let lifted =
+                <Body as Lift<Tag>>::try_lift(<Body as Lower<Tag>>::lower(Body(b.clone())))
+                    .expect("lift");
             assert_eq!(lifted.0, b);
         }
     }
