@@ -114,7 +114,7 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--cells", default="2:10,4:10,8:10,2:12,4:12,8:12")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--deadline", type=int, default=900)
+    ap.add_argument("--deadline", type=int, default=3600)
     a = ap.parse_args()
     grid = json.load(open(os.path.join(ROOT, "tests", "field", "grid.json")))
     links = {n["name"]: n for n in grid["networks"]}
