@@ -128,7 +128,8 @@ def main():
         serve = subprocess.Popen(
             [a.psi, "serve", "--db", os.path.join(work, "relay.sqlite"),
              "--listen", f"127.0.0.1:{port}", "--group-bytes-per-hour", "0",
-             "--items-per-hour", "0", "--max-groups-per-client", "64"],
+             "--items-per-hour", "0", "--max-groups-per-client", "64",
+             "--group-ttl", "3600"],
             stdout=open(os.path.join(work, "serve.out"), "w"),
             stderr=open(os.path.join(work, "serve.log"), "w"))
         procs.append(serve)
