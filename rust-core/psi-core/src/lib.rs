@@ -22,6 +22,8 @@
 //! - [`chunked`]: the session skeleton OT-PSI and CM20-PSI share (message types, phases,
 //!   the client's [`chunked::ClientStep`]).
 //! - [`labels`]: labels revealed only to holders of the item, client and server sides.
+//! - [`sync`]: sync mode for large registries: short tags downloaded once, deltas
+//!   between versions, candidates confirmed by a fixed-shape fetch (ADR 0047 §3).
 //! - [`cost`]: the pure cost model that picks a protocol for a workload, link and
 //!   devices (docs/protocol-choice.md).
 //! - [`Phase`]: the phases of a run, for progress and timings.
@@ -59,6 +61,7 @@ mod plug;
 pub mod protocol;
 #[cfg(feature = "os-rng")]
 pub mod rng;
+pub mod sync;
 pub mod wire;
 
 pub use error::{DecodeError, Error, Result};

@@ -183,6 +183,10 @@ impl<'a> Reader<'a> {
         Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
 
+    pub(crate) fn u64(&mut self) -> Result<u64, DecodeError> {
+        Ok(u64::from_be_bytes(self.array()?))
+    }
+
     /// The next `N` bytes as an array.
     pub(crate) fn array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
         Ok(self.take(N)?.try_into().expect("take returned N bytes"))

@@ -15,6 +15,12 @@ pub mod message_type {
     pub const EVALUATION: u8 = 0x02;
     /// Server -> client: the server's truncated OPRF outputs, Golomb-Rice coded.
     pub const ENCODED_SET: u8 = 0x03;
+    /// Server -> client: the short sync tags of a registry version (sync mode,
+    /// docs/protocol/sync.md; [`crate::sync::Snapshot`]).
+    pub const SYNC_SNAPSHOT: u8 = 0x04;
+    /// Server -> client: the short sync tags added and removed between two registry
+    /// versions (sync mode; [`crate::sync::Delta`]).
+    pub const SYNC_DELTA: u8 = 0x05;
 }
 
 /// Size of the header and fixed fields of a query or evaluation message.

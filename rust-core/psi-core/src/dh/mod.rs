@@ -24,7 +24,7 @@
 
 pub(crate) mod cost;
 pub mod limits;
-mod messages;
+pub(crate) mod messages;
 #[cfg(test)]
 mod transcript_tests;
 

@@ -81,7 +81,7 @@ fn check_bits(bucket_bits: u8) -> Result<()> {
 }
 
 /// A uniform integer below `bound` (> 0), by rejection.
-fn below<R: rand_core::CryptoRng + ?Sized>(rng: &mut R, bound: u32) -> u32 {
+pub(crate) fn below<R: rand_core::CryptoRng + ?Sized>(rng: &mut R, bound: u32) -> u32 {
     let zone = (1u64 << 32) / u64::from(bound) * u64::from(bound);
     loop {
         let x = u64::from(rng.next_u32());
@@ -96,7 +96,7 @@ fn below<R: rand_core::CryptoRng + ?Sized>(rng: &mut R, bound: u32) -> u32 {
 /// plus uniformly random distinct others; otherwise a uniformly random `count`-subset of
 /// them. Either way, if the real buckets are uniform (tags are pseudorandom), the result
 /// is a uniform `count`-subset of all buckets whatever their number. Sorted ascending.
-fn choose_buckets<R: rand_core::CryptoRng + ?Sized>(
+pub(crate) fn choose_buckets<R: rand_core::CryptoRng + ?Sized>(
     mut real: Vec<u32>,
     count: usize,
     bits: u8,

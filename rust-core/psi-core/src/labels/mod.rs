@@ -28,6 +28,7 @@ pub mod messages;
 mod record;
 mod server;
 
+pub(crate) use client::choose_buckets;
 pub use client::{LabelClient, LabelStep};
 pub use layout::{
     MIN_BUCKET_OCCUPANCY, MIN_FETCH_BUCKETS, check_layout, fetch_buckets, label_slots,
