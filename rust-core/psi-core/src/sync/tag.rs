@@ -13,8 +13,9 @@ const SYNC_TAG_DST: &[u8] = b"psi-sync-tag-v1";
 pub const MIN_SYNC_WIDTH: u8 = 1;
 /// Widest tag width: 48 bits, enough for `2^46` entries at the default extra bits.
 pub const MAX_SYNC_WIDTH: u8 = 48;
-/// Bits of width above `ceil(log2 R)` by default (`f`): a contact outside the registry
-/// is a candidate with probability between 1/4 and 1/2 (docs/adr/0047 §3.1).
+/// Bits of width above `ceil(log2 R)` by default (`f`): at a sync epoch's start a contact
+/// outside the registry is a candidate with probability between 0.22 and 0.40
+/// (`R / 2^w` in `(1/4, 1/2]`; docs/protocol/sync.md §2).
 pub const DEFAULT_EXTRA_BITS: u8 = 1;
 
 /// The sync tag of an OPRF output at width `w` (`MIN_SYNC_WIDTH..=MAX_SYNC_WIDTH`;
@@ -85,10 +86,10 @@ mod tests {
     }
 
     #[test]
-    fn candidate_rate_is_between_a_quarter_and_a_half_at_the_default() {
+    fn candidate_rate_at_the_default_width() {
         for r in [1_000u64, 1_000_000, 10_000_000, 100_000_000] {
             let rho = candidate_rate(r, sync_width(r, DEFAULT_EXTRA_BITS));
-            assert!((0.2..=0.5).contains(&rho), "{r}: {rho}");
+            assert!((0.22..0.40).contains(&rho), "{r}: {rho}");
         }
     }
 }
