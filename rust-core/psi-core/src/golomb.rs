@@ -228,6 +228,93 @@ pub fn encode(sorted: &[u128], l: u8, k: u8) -> Vec<u8> {
     w.finish()
 }
 
+/// Codes an ascending stream of values one at a time: the same bytes as [`encode`] of the
+/// whole list, without holding the list (a synced set of 10^8 tags would be 1.6 GB as
+/// `u128`s; its coding is about 39 MB).
+pub struct Encoder {
+    writer: BitWriter,
+    prev: u128,
+    k: u32,
+    mask: u128,
+}
+
+impl Encoder {
+    /// An encoder for values below `2^l` with Rice parameter `k <= min(l, MAX_RICE_BITS)`,
+    /// its buffer sized for `capacity` bytes.
+    pub fn new(l: u8, k: u8, capacity: usize) -> Encoder {
+        assert!(k <= l.min(MAX_RICE_BITS), "Rice parameter out of range");
+        let k = u32::from(k);
+        Encoder {
+            writer: BitWriter::with_capacity(capacity),
+            prev: 0,
+            k,
+            mask: if k == 0 { 0 } else { u128::MAX >> (128 - k) },
+        }
+    }
+
+    /// Appends the next value (not below the previous one).
+    pub fn push(&mut self, v: u128) {
+        debug_assert!(v >= self.prev, "values must be ascending");
+        let d = v - self.prev;
+        self.writer.put_unary(d >> self.k);
+        self.writer.put(d & self.mask, self.k);
+        self.prev = v;
+    }
+
+    /// The coded bytes, the last one zero-padded.
+    pub fn finish(self) -> Vec<u8> {
+        self.writer.finish()
+    }
+}
+
+/// [`coded_bits`] for every Rice parameter of a range at once, accumulated value by
+/// value over an ascending stream, and the parameter [`best_rice_bits`] would pick.
+pub struct SizeCounter {
+    first: u8,
+    bits: Vec<u128>,
+    prev: u128,
+}
+
+impl SizeCounter {
+    /// A counter for the parameters `candidates` (use [`rice_candidates`] of the list's
+    /// length and `l`, as [`best_rice_bits`] does).
+    pub fn new(candidates: RangeInclusive<u8>) -> SizeCounter {
+        SizeCounter {
+            first: *candidates.start(),
+            bits: candidates.map(|_| 0).collect(),
+            prev: 0,
+        }
+    }
+
+    /// Counts the next value (not below the previous one).
+    pub fn push(&mut self, v: u128) {
+        let d = v - self.prev;
+        for (i, b) in self.bits.iter_mut().enumerate() {
+            let k = u32::from(self.first) + i as u32;
+            let gap = d
+                .checked_shr(k)
+                .unwrap_or(0)
+                .saturating_add(1 + u128::from(k));
+            *b = b.saturating_add(gap);
+        }
+        self.prev = v;
+    }
+
+    /// The smallest parameter with the fewest bits, and those bits.
+    pub fn best(&self) -> (u8, u128) {
+        let mut best = (self.first, u128::MAX);
+        for (i, &b) in self.bits.iter().enumerate() {
+            if b < best.1 {
+                best = (self.first + i as u8, b);
+            }
+        }
+        if self.bits.is_empty() {
+            best.1 = 0;
+        }
+        best
+    }
+}
+
 /// Streams the values of a Golomb-Rice coded set, checking it as it goes.
 pub struct Decoder<'a> {
     reader: BitReader<'a>,
@@ -293,6 +380,38 @@ impl<'a> Decoder<'a> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn streaming_encoder_and_counter_equal_the_whole_list_coding() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for (n, l) in [
+            (0usize, 10u8),
+            (1, 1),
+            (7, 3),
+            (1000, 12),
+            (5000, 21),
+            (300, 64),
+        ] {
+            let mut values: Vec<u128> = (0..n)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    u128::from(x) >> (128 - u32::from(l))
+                })
+                .collect();
+            values.sort_unstable();
+            let k = best_rice_bits(&values, l);
+            let mut counter = SizeCounter::new(rice_candidates(values.len(), l));
+            let mut enc = Encoder::new(l, k, 0);
+            for &v in &values {
+                counter.push(v);
+                enc.push(v);
+            }
+            assert_eq!(counter.best(), (k, coded_bits(&values, k)), "n {n} l {l}");
+            assert_eq!(enc.finish(), encode(&values, l, k), "n {n} l {l}");
+        }
+    }
 
     fn round_trip(mut values: Vec<u128>, l: u8) {
         values.sort_unstable();

@@ -59,6 +59,15 @@ impl TagList {
         }
     }
 
+    /// A list from its coded parts (the synced set's merge, which codes as it goes).
+    pub(super) fn from_parts(count: u32, rice_bits: u8, data: Vec<u8>) -> TagList {
+        TagList {
+            count,
+            rice_bits,
+            data,
+        }
+    }
+
     /// The list of the tags of `outputs` at `width`.
     pub fn from_outputs<'a>(
         outputs: impl IntoIterator<Item = &'a [u8; OUTPUT_LEN]>,

@@ -5,6 +5,7 @@
 use super::messages::{Delta, Snapshot, TagList};
 use super::tag::sync_tag;
 use crate::error::{DecodeError, Error, Result};
+use crate::golomb;
 use crate::oprf::OUTPUT_LEN;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -214,14 +215,40 @@ impl SyncedSet {
         })
     }
 
-    /// Merges the delta into the coded tags: one pass over the set, the result coded
-    /// again. All or nothing.
+    /// Merges the delta into the coded tags: two streaming passes over the set and the
+    /// delta (the first picks the Rice parameter, the second codes), so memory is the
+    /// coded result only, never the tags as integers. All or nothing.
     fn apply(&mut self, delta: &Delta) -> Result<()> {
         let w = self.width();
-        let mut out = Vec::with_capacity(
-            (self.snapshot.tags.len() as usize + delta.added.len() as usize)
-                .saturating_sub(delta.removed.len() as usize),
-        );
+        let count = (self.len() + u64::from(delta.added.len()))
+            .checked_sub(u64::from(delta.removed.len()))
+            .ok_or_else(|| out_of_step("sync delta removes more tags than the set holds"))?;
+        if count > u64::from(super::messages::MAX_SYNC_TAGS) {
+            return Err(Error::InputTooLarge {
+                what: "synced tags",
+                value: count,
+                limit: u64::from(super::messages::MAX_SYNC_TAGS),
+            });
+        }
+        let mut sizes = golomb::SizeCounter::new(golomb::rice_candidates(count as usize, w));
+        let counted = self.merge(delta, |t| sizes.push(u128::from(t)))?;
+        // Every removal found its tag, so the merge kept exactly `count` tags.
+        debug_assert_eq!(counted, count);
+        let (k, bits) = sizes.best();
+        let mut enc = golomb::Encoder::new(w, k, bits.div_ceil(8) as usize);
+        self.merge(delta, |t| enc.push(u128::from(t)))?;
+        self.snapshot.tags = TagList::from_parts(count as u32, k, enc.finish());
+        self.snapshot.version = delta.to_version;
+        Ok(())
+    }
+
+    /// Streams the set's tags with the delta applied, ascending, into `sink`; returns
+    /// how many. A removed tag takes one copy from the set or, failing that, from the
+    /// same delta's additions (two entries with one tag, one added and one removed); one
+    /// found in neither is an error.
+    fn merge(&self, delta: &Delta, mut sink: impl FnMut(u64)) -> Result<u64> {
+        let w = self.width();
+        let mut kept = 0u64;
         let mut have = self.snapshot.tags.tags(w);
         let mut add = delta.added.tags(w);
         let mut del = delta.removed.tags(w);
@@ -229,8 +256,6 @@ impl SyncedSet {
         // The smallest of the three heads, until all three are done.
         while let Some(m) = [h, a, r].into_iter().flatten().min() {
             if r == Some(m) {
-                // A removal takes one copy of the tag from the set or, in the same
-                // delta, cancels nothing else: it must find one.
                 if h == Some(m) {
                     h = have.next_tag()?;
                 } else if a == Some(m) {
@@ -242,23 +267,16 @@ impl SyncedSet {
                 }
                 r = del.next_tag()?;
             } else if h == Some(m) {
-                out.push(m);
+                sink(m);
+                kept += 1;
                 h = have.next_tag()?;
             } else {
-                out.push(m);
+                sink(m);
+                kept += 1;
                 a = add.next_tag()?;
             }
         }
-        if out.len() > super::messages::MAX_SYNC_TAGS as usize {
-            return Err(Error::InputTooLarge {
-                what: "synced tags",
-                value: out.len() as u64,
-                limit: u64::from(super::messages::MAX_SYNC_TAGS),
-            });
-        }
-        self.snapshot.tags = TagList::from_sorted(&out, w);
-        self.snapshot.version = delta.to_version;
-        Ok(())
+        Ok(kept)
     }
 
     /// The items whose OPRF outputs' tags are in the set (the candidates), as indices
