@@ -1141,6 +1141,9 @@ fn old_postgres(client: &mut ::postgres::Client, entries: &[String], version: i6
     }
 }
 
+/// Writes of each concurrent writer in [`changes_are_seen_by_every_handle`].
+const WRITES_PER_WRITER: usize = 60;
+
 /// Several handles on one store (on PostgreSQL: several instances): what one writes,
 /// another reads, and two writing at once get versions of their own, each version's
 /// delta applying to the membership before it. Catches: two concurrent imports logging
@@ -1165,14 +1168,15 @@ fn changes_are_seen_by_every_handle(db: &Database) {
         Err(StoreError::ChangesForgotten { .. })
     ));
 
-    // Two writers at once on overlapping identifiers.
+    // Four writers at once on overlapping identifiers.
     let start = one.version().unwrap();
     let mut running = members(one.as_mut());
     std::thread::scope(|s| {
-        for (seed, store) in [(11u64, &mut one), (29u64, &mut two)] {
+        for seed in [11u64, 29, 47, 83] {
             s.spawn(move || {
+                let mut store = db.open_registry().unwrap();
                 let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-                for _ in 0..25 {
+                for _ in 0..WRITES_PER_WRITER {
                     let pick: Vec<String> = (0..1 + rng.below(4)).map(|_| id(rng.below(8))).collect();
                     if rng.below(2) == 0 {
                         store
