@@ -63,7 +63,11 @@ fn the_same_on(store: &[String], dir: &Path, db: &Database) {
     assert_eq!(v["registry_entries"], 3003, "{v}");
     assert_eq!(v["outputs_computed"], 3000, "{v}");
     let (v2, added, removed) = changed(db, v1);
-    assert_eq!((v2, added, removed), (v1 + 1, 3000, 0), "the synthetic rows logged");
+    assert_eq!(
+        (v2, added, removed),
+        (v1 + 1, 3000, 0),
+        "the synthetic rows logged"
+    );
     // Again: all duplicates, nothing computed.
     let v = import(store, &["--synthetic", "3000"]);
     assert_eq!(

@@ -700,7 +700,11 @@ impl Rng {
 /// change of membership, a delta of one version that misses what it changed.
 fn changes_are_net_between_versions(db: &Database) {
     let mut store = db.open_registry().unwrap();
-    assert_eq!(store.changes_kept_after().unwrap(), 0, "a new store keeps all");
+    assert_eq!(
+        store.changes_kept_after().unwrap(),
+        0,
+        "a new store keeps all"
+    );
     let (a, b, c, d) = (id(1), id(2), id(3), id(4));
     let v0 = store.version().unwrap();
     assert!(store.changes(v0, v0).unwrap().is_empty());
@@ -713,7 +717,9 @@ fn changes_are_net_between_versions(db: &Database) {
     assert_eq!(got.added, vec![a.clone(), b.clone()]);
     assert!(got.removed.is_empty());
     // v2: a duplicate with a new label, and c added: only c.
-    store.add_entry_list(&[(&a, Some("new")), (&c, None)]).unwrap();
+    store
+        .add_entry_list(&[(&a, Some("new")), (&c, None)])
+        .unwrap();
     let v2 = store.version().unwrap();
     assert_eq!(v2, v1 + 1);
     assert_eq!(store.changes(v1, v2).unwrap().added, vec![c.clone()]);
@@ -721,7 +727,10 @@ fn changes_are_net_between_versions(db: &Database) {
     store.add_entry_list(&[(&b, Some("bee 2"))]).unwrap();
     let v3 = store.version().unwrap();
     assert_eq!(v3, v2 + 1);
-    assert!(store.changes(v2, v3).unwrap().is_empty(), "a label is not membership");
+    assert!(
+        store.changes(v2, v3).unwrap().is_empty(),
+        "a label is not membership"
+    );
     // v4: b removed, with an absent d and b named twice.
     assert_eq!(store.remove_entry_list(&[&b, &d, &b]).unwrap(), 1);
     let v4 = store.version().unwrap();
@@ -736,14 +745,20 @@ fn changes_are_net_between_versions(db: &Database) {
     assert_eq!(store.remove_entry_list(&[&d]).unwrap(), 1);
     let v6 = store.version().unwrap();
     assert_eq!(v6, v4 + 2);
-    assert!(store.changes(v4, v6).unwrap().is_empty(), "added and removed again");
+    assert!(
+        store.changes(v4, v6).unwrap().is_empty(),
+        "added and removed again"
+    );
     assert_eq!(store.changes(v4, v4 + 1).unwrap().added, vec![d.clone()]);
     assert_eq!(store.changes(v4 + 1, v6).unwrap().removed, vec![d.clone()]);
     // v7: a removed; v8: a added back: a is in neither list over v6..v8.
     store.remove_entry_list(&[&a]).unwrap();
     store.add_entry_list(&[(&a, Some("back"))]).unwrap();
     let v8 = store.version().unwrap();
-    assert!(store.changes(v6, v8).unwrap().is_empty(), "removed and added again");
+    assert!(
+        store.changes(v6, v8).unwrap().is_empty(),
+        "removed and added again"
+    );
     // The whole range: what is there now, nothing removed (the store started empty).
     let whole = store.changes(v0, v8).unwrap();
     assert_eq!(whole.added, vec![a.clone(), c.clone()]);
@@ -781,18 +796,22 @@ fn random_history(
         let before = store.version().unwrap();
         match rng.below(5) {
             0 | 1 => {
-                let label = |i: usize| (i % 2 == 0).then(|| format!("l{step}-{i}"));
-                let rows: Vec<(String, Option<String>)> =
-                    pick.iter().enumerate().map(|(i, x)| (x.clone(), label(i))).collect();
+                let label = |i: usize| i.is_multiple_of(2).then(|| format!("l{step}-{i}"));
+                let rows: Vec<(String, Option<String>)> = pick
+                    .iter()
+                    .enumerate()
+                    .map(|(i, x)| (x.clone(), label(i)))
+                    .collect();
                 let counts = if rng.below(2) == 0 {
-                    let refs: Vec<(&str, Option<&str>)> =
-                        rows.iter().map(|(x, l)| (x.as_str(), l.as_deref())).collect();
+                    let refs: Vec<(&str, Option<&str>)> = rows
+                        .iter()
+                        .map(|(x, l)| (x.as_str(), l.as_deref()))
+                        .collect();
                     store.add_entry_list(&refs).unwrap()
                 } else {
                     store.add_entry_stream(&mut rows.into_iter()).unwrap()
                 };
-                let new: BTreeSet<&String> =
-                    pick.iter().filter(|x| !model.contains(*x)).collect();
+                let new: BTreeSet<&String> = pick.iter().filter(|x| !model.contains(*x)).collect();
                 assert_eq!(counts.accepted, new.len() as u64);
                 model.extend(pick.iter().cloned());
             }
@@ -801,7 +820,9 @@ fn random_history(
                     let refs: Vec<&str> = pick.iter().map(String::as_str).collect();
                     store.remove_entry_list(&refs).unwrap()
                 } else {
-                    store.remove_entry_stream(&mut pick.clone().into_iter()).unwrap()
+                    store
+                        .remove_entry_stream(&mut pick.clone().into_iter())
+                        .unwrap()
                 };
                 let gone: BTreeSet<&String> = pick.iter().filter(|x| model.contains(*x)).collect();
                 assert_eq!(removed, gone.len() as u64);
@@ -812,8 +833,10 @@ fn random_history(
             _ => {
                 // Labels only, on what is there: a version, no change of membership.
                 let present: Vec<&String> = pick.iter().filter(|x| model.contains(*x)).collect();
-                let rows: Vec<(&str, Option<&str>)> =
-                    present.iter().map(|x| (x.as_str(), Some("relabelled"))).collect();
+                let rows: Vec<(&str, Option<&str>)> = present
+                    .iter()
+                    .map(|x| (x.as_str(), Some("relabelled")))
+                    .collect();
                 store.add_entry_list(&rows).unwrap();
             }
         }
@@ -834,7 +857,11 @@ fn random_history(
 /// some order of operations, a bulk path that logs differently from the list path.
 fn changes_match_a_model_and_compose(db: &Database) {
     let mut store = db.open_registry().unwrap();
-    for seed in [0x9e37_79b9_7f4a_7c15_u64, 0x1234_5678_9abc_def1, 0x0bad_cafe_dead_beef] {
+    for seed in [
+        0x9e37_79b9_7f4a_7c15_u64,
+        0x1234_5678_9abc_def1,
+        0x0bad_cafe_dead_beef,
+    ] {
         let mut rng = Rng(seed);
         let history = random_history(store.as_mut(), &mut rng, 24);
         let versions: Vec<i64> = history.keys().copied().collect();
@@ -846,7 +873,11 @@ fn changes_match_a_model_and_compose(db: &Database) {
         for (i, a) in versions.iter().enumerate() {
             for b in &versions[i..] {
                 let got = store.changes(*a, *b).unwrap();
-                assert_eq!(got, diff(&history[a], &history[b]), "seed {seed:x}: {a}..{b}");
+                assert_eq!(
+                    got,
+                    diff(&history[a], &history[b]),
+                    "seed {seed:x}: {a}..{b}"
+                );
             }
         }
         for _ in 0..40 {
@@ -899,7 +930,10 @@ fn forgetting_changes_moves_the_oldest_version_kept(db: &Database) {
         );
     }
     // Another handle sees the same oldest version.
-    assert_eq!(db.open_registry().unwrap().changes_kept_after().unwrap(), cut);
+    assert_eq!(
+        db.open_registry().unwrap().changes_kept_after().unwrap(),
+        cut
+    );
     // Older than what is kept: nothing forgotten, nothing moves back.
     assert_eq!(store.forget_changes_before(cut - 2).unwrap(), 0);
     assert_eq!(store.forget_changes_before(cut).unwrap(), 0);
@@ -923,7 +957,10 @@ fn forgetting_changes_moves_the_oldest_version_kept(db: &Database) {
     ));
     let fresh = id(500);
     store.add_entry_list(&[(&fresh, None)]).unwrap();
-    assert_eq!(store.changes(current, current + 1).unwrap().added, vec![fresh]);
+    assert_eq!(
+        store.changes(current, current + 1).unwrap().added,
+        vec![fresh]
+    );
 }
 
 /// Catches: a range that ends before it starts, or ends beyond the current version, or
@@ -1041,21 +1078,30 @@ fn an_old_store_keeps_changes_from_its_version_then(db: &Database) {
     assert!(store.changes(old_version, old_version).unwrap().is_empty());
     assert!(matches!(
         store.changes(old_version - 1, old_version),
-        Err(StoreError::ChangesForgotten {
-            kept_after: 7,
-            ..
-        })
+        Err(StoreError::ChangesForgotten { kept_after: 7, .. })
     ));
     // The old entries load (their outputs are computed now), and changes are kept.
     assert_eq!(members(store.as_mut()), old.iter().cloned().collect());
-    store.add_entry_list(&[(&id(100), None), (&old[0], None)]).unwrap();
+    store
+        .add_entry_list(&[(&id(100), None), (&old[0], None)])
+        .unwrap();
     store.remove_entry_list(&[&old[1]]).unwrap();
     let got = store.changes(old_version, old_version + 2).unwrap();
-    assert_eq!((got.added, got.removed), (vec![id(100)], vec![old[1].clone()]));
+    assert_eq!(
+        (got.added, got.removed),
+        (vec![id(100)], vec![old[1].clone()])
+    );
     // Opening again migrates nothing twice.
     let mut again = db.open_registry().unwrap();
     assert_eq!(again.changes_kept_after().unwrap(), old_version);
-    assert_eq!(again.changes(old_version, old_version + 2).unwrap().removed.len(), 1);
+    assert_eq!(
+        again
+            .changes(old_version, old_version + 2)
+            .unwrap()
+            .removed
+            .len(),
+        1
+    );
     match db {
         Database::Postgres(settings) => {
             let mut client = settings.connect_blocking().unwrap();
@@ -1080,7 +1126,10 @@ fn an_old_store_keeps_changes_from_its_version_then(db: &Database) {
             ))
             .unwrap();
             let got = again.changes(old_version + 2, old_version + 3).unwrap();
-            assert_eq!((got.added, got.removed), (vec![id(101)], vec![old[2].clone()]));
+            assert_eq!(
+                (got.added, got.removed),
+                (vec![id(101)], vec![old[2].clone()])
+            );
         }
         _ => unreachable!(),
     }
@@ -1132,7 +1181,10 @@ fn old_postgres(client: &mut ::postgres::Client, entries: &[String], version: i6
         )
         .unwrap();
     client
-        .execute("INSERT INTO meta (k, v) VALUES ('version', $1)", &[&version])
+        .execute(
+            "INSERT INTO meta (k, v) VALUES ('version', $1)",
+            &[&version],
+        )
         .unwrap();
     for e in entries {
         client
@@ -1177,7 +1229,8 @@ fn changes_are_seen_by_every_handle(db: &Database) {
                 let mut store = db.open_registry().unwrap();
                 let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
                 for _ in 0..WRITES_PER_WRITER {
-                    let pick: Vec<String> = (0..1 + rng.below(4)).map(|_| id(rng.below(8))).collect();
+                    let pick: Vec<String> =
+                        (0..1 + rng.below(4)).map(|_| id(rng.below(8))).collect();
                     if rng.below(2) == 0 {
                         store
                             .add_entry_stream(&mut pick.into_iter().map(|x| (x, None)))
@@ -1194,10 +1247,18 @@ fn changes_are_seen_by_every_handle(db: &Database) {
     for v in start..end {
         let step = reader.changes(v, v + 1).unwrap();
         for x in &step.added {
-            assert!(running.insert(x.clone()), "version {}: added what was there", v + 1);
+            assert!(
+                running.insert(x.clone()),
+                "version {}: added what was there",
+                v + 1
+            );
         }
         for x in &step.removed {
-            assert!(running.remove(x), "version {}: removed what was not there", v + 1);
+            assert!(
+                running.remove(x),
+                "version {}: removed what was not there",
+                v + 1
+            );
         }
     }
     assert_eq!(running, members(one.as_mut()));

@@ -18,10 +18,7 @@ use postgres::{GenericClient, Transaction};
 /// entries wait) and returns the version this transaction will commit.
 pub(super) fn lock_next_version(tx: &mut Transaction<'_>) -> Result<i64, StoreError> {
     Ok(tx
-        .query_one(
-            "SELECT v + 1 FROM meta WHERE k = 'version' FOR UPDATE",
-            &[],
-        )?
+        .query_one("SELECT v + 1 FROM meta WHERE k = 'version' FOR UPDATE", &[])?
         .get(0))
 }
 

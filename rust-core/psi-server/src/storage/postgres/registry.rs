@@ -16,8 +16,8 @@ use super::super::contract::{
     BuildLease, ImportCounts, LoadedEntry, Readiness, RegistryChanges, RegistryStore, SetWork,
     StoredSet, os_rng,
 };
-use super::changes;
 use super::super::error::StoreError;
+use super::changes;
 use super::import;
 use super::lease::PgLease;
 use super::schema;

@@ -2,8 +2,7 @@
 //! stored encoded sets ([`RegistryStore`]).
 
 use super::super::contract::{
-    ImportCounts, LoadedEntry, Readiness, RegistryChanges, RegistryStore, StoredSet, now_ms,
-    os_rng,
+    ImportCounts, LoadedEntry, Readiness, RegistryChanges, RegistryStore, StoredSet, now_ms, os_rng,
 };
 use super::super::error::StoreError;
 use super::super::refresh::RefreshStats;
