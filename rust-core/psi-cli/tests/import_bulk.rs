@@ -1,11 +1,12 @@
 //! `psi import` through the stores' bulk path (issue 37), the same run on SQLite and on
 //! PostgreSQL (real, started by the test on 127.0.0.1): additions with repeats and labels,
 //! a synthetic load in one transaction, and removals as a delta (`--remove FILE`), each
-//! with the same counts on both stores, the version bumped once per command, and only the
-//! added entries' outputs computed.
+//! with the same counts on both stores, the version bumped once per command, only the
+//! added entries' outputs computed, and each command's changes in the store's change log.
 
 mod common;
 
+use psi_server::storage::{Database, PgSettings};
 use psi_test_support::pg::TempPostgres;
 use std::path::Path;
 use std::time::Duration;
@@ -25,7 +26,15 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
-fn the_same_on(store: &[String], dir: &Path) {
+/// The registry version of `db` now, and the changes from `after` to it (counts).
+fn changed(db: &Database, after: i64) -> (i64, usize, usize) {
+    let mut registry = db.open_registry().unwrap();
+    let now = registry.version().unwrap();
+    let c = registry.changes(after, now).unwrap();
+    (now, c.added.len(), c.removed.len())
+}
+
+fn the_same_on(store: &[String], dir: &Path, db: &Database) {
     let add = dir.join("add.csv");
     // Three new numbers; one repeated with a new label, one repeated without.
     std::fs::write(
@@ -42,6 +51,8 @@ fn the_same_on(store: &[String], dir: &Path) {
     assert_eq!(v["registry_entries"], 3, "{v}");
     assert_eq!(v["outputs_computed"], 3, "{v}");
     assert_eq!(v["encoded_set_rebuilt"], true, "{v}");
+    let (v1, added, removed) = changed(db, 0);
+    assert_eq!((v1, added, removed), (1, 3, 0));
     // A synthetic load: every row new, one transaction, only its outputs computed.
     let v = import(store, &["--synthetic", "3000"]);
     assert_eq!(
@@ -51,6 +62,12 @@ fn the_same_on(store: &[String], dir: &Path) {
     );
     assert_eq!(v["registry_entries"], 3003, "{v}");
     assert_eq!(v["outputs_computed"], 3000, "{v}");
+    let (v2, added, removed) = changed(db, v1);
+    assert_eq!(
+        (v2, added, removed),
+        (v1 + 1, 3000, 0),
+        "the synthetic rows logged"
+    );
     // Again: all duplicates, nothing computed.
     let v = import(store, &["--synthetic", "3000"]);
     assert_eq!(
@@ -72,6 +89,9 @@ fn the_same_on(store: &[String], dir: &Path) {
     assert_eq!(v["registry_entries"], 3001, "{v}");
     assert_eq!(v["outputs_computed"], 0, "{v}");
     assert_eq!(v["encoded_set_rebuilt"], true, "{v}");
+    // Since the synthetic load: its repeat changed no membership, the removal two.
+    let (v4, added, removed) = changed(db, v2);
+    assert_eq!((v4, added, removed), (v2 + 2, 0, 2));
     // Nothing left to remove: nothing changes, the set is not rebuilt.
     let v = import(store, &["--remove", s(&remove)]);
     assert_eq!(v["removed"], 0, "{v}");
@@ -82,7 +102,7 @@ fn the_same_on(store: &[String], dir: &Path) {
 fn imports_and_removals_are_the_same_on_sqlite() {
     let dir = common::temp_dir("bulk", "sqlite");
     let db = dir.join("r.sqlite");
-    the_same_on(&["--db".into(), s(&db).into()], &dir);
+    the_same_on(&["--db".into(), s(&db).into()], &dir, &db.clone().into());
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -98,13 +118,19 @@ fn imports_and_removals_are_the_same_on_postgres() {
     the_same_on(
         &[
             "--db".into(),
-            url,
+            url.clone(),
             "--db-password-file".into(),
             s(&pw).into(),
             "--seal-key-file".into(),
             s(&seal).into(),
         ],
         &dir,
+        &Database::Postgres(
+            PgSettings::from_url(&url)
+                .unwrap()
+                .with_password(pg.password())
+                .with_seal_key_file(Some(&seal)),
+        ),
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -3,9 +3,14 @@
 //! [`for_each_backend!`] instantiates it for SQLite (a fresh file) and for PostgreSQL (a
 //! fresh database on the test cluster, psi-test-support, 127.0.0.1). A behaviour one
 //! backend has and the other lacks is a contract rule too, and is asserted as such
-//! (budgets: charged in the store, or held by the process and saved: ADR 0052).
+//! (budgets: charged in the store, or held by the process and saved: ADR 0052). The change
+//! log's tests (ADR 0055) are in `storage_contract/changes.rs`.
 
+#[path = "storage_contract/changes.rs"]
+mod changes;
 mod common;
+
+use changes::*;
 
 use psi_core::Threads;
 use psi_server::storage::{
@@ -68,6 +73,13 @@ for_each_backend!(
     tokens_issue_look_up_and_revoke,
     budgets_charged_in_the_store,
     budgets_saved_by_the_process,
+    changes_are_net_between_versions,
+    changes_match_a_model_and_compose,
+    forgetting_changes_moves_the_oldest_version_kept,
+    changes_outside_the_kept_range_are_typed_errors,
+    streamed_imports_log_every_change,
+    an_old_store_keeps_changes_from_its_version_then,
+    changes_are_seen_by_every_handle,
 );
 
 fn id(i: u64) -> String {

@@ -78,6 +78,31 @@ pub trait RegistryStore: SetWork + Send {
     fn forget_previous_sets(&mut self, _overlap: std::time::Duration) -> Result<u64, StoreError> {
         Ok(0)
     }
+    /// The net change of membership from registry version `after` to version `upto`
+    /// (`after <= upto`): the identifiers absent at `after` and present at `upto`, and
+    /// those present at `after` and absent at `upto`. An identifier added and removed
+    /// again in the range, or removed and added again, is in neither list; a label change
+    /// is not a change of membership. Read from one committed state (one statement), so it
+    /// may be called inside [`RegistryStore::snapshot`]. Errors:
+    /// [`StoreError::ChangesForgotten`] when `after` is older than
+    /// [`RegistryStore::changes_kept_after`], [`StoreError::VersionAhead`] when `upto` is
+    /// beyond [`RegistryStore::version`], [`StoreError::InvalidInput`] when `after > upto`.
+    /// docs/adr/0055-registry-changes-in-the-store.md.
+    fn changes(&mut self, after: i64, upto: i64) -> Result<RegistryChanges, StoreError>;
+    /// The oldest version the store keeps changes from: [`RegistryStore::changes`]
+    /// answers for every `after` at or above it. Starts at the version a store had when
+    /// it first kept changes (0 for a new store, the version then for an existing one
+    /// upgraded), and moves up by [`RegistryStore::forget_changes_before`].
+    fn changes_kept_after(&self) -> Result<i64, StoreError>;
+    /// Forgets the changes that lead up to `version` (every change of a version at or
+    /// below it), so that [`RegistryStore::changes_kept_after`] is at least `version`
+    /// afterwards; a `version` at or below it forgets nothing. Returns how many logged
+    /// changes (one per identifier and version) were deleted. The change log holds the
+    /// removed identifiers, so this is also what deletes them (SQLite scrubs them from the
+    /// file and its log, as a removal does); the sync design forgets everything at a key
+    /// rotation of its epoch (ADR 0047 §3.4). [`StoreError::VersionAhead`] when `version`
+    /// is beyond [`RegistryStore::version`].
+    fn forget_changes_before(&mut self, version: i64) -> Result<u64, StoreError>;
     /// Runs `read` inside one read transaction (one committed state). `read` must not
     /// write. See [`read_snapshot`] for the typed form.
     fn snapshot(
@@ -180,6 +205,77 @@ pub struct ImportCounts {
     pub duplicates: u64,
     /// Rows that failed normalization (reported by the caller, not stored).
     pub rejected: u64,
+}
+
+/// The net change of the registry's membership between two versions
+/// ([`RegistryStore::changes`]). Its `Debug` shows the counts only, never an identifier.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct RegistryChanges {
+    /// Identifiers absent at the older version and present at the newer one, sorted by
+    /// their bytes.
+    pub added: Vec<String>,
+    /// Identifiers present at the older version and absent at the newer one, sorted by
+    /// their bytes.
+    pub removed: Vec<String>,
+}
+
+impl RegistryChanges {
+    /// True when nothing was net added or removed.
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty()
+    }
+
+    /// Builds the lists from `(identifier, net)` rows of a change log summed over a range
+    /// (`net`: the sum of +1 per logged addition and -1 per logged removal; a log of one
+    /// identifier alternates, so the sum of a range is -1, 0 or 1, and 0 rows are left
+    /// out by the query). Sorts both lists.
+    pub(crate) fn from_net(
+        rows: impl IntoIterator<Item = Result<(String, i64), StoreError>>,
+    ) -> Result<RegistryChanges, StoreError> {
+        let mut out = RegistryChanges::default();
+        for row in rows {
+            match row? {
+                (id, 1) => out.added.push(id),
+                (id, -1) => out.removed.push(id),
+                (_, 0) => {}
+                _ => return Err(StoreError::CorruptChanges),
+            }
+        }
+        out.added.sort_unstable();
+        out.removed.sort_unstable();
+        Ok(out)
+    }
+}
+
+impl std::fmt::Debug for RegistryChanges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryChanges")
+            .field("added", &self.added.len())
+            .field("removed", &self.removed.len())
+            .finish()
+    }
+}
+
+/// Checks a range of [`RegistryStore::changes`] against the versions the store keeps
+/// changes for (`kept_after..=current`), read in the same statement as the changes.
+pub(crate) fn check_change_range(
+    after: i64,
+    upto: i64,
+    kept_after: i64,
+    current: i64,
+) -> Result<(), StoreError> {
+    if after > upto {
+        return Err(StoreError::InvalidInput(
+            "a range of registry changes must not end before it starts",
+        ));
+    }
+    if upto > current {
+        return Err(StoreError::VersionAhead { upto, current });
+    }
+    if after < kept_after {
+        return Err(StoreError::ChangesForgotten { after, kept_after });
+    }
+    Ok(())
 }
 
 /// The encoded registry of an epoch.

@@ -49,6 +49,30 @@ pub enum StoreError {
     /// the value).
     #[error("invalid input: {0}")]
     InvalidInput(&'static str),
+    /// Changes were asked for from a version older than the oldest the store still keeps
+    /// changes from ([`RegistryStore::changes_kept_after`](super::RegistryStore::changes_kept_after)):
+    /// they were forgotten (or happened before the store kept changes).
+    #[error(
+        "registry changes after version {after} are not kept (kept after version {kept_after} only): start from a snapshot"
+    )]
+    ChangesForgotten {
+        /// The version asked from.
+        after: i64,
+        /// The oldest version changes are kept from.
+        kept_after: i64,
+    },
+    /// A registry version beyond the current one was named.
+    #[error("registry version {upto} is beyond the current version {current}")]
+    VersionAhead {
+        /// The version named.
+        upto: i64,
+        /// The current registry version.
+        current: i64,
+    },
+    /// The change log sums to something other than added, removed or unchanged for an
+    /// identifier (never written by this program: a corrupt or hand-edited store).
+    #[error("the registry's change log is inconsistent")]
+    CorruptChanges,
     /// The store is in memory: there is nothing to reload or rotate from.
     #[error("the registry store is in memory; reloading and rotation need a database file")]
     InMemory,

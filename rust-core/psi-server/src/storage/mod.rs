@@ -6,7 +6,8 @@
 //!
 //! - [`RegistryStore`]: entries, labels, the key of each epoch, the registry version and
 //!   the stored encoded sets; what `psi import`, `psi rotate-key` and a server's load read
-//!   and write.
+//!   and write; and the change log, which says what was net added and removed between two
+//!   versions ([`RegistryStore::changes`], docs/adr/0055-registry-changes-in-the-store.md).
 //! - [`SetWork`]: the steps a refresh is made of (outputs missing under the current key,
 //!   storing them, storing an encoded set); [`refresh()`] is the one algorithm over them,
 //!   run under the store's build lease so that of several instances exactly one computes.
@@ -31,8 +32,8 @@ use std::path::{Path, PathBuf};
 pub use budgets::{Book, BudgetError, BudgetFuture, BudgetStore, LevelCap, Shortfall};
 pub(crate) use contract::os_rng;
 pub use contract::{
-    AccountStore, BuildLease, ImportCounts, LoadedEntry, NewToken, Readiness, RegistryStore,
-    Revoked, SavedBudget, SetWork, StoredSet, TokenInfo, read_snapshot,
+    AccountStore, BuildLease, ImportCounts, LoadedEntry, NewToken, Readiness, RegistryChanges,
+    RegistryStore, Revoked, SavedBudget, SetWork, StoredSet, TokenInfo, read_snapshot,
 };
 pub use error::{SettingsError, StoreError};
 pub use postgres::{PgAccounts, PgSettings, PgStore, PgTokenLookup, TlsMode};

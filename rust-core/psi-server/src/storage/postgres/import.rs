@@ -7,9 +7,13 @@
 //! is added once, repeats and existing identifiers count as duplicates, and the last label
 //! given for an identifier (in input order) replaces the stored one; a row without a label
 //! leaves it. Every count is of input rows, as before.
+//!
+//! Both statements also write the change log (`super::changes`) from the same rows, after
+//! taking the registry version's lock, so the log is in the import's transaction.
 
 use super::super::contract::ImportCounts;
 use super::super::error::StoreError;
+use super::changes;
 use postgres::Transaction;
 use postgres::binary_copy::BinaryCopyInWriter;
 use postgres::types::Type;
@@ -43,10 +47,13 @@ pub(super) fn add(
     if given == 0 {
         return Ok(ImportCounts::default());
     }
+    let version = changes::lock_next_version(tx)?;
     // One row per identifier: its last label given, if any (`label IS NOT NULL` first,
     // then the latest). A new identifier is inserted with it; an existing one takes it
     // when one was given and it differs. `xmax = 0` tells a row this statement inserted
-    // from one it updated (PostgreSQL sets xmax on the conflicting row it locks).
+    // from one it updated (PostgreSQL sets xmax on the conflicting row it locks). The
+    // inserted identifiers are logged as added at the version this import commits
+    // (`super::changes`); a relabel logs nothing.
     let accepted: i64 = tx
         .query_one(
             "WITH merged AS (
@@ -56,9 +63,12 @@ pub(super) fn add(
                  ON CONFLICT (identifier) DO UPDATE SET label = EXCLUDED.label
                      WHERE EXCLUDED.label IS NOT NULL
                        AND entries.label IS DISTINCT FROM EXCLUDED.label
-                 RETURNING (xmax = 0) AS inserted)
+                 RETURNING identifier, (xmax = 0) AS inserted),
+             logged AS (
+                 INSERT INTO changes (version, identifier, sign)
+                 SELECT $1, identifier, 1 FROM merged WHERE inserted)
              SELECT count(*) FILTER (WHERE inserted) FROM merged",
-            &[],
+            &[&version],
         )?
         .get(0);
     let accepted = accepted.max(0) as u64;
@@ -90,8 +100,19 @@ pub(super) fn remove(
     if given == 0 {
         return Ok(0);
     }
-    Ok(tx.execute(
-        "DELETE FROM entries e USING remove_rows r WHERE e.identifier = r.identifier",
-        &[],
-    )?)
+    // The deleted identifiers (each once, however often given) are logged as removed.
+    let version = changes::lock_next_version(tx)?;
+    let removed: i64 = tx
+        .query_one(
+            "WITH gone AS (
+                 DELETE FROM entries e USING remove_rows r WHERE e.identifier = r.identifier
+                 RETURNING e.identifier),
+             logged AS (
+                 INSERT INTO changes (version, identifier, sign)
+                 SELECT $1, identifier, -1 FROM gone)
+             SELECT count(*) FROM gone",
+            &[&version],
+        )?
+        .get(0);
+    Ok(removed.max(0) as u64)
 }

@@ -10,9 +10,11 @@
 //! - [`budgets`]: the hourly budgets every instance charges, atomically, in one table
 //!   (the contract's [`BudgetStore`](super::BudgetStore)).
 //! - `import`: the bulk path of `psi import` (`COPY` into a staging table, one merge).
+//! - `changes`: the change log, net additions and removals between versions.
 
 mod accounts;
 pub mod budgets;
+mod changes;
 mod import;
 mod lease;
 mod registry;

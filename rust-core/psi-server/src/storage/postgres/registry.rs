@@ -13,9 +13,11 @@
 //!   `secure_delete` does. The keys among them are sealed; the outputs are not.
 
 use super::super::contract::{
-    BuildLease, ImportCounts, LoadedEntry, Readiness, RegistryStore, SetWork, StoredSet, os_rng,
+    BuildLease, ImportCounts, LoadedEntry, Readiness, RegistryChanges, RegistryStore, SetWork,
+    StoredSet, os_rng,
 };
 use super::super::error::StoreError;
+use super::changes;
 use super::import;
 use super::lease::PgLease;
 use super::schema;
@@ -400,6 +402,22 @@ impl RegistryStore for PgStore {
                AND k.created_ms <= (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT - $1",
             &[&overlap_ms],
         )?)
+    }
+
+    fn changes(&mut self, after: i64, upto: i64) -> Result<RegistryChanges, StoreError> {
+        changes::changes(&mut *self.conn(), after, upto)
+    }
+
+    fn changes_kept_after(&self) -> Result<i64, StoreError> {
+        changes::kept_after(&mut *self.conn())
+    }
+
+    fn forget_changes_before(&mut self, version: i64) -> Result<u64, StoreError> {
+        let mut conn = self.conn();
+        let mut tx = conn.transaction()?;
+        let forgotten = changes::forget_before(&mut tx, version)?;
+        tx.commit()?;
+        Ok(forgotten)
     }
 
     fn snapshot(

@@ -13,6 +13,14 @@
 //!   keeps the previous epoch's encoded sets (not its key) until its overlap is over
 //!   (`RegistryStore::previous_set`: an instance started during the overlap serves it).
 //!
+//! - `changes(version, identifier, sign)`: the change log (`super::changes`); `meta`'s
+//!   `changes_after` is the oldest version it covers.
+//!
+//! Schema versions: 1 had no change log; 2 adds `changes` and `changes_after`. Opening a
+//! version-1 database migrates it (the same transaction): the log covers changes from the
+//! version the registry has then. A program of version 1 refuses a version-2 database
+//! ([`StoreError::SchemaTooNew`]), so no older writer changes the entries unlogged.
+//!
 //! Creation is one transaction under a transaction-level advisory lock, so instances
 //! starting together on an empty database do not race each other's `CREATE TABLE`.
 
@@ -20,7 +28,7 @@ use super::super::contract::os_rng;
 use super::super::error::StoreError;
 
 /// The schema this program writes.
-pub(crate) const SCHEMA_VERSION: i64 = 1;
+pub(crate) const SCHEMA_VERSION: i64 = 2;
 
 /// Advisory lock key serializing schema creation ("psi" and 1).
 const SCHEMA_LOCK: i64 = 0x7073_6900_0000_0001;
@@ -63,6 +71,12 @@ CREATE TABLE IF NOT EXISTS tokens (
     revoked BOOLEAN NOT NULL DEFAULT FALSE,
     items_per_hour BIGINT
 );
+CREATE TABLE IF NOT EXISTS changes (
+    version BIGINT NOT NULL,
+    identifier TEXT NOT NULL,
+    sign SMALLINT NOT NULL CHECK (sign IN (-1, 1)),
+    PRIMARY KEY (version, identifier)
+);
 ";
 
 /// Creates what is missing (idempotent, one transaction) and returns the database id.
@@ -80,8 +94,17 @@ pub(crate) fn ensure(client: &mut postgres::Client) -> Result<Vec<u8>, StoreErro
     }
     tx.batch_execute(SCHEMA)?;
     tx.execute(
-        "INSERT INTO meta (k, v) VALUES ('schema_version', $1) ON CONFLICT (k) DO NOTHING",
+        "INSERT INTO meta (k, v) VALUES ('schema_version', $1)
+         ON CONFLICT (k) DO UPDATE SET v = GREATEST(meta.v, EXCLUDED.v)",
         &[&SCHEMA_VERSION],
+    )?;
+    // The change log covers the versions after the current one (0 for a new store). The
+    // version row's lock waits for a writer in flight, so its change is before that.
+    tx.query_one("SELECT v FROM meta WHERE k = 'version' FOR UPDATE", &[])?;
+    tx.execute(
+        "INSERT INTO meta (k, v) SELECT 'changes_after', v FROM meta WHERE k = 'version'
+         ON CONFLICT (k) DO NOTHING",
+        &[],
     )?;
     let mut id = [0u8; DATABASE_ID_LEN];
     rand_core::Rng::fill_bytes(&mut os_rng()?, &mut id);

@@ -5,8 +5,10 @@
 //! Every connection runs with `secure_delete` on (deleted or overwritten rows are zeroed
 //! in the file, not left in free pages), and a rotation, a refresh that recomputed outputs
 //! and a removal end with a `wal_checkpoint(TRUNCATE)`, so the old key, the old epoch's
-//! outputs and removed identifiers are not left in the write-ahead log either (see
-//! [`Store::scrub`]).
+//! outputs and a removed entry's row (label, output) are not left in the write-ahead log
+//! either (see [`Store::scrub`]). A removed identifier itself stays in the change log
+//! (`changes`) until its changes are forgotten
+//! ([`Store::forget_changes_before`]), which scrubs it the same way.
 //!
 //! Tables:
 //! - `keys(epoch, key, created_ms)`: the current OPRF key (32-byte scalar) and when it was
@@ -16,7 +18,12 @@
 //!   removing entries re-encodes the set without recomputing untouched entries.
 //! - `encoded_sets(epoch, max_client_items, version, etag, bytes)`: the DH-PSI encoded
 //!   registry of an epoch, built from the entries at registry `version`.
-//! - `meta(k, v)`: the registry version, bumped by every change of the entries.
+//! - `meta(k, v)`: `version`, the registry version, bumped by every change of the entries;
+//!   `changes_after`, the oldest version the change log covers.
+//! - `changes(version, identifier, sign)`: the change log, one row per identifier added
+//!   (`+1`) or removed (`-1`) by a version, written by triggers on `entries` (`changes`).
+//!   It keeps removed identifiers until
+//!   [`forget_changes_before`](super::RegistryStore::forget_changes_before) deletes them.
 //! - `tokens(id, digest, name, created, revoked, items_per_hour)`: bearer tokens issued
 //!   by `psi token add`: only the SHA-256 digest of each token is stored; a revoked token
 //!   keeps its row (so its id is never reused and authentication stays on).
@@ -29,8 +36,10 @@
 //! - `registry`: the registry and its key epochs ([`RegistryStore`](super::RegistryStore)).
 //! - `accounts`: issued tokens and saved budgets ([`AccountStore`](super::AccountStore)).
 //! - `set_work`: the steps of a refresh ([`SetWork`](super::SetWork)), with no lease.
+//! - `changes`: the change log ([`RegistryStore::changes`](super::RegistryStore::changes)).
 
 mod accounts;
+mod changes;
 mod registry;
 mod set_work;
 
@@ -121,6 +130,8 @@ impl Store {
         if !has_created {
             conn.execute_batch("ALTER TABLE keys ADD COLUMN created_ms INTEGER")?;
         }
+        // Stores created before the change log keep changes from their current version on.
+        conn.execute_batch(changes::SCHEMA)?;
         Ok(Store { conn, memory })
     }
 
@@ -248,12 +259,17 @@ mod tests {
         let new_key = s.current_key().unwrap().oprf_key().to_bytes();
         assert!(on_disk(&path, new_key.as_slice()));
 
-        // A removal scrubs the removed identifier too.
+        // A removed identifier stays in the change log (what a delta of removals is made
+        // from) until its changes are forgotten, which scrubs it from the file and the log.
         assert!(on_disk(&path, ids[7].as_bytes()));
         s.remove_entries([ids[7].as_str()]).unwrap();
+        let v = s.version().unwrap();
+        assert_eq!(s.changes(v - 1, v).unwrap().removed, vec![ids[7].clone()]);
+        assert!(on_disk(&path, ids[7].as_bytes()), "kept in the change log");
+        assert!(s.forget_changes_before(v).unwrap() >= 1);
         assert!(
             !on_disk(&path, ids[7].as_bytes()),
-            "removed identifier left on disk"
+            "removed identifier left on disk after its changes were forgotten"
         );
         drop(s);
         std::fs::remove_dir_all(&dir).unwrap();

@@ -2,7 +2,7 @@
 //! stored encoded sets ([`RegistryStore`]).
 
 use super::super::contract::{
-    ImportCounts, LoadedEntry, Readiness, RegistryStore, StoredSet, now_ms, os_rng,
+    ImportCounts, LoadedEntry, Readiness, RegistryChanges, RegistryStore, StoredSet, now_ms, os_rng,
 };
 use super::super::error::StoreError;
 use super::super::refresh::RefreshStats;
@@ -371,6 +371,15 @@ impl RegistryStore for Store {
     }
     fn entries(&self) -> Result<Vec<LoadedEntry>, StoreError> {
         Store::entries(self)
+    }
+    fn changes(&mut self, after: i64, upto: i64) -> Result<RegistryChanges, StoreError> {
+        Store::changes(self, after, upto)
+    }
+    fn changes_kept_after(&self) -> Result<i64, StoreError> {
+        Store::changes_kept_after(self)
+    }
+    fn forget_changes_before(&mut self, version: i64) -> Result<u64, StoreError> {
+        Store::forget_changes_before(self, version)
     }
     fn snapshot(
         &mut self,
