@@ -80,6 +80,7 @@ for_each_backend!(
     streamed_imports_log_every_change,
     an_old_store_keeps_changes_from_its_version_then,
     changes_are_seen_by_every_handle,
+    a_key_rotation_forgets_the_change_log,
 );
 
 fn id(i: u64) -> String {

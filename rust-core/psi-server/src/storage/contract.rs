@@ -16,7 +16,9 @@ pub trait RegistryStore: SetWork + Send {
     /// Starts a new epoch with a fresh key; deletes the old key and the encoded sets of
     /// older epochs (the shared store keeps the old epoch's sets for its overlap:
     /// [`RegistryStore::previous_set`]). The next [`refresh`](super::refresh())
-    /// recomputes every output.
+    /// recomputes every output. Also forgets the change log up to the current version
+    /// ([`RegistryStore::forget_changes_before`]): deltas are per key epoch (ADR 0047
+    /// §3.3), so a removed identifier stays in the log for one epoch at most.
     fn rotate_key(&mut self) -> Result<ServerKey, StoreError>;
     /// Adds entries (already normalized); existing identifiers count as duplicates and get
     /// the new label if one is given. One transaction; bumps the version.

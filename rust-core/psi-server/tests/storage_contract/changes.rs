@@ -629,3 +629,27 @@ pub(super) fn changes_are_seen_by_every_handle(db: &Database) {
         total
     });
 }
+
+/// Catches: a rotation that keeps the old epoch's change log (its removed identifiers
+/// would stay forever, and deltas across epochs would mix two keys' tags).
+pub(super) fn a_key_rotation_forgets_the_change_log(db: &Database) {
+    let mut store = db.open_registry().unwrap();
+    let start = store.version().unwrap();
+    store
+        .add_entry_list(&[(id(1).as_str(), None), (id(2).as_str(), None)])
+        .unwrap();
+    store.remove_entry_list(&[id(1).as_str()]).unwrap();
+    let before = store.version().unwrap();
+    assert_eq!(store.changes(start, before).unwrap().added, vec![id(2)]);
+    store.rotate_key().unwrap();
+    assert_eq!(store.changes_kept_after().unwrap(), before);
+    assert!(matches!(
+        store.changes(start, before),
+        Err(StoreError::ChangesForgotten { .. })
+    ));
+    // The new epoch's log starts empty and records again.
+    store.add_entry_list(&[(id(3).as_str(), None)]).unwrap();
+    let after = store.version().unwrap();
+    let c = store.changes(before, after).unwrap();
+    assert_eq!((c.added, c.removed), (vec![id(3)], vec![]));
+}

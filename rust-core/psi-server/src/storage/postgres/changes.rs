@@ -66,6 +66,13 @@ pub(super) fn kept_after(client: &mut impl GenericClient) -> Result<i64, StoreEr
 
 /// Forgets every logged change of a version at or below `version`, in one transaction
 /// that holds the version row (no import commits in between).
+/// Forgets every change up to the current version (a key rotation: deltas are per key
+/// epoch, ADR 0047 §3.3).
+pub(super) fn forget_all(tx: &mut Transaction<'_>) -> Result<u64, StoreError> {
+    let current = lock_next_version(tx)? - 1;
+    forget_before(tx, current)
+}
+
 pub(super) fn forget_before(tx: &mut Transaction<'_>, version: i64) -> Result<u64, StoreError> {
     let current = lock_next_version(tx)? - 1;
     if version > current {

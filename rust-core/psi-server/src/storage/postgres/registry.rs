@@ -216,6 +216,8 @@ impl RegistryStore for PgStore {
             "DELETE FROM encoded_sets WHERE epoch < $1::BIGINT - 1",
             &[&epoch],
         )?;
+        // Deltas are per key epoch (ADR 0047 §3.3): the change log restarts with it.
+        changes::forget_all(&mut tx)?;
         tx.commit()?;
         Ok(new)
     }

@@ -97,31 +97,42 @@ impl Store {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let (kept, current): (i64, i64) = tx.query_row(
-            "SELECT (SELECT v FROM meta WHERE k = 'changes_after'),
-                    (SELECT v FROM meta WHERE k = 'version')",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )?;
-        if version > current {
-            return Err(StoreError::VersionAhead {
-                upto: version,
-                current,
-            });
-        }
-        if version <= kept {
-            return Ok(0);
-        }
-        let forgotten = tx.execute("DELETE FROM changes WHERE version <= ?1", params![version])?;
-        tx.execute(
-            "UPDATE meta SET v = ?1 WHERE k = 'changes_after'",
-            params![version],
-        )?;
+        let forgotten = forget_in(&tx, Some(version))?;
         tx.commit()?;
         if forgotten > 0 {
             // The forgotten identifiers leave the log too.
             self.scrub_or_warn("forgetting registry changes")?;
         }
-        Ok(forgotten as u64)
+        Ok(forgotten)
     }
+}
+
+/// Forgets, inside `tx`, the changes up to `version` (`None`: up to the current version,
+/// as a key rotation does); returns how many rows went. The caller commits and scrubs.
+pub(super) fn forget_in(
+    tx: &rusqlite::Transaction<'_>,
+    version: Option<i64>,
+) -> Result<u64, StoreError> {
+    let (kept, current): (i64, i64) = tx.query_row(
+        "SELECT (SELECT v FROM meta WHERE k = 'changes_after'),
+                    (SELECT v FROM meta WHERE k = 'version')",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let version = version.unwrap_or(current);
+    if version > current {
+        return Err(StoreError::VersionAhead {
+            upto: version,
+            current,
+        });
+    }
+    if version <= kept {
+        return Ok(0);
+    }
+    let forgotten = tx.execute("DELETE FROM changes WHERE version <= ?1", params![version])?;
+    tx.execute(
+        "UPDATE meta SET v = ?1 WHERE k = 'changes_after'",
+        params![version],
+    )?;
+    Ok(forgotten as u64)
 }

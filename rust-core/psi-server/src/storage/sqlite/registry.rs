@@ -69,6 +69,9 @@ impl Store {
         )?;
         tx.execute("DELETE FROM keys WHERE epoch <> ?1", params![new.epoch()])?;
         tx.execute("DELETE FROM encoded_sets", [])?;
+        // Deltas are per key epoch (ADR 0047 §3.3): the change log restarts, and the
+        // removed identifiers in it go with the old key (scrubbed below).
+        super::changes::forget_in(&tx, None)?;
         tx.commit()?;
         self.scrub_or_warn("key rotation")?;
         Ok(new)
