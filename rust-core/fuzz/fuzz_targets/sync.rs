@@ -38,7 +38,7 @@ enum Response {
 struct Fixture {
     synced: SyncedSet,
     store: ConfirmStore,
-    /// Outputs of the registry's items (the label store's items), as a client gets them.
+    /// Outputs of the registry's items (the label store's items).
     outputs: Vec<[u8; 64]>,
     stranger_outputs: Vec<[u8; 64]>,
 }
@@ -47,9 +47,17 @@ fn fixture() -> &'static Fixture {
     static F: OnceLock<Fixture> = OnceLock::new();
     F.get_or_init(|| {
         let f = psi_fuzz::dh();
-        let outputs = psi_fuzz::client_outputs(&f.label_items, 1).as_slice().to_vec();
+        // The server's outputs of the items, which are what a client's run gives (the
+        // fixture's client side is sized for the transcript's 8 items).
+        let outputs = f
+            .server
+            .outputs(&psi_core::ItemSet::new(f.label_items.clone()))
+            .expect("outputs");
         let strangers: Vec<Vec<u8>> = (0..64u32).map(|i| format!("stranger-{i}").into_bytes()).collect();
-        let stranger_outputs = psi_fuzz::client_outputs(&strangers, 2).as_slice().to_vec();
+        let stranger_outputs = f
+            .server
+            .outputs(&psi_core::ItemSet::new(strangers))
+            .expect("outputs");
         let w = sync::sync_width(outputs.len() as u64, sync::DEFAULT_EXTRA_BITS);
         let synced = SyncedSet::from_snapshot(Snapshot::build(f.epoch, 1, w, &outputs)).expect("own snapshot");
         let names: Vec<String> = (0..outputs.len()).map(psi_fuzz::label_of).collect();
