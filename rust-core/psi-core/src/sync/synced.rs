@@ -152,7 +152,8 @@ impl SyncedSet {
     /// [`MAX_PENDING_DELTAS`]); one the set already covers is ignored. Deltas of another
     /// epoch or width, one that starts before the set's version and ends after it (it
     /// cannot be split), and one that removes a tag the set does not hold are errors:
-    /// the set is left as it was.
+    /// the set is left as it was (when a *held* delta fails as it comes due, the set
+    /// keeps the version it reached and the bad delta is dropped).
     pub fn offer(&mut self, delta: Delta) -> Result<Offered> {
         if delta.epoch != self.epoch() {
             return Err(Error::EpochMismatch {
