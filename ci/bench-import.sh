@@ -81,18 +81,19 @@ serve_peak() {
   serve_pid=""
 }
 
-# The delta files: N/100 valid numbers outside the synthetic range (+1 202 2xx-xxxx), to add
-# with labels and then to remove.
+# The delta files: N/100 valid numbers outside the synthetic range (which is +1 202 and
+# any 7 digits, all of them at N = 10^7): +1 415 2xx-xxxx, to add with labels and then to
+# remove.
 d=$((n / 100))
 python3 - "$d" "$work" <<'PY'
 import sys
 d, work = int(sys.argv[1]), sys.argv[2]
 with open(f"{work}/add.csv", "w") as f:
     for k in range(d):
-        f.write(f"+1202{2000000 + k:07d},delta-{k}\n")
+        f.write(f"+1415{2000000 + k:07d},delta-{k}\n")
 with open(f"{work}/remove.txt", "w") as f:
     for k in range(d):
-        f.write(f"+1202{2000000 + k:07d}\n")
+        f.write(f"+1415{2000000 + k:07d}\n")
 PY
 
 echo "psi import --synthetic $n ($(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg))"
