@@ -40,6 +40,18 @@ impl Registry {
     }
 }
 
+/// The items `new` holds and `old` does not, and those `old` holds and `new` does not.
+fn membership_changes(old: &Registry, new: &Registry) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let only = |a: &Registry, b: &Registry| -> Vec<Vec<u8>> {
+        a.entries
+            .keys()
+            .filter(|k| !b.entries.contains_key(*k))
+            .cloned()
+            .collect()
+    };
+    (only(new, old), only(old, new))
+}
+
 struct Server {
     dh: DhServer,
     width: u8,
@@ -64,18 +76,7 @@ impl Server {
     }
 
     fn delta(&self, old: &Registry, new: &Registry, from: u64, to: u64) -> Delta {
-        let added: Vec<Vec<u8>> = new
-            .entries
-            .keys()
-            .filter(|k| !old.entries.contains_key(*k))
-            .cloned()
-            .collect();
-        let removed: Vec<Vec<u8>> = old
-            .entries
-            .keys()
-            .filter(|k| !new.entries.contains_key(*k))
-            .cloned()
-            .collect();
+        let (added, removed) = membership_changes(old, new);
         let a = self.outputs(&added);
         let r = self.outputs(&removed);
         Delta::build(self.dh.epoch(), from, to, self.width, &a, &r)
@@ -297,18 +298,7 @@ fn removed_entries_stop_matching_and_added_ones_wait_for_their_delta() {
     let srv = Server::new(5, sync::sync_width(2_000, 1));
     let old = &hist[1];
     let new = &hist[2];
-    let removed: Vec<Vec<u8>> = old
-        .entries
-        .keys()
-        .filter(|k| !new.entries.contains_key(*k))
-        .cloned()
-        .collect();
-    let added: Vec<Vec<u8>> = new
-        .entries
-        .keys()
-        .filter(|k| !old.entries.contains_key(*k))
-        .cloned()
-        .collect();
+    let (added, removed) = membership_changes(old, new);
     assert!(!removed.is_empty() && !added.is_empty());
     let mut client = removed.clone();
     client.extend(added.iter().cloned());

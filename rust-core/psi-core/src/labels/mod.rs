@@ -37,4 +37,5 @@ pub use record::{
     AEAD_TAG_LEN, MAX_BUCKET_BITS, MAX_LABEL_LEN, NONCE_LEN, RECORD_HEADER_LEN, Record, TAG_LEN,
     bucket, open, parse_records, seal, tag,
 };
+pub(crate) use record::{key_under, seal_label, tag_under};
 pub use server::{LabelStore, bucket_bits};

@@ -27,8 +27,14 @@ const KEY_DST: &[u8] = b"psi-label-key-v1";
 
 /// The lookup tag of an OPRF output: `SHA-512("psi-label-tag-v1" || o)[0..16]`.
 pub fn tag(output: &[u8; OUTPUT_LEN]) -> [u8; TAG_LEN] {
+    tag_under(TAG_DST, output)
+}
+
+/// `SHA-512(dst || o)[0..16]`: the tag of version 1 (`psi-label-tag-v1`) and of sync
+/// mode's version-2 records (`psi-label-tag-v2`, [`crate::sync::confirm_tag`]).
+pub(crate) fn tag_under(dst: &[u8], output: &[u8; OUTPUT_LEN]) -> [u8; TAG_LEN] {
     let h = Sha512::new()
-        .chain_update(TAG_DST)
+        .chain_update(dst)
         .chain_update(output)
         .finalize();
     let mut t = [0u8; TAG_LEN];
@@ -37,15 +43,43 @@ pub fn tag(output: &[u8; OUTPUT_LEN]) -> [u8; TAG_LEN] {
 }
 
 /// The record key of an OPRF output: `SHA-512("psi-label-key-v1" || o)[0..32]`.
-/// The hash state and the digest are zeroized (sha2's `zeroize` feature, and a
-/// digest written straight into a wiped buffer); the cipher wipes its key on drop.
 fn key(output: &[u8; OUTPUT_LEN]) -> ChaCha20Poly1305 {
+    key_under(KEY_DST, output)
+}
+
+/// `SHA-512(dst || o)[0..32]` as a ChaCha20-Poly1305 key (versions 1 and 2). The hash
+/// state and the digest are zeroized (sha2's `zeroize` feature, and a digest written
+/// straight into a wiped buffer); the cipher wipes its key on drop.
+pub(crate) fn key_under(dst: &[u8], output: &[u8; OUTPUT_LEN]) -> ChaCha20Poly1305 {
     let mut h = Sha512::new();
-    h.update(KEY_DST);
+    h.update(dst);
     h.update(output);
     let mut digest = Zeroizing::new([0u8; 64]);
     h.finalize_into((&mut *digest).into());
     ChaCha20Poly1305::new(Key::from_slice(&digest[..32]))
+}
+
+/// `label` cut to at most [`MAX_LABEL_LEN`] bytes on a character boundary, sealed under
+/// `key` with `nonce` and `aad = tag` (versions 1 and 2).
+pub(crate) fn seal_label(
+    key: &ChaCha20Poly1305,
+    nonce: &[u8; NONCE_LEN],
+    label: &str,
+    tag: &[u8; TAG_LEN],
+) -> Vec<u8> {
+    // Truncate on a character boundary, so a long label still decrypts to valid UTF-8.
+    let mut end = label.len().min(MAX_LABEL_LEN);
+    while !label.is_char_boundary(end) {
+        end -= 1;
+    }
+    key.encrypt(
+        Nonce::from_slice(nonce),
+        Payload {
+            msg: &label.as_bytes()[..end],
+            aad: tag,
+        },
+    )
+    .expect("ChaCha20-Poly1305 encryption of a short label cannot fail")
 }
 
 /// The bucket of a tag: its first `bits` bits as a big-endian integer (`bits` 0..=24;
@@ -64,21 +98,7 @@ pub fn bucket(tag: &[u8; TAG_LEN], bits: u8) -> u32 {
 /// `tag || nonce || len u16 || ChaCha20-Poly1305(key, nonce, label, aad = tag)`.
 pub fn seal(output: &[u8; OUTPUT_LEN], label: &str, nonce: [u8; NONCE_LEN]) -> Vec<u8> {
     let t = tag(output);
-    // Truncate on a character boundary, so a long label still decrypts to valid UTF-8.
-    let mut end = label.len().min(MAX_LABEL_LEN);
-    while !label.is_char_boundary(end) {
-        end -= 1;
-    }
-    let label = &label.as_bytes()[..end];
-    let ct = key(output)
-        .encrypt(
-            Nonce::from_slice(&nonce),
-            Payload {
-                msg: label,
-                aad: &t,
-            },
-        )
-        .expect("ChaCha20-Poly1305 encryption of a short label cannot fail");
+    let ct = seal_label(&key(output), &nonce, label, &t);
     let mut rec = Vec::with_capacity(RECORD_HEADER_LEN + ct.len());
     rec.extend_from_slice(&t);
     rec.extend_from_slice(&nonce);

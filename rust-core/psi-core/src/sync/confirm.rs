@@ -7,9 +7,8 @@
 use crate::error::{DecodeError, Error, Result};
 use crate::labels::{self, MAX_LABEL_LEN, NONCE_LEN, TAG_LEN, messages as v1};
 use crate::oprf::OUTPUT_LEN;
-use chacha20poly1305::aead::{Aead, KeyInit, Payload};
-use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
-use sha2::{Digest, Sha512};
+use chacha20poly1305::aead::{Aead, Payload};
+use chacha20poly1305::{ChaCha20Poly1305, Nonce};
 use std::collections::HashMap;
 use zeroize::Zeroizing;
 
@@ -33,23 +32,12 @@ pub const RECORD_LABEL_OVERHEAD: usize = NONCE_LEN + labels::AEAD_TAG_LEN;
 
 /// The confirmation tag of an OPRF output: `SHA-512("psi-label-tag-v2" || o)[0..16]`.
 pub fn confirm_tag(output: &[u8; OUTPUT_LEN]) -> [u8; TAG_LEN] {
-    let h = Sha512::new()
-        .chain_update(TAG_DST)
-        .chain_update(output)
-        .finalize();
-    let mut t = [0u8; TAG_LEN];
-    t.copy_from_slice(&h[..TAG_LEN]);
-    t
+    labels::tag_under(TAG_DST, output)
 }
 
 /// The record key: `SHA-512("psi-label-key-v2" || o)[0..32]`, digest wiped.
 fn key(output: &[u8; OUTPUT_LEN]) -> ChaCha20Poly1305 {
-    let mut h = Sha512::new();
-    h.update(KEY_DST);
-    h.update(output);
-    let mut digest = Zeroizing::new([0u8; 64]);
-    h.finalize_into((&mut *digest).into());
-    ChaCha20Poly1305::new(Key::from_slice(&digest[..32]))
+    labels::key_under(KEY_DST, output)
 }
 
 /// The version-2 record of an entry: `tag || len u16` and, for a label,
@@ -68,19 +56,7 @@ pub fn seal_record(
         rec.extend_from_slice(&0u16.to_be_bytes());
         return rec;
     };
-    let mut end = label.len().min(MAX_LABEL_LEN);
-    while !label.is_char_boundary(end) {
-        end -= 1;
-    }
-    let ct = key(output)
-        .encrypt(
-            Nonce::from_slice(&nonce),
-            Payload {
-                msg: &label.as_bytes()[..end],
-                aad: &t,
-            },
-        )
-        .expect("ChaCha20-Poly1305 encryption of a short label cannot fail");
+    let ct = labels::seal_label(&key(output), &nonce, label, &t);
     rec.extend_from_slice(&(ct.len() as u16).to_be_bytes());
     rec.extend_from_slice(&nonce);
     rec.extend_from_slice(&ct);
