@@ -510,6 +510,7 @@ pub mod fake {
                         ends_on_completion: true,
                         label_lane_width: None,
                         health: None,
+                        sync: None,
                     };
                     if self.protocol == Protocol::Ot {
                         state.ot = OtServer::new(
@@ -599,6 +600,7 @@ pub mod fake {
                         ends_on_completion: true,
                         label_lane_width: None,
                         health: None,
+                        sync: None,
                     })
                     .expect("json")
                 }

@@ -189,6 +189,11 @@ pub struct ServeArgs {
     /// only (docs/adr/0048-gbf-psi.md).
     #[arg(long)]
     enable_gbf: bool,
+    /// Also serve sync mode for DH-PSI (docs/protocol/sync.md): a phone downloads a few
+    /// bits per entry once and small deltas afterwards, not the encoded set. Costs memory
+    /// at every load (a record per entry: about 570 MB at 10^7 entries).
+    #[arg(long)]
+    enable_sync: bool,
     /// TLS certificate chain (PEM, leaf first): serve HTTPS. Needs --tls-key.
     #[arg(long, requires = "tls_key")]
     tls_cert: Option<std::path::PathBuf>,
@@ -366,6 +371,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     config.request_timeout = Duration::from_secs(args.request_timeout.max(1));
     config.items_per_hour = args.items_per_hour;
     config.label_bucket_size = args.label_bucket_size;
+    config.enable_sync = args.enable_sync;
     config.probe_bytes_per_hour = args.probe_bytes_per_hour;
     config.groups.max_groups = args.max_groups;
     config.groups.max_groups_per_client = args.max_groups_per_client;

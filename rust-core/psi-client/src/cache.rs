@@ -40,6 +40,14 @@ pub trait SetCache: Send + Sync {
     fn store(&self, server: &str, set: &CachedSet) -> std::io::Result<()>;
 }
 
+/// The name under which a client keeps its sync-mode set for `server` in a [`SetCache`]
+/// (docs/protocol/sync.md §4, "The cache file"): beside that server's encoded set, never
+/// in its place, so neither is ever read as the other (a file of the wrong kind fails
+/// its decoder and is downloaded again).
+pub(crate) fn synced_key(server: &str) -> String {
+    format!("{}#sync", server.trim_end_matches('/'))
+}
+
 /// A cache in memory, for one process (the default).
 #[derive(Debug, Default)]
 pub struct MemoryCache {

@@ -38,6 +38,11 @@ pub struct ClientConfig {
     pub max_response_bytes: u64,
     /// Fetch the labels of matches (default true).
     pub fetch_labels: bool,
+    /// Run DH-PSI in sync mode where the server serves it (default true;
+    /// docs/protocol/sync.md): the cache keeps a few bits per registry entry and takes
+    /// small deltas, instead of the whole encoded set. Off: the encoded set, as with a
+    /// server without sync mode.
+    pub sync: bool,
     /// Region for phone numbers without a country code in
     /// [`crate::Client::match_contacts`] (ISO 3166 alpha-2, default `US`).
     pub default_region: String,
@@ -91,6 +96,7 @@ impl Default for ClientConfig {
             timeout: Duration::from_secs(60),
             max_response_bytes: 256 << 20,
             fetch_labels: true,
+            sync: true,
             default_region: "US".to_string(),
             allow_insecure_http: false,
             retries: 2,

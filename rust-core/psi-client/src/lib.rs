@@ -67,7 +67,7 @@ pub use psi_contacts::{Invalid, preload_metadata};
 pub use psi_core::cost::{Policy, Prediction, UnitCosts};
 pub use psi_core::{Phase, Protocol, Threads};
 pub use psi_http::{ErrorCode, Feature, Health, StoreState};
-pub use report::{LabelStatus, MatchReport, Matched, Progress, RunStats};
+pub use report::{LabelStatus, MatchReport, Matched, Progress, RunStats, SyncReport};
 #[cfg(feature = "http")]
 pub use transport::HttpTransport;
 pub use transport::{Method, Request, Response, Transport, TransportError};

@@ -58,6 +58,36 @@ pub struct RunStats {
     pub work_ahead: Duration,
     /// Server compute time reported in `Server-Timing` headers.
     pub server_time: Duration,
+    /// A DH-PSI run in sync mode (docs/protocol/sync.md): what it downloaded to be in sync
+    /// and what the confirmation said. `None` for every other run.
+    pub sync: Option<SyncReport>,
+}
+
+/// What a sync-mode run did with its synced set ([`RunStats::sync`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SyncReport {
+    /// A synced set of the session's epoch came from the cache.
+    pub from_cache: bool,
+    /// Bytes of the snapshot downloaded (a first sync, or one after a rotation; 0 if
+    /// none was).
+    pub snapshot_bytes: u64,
+    /// Bytes of the delta downloaded (0 if none was).
+    pub delta_bytes: u64,
+    /// The synced set's registry version the run used.
+    pub have_version: u64,
+    /// The registry version the server's records answered from (at least
+    /// `have_version`, unless another instance is behind).
+    pub served_version: u64,
+    /// Items whose short tag was in the synced set, so confirmed by the fetch.
+    pub candidates: usize,
+}
+
+impl SyncReport {
+    /// Bytes downloaded to be in sync (snapshot and delta).
+    pub fn bytes_downloaded(&self) -> u64 {
+        self.snapshot_bytes + self.delta_bytes
+    }
 }
 
 impl RunStats {

@@ -56,7 +56,10 @@ pub(crate) fn route_cap(
         | Route::OtRound
         | Route::Cm20Round
         | Route::GbfRound => step.unwrap_or(u64::MAX),
-        Route::ProbeDown | Route::ProbeUp => probe.unwrap_or(u64::MAX),
+        // The probe's, and sync mode's downloads, sized by the run for what it asked.
+        Route::ProbeDown | Route::ProbeUp | Route::SyncSnapshot | Route::SyncDelta => {
+            probe.unwrap_or(u64::MAX)
+        }
         // Label steps: the records' sizes are the server's data, not the protocol's
         // (docs/protocol/labels.md); the configured cap bounds them.
         Route::LabelQuery | Route::LabelFetch => u64::MAX,
@@ -170,6 +173,21 @@ pub(crate) fn check_session(s: &SessionCreated, protocol: Protocol) -> Result<()
     }
     if s.label_bucket_bits > psi_core::labels::MAX_BUCKET_BITS {
         return bad("label bucket bits out of range");
+    }
+    if let Some(sync) = &s.sync {
+        if protocol != Protocol::Dh {
+            return bad("sync mode on a session that is not DH-PSI");
+        }
+        if sync.epoch != s.epoch {
+            return bad("sync epoch is not the session's key epoch");
+        }
+        if !(psi_core::sync::MIN_SYNC_WIDTH..=psi_core::sync::MAX_SYNC_WIDTH).contains(&sync.width)
+        {
+            return bad("sync tag width out of range");
+        }
+        if sync.bucket_bits != s.label_bucket_bits {
+            return bad("sync bucket bits are not the session's");
+        }
     }
     Ok(())
 }
@@ -286,6 +304,7 @@ mod tests {
             ends_on_completion: true,
             label_lane_width: None,
             health: None,
+            sync: None,
         }
     }
 

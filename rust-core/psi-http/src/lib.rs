@@ -80,6 +80,14 @@ pub enum Route {
     /// `GET /v1/groups/{id}/messages?wait_ms=N`: the oldest envelope of the caller's
     /// mailbox (`200`, sender in [`GROUP_FROM_HEADER`]), or `204` after at most `N` ms.
     FetchGroupMessage,
+    /// `GET /v1/sync/snapshot`: sync mode's SYNC_SNAPSHOT of the current registry version
+    /// (docs/protocol/sync.md §3.2; ETag, `If-None-Match`), when the server serves sync
+    /// mode ([`Health::sync`]).
+    SyncSnapshot,
+    /// `GET /v1/sync/delta?from=V`: the SYNC_DELTA from version `V` to the current one
+    /// (docs/protocol/sync.md §3.3); `204` when `V` is current, `404` when no delta from
+    /// `V` is kept (download the snapshot).
+    SyncDelta,
 }
 
 /// Header naming the party credential on every group call after create or join.
@@ -180,6 +188,8 @@ impl Route {
         Route::EndGroup,
         Route::PostGroupMessage,
         Route::FetchGroupMessage,
+        Route::SyncSnapshot,
+        Route::SyncDelta,
     ];
 
     /// The method.
@@ -189,7 +199,9 @@ impl Route {
             | Route::DhEncodedSet
             | Route::ProbeDown
             | Route::GroupState
-            | Route::FetchGroupMessage => Method::Get,
+            | Route::FetchGroupMessage
+            | Route::SyncSnapshot
+            | Route::SyncDelta => Method::Get,
             Route::DeleteSession | Route::EndGroup => Method::Delete,
             Route::CreateSession
             | Route::DhQuery
@@ -223,6 +235,8 @@ impl Route {
             Route::JoinGroup => "/v1/groups/{id}/join",
             Route::GroupState | Route::EndGroup => "/v1/groups/{id}",
             Route::PostGroupMessage | Route::FetchGroupMessage => "/v1/groups/{id}/messages",
+            Route::SyncSnapshot => "/v1/sync/snapshot",
+            Route::SyncDelta => "/v1/sync/delta",
         }
     }
 
@@ -257,6 +271,9 @@ impl Route {
 
 /// Header carrying the registry's key epoch on the encoded-set download.
 pub const EPOCH_HEADER: &str = "x-psi-epoch";
+/// Header carrying the registry version of sync mode's downloads
+/// ([`Route::SyncSnapshot`], [`Route::SyncDelta`]).
+pub const SYNC_VERSION_HEADER: &str = "x-psi-sync-version";
 /// Content type of protocol messages.
 pub const BINARY: &str = "application/octet-stream";
 /// Content type of everything else.
@@ -291,6 +308,72 @@ pub struct CreateSession {
 /// carries the server's health ([`SessionCreated::health`]), so a first run learns it
 /// without `GET /v1/health`. A server older than the feature ignores the query.
 pub const SESSION_HEALTH_QUERY: &str = "health=1";
+
+/// The query of `POST /v1/sessions?sync=1`: a DH-PSI session in sync mode when the server
+/// serves it (docs/protocol/sync.md): the answer carries [`SessionCreated::sync`], the run
+/// downloads no encoded set, and the label fetch is the confirmation (fetch version 2,
+/// mode `0x02`), whether or not labels are on. A server without sync mode, or older than
+/// it, ignores the query and creates a plain DH-PSI session (no `sync` in the answer).
+/// May be combined with the other queries (`&`).
+pub const SESSION_SYNC_QUERY: &str = "sync=1";
+
+/// The name of the query parameter of `GET /v1/sync/delta?from=V`.
+pub const SYNC_FROM_PARAM: &str = "from";
+
+/// What a server in sync mode tells about the synced set of its current registry
+/// version ([`Health::sync`], [`SessionCreated::sync`]; docs/protocol/sync.md §7).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncInfo {
+    /// The sync epoch: the key epoch whose outputs the tags are of.
+    pub epoch: u32,
+    /// The registry version the server's snapshot and records are of.
+    pub version: u64,
+    /// The tag width `w` of the epoch (sync.md §2).
+    pub width: u8,
+    /// The confirmation's bucket bits `b` (sync.md §5.1): every entry has a record.
+    pub bucket_bits: u8,
+    /// Bytes of the current SYNC_SNAPSHOT message (a first sync's download).
+    pub snapshot_bytes: u64,
+    /// The snapshot's ETag (quoted), as `GET /v1/sync/snapshot` sends it.
+    pub snapshot_etag: String,
+    /// The oldest version a delta is served from: a client at a version from this one up
+    /// to [`SyncInfo::version`] catches up with one delta, an older one downloads the
+    /// snapshot.
+    pub deltas_from: u64,
+    /// Bytes of every delta served, by its start version (ascending, the current version
+    /// excluded): what a client at each version would download, for the protocol choice.
+    /// In [`Health::sync`] only (a session's answer leaves it out).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deltas: Vec<DeltaSize>,
+    /// Bytes of all the confirmation records (sizes the fetch for the protocol choice).
+    pub record_bytes: u64,
+}
+
+/// One delta a sync-mode server serves ([`SyncInfo::deltas`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeltaSize {
+    /// The version it starts from.
+    pub from: u64,
+    /// Bytes of its SYNC_DELTA message.
+    pub bytes: u64,
+}
+
+impl SyncInfo {
+    /// Bytes a client whose synced set is at `have` (of this epoch and width; `None`: no
+    /// usable set) downloads to be at [`SyncInfo::version`]: 0 when current, the delta
+    /// when one is served from `have`, otherwise the snapshot.
+    pub fn bytes_owed(&self, have: Option<u64>) -> u64 {
+        match have {
+            Some(v) if v >= self.version => 0,
+            Some(v) => self
+                .deltas
+                .iter()
+                .find(|d| d.from == v)
+                .map_or(self.snapshot_bytes, |d| d.bytes),
+            None => self.snapshot_bytes,
+        }
+    }
+}
 
 /// The name of the query parameter of `POST /v1/sessions?plan=...`
 /// ([`Feature::SessionPlan`]): a first run's protocols by registry size, so that the
@@ -418,6 +501,12 @@ pub struct SessionCreated {
     /// for it ([`SESSION_HEALTH_QUERY`]); absent otherwise and from older servers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<Health>,
+    /// A session in sync mode (asked for with [`SESSION_SYNC_QUERY`] of a server that
+    /// serves it): its synced set's epoch, version and layout. The run downloads no
+    /// encoded set, and its label fetch is the confirmation (docs/protocol/sync.md §5),
+    /// with labels on or off. Absent: a plain session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync: Option<SyncInfo>,
 }
 
 /// `GET /v1/health` response body.
@@ -471,6 +560,10 @@ pub struct Health {
     /// servers, which do not say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store: Option<StoreState>,
+    /// The server serves sync mode (docs/protocol/sync.md): its current synced set.
+    /// Absent when it does not (the default) and from older servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync: Option<SyncInfo>,
 }
 
 /// The state of a server's store in [`Health::store`] (docs/api.md, "Health").

@@ -35,6 +35,7 @@ mod sessions;
 mod state;
 pub mod storage;
 mod store_health;
+mod sync;
 mod tls;
 
 pub use api::{PROBE_REQUEST_FLOOR, router};

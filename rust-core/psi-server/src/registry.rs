@@ -2,6 +2,7 @@
 //! sessions and the encrypted label records by bucket.
 
 use crate::config::Config;
+use crate::sync::ServedSync;
 use crate::storage::{self, Readiness, RegistryStore, StoreError, encode_set, os_rng};
 use axum::body::Bytes;
 use psi_core::dh::DhServer;
@@ -56,6 +57,8 @@ pub struct Registry {
     /// protocol's per-registry work (CM20-PSI's and GBF-PSI's digests) done once, here.
     pub(crate) rounds: ServerSet,
     pub(crate) labels: LabelStore,
+    /// Sync mode's snapshot, deltas and records (`Config::enable_sync`).
+    pub(crate) sync: Option<ServedSync>,
     stats: RegistryStats,
     /// The store's registry version it was read at ([`RegistryStore::version`]).
     version: i64,
@@ -164,6 +167,17 @@ impl Registry {
                 .as_deref()
                 .map(str::as_bytes)
         }));
+        let sync = if config.enable_sync {
+            let dh = DhServer::new(
+                key.clone(),
+                config.max_client_items,
+                Threads::new(config.build_threads),
+            );
+            let built = ServedSync::build(store, &dh, &entries, version, config.label_bucket_size)?;
+            Some(built)
+        } else {
+            None
+        };
         drop(entries);
         let mut rounds = ServerSet::prepare(
             items,
@@ -193,6 +207,7 @@ impl Registry {
             etag: set.etag,
             rounds,
             labels,
+            sync,
             stats,
             version,
         })

@@ -456,8 +456,9 @@ fn json_bodies_match_psi_http() {
             ends_on_completion: true,
             label_lane_width: None,
             health: None,
+            sync: None,
         },
-        &["label_lane_width", "health"],
+        &["label_lane_width", "health", "sync"],
     );
     // The group relay's bodies.
     assert_fields(
@@ -517,8 +518,9 @@ fn json_bodies_match_psi_http() {
             costs: None,
             features: vec![],
             store: None,
+            sync: None,
         },
-        &["store", "label_lane_width"],
+        &["store", "label_lane_width", "sync"],
     );
     // The feature names: psi-http's, every one.
     assert_eq!(

@@ -18,6 +18,9 @@ pub(super) enum LabelSource {
     /// order of its matches: no label step, and the server ended the session with the
     /// outputs.
     Carried(psi_core::RunLabels),
+    /// Sync mode's confirmation fetched them (the session's label fetch, made within
+    /// the run: docs/protocol/sync.md §5), in the order of its matches.
+    Confirmed(psi_core::RunLabels),
 }
 
 impl Run<'_> {
@@ -46,6 +49,17 @@ impl Run<'_> {
             .collect();
         if !self.client.config.fetch_labels {
             return Ok((out, None, 0));
+        }
+        if let LabelSource::Confirmed(labels) = source {
+            return match carried_labels(labels) {
+                Ok(labels) => {
+                    for (m, l) in out.iter_mut().zip(labels) {
+                        m.label = l;
+                    }
+                    Ok((out, None, 0))
+                }
+                Err(e) => Ok((out, Some(e.to_string()), 0)),
+            };
         }
         if let LabelSource::Carried(labels) = source {
             // The server saw no label step coming: the outputs were the session's last.
@@ -100,8 +114,8 @@ impl Run<'_> {
                 let (c, r) = LabelClient::from_outputs(outputs, n, bits, self.rng()?)?;
                 (c, r, Route::LabelFetch)
             }
-            // `labels` answers a run that carried them without a step.
-            LabelSource::Carried(_) => return Ok((Vec::new(), 0)),
+            // `labels` answers a run that carried them without a step, and sync mode's.
+            LabelSource::Carried(_) | LabelSource::Confirmed(_) => return Ok((Vec::new(), 0)),
             LabelSource::Query => {
                 let items: Vec<Vec<u8>> = matches.iter().map(|m| m.item.clone()).collect();
                 let threads = self.client.config.threads;

@@ -174,6 +174,10 @@ impl Run<'_> {
         if ask.health {
             query.push(psi_http::SESSION_HEALTH_QUERY.to_string());
         }
+        // Sync mode where the server serves it (a server without it ignores the query).
+        if self.client.config.sync && (protocol == Protocol::Dh || !ask.plan.is_empty()) {
+            query.push(psi_http::SESSION_SYNC_QUERY.to_string());
+        }
         if !ask.plan.is_empty() {
             let plan = psi_http::format_plan(ask.plan);
             query.push(format!("{}={plan}", psi_http::SESSION_PLAN_PARAM));

@@ -10,6 +10,7 @@ mod registry;
 mod reply;
 mod sessions;
 mod steps;
+mod sync;
 mod transition;
 
 pub use probe::PROBE_REQUEST_FLOOR;
@@ -23,6 +24,7 @@ use self::registry::{encoded_set, health};
 use self::reply::ApiError;
 use self::sessions::{create_session, delete_session};
 use self::steps::{dh_query, label_fetch, label_query, round};
+use self::sync::{sync_delta, sync_snapshot};
 use self::transition::SessionCall;
 use crate::state::AppState;
 use axum::Router;
@@ -112,6 +114,8 @@ fn handler(route: Route) -> MethodRouter<Arc<AppState>> {
         Route::EndGroup => on(f, end_group),
         Route::PostGroupMessage => on(f, post_group_message),
         Route::FetchGroupMessage => on(f, fetch_group_message),
+        Route::SyncSnapshot => on(f, sync_snapshot),
+        Route::SyncDelta => on(f, sync_delta),
         // The protocols that run in rounds share one handler (ADR 0039's plug).
         Route::OtRound | Route::Cm20Round | Route::GbfRound => match route.round_protocol() {
             Some(protocol) => on(f, move |S(state): S<Arc<AppState>>, call: SessionCall| {

@@ -73,6 +73,7 @@ pub(super) fn health_body(state: &AppState) -> Health {
             .map(|f| f.as_str().to_string())
             .collect(),
         store: Some(state.store_health.state()),
+        sync: r.sync.as_ref().map(crate::sync::ServedSync::health_info),
     }
 }
 
@@ -112,6 +113,32 @@ fn weak_eq(a: &str, b: &str) -> bool {
     a.trim().trim_start_matches("W/") == b.trim().trim_start_matches("W/")
 }
 
+/// The key epoch a download names in `X-PSI-Epoch` (`None`: the current one).
+pub(super) fn requested_epoch(headers: &HeaderMap) -> Result<Option<u32>, ApiError> {
+    match headers.get(psi_http::EPOCH_HEADER) {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .map(Some)
+            .ok_or_else(|| {
+                ApiError::new(
+                    ErrorCode::BadRequest,
+                    "X-PSI-Epoch must be a decimal key epoch",
+                )
+            }),
+    }
+}
+
+/// Whether the request's `If-None-Match` names `etag` (or `*`).
+pub(super) fn if_none_match(headers: &HeaderMap, etag: &str) -> bool {
+    headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == "*" || weak_eq(t, etag)))
+}
+
 /// The encoded set of the current epoch, or with `X-PSI-Epoch: <e>` of epoch `e` while it
 /// is served (a session of the previous epoch finishing during the overlap). A full
 /// download (200) is charged to the caller's download budget ([`charge_download`]); a 304
@@ -122,25 +149,9 @@ pub(super) async fn encoded_set(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let t = Instant::now();
-    let epoch = match headers.get(psi_http::EPOCH_HEADER) {
-        None => None,
-        Some(v) => Some(
-            v.to_str()
-                .ok()
-                .and_then(|v| v.trim().parse::<u32>().ok())
-                .ok_or_else(|| {
-                    ApiError::new(
-                        ErrorCode::BadRequest,
-                        "X-PSI-Epoch must be a decimal key epoch",
-                    )
-                })?,
-        ),
-    };
+    let epoch = requested_epoch(&headers)?;
     let r = state.encoded_set_for(epoch).ok_or_else(epoch_gone)?;
-    let matches = headers
-        .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|t| t.trim() == "*" || weak_eq(t, &r.etag)));
+    let matches = if_none_match(&headers, &r.etag);
     let mut resp = if matches {
         StatusCode::NOT_MODIFIED.into_response()
     } else {

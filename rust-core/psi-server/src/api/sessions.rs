@@ -42,6 +42,7 @@ pub(super) async fn create_session(
             .map(|p| p.split_once('=').unwrap_or((p, "")))
     };
     let with_health = params().any(|(k, v)| k == "health" && v == "1");
+    let with_sync = params().any(|(k, v)| k == "sync" && v == "1");
     let plan = match params().find(|(k, _)| *k == psi_http::SESSION_PLAN_PARAM) {
         Some((_, v)) => Some(psi_http::parse_plan(v).ok_or_else(|| {
             ApiError::new(
@@ -86,7 +87,7 @@ pub(super) async fn create_session(
     let id = state.instance.session_id(&id);
     // Admit the session (caps checked) before any per-session work; an OT session's
     // server state is built below, once admitted and charged.
-    let session = Session::new(
+    let mut session = Session::new(
         id.clone(),
         protocol,
         n,
@@ -95,13 +96,25 @@ pub(super) async fn create_session(
         registry.labels.bucket_bits(),
         labels,
     );
+    // Sync mode (docs/protocol/sync.md): a DH-PSI session of a server that serves it, when
+    // asked. Its label fetch is the confirmation, with labels on or off, in the records'
+    // bucket layout.
+    let sync = match &registry.sync {
+        Some(served) if with_sync && protocol == Protocol::Dh => {
+            session.sync = true;
+            session.labels = true;
+            session.label_bits = served.confirm.bucket_bits();
+            Some(served.session_info())
+        }
+        _ => None,
+    };
     let slot = admit(&state, &payer, block, session).await?;
     if let (true, Some(slot)) = (protocol.runs_in_rounds(), slot) {
         start_rounds(&state, &registry, &id, (protocol, n), slot)?;
     }
     tracing::info!(session = %id, protocol = protocol.api_name(), client_items = n, "session created");
     let health = with_health.then(|| super::registry::health_body(&state));
-    Ok(created(&state, &registry, id, protocol, labels, health))
+    Ok(created(&state, &registry, id, protocol, labels, health, sync))
 }
 
 /// The answer to a created session.
@@ -112,6 +125,7 @@ fn created(
     protocol: Protocol,
     labels: bool,
     health: Option<psi_http::Health>,
+    sync: Option<psi_http::SyncInfo>,
 ) -> Response {
     let body = SessionCreated {
         session_id: id,
@@ -121,7 +135,9 @@ fn created(
         max_client_items: state.config.max_client_items as u32,
         max_body_bytes: state.config.max_body_bytes as u64,
         encoded_set_etag: registry.etag.clone(),
-        label_bucket_bits: registry.labels.bucket_bits(),
+        label_bucket_bits: sync
+            .as_ref()
+            .map_or(registry.labels.bucket_bits(), |s| s.bucket_bits),
         expires_in_secs: state.sessions.ttl().as_secs(),
         ends_on_completion: true,
         label_lane_width: registry
@@ -129,6 +145,7 @@ fn created(
             .lane_width()
             .filter(|_| labels && protocol.has_label_lanes()),
         health,
+        sync,
     };
     (StatusCode::CREATED, Json(body)).into_response()
 }

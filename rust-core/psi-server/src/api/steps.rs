@@ -248,10 +248,11 @@ pub(super) async fn label_fetch(
     let reg = registry.clone();
     // At most the buckets the reference client always names: its label slots, or every
     // bucket if there are fewer (docs/protocol/labels.md §4).
-    let max_buckets = psi_core::labels::fetch_buckets(
-        lock(&s).client_items as usize,
-        registry.labels.bucket_bits(),
-    );
+    let (n, sync) = {
+        let g = lock(&s);
+        (g.client_items as usize, g.sync)
+    };
+    let max_buckets = psi_core::labels::fetch_buckets(n, registry.labels.bucket_bits());
     let resp = transition(
         &state,
         &s,
@@ -272,7 +273,12 @@ pub(super) async fn label_fetch(
             // A reload within the epoch can change the bucket layout: the client's bucket
             // ids were computed for the session's, so refuse rather than return the wrong
             // buckets.
-            if g.epoch != reg.dh.epoch() || g.label_bits != reg.labels.bucket_bits() {
+            let bits = match (&reg.sync, g.sync) {
+                (Some(served), true) => Some(served.confirm.bucket_bits()),
+                (None, true) => None,
+                (_, false) => Some(reg.labels.bucket_bits()),
+            };
+            if g.epoch != reg.dh.epoch() || bits != Some(g.label_bits) {
                 return Err(ApiError::new(
                     ErrorCode::EpochMismatch,
                     "the registry changed during this session",
@@ -280,9 +286,17 @@ pub(super) async fn label_fetch(
             }
             Ok(())
         },
-        move |phase| match registry.labels.answer_fetch(&body, max_buckets) {
-            Ok(out) => (SessionPhase::Done, Ok(out)),
-            Err(e) => (phase, Err(e.into())),
+        move |phase| {
+            // A sync-mode session confirms its candidates (docs/protocol/sync.md §5);
+            // the checks above found the registry's records in the session's layout.
+            let answer = match (&registry.sync, sync) {
+                (Some(served), true) => served.confirm.answer(&body, n),
+                _ => registry.labels.answer_fetch(&body, max_buckets),
+            };
+            match answer {
+                Ok(out) => (SessionPhase::Done, Ok(out)),
+                Err(e) => (phase, Err(e.into())),
+            }
         },
     )
     .await?;

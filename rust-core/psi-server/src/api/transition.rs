@@ -140,7 +140,12 @@ fn step_limit(route: Option<Route>, g: &Session, max_body_bytes: usize) -> StepL
         }
         Some(Route::LabelFetch) => {
             let k = psi_core::labels::fetch_buckets(n, g.label_bits);
-            let bytes = psi_core::labels::messages::request_len(k);
+            // A sync-mode session's fetch is version 2 (docs/protocol/sync.md §5.2).
+            let bytes = if g.sync {
+                psi_core::sync::FetchRequest::len_for(k)
+            } else {
+                psi_core::labels::messages::request_len(k)
+            };
             let e = ApiError::new(
                 ErrorCode::TooManyItems,
                 format!("label fetch names more than the session's {k} bucket ids"),

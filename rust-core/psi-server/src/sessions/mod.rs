@@ -165,6 +165,9 @@ pub(crate) struct Session {
     /// Whether labels may follow the protocol run (`CreateSession::labels`); if not, the
     /// protocol's final response completes the session.
     pub labels: bool,
+    /// A DH-PSI session in sync mode (docs/protocol/sync.md): its label fetch is the
+    /// confirmation (fetch version 2, mode `0x02`), answered from the registry's records.
+    pub sync: bool,
     pub phase: SessionPhase,
     /// Requests of this session in progress, from when their body has arrived: counted
     /// by `api::transition::SessionCall`, so a session is never ended as idle while one
@@ -213,6 +216,7 @@ impl Session {
             epoch,
             label_bits,
             labels,
+            sync: false,
             phase: if protocol.runs_in_rounds() {
                 SessionPhase::Busy
             } else {

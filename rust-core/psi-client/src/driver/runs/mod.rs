@@ -1,8 +1,9 @@
 //! The protocols' steps of a run, one room per family: DH-PSI (`dh`: one query and the
-//! encoded registry) and the chunked rounds of OT-PSI, CM20-PSI and GBF-PSI (`chunked`).
+//! encoded registry, or in sync mode `sync`: the synced set and the confirmation) and the chunked rounds of OT-PSI, CM20-PSI and GBF-PSI (`chunked`).
 
 mod chunked;
 mod dh;
+mod sync;
 
 use super::labels::LabelSource;
 use super::run::Run;
@@ -19,7 +20,13 @@ impl Run<'_> {
     ) -> Result<(MatchOutput, LabelSource)> {
         // Every protocol named: a new one does not compile until it has its run.
         match protocol {
-            Protocol::Dh => self.dh(session, set),
+            Protocol::Dh => match &session.sync {
+                Some(info) => {
+                    let info = info.clone();
+                    self.dh_sync(session, &info, set)
+                }
+                None => self.dh(session, set),
+            },
             Protocol::Ot | Protocol::Cm20 | Protocol::Gbf => self.rounds(session, set, protocol),
         }
     }
