@@ -28,7 +28,7 @@ use crate::Protocol;
 use crate::cost_terms::Terms;
 pub use crate::cost_terms::{
     DEFAULT_BUCKET_ENTRIES, DEFAULT_LABEL_RECORD_BYTES, Exchange, MAX_MODEL_BYTES, MAX_MODEL_ITEMS,
-    Ops, ProtocolUnit, Workload,
+    Ops, ProtocolUnit, SyncTerms, Workload,
 };
 use crate::labels::{fetch_buckets, label_slots};
 

@@ -44,6 +44,22 @@ pub struct Workload {
     /// (`3 n_s (1 + Λ)` bytes more for OT-PSI, `n_s (1 + Λ)` for CM20-PSI) and needs no
     /// label step. `None`: no lanes.
     pub label_lane_width: Option<u8>,
+    /// A DH-PSI run in sync mode (docs/protocol/sync.md), when the server serves it and
+    /// the client uses it: no encoded set, the sync bytes the client still owes, and the
+    /// confirmation fetch (which carries the labels). `None`: the encoded set.
+    pub sync: Option<SyncTerms>,
+}
+
+/// What a DH-PSI run in sync mode costs besides the query ([`Workload::sync`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncTerms {
+    /// Bytes the client downloads to be in sync: 0 when its synced set is current, a
+    /// delta's, or the snapshot's (`psi_http::SyncInfo::bytes_owed`).
+    pub owed_bytes: u64,
+    /// The confirmation's bucket bits.
+    pub bucket_bits: u8,
+    /// Bytes of all the server's confirmation records.
+    pub record_bytes: u64,
 }
 
 impl Workload {
@@ -65,7 +81,17 @@ impl Workload {
             label_bucket_bits: None,
             label_record_bytes: None,
             label_lane_width: None,
+            sync: None,
         }
+    }
+    /// Sets sync mode's terms (`None`: the encoded set).
+    pub fn with_sync(mut self, sync: Option<SyncTerms>) -> Self {
+        self.sync = sync.map(|t| SyncTerms {
+            owed_bytes: t.owed_bytes.min(MAX_MODEL_BYTES),
+            bucket_bits: t.bucket_bits.min(crate::labels::MAX_BUCKET_BITS),
+            record_bytes: t.record_bytes.min(MAX_MODEL_BYTES),
+        });
+        self
     }
     /// Sets whether labels are fetched.
     pub fn with_labels(mut self, labels: bool) -> Self {

@@ -2,8 +2,8 @@
 //! sessions and the encrypted label records by bucket.
 
 use crate::config::Config;
-use crate::sync::ServedSync;
 use crate::storage::{self, Readiness, RegistryStore, StoreError, encode_set, os_rng};
+use crate::sync::ServedSync;
 use axum::body::Bytes;
 use psi_core::dh::DhServer;
 use psi_core::labels::LabelStore;

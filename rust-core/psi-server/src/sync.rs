@@ -6,9 +6,9 @@
 
 use crate::storage::{LoadedEntry, RegistryStore, StoreError};
 use axum::body::Bytes;
+use psi_core::ItemSet;
 use psi_core::dh::DhServer;
 use psi_core::sync::{ConfirmStore, DEFAULT_EXTRA_BITS, Delta, Snapshot, sync_width};
-use psi_core::ItemSet;
 use psi_http::{DeltaSize, SyncInfo};
 use std::collections::{BTreeMap, HashMap};
 

@@ -12,7 +12,8 @@
 mod common;
 
 use psi_http::{
-    CreateSession, ErrorCode, Health, OwnUnitsNs, Route, ServerCosts, SessionCreated, UnitCostsNs,
+    CreateSession, DeltaSize, ErrorCode, Health, OwnUnitsNs, Route, ServerCosts, SessionCreated,
+    SyncInfo, UnitCostsNs,
 };
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -129,7 +130,9 @@ fn every_route_is_documented_and_nothing_else() {
             | Route::ProbeDown
             | Route::GroupState
             | Route::EndGroup
-            | Route::FetchGroupMessage => None,
+            | Route::FetchGroupMessage
+            | Route::SyncSnapshot
+            | Route::SyncDelta => None,
         };
         assert_eq!(body, want, "{route:?}: request body content types");
     }
@@ -350,6 +353,16 @@ fn can_return(route: Route) -> HashSet<ErrorCode> {
         | Route::LabelFetch => {}
         // `X-PSI-Epoch`: not a number, or an epoch not served; the download budget.
         Route::DhEncodedSet => codes.extend([E::BadRequest, E::EpochMismatch, E::RateLimited]),
+        // `X-PSI-Epoch`: not a number, or an epoch not served; no sync mode served (404);
+        // the download budget (a 304 is free).
+        Route::SyncSnapshot => {
+            codes.extend([E::BadRequest, E::EpochMismatch, E::NotFound, E::RateLimited])
+        }
+        // `from` missing or not a number, and `X-PSI-Epoch` as the snapshot's; no sync mode
+        // served, or no delta kept from `from` (404); the download budget (a 204 is free).
+        Route::SyncDelta => {
+            codes.extend([E::BadRequest, E::EpochMismatch, E::NotFound, E::RateLimited])
+        }
         // `bytes` missing or above the cap; the hourly probe budget.
         Route::ProbeDown => codes.extend([E::BadRequest, E::RateLimited]),
         // A body above the cap; the hourly probe budget.
@@ -522,6 +535,35 @@ fn json_bodies_match_psi_http() {
         },
         &["store", "label_lane_width", "sync"],
     );
+    // Sync mode's info: `deltas` is optional (health only, left out when empty).
+    assert_fields_optional(
+        &doc,
+        "SyncInfo",
+        SyncInfo {
+            epoch: 0,
+            version: 0,
+            width: 1,
+            bucket_bits: 0,
+            snapshot_bytes: 0,
+            snapshot_etag: String::new(),
+            deltas_from: 0,
+            deltas: vec![],
+            record_bytes: 0,
+        },
+        &["deltas"],
+    );
+    assert_fields(&doc, "DeltaSize", DeltaSize { from: 0, bytes: 0 });
+    let s = &doc["components"]["schemas"];
+    assert_eq!(
+        s["SyncInfo"]["properties"]["deltas"]["items"]["$ref"],
+        "#/components/schemas/DeltaSize"
+    );
+    for body in ["Health", "SessionCreated"] {
+        assert_eq!(
+            s[body]["properties"]["sync"]["allOf"][0]["$ref"], "#/components/schemas/SyncInfo",
+            "{body}.sync"
+        );
+    }
     // The feature names: psi-http's, every one.
     assert_eq!(
         strings(&doc["components"]["schemas"]["Health"]["properties"]["features"]["items"]["enum"]),
@@ -578,6 +620,50 @@ fn json_bodies_match_psi_http() {
         }
     }
     assert!(psi_http::EPOCH_HEADER.eq_ignore_ascii_case("X-PSI-Epoch"));
+    // Sync mode's downloads (docs/api.md, "Sync mode"): the snapshot's 200 and 304, the
+    // delta's 200 and 204 carry the epoch, the registry version and the timing.
+    for (route, statuses) in [
+        (Route::SyncSnapshot, ["200", "304"]),
+        (Route::SyncDelta, ["200", "204"]),
+    ] {
+        let op = operation(&doc, route);
+        for status in statuses {
+            let h = op["responses"][status]["headers"].as_object().unwrap();
+            let mut want = vec![
+                "X-PSI-Epoch",
+                "X-PSI-Sync-Version",
+                "Cache-Control",
+                "Server-Timing",
+            ];
+            if route == Route::SyncSnapshot {
+                want.push("ETag");
+            }
+            for name in want {
+                assert!(h.contains_key(name), "{route:?} {status}: {name}");
+            }
+        }
+    }
+    assert!(psi_http::SYNC_VERSION_HEADER.eq_ignore_ascii_case("X-PSI-Sync-Version"));
+    // The delta's `from`: a required query parameter.
+    let from = operation(&doc, Route::SyncDelta)["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == psi_http::SYNC_FROM_PARAM)
+        .expect("SyncDelta: the from parameter");
+    assert_eq!(from["in"], "query");
+    assert_eq!(from["required"], true);
+    // `POST /v1/sessions?sync=1`: psi-http's query.
+    let sync = operation(&doc, Route::CreateSession)["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "sync")
+        .expect("CreateSession: the sync parameter");
+    assert_eq!(
+        format!("sync={}", sync["schema"]["enum"][0].as_str().unwrap()),
+        psi_http::SESSION_SYNC_QUERY
+    );
 }
 
 /// A request: path, headers, body.

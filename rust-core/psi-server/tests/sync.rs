@@ -117,7 +117,10 @@ fn a_synced_client_matches_as_plain_dh_psi_and_then_downloads_only_deltas() {
     let sync3 = after.stats.sync.unwrap();
     assert!(sync3.from_cache);
     assert_eq!(sync3.snapshot_bytes, 0, "a delta, not a snapshot");
-    assert!(sync3.delta_bytes > 0 && sync3.delta_bytes < 200, "{sync3:?}");
+    assert!(
+        sync3.delta_bytes > 0 && sync3.delta_bytes < 200,
+        "{sync3:?}"
+    );
     assert_eq!(sync3.have_version, sync3.served_version);
     assert!(sync3.have_version > sync.have_version);
     let got = matched(&after);
@@ -137,7 +140,10 @@ fn a_client_two_versions_behind_catches_up_with_one_delta() {
     let cache = Arc::new(MemoryCache::new());
     let c = client(&url, cache.clone(), true);
     let v0 = run(&c, contacts()).stats.sync.unwrap().have_version;
-    for (add, remove) in [("+13030000005", "+12020000001"), ("+13030000006", "+12020000002")] {
+    for (add, remove) in [
+        ("+13030000005", "+12020000001"),
+        ("+13030000006", "+12020000002"),
+    ] {
         let mut store = Store::open(&s.db).unwrap();
         store.add_entries([(add, Some("x"))]).unwrap();
         store.remove_entries([remove]).unwrap();
@@ -198,7 +204,13 @@ fn a_damaged_or_foreign_cache_entry_is_discarded_and_synced_again() {
 /// The server's encoded set: the bytes a cache entry from before sync mode holds.
 fn plain_set(url: &str) -> Vec<u8> {
     let raw = raw_url(url);
-    let r = send(&raw, psi_client::Method::Get, "/v1/dh/encoded-set", &[], &[]);
+    let r = send(
+        &raw,
+        psi_client::Method::Get,
+        "/v1/dh/encoded-set",
+        &[],
+        &[],
+    );
     assert_eq!(r.status, 200);
     r.body
 }
@@ -254,14 +266,28 @@ fn the_sync_routes_answer_etags_204_and_typed_errors() {
     let version: u64 = snap.header("x-psi-sync-version").unwrap().parse().unwrap();
     let parsed = psi_core::sync::Snapshot::from_bytes(&snap.body).unwrap();
     assert_eq!((parsed.version, parsed.tags.len() as u64), (version, N));
-    assert_eq!(get("/v1/sync/snapshot", &[("if-none-match", &etag)]).status, 304);
+    assert_eq!(
+        get("/v1/sync/snapshot", &[("if-none-match", &etag)]).status,
+        304
+    );
     // At the current version: nothing; before the log: 404; malformed: 400.
-    assert_eq!(get(&format!("/v1/sync/delta?from={version}"), &[]).status, 204);
+    assert_eq!(
+        get(&format!("/v1/sync/delta?from={version}"), &[]).status,
+        204
+    );
     let old = get("/v1/sync/delta?from=0", &[]);
     assert_eq!((old.status, error_code(&old).as_str()), (404, "not_found"));
-    for bad in ["/v1/sync/delta", "/v1/sync/delta?from=x", "/v1/sync/delta?from=-1"] {
+    for bad in [
+        "/v1/sync/delta",
+        "/v1/sync/delta?from=x",
+        "/v1/sync/delta?from=-1",
+    ] {
         let r = get(bad, &[]);
-        assert_eq!((r.status, error_code(&r).as_str()), (400, "bad_request"), "{bad}");
+        assert_eq!(
+            (r.status, error_code(&r).as_str()),
+            (400, "bad_request"),
+            "{bad}"
+        );
     }
     let r = get("/v1/sync/snapshot", &[("x-psi-epoch", "77")]);
     assert_eq!((r.status, error_code(&r).as_str()), (409, "epoch_mismatch"));

@@ -182,6 +182,24 @@ impl Client {
 
     /// The choice once the health is known: the device (stored, or calibrated where it
     /// matters), the link (stored, the hints, or a bounded probe), the model's pick.
+    /// Sync mode's terms for the choice when the server serves it and this client uses
+    /// it: the bytes this client still owes (0 when its cached set is current, a delta's
+    /// or the snapshot's) and the confirmation's layout (docs/protocol/sync.md §6).
+    fn sync_terms(&self, health: &psi_http::Health) -> Option<psi_core::cost::SyncTerms> {
+        let info = health.sync.as_ref().filter(|_| self.config.sync)?;
+        let have = self
+            .cache
+            .load(&crate::cache::synced_key(&self.base))
+            .and_then(|c| psi_core::sync::SyncedSet::from_cache(&c.bytes).ok())
+            .filter(|s| s.epoch() == info.epoch && s.width() == info.width)
+            .map(|s| s.version());
+        Some(psi_core::cost::SyncTerms {
+            owed_bytes: info.bytes_owed(have),
+            bucket_bits: info.bucket_bits,
+            record_bytes: info.record_bytes,
+        })
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn choose_with(
         &self,
@@ -212,7 +230,8 @@ impl Client {
                 (!health.encoded_set_etag.is_empty()).then_some(health.label_bucket_bits),
                 (!health.encoded_set_etag.is_empty()).then_some(health.label_record_bytes),
             )
-            .with_label_lanes(health.label_lane_width);
+            .with_label_lanes(health.label_lane_width)
+            .with_sync(self.sync_terms(health));
         let policy = self.policy(policy);
         let served: Vec<Protocol> = health
             .protocols

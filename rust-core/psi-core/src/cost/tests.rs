@@ -552,3 +552,35 @@ fn label_lanes_give_cm20_psi_its_links() {
         &lanes.with_labels(false)
     ));
 }
+
+#[test]
+fn sync_mode_counts_the_bytes_owed_and_the_confirmation_in_place_of_the_set() {
+    // 1,000 contacts against 10^7 entries (the issue 37 row), labels on.
+    let w = Workload::new(1000, 10_000_000).with_limits(1000, 8 << 20);
+    let plain = cost(Protocol::Dh, &w).unwrap();
+    let sync = |owed| crate::cost_terms::SyncTerms {
+        owed_bytes: owed,
+        bucket_bits: 20,
+        record_bytes: 570_000_000,
+    };
+    let in_sync = cost(Protocol::Dh, &w.with_sync(Some(sync(0)))).unwrap();
+    let behind = cost(Protocol::Dh, &w.with_sync(Some(sync(17_800)))).unwrap();
+    let first = cost(Protocol::Dh, &w.with_sync(Some(sync(4_290_000)))).unwrap();
+    // session, query, confirmation (the labels ride on it: no label step); one request
+    // more for a delta or a snapshot.
+    assert_eq!(in_sync.requests.len(), 3);
+    assert!(in_sync.labels_carried);
+    assert_eq!(behind.requests.len(), 4);
+    assert_eq!(behind.bytes_down() - in_sync.bytes_down(), 17_800);
+    assert_eq!(first.bytes_down() - in_sync.bytes_down(), 4_290_000);
+    // K = 1,000 buckets of 2^20: 18 + 4 K up; 13 + 8 K and K / 2^20 of the records down.
+    let k = 1000u64;
+    let fetch = in_sync.requests[2];
+    assert_eq!(fetch.up, 18 + 4 * k);
+    assert_eq!(
+        fetch.down,
+        13 + 8 * k + (570_000_000f64 * k as f64 / (1u64 << 20) as f64).round() as u64
+    );
+    // The encoded set of 10^7 (about 65 MB) is far more than a first sync.
+    assert!(plain.bytes_down() > 10 * first.bytes_down());
+}

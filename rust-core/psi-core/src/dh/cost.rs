@@ -35,12 +35,16 @@ pub(crate) fn charge(client_items: u32) -> u64 {
     u64::from(client_items)
 }
 
-/// A DH-PSI run for `w`: the query, then the encoded set unless the client holds it.
+/// A DH-PSI run for `w`: the query, then the encoded set unless the client holds it; in
+/// sync mode, the sync bytes still owed and the confirmation ([`sync_terms`]).
 pub(crate) fn terms(w: &Workload) -> Option<Terms> {
     let (n_c, n_s) = (w.client_items, w.server_items);
     let (c, s) = (n_c as f64, n_s as f64);
     let (exchange, mut client, server) = query(n_c);
     let mut requests = vec![exchange];
+    if let Some(sync) = w.sync {
+        return Some(sync_terms(w, sync, requests, client, server));
+    }
     if !w.cached_set {
         let l = super::truncation_bits(w.max_client_items.max(n_c), n_s);
         requests.push(Exchange {
@@ -56,4 +60,40 @@ pub(crate) fn terms(w: &Workload) -> Option<Terms> {
         server,
         labels_carried: false,
     })
+}
+
+/// Sync mode (docs/protocol/sync.md §6): the download the client still owes (none when
+/// in sync), then the confirmation fetch, made with labels on or off and carrying the
+/// labels: `18 + 4 K` up, `13 + 8 K` and the records of `K` of the `2^b` buckets down.
+/// The client streams its synced set once (about one entry of work per registry entry)
+/// and hashes each output twice more (the short tag and the confirmation tag).
+fn sync_terms(
+    w: &Workload,
+    sync: crate::cost_terms::SyncTerms,
+    mut requests: Vec<Exchange>,
+    mut client: Ops,
+    server: Ops,
+) -> Terms {
+    let (n_c, n_s) = (w.client_items, w.server_items);
+    if sync.owed_bytes > 0 {
+        requests.push(Exchange {
+            up: 0,
+            down: sync.owed_bytes,
+        });
+    }
+    let bits = sync.bucket_bits;
+    let k = crate::labels::fetch_buckets(n_c as usize, bits) as u64;
+    let records = (sync.record_bytes as f64 * k as f64 / (1u64 << bits) as f64).round() as u64;
+    requests.push(Exchange {
+        up: crate::sync::FetchRequest::len_for(k as usize) as u64,
+        down: crate::sync::RESPONSE_HEADER_LEN as u64 + 8 * k + records,
+    });
+    client.entries = n_s as f64 + n_c as f64;
+    client.hash_blocks += 4.0 * n_c as f64;
+    Terms {
+        requests,
+        client,
+        server,
+        labels_carried: true,
+    }
 }

@@ -114,7 +114,9 @@ pub(super) async fn create_session(
     }
     tracing::info!(session = %id, protocol = protocol.api_name(), client_items = n, "session created");
     let health = with_health.then(|| super::registry::health_body(&state));
-    Ok(created(&state, &registry, id, protocol, labels, health, sync))
+    Ok(created(
+        &state, &registry, id, protocol, labels, health, sync,
+    ))
 }
 
 /// The answer to a created session.

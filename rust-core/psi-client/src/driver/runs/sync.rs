@@ -187,7 +187,13 @@ impl Run<'_> {
         let cap = download_cap(session, info);
         let path = Route::SyncSnapshot.path("");
         let r = self.with_cap(cap, |run| {
-            run.send_to(Route::SyncSnapshot, path, Vec::new(), None, epoch_header(info))
+            run.send_to(
+                Route::SyncSnapshot,
+                path,
+                Vec::new(),
+                None,
+                epoch_header(info),
+            )
         })?;
         report.snapshot_bytes += r.body.len() as u64;
         let snapshot = Snapshot::from_bytes(&r.body)?;
