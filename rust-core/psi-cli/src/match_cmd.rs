@@ -226,16 +226,18 @@ pub fn run(args: MatchArgs) -> Result<(), String> {
     if let Some(c) = &run.choice {
         crate::choice::print(c);
     }
+    // Sync mode (docs/protocol/sync.md): what the synced set cost instead of the set.
+    let download = match &s.sync {
+        Some(y) => format!(
+            "sync mode: first sync {} bytes, delta {} bytes, {} candidates, version {} answered by {}",
+            y.snapshot_bytes, y.delta_bytes, y.candidates, y.have_version, y.served_version
+        ),
+        None if s.set_from_cache => "encoded registry from cache".to_string(),
+        None => format!("encoded registry {} downloaded", s.set_bytes_downloaded),
+    };
     println!(
-        "bytes sent {}, received {} in {} requests (encoded registry {})",
-        s.bytes_sent,
-        s.bytes_received,
-        s.requests,
-        if s.set_from_cache {
-            "from cache".to_string()
-        } else {
-            format!("{} downloaded", s.set_bytes_downloaded)
-        }
+        "bytes sent {}, received {} in {} requests ({download})",
+        s.bytes_sent, s.bytes_received, s.requests,
     );
     Ok(())
 }

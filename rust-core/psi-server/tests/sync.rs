@@ -16,7 +16,7 @@ use std::sync::Arc;
 const N: u64 = 3_000;
 
 fn labeled(i: u64) -> bool {
-    i % 3 != 0
+    !i.is_multiple_of(3)
 }
 
 struct Server {
@@ -40,7 +40,11 @@ fn sync_server(name: &str, sync: bool) -> Server {
 fn client(url: &str, cache: Arc<MemoryCache>, sync: bool) -> Client {
     let mut config = ClientConfig::default();
     config.sync = sync;
-    Client::new(url, config).with_cache(cache)
+    let c = Client::new(url, config).with_cache(cache);
+    // A run of a fixed protocol asks for sync mode once the client knows the server
+    // serves it (its stored health).
+    c.health().unwrap();
+    c
 }
 
 /// 40 contacts: 20 registered (`id(0..20)`, a third without labels), 20 not.

@@ -108,4 +108,10 @@ impl Client {
                 .is_some_and(|h| h.supports(feature))
         })
     }
+
+    /// Whether the stored health of this server says it serves sync mode.
+    pub(super) fn stored_sync(&self) -> bool {
+        self.measurements
+            .read(|m| m.servers.get(&self.base).is_some_and(|h| h.sync.is_some()))
+    }
 }

@@ -47,6 +47,10 @@ impl Run<'_> {
                 label: None,
             })
             .collect();
+        if let LabelSource::Confirmed(_) = source {
+            // The confirmation was the session's last request, labels on or off.
+            self.session_complete = true;
+        }
         if !self.client.config.fetch_labels {
             return Ok((out, None, 0));
         }

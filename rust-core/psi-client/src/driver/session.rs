@@ -174,8 +174,13 @@ impl Run<'_> {
         if ask.health {
             query.push(psi_http::SESSION_HEALTH_QUERY.to_string());
         }
-        // Sync mode where the server serves it (a server without it ignores the query).
-        if self.client.config.sync && (protocol == Protocol::Dh || !ask.plan.is_empty()) {
+        // Sync mode where the server serves it: asked for when the stored health says
+        // so, or with a first run's queries (a server without it ignores the query). A
+        // run of a fixed protocol that knows nothing of the server asks plainly.
+        if self.client.config.sync
+            && (protocol == Protocol::Dh || !ask.plan.is_empty())
+            && (!query.is_empty() || self.client.stored_sync())
+        {
             query.push(psi_http::SESSION_SYNC_QUERY.to_string());
         }
         if !ask.plan.is_empty() {
