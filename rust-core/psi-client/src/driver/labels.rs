@@ -54,34 +54,35 @@ impl Run<'_> {
         if !self.client.config.fetch_labels {
             return Ok((out, None, 0));
         }
-        if let LabelSource::Confirmed(labels) = source {
-            return match carried_labels(labels) {
-                Ok(labels) => {
-                    for (m, l) in out.iter_mut().zip(labels) {
-                        m.label = l;
+        let carried = match source {
+            // Sync mode's confirmation fetched them within the run (its Labels phase).
+            LabelSource::Confirmed(labels) => Ok(labels),
+            LabelSource::Carried(labels) => {
+                // The server saw no label step coming: the outputs were the session's last.
+                self.session_complete = true;
+                // The labels phase is still heard, with no request in it: a run with labels
+                // on reports it whichever way its labels came (the platforms' progress
+                // contract).
+                let t = self.enter(Phase::Labels)?;
+                self.leave(Phase::Labels, t);
+                Ok(labels)
+            }
+            other => Err(other),
+        };
+        let source = match carried {
+            Ok(labels) => {
+                return match carried_labels(labels) {
+                    Ok(labels) => {
+                        for (m, l) in out.iter_mut().zip(labels) {
+                            m.label = l;
+                        }
+                        Ok((out, None, 0))
                     }
-                    Ok((out, None, 0))
-                }
-                Err(e) => Ok((out, Some(e.to_string()), 0)),
-            };
-        }
-        if let LabelSource::Carried(labels) = source {
-            // The server saw no label step coming: the outputs were the session's last.
-            self.session_complete = true;
-            // The labels phase is still heard, with no request in it: a run with labels on
-            // reports it whichever way its labels came (the platforms' progress contract).
-            let t = self.enter(Phase::Labels)?;
-            self.leave(Phase::Labels, t);
-            return match carried_labels(labels) {
-                Ok(labels) => {
-                    for (m, l) in out.iter_mut().zip(labels) {
-                        m.label = l;
-                    }
-                    Ok((out, None, 0))
-                }
-                Err(e) => Ok((out, Some(e.to_string()), 0)),
-            };
-        }
+                    Err(e) => Ok((out, Some(e.to_string()), 0)),
+                };
+            }
+            Err(source) => source,
+        };
         match self.fetch_labels(session, n, &out, source) {
             Ok((labels, skipped)) => {
                 for (m, l) in out.iter_mut().zip(labels) {
