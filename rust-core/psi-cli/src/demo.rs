@@ -78,6 +78,7 @@ pub fn run(
     registry_size: usize,
     threads: Option<usize>,
     json: bool,
+    sync: bool,
 ) -> Result<(), String> {
     let threads = threads.unwrap_or_else(|| psi_core::Threads::available().get());
     let Sample {
@@ -96,6 +97,7 @@ pub fn run(
     // CM20 is opt-in on a server (semi-honest clients only); the demo's client is ours.
     config.enable_cm20 = matches!(choice, psi_client::ProtocolChoice::Fixed(Protocol::Cm20));
     config.enable_gbf = matches!(choice, psi_client::ProtocolChoice::Fixed(Protocol::Gbf));
+    config.enable_sync = sync;
     let mut store =
         psi_server::Store::open(std::path::Path::new(":memory:")).map_err(|e| e.to_string())?;
     let labels: Vec<String> = (0..server.len()).map(|i| format!("member-{i}")).collect();
@@ -123,6 +125,10 @@ pub fn run(
         &srv.url(),
         psi_client::ClientConfig::default().with_threads(psi_core::Threads::new(threads)),
     );
+    if sync {
+        // The client learns that the server serves sync mode from its health.
+        client.health().map_err(|e| e.to_string())?;
+    }
     let report = client
         .match_items(
             client_items.clone(),
@@ -152,6 +158,8 @@ pub fn run(
             "protocol_bytes_sent": s.protocol_bytes_sent,
             "protocol_bytes_received": s.protocol_bytes_received,
             "encoded_set_bytes": s.set_bytes,
+            "sync_snapshot_bytes": s.sync.map(|y| y.snapshot_bytes),
+            "sync_delta_bytes": s.sync.map(|y| y.delta_bytes),
             "label_bytes": s.label_bytes,
             "http_bytes_sent": s.bytes_sent,
             "http_bytes_received": s.bytes_received,
@@ -205,7 +213,17 @@ pub fn run(
                 "OT responses"
             }
         );
-        if protocol == Protocol::Dh {
+        if let Some(y) = &s.sync {
+            println!(
+                "                          {:>10}  (sync mode's first sync: short tags, {:.2} bytes/entry; then deltas only)",
+                thousands(y.snapshot_bytes),
+                y.snapshot_bytes as f64 / report.server_items.max(1) as f64
+            );
+            println!(
+                "                          {:>10}  candidates confirmed by the label fetch",
+                thousands(y.candidates as u64)
+            );
+        } else if protocol == Protocol::Dh {
             println!(
                 "                          {:>10}  (encoded registry, {}-bit values, {:.2} bytes/entry; cacheable per key epoch)",
                 thousands(s.set_bytes),

@@ -80,6 +80,11 @@ enum Command {
         /// Run client and server in one process without HTTP (the pre-server demo).
         #[arg(long)]
         in_process: bool,
+        /// Serve and use DH-PSI's sync mode (docs/protocol/sync.md): the client downloads
+        /// a few bits per entry (the first sync) instead of the encoded set; the table
+        /// shows the first sync's bytes, then a second run's (nothing to download).
+        #[arg(long, conflicts_with = "in_process")]
+        sync: bool,
         /// Group PSI instead: N simulated phones (2 to 16) through the relay of an embedded
         /// server on loopback, with synthetic overlapping address books; prints the
         /// common contacts and the bytes and time per phone.
@@ -178,6 +183,7 @@ fn main() -> ExitCode {
             threads,
             json,
             in_process,
+            sync,
             group: None,
             group_items: _,
         } => {
@@ -185,7 +191,7 @@ fn main() -> ExitCode {
             if in_process {
                 demo::run_in_process(choice, registry_size, threads)
             } else {
-                demo::run(choice, registry_size, threads, json)
+                demo::run(choice, registry_size, threads, json, sync)
             }
         }
         Command::Group { command } => group::run(command),
