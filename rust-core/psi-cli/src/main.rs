@@ -14,6 +14,7 @@
 mod attack;
 mod bench;
 mod bench_labels;
+mod bench_sync;
 mod choice;
 mod db_args;
 mod demo;
@@ -160,6 +161,14 @@ enum Command {
         /// Protocols to run, comma separated (`dh`, `ot`, `cm20`, `gbf`; default all).
         #[arg(long, value_delimiter = ',', value_parser = choice::parse_protocol)]
         protocol: Vec<Protocol>,
+        /// Only sync mode at scale, through the real path (a SQLite store, the server's
+        /// load, loopback HTTP, the reference client): the first sync, runs of 1, 100
+        /// and 1,000 contacts, a day's delta at 0.1% churn, beside the formula and its
+        /// value at 10^8, for these registry sizes (comma separated; default 10^6 and
+        /// 10^7: about 15 minutes and 6 GB here).
+        #[arg(long, value_name = "SIZES", num_args = 0..=1, require_equals = true,
+              value_delimiter = ',', conflicts_with_all = ["ot_fixed_cost", "protocol", "labels", "quick"])]
+        sync: Option<Vec<u64>>,
     },
 }
 
@@ -214,6 +223,18 @@ fn main() -> ExitCode {
             quick,
             ..
         } => bench_labels::run(quick),
+        Command::Bench {
+            sync: Some(sizes),
+            threads,
+            ..
+        } => {
+            let sizes = if sizes.is_empty() {
+                bench_sync::DEFAULT_SIZES.to_vec()
+            } else {
+                sizes
+            };
+            bench_sync::run_sizes(&sizes, threads.iter().copied().max().unwrap_or(2))
+        }
         Command::Bench {
             quick,
             threads,

@@ -163,6 +163,15 @@ pub fn run(args: MatchArgs) -> Result<(), String> {
             "bytes_received": s.bytes_received,
             "requests": s.requests,
             "encoded_set_from_cache": s.set_from_cache,
+            // Sync mode (docs/protocol/sync.md): what the run downloaded to be in sync.
+            "sync": s.sync.map(|y| serde_json::json!({
+                "snapshot_bytes": y.snapshot_bytes,
+                "delta_bytes": y.delta_bytes,
+                "from_cache": y.from_cache,
+                "candidates": y.candidates,
+                "have_version": y.have_version,
+                "served_version": y.served_version,
+            })),
             "label_error": run.label_error,
             "label_status": run.label_status.name(),
             "labels_missing": run.labels_missing,

@@ -88,6 +88,26 @@ fn bench_quick_runs_and_checks_results() {
     assert!(out.contains("| 4,096 | 4,096 | 2 |"), "{out}");
 }
 
+/// The sync-mode benchmark runs the real path at a small size: the first sync, runs in
+/// sync, the day's churn and the delta (each run checks its matches and labels, the delta
+/// run that the removed entry stopped matching and the added one matched) and prints a
+/// row per figure beside the formula.
+#[test]
+fn bench_sync_runs_the_real_path_and_checks_results() {
+    let (ok, out, err) = psi(&["bench", "--sync=4000", "--threads", "1"]);
+    assert!(ok, "{out}\n{err}");
+    for row in [
+        "| first sync (snapshot) | 4,000 |",
+        "| one run, 1 contact, labels, both ways | 4,000 |",
+        "| one run, 1,000 contacts | 4,000 |",
+        "| a day later: delta, 0.1% churn (half added, half removed) | 4,000 |",
+    ] {
+        assert!(out.contains(row), "{row}\n{out}");
+    }
+    assert!(out.contains("2 added, 2 removed"), "{out}");
+    assert!(out.contains("At 10^8 the formula uses w = 28"), "{out}");
+}
+
 /// The fixed-cost benchmark runs the streamed loopback TCP run, the base OTs alone and the
 /// in-process run (each checks its result) and prints the split.
 #[test]

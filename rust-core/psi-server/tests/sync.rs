@@ -168,6 +168,34 @@ fn a_client_two_versions_behind_catches_up_with_one_delta() {
     s.server.shutdown().unwrap();
 }
 
+/// The ADR 0018 property for sync mode over HTTP (ADR 0047 §3.5): what a run sends, in
+/// requests and bytes, depends on the number of contacts only, not on which or how many
+/// of them are registered or are candidates.
+#[test]
+fn a_sync_runs_requests_do_not_depend_on_its_matches_or_candidates() {
+    let s = sync_server("sync-shape", true);
+    let url = s.server.url();
+    let c = client(&url, Arc::new(MemoryCache::new()), true);
+    // 40 contacts each: none registered, half, all of them.
+    let none: Vec<Vec<u8>> = (0..40).map(|i| format!("+1303{i:07}").into_bytes()).collect();
+    let half = contacts();
+    let all: Vec<Vec<u8>> = (100..140).map(|i| id(i).into_bytes()).collect();
+    // The first run downloads the snapshot; the three compared runs are in sync.
+    run(&c, half.clone());
+    let mut shapes = Vec::new();
+    for (items, matches) in [(none, 0), (half, 20), (all, 40)] {
+        let r = run(&c, items);
+        assert_eq!(r.matches.len(), matches);
+        let sync = r.stats.sync.unwrap();
+        assert_eq!(sync.bytes_downloaded(), 0);
+        assert!(sync.candidates >= matches);
+        shapes.push((r.stats.requests, r.stats.bytes_sent, r.stats.protocol_bytes_sent));
+    }
+    assert_eq!(shapes[0], shapes[1], "{shapes:?}");
+    assert_eq!(shapes[1], shapes[2], "{shapes:?}");
+    s.server.shutdown().unwrap();
+}
+
 #[test]
 fn a_damaged_or_foreign_cache_entry_is_discarded_and_synced_again() {
     use psi_client::{CachedSet, SetCache};
