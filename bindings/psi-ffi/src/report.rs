@@ -228,6 +228,41 @@ pub struct RunStats {
     pub work_ahead_micros: u64,
     /// Wall time of the whole run, in microseconds.
     pub total_micros: u64,
+    /// A DH-PSI run in sync mode (docs/protocol/sync.md): what it downloaded to be in
+    /// sync and what the confirmation found. `None` for every other run. Last, so the
+    /// fields before it keep their places.
+    pub sync: Option<SyncStats>,
+}
+
+/// What a sync-mode run did with its synced set ([`RunStats::sync`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Record)]
+pub struct SyncStats {
+    /// Bytes of the snapshot downloaded (a first sync, or one after a key rotation or a
+    /// discarded cache; 0 when none was).
+    pub snapshot_bytes: u64,
+    /// Bytes of the delta downloaded (0 when none was).
+    pub delta_bytes: u64,
+    /// A synced set of the session's key epoch came from the cache.
+    pub from_cache: bool,
+    /// Contacts whose short tag was in the synced set, confirmed by the label fetch.
+    pub candidates: u64,
+    /// The synced set's registry version the run used.
+    pub have_version: u64,
+    /// The registry version the server's records answered from.
+    pub served_version: u64,
+}
+
+impl From<psi_client::SyncReport> for SyncStats {
+    fn from(s: psi_client::SyncReport) -> Self {
+        SyncStats {
+            snapshot_bytes: s.snapshot_bytes,
+            delta_bytes: s.delta_bytes,
+            from_cache: s.from_cache,
+            candidates: s.candidates as u64,
+            have_version: s.have_version,
+            served_version: s.served_version,
+        }
+    }
 }
 
 /// What became of the labels of a run's matches (docs/protocol/labels.md §6).
@@ -354,6 +389,7 @@ impl ContactReport {
                 server_micros: micros(s.server_time),
                 work_ahead_micros: micros(s.work_ahead),
                 total_micros: micros(total),
+                sync: s.sync.map(SyncStats::from),
             },
             label_error: run.label_error,
             labels_skipped: run.labels_skipped as u64,

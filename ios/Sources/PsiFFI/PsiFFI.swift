@@ -4244,6 +4244,12 @@ public struct RunStats: Equatable, Hashable {
      * Wall time of the whole run, in microseconds.
      */
     public var totalMicros: UInt64
+    /**
+     * A DH-PSI run in sync mode (docs/protocol/sync.md): what it downloaded to be in
+     * sync and what the confirmation found. `None` for every other run. Last, so the
+     * fields before it keep their places.
+     */
+    public var sync: SyncStats?
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -4290,7 +4296,12 @@ public struct RunStats: Equatable, Hashable {
          */workAheadMicros: UInt64, 
         /**
          * Wall time of the whole run, in microseconds.
-         */totalMicros: UInt64) {
+         */totalMicros: UInt64, 
+        /**
+         * A DH-PSI run in sync mode (docs/protocol/sync.md): what it downloaded to be in
+         * sync and what the confirmation found. `None` for every other run. Last, so the
+         * fields before it keep their places.
+         */sync: SyncStats?) {
         self.requests = requests
         self.bytesSent = bytesSent
         self.bytesReceived = bytesReceived
@@ -4305,6 +4316,7 @@ public struct RunStats: Equatable, Hashable {
         self.serverMicros = serverMicros
         self.workAheadMicros = workAheadMicros
         self.totalMicros = totalMicros
+        self.sync = sync
     }
 
     
@@ -4336,7 +4348,8 @@ public struct FfiConverterTypeRunStats: FfiConverterRustBuffer {
                 phases: FfiConverterSequenceTypePhaseTime.read(from: &buf), 
                 serverMicros: FfiConverterUInt64.read(from: &buf), 
                 workAheadMicros: FfiConverterUInt64.read(from: &buf), 
-                totalMicros: FfiConverterUInt64.read(from: &buf)
+                totalMicros: FfiConverterUInt64.read(from: &buf), 
+                sync: FfiConverterOptionTypeSyncStats.read(from: &buf)
         )
     }
 
@@ -4355,6 +4368,7 @@ public struct FfiConverterTypeRunStats: FfiConverterRustBuffer {
         FfiConverterUInt64.write(value.serverMicros, into: &buf)
         FfiConverterUInt64.write(value.workAheadMicros, into: &buf)
         FfiConverterUInt64.write(value.totalMicros, into: &buf)
+        FfiConverterOptionTypeSyncStats.write(value.sync, into: &buf)
     }
 }
 
@@ -4486,6 +4500,117 @@ public func FfiConverterTypeServerHealth_lift(_ buf: RustBuffer) throws -> Serve
 #endif
 public func FfiConverterTypeServerHealth_lower(_ value: ServerHealth) -> RustBuffer {
     return FfiConverterTypeServerHealth.lower(value)
+}
+
+
+/**
+ * What a sync-mode run did with its synced set ([`RunStats::sync`]).
+ */
+public struct SyncStats: Equatable, Hashable {
+    /**
+     * Bytes of the snapshot downloaded (a first sync, or one after a key rotation or a
+     * discarded cache; 0 when none was).
+     */
+    public var snapshotBytes: UInt64
+    /**
+     * Bytes of the delta downloaded (0 when none was).
+     */
+    public var deltaBytes: UInt64
+    /**
+     * A synced set of the session's key epoch came from the cache.
+     */
+    public var fromCache: Bool
+    /**
+     * Contacts whose short tag was in the synced set, confirmed by the label fetch.
+     */
+    public var candidates: UInt64
+    /**
+     * The synced set's registry version the run used.
+     */
+    public var haveVersion: UInt64
+    /**
+     * The registry version the server's records answered from.
+     */
+    public var servedVersion: UInt64
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * Bytes of the snapshot downloaded (a first sync, or one after a key rotation or a
+         * discarded cache; 0 when none was).
+         */snapshotBytes: UInt64, 
+        /**
+         * Bytes of the delta downloaded (0 when none was).
+         */deltaBytes: UInt64, 
+        /**
+         * A synced set of the session's key epoch came from the cache.
+         */fromCache: Bool, 
+        /**
+         * Contacts whose short tag was in the synced set, confirmed by the label fetch.
+         */candidates: UInt64, 
+        /**
+         * The synced set's registry version the run used.
+         */haveVersion: UInt64, 
+        /**
+         * The registry version the server's records answered from.
+         */servedVersion: UInt64) {
+        self.snapshotBytes = snapshotBytes
+        self.deltaBytes = deltaBytes
+        self.fromCache = fromCache
+        self.candidates = candidates
+        self.haveVersion = haveVersion
+        self.servedVersion = servedVersion
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension SyncStats: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeSyncStats: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SyncStats {
+        return
+            try SyncStats(
+                snapshotBytes: FfiConverterUInt64.read(from: &buf), 
+                deltaBytes: FfiConverterUInt64.read(from: &buf), 
+                fromCache: FfiConverterBool.read(from: &buf), 
+                candidates: FfiConverterUInt64.read(from: &buf), 
+                haveVersion: FfiConverterUInt64.read(from: &buf), 
+                servedVersion: FfiConverterUInt64.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: SyncStats, into buf: inout [UInt8]) {
+        FfiConverterUInt64.write(value.snapshotBytes, into: &buf)
+        FfiConverterUInt64.write(value.deltaBytes, into: &buf)
+        FfiConverterBool.write(value.fromCache, into: &buf)
+        FfiConverterUInt64.write(value.candidates, into: &buf)
+        FfiConverterUInt64.write(value.haveVersion, into: &buf)
+        FfiConverterUInt64.write(value.servedVersion, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeSyncStats_lift(_ buf: RustBuffer) throws -> SyncStats {
+    return try FfiConverterTypeSyncStats.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeSyncStats_lower(_ value: SyncStats) -> RustBuffer {
+    return FfiConverterTypeSyncStats.lower(value)
 }
 
 
@@ -6506,6 +6631,30 @@ fileprivate struct FfiConverterOptionTypeRetryEvent: FfiConverterRustBuffer {
         switch try readInt(&buf) as Int8 {
         case 0: return nil
         case 1: return try FfiConverterTypeRetryEvent.read(from: &buf)
+        default: throw UniffiInternalError.unexpectedOptionalTag
+        }
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterOptionTypeSyncStats: FfiConverterRustBuffer {
+    typealias SwiftType = SyncStats?
+
+    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
+        guard let value = value else {
+            writeInt(&buf, Int8(0))
+            return
+        }
+        writeInt(&buf, Int8(1))
+        FfiConverterTypeSyncStats.write(value, into: &buf)
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
+        switch try readInt(&buf) as Int8 {
+        case 0: return nil
+        case 1: return try FfiConverterTypeSyncStats.read(from: &buf)
         default: throw UniffiInternalError.unexpectedOptionalTag
         }
     }

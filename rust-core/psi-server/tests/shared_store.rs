@@ -678,3 +678,103 @@ fn a_read_only_open_creates_and_writes_nothing_and_a_newer_schema_is_refused() {
         Err(StoreError::SchemaTooNew(99))
     ));
 }
+
+/// Sync mode on two instances of one PostgreSQL store (issue 37, "several instances"):
+/// every instance builds the same snapshot and the same deltas from the store (same bytes,
+/// same ETag), so a synced set made through one is in sync on the other (behind a
+/// balancer a client meets both); an import and a removal made outside the servers reach
+/// both, and a client synced through either catches up with the one delta, the removed
+/// entry no longer matching and the added one matching.
+#[test]
+fn two_instances_serve_one_sync_mode_and_its_deltas() {
+    use psi_client::{MemoryCache, SetCache};
+    let (settings, _dir) = fresh("shared-sync");
+    import(&settings, 0..300, |i| i % 2 == 0);
+    let mut config = pg_config("shared-sync", &settings);
+    config.enable_sync = true;
+    let servers: Vec<RunningServer> = (0..2).map(|_| start_pg(&config)).collect();
+    let get = |s: &RunningServer, path: &str| {
+        let r = send(&raw(s), Method::Get, path, &[], b"");
+        assert_eq!(r.status, 200, "{path}: {}", String::from_utf8_lossy(&r.body));
+        (r.header("etag").map(str::to_string), r.body)
+    };
+    let snapshots: Vec<_> = servers
+        .iter()
+        .map(|s| get(s, "/v1/sync/snapshot"))
+        .collect();
+    assert_eq!(snapshots[0], snapshots[1], "instances serve different snapshots");
+
+    // A client syncs through instance 0; its synced set, handed to a client of instance 1
+    // (one URL behind a balancer), is in sync there: nothing to download.
+    let sync_client = |s: &RunningServer, cache: Arc<MemoryCache>| {
+        let c = Client::new(&s.url(), ClientConfig::default()).with_cache(cache);
+        c.health().unwrap();
+        c
+    };
+    let items = || -> Vec<Vec<u8>> {
+        vec![
+            id(0).into_bytes(),
+            id(2).into_bytes(),
+            id(3).into_bytes(),
+            id(300).into_bytes(),
+            b"+13030000001".to_vec(),
+        ]
+    };
+    let sync_run = |c: &Client| {
+        c.match_items(items(), Protocol::Dh, &mut |_| {}, &CancelToken::new())
+            .unwrap()
+    };
+    let (cache0, cache1) = (Arc::new(MemoryCache::new()), Arc::new(MemoryCache::new()));
+    let (c0, c1) = (
+        sync_client(&servers[0], cache0.clone()),
+        sync_client(&servers[1], cache1.clone()),
+    );
+    let first = sync_run(&c0);
+    assert!(first.stats.sync.unwrap().snapshot_bytes > 0);
+    assert_eq!(matched(&first), [id(0), id(2), id(3)].map(String::into_bytes));
+    let key = |s: &RunningServer| format!("{}#sync", s.url().trim_end_matches('/'));
+    let synced = cache0.load(&key(&servers[0])).expect("the synced set is cached");
+    cache1.store(&key(&servers[1]), &synced).unwrap();
+    let there = sync_run(&c1);
+    let sync = there.stats.sync.unwrap();
+    assert!(sync.from_cache);
+    assert_eq!(sync.bytes_downloaded(), 0, "in sync on the other instance");
+    assert_eq!(matched(&there), matched(&first));
+    assert_eq!(
+        there.matches.iter().map(|m| m.label.clone()).collect::<Vec<_>>(),
+        vec![Some("user-0".into()), Some("user-2".into()), None]
+    );
+
+    // An import and a removal made outside the servers: both instances serve the new
+    // version, with the same delta from the old one.
+    let from = sync.have_version;
+    import(&settings, 300..302, |_| true);
+    {
+        let mut store = PgStore::open(&settings).unwrap();
+        assert_eq!(store.remove_entry_list(&[id(0).as_str()]).unwrap(), 1);
+    }
+    refresh(&settings, config.max_client_items);
+    for s in &servers {
+        wait_for(WATCH * 40, "the changes to be served", || {
+            s.state.registry().stats().entries == 301
+        });
+    }
+    let path = format!("/v1/sync/delta?from={from}");
+    let deltas: Vec<_> = servers.iter().map(|s| get(s, &path)).collect();
+    assert_eq!(deltas[0].1, deltas[1].1, "instances serve different deltas");
+    for c in [&c0, &c1] {
+        let r = sync_run(c);
+        let sync = r.stats.sync.unwrap();
+        assert_eq!(sync.snapshot_bytes, 0, "a delta, not a snapshot");
+        assert_eq!(sync.delta_bytes, deltas[0].1.len() as u64);
+        assert!(sync.have_version > from);
+        assert_eq!(
+            matched(&r),
+            [id(2), id(3), id(300)].map(String::into_bytes),
+            "the removed entry stops matching, the added one matches"
+        );
+    }
+    for s in servers {
+        s.shutdown().unwrap();
+    }
+}

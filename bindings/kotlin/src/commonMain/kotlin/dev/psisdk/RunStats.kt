@@ -22,6 +22,10 @@ import kotlin.jvm.JvmOverloads
  * @property workAheadMicros OT-PSI and CM20-PSI: time the SDK spent building its next request
  *   while the previous one was out (it overlaps the round trips and is not in [phases]; 0 for
  *   DH-PSI). Last, with a default, so code that built a [RunStats] by position still compiles.
+ * @property sync a DH-PSI run in sync mode (a server started with `--enable-sync`, for large
+ *   registries): what the run downloaded to be in sync and what it confirmed; `null` for
+ *   every other run. In sync mode [setBytesDownloaded] is 0: the short tags are cached
+ *   instead of the encoded registry.
  */
 data class RunStats(
     val requests: Int,
@@ -38,7 +42,33 @@ data class RunStats(
     val serverMicros: Long,
     val totalMicros: Long,
     val workAheadMicros: Long = 0,
+    val sync: SyncStats? = null,
 )
+
+/**
+ * What a sync-mode run did with its synced set ([RunStats.sync]; docs/protocol/sync.md).
+ *
+ * @property snapshotBytes bytes of the snapshot downloaded: a first sync, or one after a key
+ *   rotation or a discarded cache; 0 when none was.
+ * @property deltaBytes bytes of the delta downloaded (the registry's changes since the cached
+ *   version); 0 when none was.
+ * @property fromCache whether a synced set of the session's key epoch came from the cache.
+ * @property candidates contacts whose short tag was in the synced set, confirmed by the
+ *   label fetch (the matches and a few false candidates).
+ * @property haveVersion the registry version of the synced set the run used.
+ * @property servedVersion the registry version the server answered from.
+ */
+data class SyncStats(
+    val snapshotBytes: Long,
+    val deltaBytes: Long,
+    val fromCache: Boolean,
+    val candidates: Long,
+    val haveVersion: Long,
+    val servedVersion: Long,
+) {
+    /** Bytes downloaded to be in sync: the snapshot and the delta. */
+    val bytesDownloaded: Long get() = snapshotBytes + deltaBytes
+}
 
 /** Time spent in [phase], in microseconds (repeated phases summed). */
 data class PhaseTime(val phase: Phase, val micros: Long)

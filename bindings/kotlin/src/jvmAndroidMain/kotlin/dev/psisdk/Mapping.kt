@@ -252,6 +252,16 @@ internal fun <C> ContactReport.toResult(contacts: List<C>): MatchResult<C> {
             serverMicros = s.serverMicros.toLong(),
             totalMicros = s.totalMicros.toLong(),
             workAheadMicros = s.workAheadMicros.toLong(),
+            sync = s.sync?.let {
+                SyncStats(
+                    snapshotBytes = it.snapshotBytes.toLongClamped(),
+                    deltaBytes = it.deltaBytes.toLongClamped(),
+                    fromCache = it.fromCache,
+                    candidates = it.candidates.toLongClamped(),
+                    haveVersion = it.haveVersion.toLongClamped(),
+                    servedVersion = it.servedVersion.toLongClamped(),
+                )
+            },
         ),
         labelError = labelError,
         requested = requested.toPublic(),
