@@ -695,14 +695,22 @@ fn two_instances_serve_one_sync_mode_and_its_deltas() {
     let servers: Vec<RunningServer> = (0..2).map(|_| start_pg(&config)).collect();
     let get = |s: &RunningServer, path: &str| {
         let r = send(&raw(s), Method::Get, path, &[], b"");
-        assert_eq!(r.status, 200, "{path}: {}", String::from_utf8_lossy(&r.body));
+        assert_eq!(
+            r.status,
+            200,
+            "{path}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
         (r.header("etag").map(str::to_string), r.body)
     };
     let snapshots: Vec<_> = servers
         .iter()
         .map(|s| get(s, "/v1/sync/snapshot"))
         .collect();
-    assert_eq!(snapshots[0], snapshots[1], "instances serve different snapshots");
+    assert_eq!(
+        snapshots[0], snapshots[1],
+        "instances serve different snapshots"
+    );
 
     // A client syncs through instance 0; its synced set, handed to a client of instance 1
     // (one URL behind a balancer), is in sync there: nothing to download.
@@ -731,9 +739,14 @@ fn two_instances_serve_one_sync_mode_and_its_deltas() {
     );
     let first = sync_run(&c0);
     assert!(first.stats.sync.unwrap().snapshot_bytes > 0);
-    assert_eq!(matched(&first), [id(0), id(2), id(3)].map(String::into_bytes));
+    assert_eq!(
+        matched(&first),
+        [id(0), id(2), id(3)].map(String::into_bytes)
+    );
     let key = |s: &RunningServer| format!("{}#sync", s.url().trim_end_matches('/'));
-    let synced = cache0.load(&key(&servers[0])).expect("the synced set is cached");
+    let synced = cache0
+        .load(&key(&servers[0]))
+        .expect("the synced set is cached");
     cache1.store(&key(&servers[1]), &synced).unwrap();
     let there = sync_run(&c1);
     let sync = there.stats.sync.unwrap();
@@ -741,7 +754,11 @@ fn two_instances_serve_one_sync_mode_and_its_deltas() {
     assert_eq!(sync.bytes_downloaded(), 0, "in sync on the other instance");
     assert_eq!(matched(&there), matched(&first));
     assert_eq!(
-        there.matches.iter().map(|m| m.label.clone()).collect::<Vec<_>>(),
+        there
+            .matches
+            .iter()
+            .map(|m| m.label.clone())
+            .collect::<Vec<_>>(),
         vec![Some("user-0".into()), Some("user-2".into()), None]
     );
 

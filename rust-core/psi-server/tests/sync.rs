@@ -177,7 +177,9 @@ fn a_sync_runs_requests_do_not_depend_on_its_matches_or_candidates() {
     let url = s.server.url();
     let c = client(&url, Arc::new(MemoryCache::new()), true);
     // 40 contacts each: none registered, half, all of them.
-    let none: Vec<Vec<u8>> = (0..40).map(|i| format!("+1303{i:07}").into_bytes()).collect();
+    let none: Vec<Vec<u8>> = (0..40)
+        .map(|i| format!("+1303{i:07}").into_bytes())
+        .collect();
     let half = contacts();
     let all: Vec<Vec<u8>> = (100..140).map(|i| id(i).into_bytes()).collect();
     // The first run downloads the snapshot; the three compared runs are in sync.
@@ -189,7 +191,11 @@ fn a_sync_runs_requests_do_not_depend_on_its_matches_or_candidates() {
         let sync = r.stats.sync.unwrap();
         assert_eq!(sync.bytes_downloaded(), 0);
         assert!(sync.candidates >= matches);
-        shapes.push((r.stats.requests, r.stats.bytes_sent, r.stats.protocol_bytes_sent));
+        shapes.push((
+            r.stats.requests,
+            r.stats.bytes_sent,
+            r.stats.protocol_bytes_sent,
+        ));
     }
     assert_eq!(shapes[0], shapes[1], "{shapes:?}");
     assert_eq!(shapes[1], shapes[2], "{shapes:?}");
