@@ -202,6 +202,91 @@ fn a_sync_runs_requests_do_not_depend_on_its_matches_or_candidates() {
     s.server.shutdown().unwrap();
 }
 
+/// HTTP that keeps the body of every label fetch (the confirmation request).
+struct KeepFetches {
+    inner: psi_client::HttpTransport,
+    fetches: std::sync::Mutex<Vec<Vec<u8>>>,
+}
+
+impl psi_client::Transport for KeepFetches {
+    fn send(
+        &self,
+        request: psi_client::Request,
+    ) -> Result<psi_client::Response, psi_client::TransportError> {
+        if request.url.ends_with("/labels/fetch") {
+            self.fetches.lock().unwrap().push(request.body.clone());
+        }
+        self.inner.send(request)
+    }
+}
+
+/// The confirmation's buckets of a run (the ids after the 18-byte header).
+fn requested_buckets(body: &[u8]) -> std::collections::BTreeSet<u32> {
+    body[psi_core::sync::REQUEST_HEADER_LEN..]
+        .chunks(4)
+        .map(|c| u32::from_be_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// ADR 0056: the fill of a confirmation is this client's keyed stream for the epoch.
+/// Runs with the same contacts send the same buckets (a server comparing them learns
+/// nothing from the fill); a contact more changes at most two buckets (its own and the
+/// fill's last); another client (another key, another cache) fills differently; a key
+/// kept in the cache survives a restart.
+#[test]
+fn the_confirmation_fill_is_stable_per_client_and_epoch() {
+    let s = sync_server("sync-fill", true);
+    let url = s.server.url();
+    let keep = |cache: Arc<MemoryCache>| {
+        let t = Arc::new(KeepFetches {
+            inner: psi_client::HttpTransport::new(),
+            fetches: std::sync::Mutex::new(Vec::new()),
+        });
+        let c = Client::with_transport(&url, t.clone(), ClientConfig::default()).with_cache(cache);
+        c.health().unwrap();
+        (c, t)
+    };
+    let cache = Arc::new(MemoryCache::new());
+    let (c, t) = keep(cache.clone());
+    let base = contacts();
+    let mut one_more = base.clone();
+    // An unregistered contact replaced by a registered one: one more candidate.
+    *one_more.last_mut().unwrap() = id(500).into_bytes();
+    run(&c, base.clone());
+    run(&c, base.clone());
+    assert_eq!(run(&c, one_more).matches.len(), 21);
+    let fetches: Vec<_> = t
+        .fetches
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|b| requested_buckets(b))
+        .collect();
+    assert_eq!(fetches.len(), 3);
+    assert_eq!(
+        fetches[0], fetches[1],
+        "the same contacts, the same buckets"
+    );
+    let changed = fetches[1].symmetric_difference(&fetches[2]).count();
+    assert!(changed <= 2, "one more candidate changed {changed} buckets");
+    // A restart on the same cache keeps the key; another client's differs.
+    let (again, t2) = keep(cache);
+    run(&again, base.clone());
+    let (other, t3) = keep(Arc::new(MemoryCache::new()));
+    run(&other, base);
+    assert_eq!(
+        requested_buckets(&t2.fetches.lock().unwrap()[0]),
+        fetches[0]
+    );
+    let theirs = requested_buckets(&t3.fetches.lock().unwrap()[0]);
+    assert_eq!(theirs.len(), fetches[0].len());
+    assert!(
+        theirs.symmetric_difference(&fetches[0]).count() > fetches[0].len() / 2,
+        "another client's fill is its own"
+    );
+    s.server.shutdown().unwrap();
+}
+
 #[test]
 fn a_damaged_or_foreign_cache_entry_is_discarded_and_synced_again() {
     use psi_client::{CachedSet, SetCache};

@@ -12,6 +12,34 @@ use psi_core::dh::DhClient;
 use psi_core::sync::{ConfirmClient, Delta, Offered, Snapshot, SyncedSet, sizes};
 use psi_core::{ItemSet, Match, MatchOutput, Phase, RunLabels};
 use psi_http::{ErrorCode, Route, SessionCreated, SyncInfo};
+use rand_chacha::ChaCha20Rng;
+use rand_chacha::rand_core::{Rng, SeedableRng};
+use sha2::{Digest, Sha256};
+use zeroize::Zeroizing;
+
+/// Bytes of a client's fill key (ADR 0056).
+const FILL_KEY_LEN: usize = 32;
+
+/// The cache entry of the fill key for `server`, beside its synced set.
+fn fill_key_name(server: &str) -> String {
+    format!("{}#fill", server.trim_end_matches('/'))
+}
+
+/// The fill stream of a confirmation (ADR 0056): ChaCha20 seeded with
+/// `SHA-256("psi-sync-fill-v1" || fill key || epoch (u32 BE) || bucket bits)`. The
+/// request is the candidates' buckets topped up with this stream's first buckets not among
+/// them, so within an epoch the fill is a fixed secret sequence: the same candidates give
+/// the same request, one more candidate changes it by at most two buckets, and the server,
+/// which cannot compute the stream, cannot tell its buckets from real ones by comparing
+/// runs.
+fn fill_rng(key: &[u8; FILL_KEY_LEN], epoch: u32, bucket_bits: u8) -> ChaCha20Rng {
+    let mut h = Sha256::new();
+    h.update(b"psi-sync-fill-v1");
+    h.update(key);
+    h.update(epoch.to_be_bytes());
+    h.update([bucket_bits]);
+    ChaCha20Rng::from_seed(h.finalize().into())
+}
 
 /// Room above the predicted size a snapshot or delta may take before it is refused as
 /// oversized (a response cap, not a size the server must meet).
@@ -41,12 +69,16 @@ impl Run<'_> {
         // The confirmation is the session's label fetch, with labels on or off.
         let t = self.enter(Phase::Labels)?;
         let bits = session.label_bucket_bits;
+        // The fill comes from this client's keyed stream for the epoch (ADR 0056), so
+        // runs with the same candidates send the same buckets and a changed address book
+        // changes only its own.
+        let mut fill = fill_rng(&*self.fill_key()?, synced.epoch(), bits);
         let (confirm, request) = ConfirmClient::start(
             outputs.as_slice(),
             &synced,
             bits,
             session.registry_items,
-            self.rng()?,
+            &mut fill,
         )?;
         drop(outputs);
         let sent = request.len() as u64;
@@ -88,6 +120,28 @@ impl Run<'_> {
             labels: Some(labels.clone()),
         };
         Ok((output, LabelSource::Confirmed(labels)))
+    }
+
+    /// This client's fill key for the server (ADR 0056): 32 random bytes kept in the
+    /// cache beside the synced set (`<url>#fill`), made on first use. A cache that cannot
+    /// keep it costs only the stability of the fill across runs.
+    fn fill_key(&mut self) -> Result<Zeroizing<[u8; FILL_KEY_LEN]>> {
+        let cache = self.client.cache.clone();
+        let key = fill_key_name(&self.client.base);
+        let mut out = Zeroizing::new([0u8; FILL_KEY_LEN]);
+        if let Some(c) = cache.load(&key).filter(|c| c.bytes.len() == FILL_KEY_LEN) {
+            out.copy_from_slice(&c.bytes);
+            return Ok(out);
+        }
+        self.rng()?.fill_bytes(&mut out[..]);
+        let _ = cache.store(
+            &key,
+            &CachedSet {
+                etag: String::new(),
+                bytes: out.to_vec(),
+            },
+        );
+        Ok(out)
     }
 
     /// The synced set at the session's version: the cached one if current; else the
