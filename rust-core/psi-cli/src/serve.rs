@@ -7,6 +7,10 @@ use psi_server::{AppState, ClientIpHeader, Config, IpNet, Registry};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Below this `--rotate-every`, `psi serve --enable-sync` warns that rotations cost every
+/// synced client a snapshot (ADR 0047 §3.4 proposes a 30-day sync epoch).
+const SYNC_ROTATION_HINT_DAYS: u64 = 7;
+
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
     #[command(flatten)]
@@ -191,7 +195,9 @@ pub struct ServeArgs {
     enable_gbf: bool,
     /// Also serve sync mode for DH-PSI (docs/protocol/sync.md): a phone downloads a few
     /// bits per entry once and small deltas afterwards, not the encoded set. Costs memory
-    /// at every load (a record per entry: about 570 MB at 10^7 entries).
+    /// at every load (a record per entry: about 570 MB at 10^7 entries). A key rotation
+    /// makes every synced client download a new snapshot: pair it with a longer
+    /// --rotate-every (30d) unless daily rotation matters more than the bytes.
     #[arg(long)]
     enable_sync: bool,
     /// TLS certificate chain (PEM, leaf first): serve HTTPS. Needs --tls-key.
@@ -437,6 +443,17 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         "http"
     };
     config.rotate_every = args.rotate_every.0;
+    if config.enable_sync
+        && config
+            .rotate_every
+            .is_some_and(|d| d < Duration::from_secs(SYNC_ROTATION_HINT_DAYS * 24 * 3600))
+    {
+        // A rotation changes every short tag: each synced client then downloads a new
+        // snapshot, not a delta (docs/protocol/sync.md §7, ADR 0047 §3.4).
+        tracing::warn!(
+            "sync mode with --rotate-every under {SYNC_ROTATION_HINT_DAYS} days: every rotation makes each synced client download a new snapshot; --rotate-every 30d keeps the daily updates to deltas"
+        );
+    }
     config.watch_store = args.watch_store.0;
     config.epoch_overlap = args
         .epoch_overlap
