@@ -4,13 +4,13 @@
 //! entries and its change log (ADR 0055). The formats are psi-core's (`psi_core::sync`);
 //! this room decides which versions are served and the width of the epoch.
 
-use crate::storage::{LoadedEntry, RegistryStore, StoreError};
+use crate::storage::{LoadedEntry, RegistryChanges, RegistryStore, StoreError};
 use axum::body::Bytes;
 use psi_core::ItemSet;
 use psi_core::dh::DhServer;
-use psi_core::sync::{ConfirmStore, DEFAULT_EXTRA_BITS, Delta, Snapshot, sync_width};
+use psi_core::sync::{ConfirmStore, DEFAULT_EXTRA_BITS, Delta, Snapshot, sizes, sync_width};
 use psi_http::{DeltaSize, SyncInfo};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Most deltas a registry serves: one from each of the last versions before the loaded
 /// one (a client further behind downloads the snapshot). Matches what a client holds
@@ -74,37 +74,57 @@ impl ServedSync {
         let to = version.max(0) as u64;
         let snapshot = Snapshot::build(epoch, to, width, entries.iter().map(|e| &e.output));
         let snapshot = Bytes::from(snapshot.to_bytes());
-        // The changes from each recent version to this one, and the outputs of every
-        // identifier in them (one OPRF evaluation each, under this epoch's key: the removed
-        // ones are no longer among the entries).
+        // The changes from each recent version to this one whose delta is smaller than
+        // the snapshot (predicted from the counts, before any output is looked up: a new
+        // store's first import, all of its entries added, would otherwise cost a second
+        // pass over the whole registry).
         let first = start.max(version - MAX_SERVED_DELTAS as i64);
+        let worth = |c: &RegistryChanges| {
+            sizes::delta_bytes(c.added.len() as u64, c.removed.len() as u64, width)
+                < snapshot.len() as f64
+        };
+        let mut base = Some(base);
         let mut changes = Vec::new();
         for from in first..version {
-            let c = if from == start {
-                base.clone()
-            } else {
-                store.changes(from, version)?
+            let c = match base.take_if(|_| from == start) {
+                Some(b) => b,
+                None => store.changes(from, version)?,
             };
-            changes.push((from as u64, c));
+            if worth(&c) {
+                changes.push((from as u64, c));
+            }
         }
-        let mut changed: Vec<&str> = changes
+        // The outputs of every identifier in them: an added one is among the entries (its
+        // stored output); a removed one is not, and is evaluated once under this epoch's
+        // key.
+        let mut wanted: HashSet<&str> = changes
             .iter()
-            .flat_map(|(_, c)| c.added.iter().chain(&c.removed))
+            .flat_map(|(_, c)| c.added.iter())
             .map(String::as_str)
             .collect();
-        changed.sort_unstable();
-        changed.dedup();
-        let outputs: HashMap<&str, [u8; psi_core::oprf::OUTPUT_LEN]> = if changed.is_empty() {
-            HashMap::new()
-        } else {
-            let set = ItemSet::new(changed.iter().map(|s| s.as_bytes()));
+        let mut outputs: HashMap<&str, [u8; psi_core::oprf::OUTPUT_LEN]> = HashMap::new();
+        if !wanted.is_empty() {
+            for e in entries {
+                if let Some(id) = wanted.take(e.identifier.as_str()) {
+                    outputs.insert(id, e.output);
+                }
+            }
+        }
+        let mut evaluate: Vec<&str> = changes
+            .iter()
+            .flat_map(|(_, c)| c.removed.iter())
+            .map(String::as_str)
+            .chain(wanted)
+            .collect();
+        evaluate.sort_unstable();
+        evaluate.dedup();
+        if !evaluate.is_empty() {
+            let set = ItemSet::new(evaluate.iter().map(|s| s.as_bytes()));
             let outs = dh.outputs(&set)?;
-            (0..set.len())
-                .map(|i| (changed[set.original_index(i)], outs[i]))
-                .collect()
-        };
+            outputs.extend((0..set.len()).map(|i| (evaluate[set.original_index(i)], outs[i])));
+        }
         let mut deltas = BTreeMap::new();
-        let mut sizes = Vec::new();
+        let mut delta_sizes = Vec::new();
         for (from, c) in &changes {
             let pick = |ids: &[String]| -> Vec<[u8; 64]> {
                 ids.iter().map(|id| outputs[id.as_str()]).collect()
@@ -116,7 +136,7 @@ impl ServedSync {
             if delta.len() >= snapshot.len() {
                 continue;
             }
-            sizes.push(DeltaSize {
+            delta_sizes.push(DeltaSize {
                 from: *from,
                 bytes: delta.len() as u64,
             });
@@ -137,8 +157,8 @@ impl ServedSync {
             bucket_bits: confirm.bucket_bits(),
             snapshot_bytes: snapshot.len() as u64,
             snapshot_etag: format!("\"sync-{epoch}-{to}-{width}\""),
-            deltas_from: sizes.first().map_or(to, |d| d.from),
-            deltas: sizes,
+            deltas_from: delta_sizes.first().map_or(to, |d| d.from),
+            deltas: delta_sizes,
             record_bytes: confirm.record_bytes() as u64,
         };
         Ok(ServedSync {
