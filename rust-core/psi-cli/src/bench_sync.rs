@@ -19,6 +19,7 @@ use psi_server::{AppState, Config, Registry, RunningServer, Store};
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::format::kb_or_mb;
 use crate::synthetic;
 
 /// The registry size the formula extrapolates to.
@@ -26,14 +27,6 @@ const BIG: u64 = 100_000_000;
 
 /// Sizes `psi bench --sync` runs without a list.
 pub const DEFAULT_SIZES: [u64; 2] = [1_000_000, 10_000_000];
-
-fn mb(bytes: f64) -> String {
-    if bytes >= 1e5 {
-        format!("{:.2} MB", bytes / 1e6)
-    } else {
-        format!("{:.1} KB", bytes / 1e3)
-    }
-}
 
 fn pow10(r: u64) -> String {
     let l = (r as f64).log10();
@@ -59,10 +52,10 @@ fn print_row(row: &Row<'_>) {
         "| {} | {} | {} | {} | {:.3} | {} | {} | {} |",
         row.what,
         pow10(row.r),
-        mb(row.measured),
-        mb(row.formula),
+        kb_or_mb(row.measured),
+        kb_or_mb(row.formula),
         row.measured / row.formula,
-        row.at_big.map_or(String::new(), mb),
+        row.at_big.map_or(String::new(), kb_or_mb),
         row.target,
         row.note
     );
@@ -330,7 +323,7 @@ fn measure(
                 "{} candidates, {} matches; all HTTP bodies {}; {secs:.2} s",
                 s.candidates,
                 rep.matches.len(),
-                mb(body_bytes(&rep) as f64)
+                kb_or_mb(body_bytes(&rep) as f64)
             ),
         });
     }

@@ -48,6 +48,12 @@ pub(crate) fn synced_key(server: &str) -> String {
     format!("{}#sync", server.trim_end_matches('/'))
 }
 
+/// The cache entry of the client's sync-mode fill key for `server` (ADR 0056), beside its
+/// synced set.
+pub(crate) fn fill_key_entry(server: &str) -> String {
+    format!("{}#fill", server.trim_end_matches('/'))
+}
+
 /// A cache in memory, for one process (the default).
 #[derive(Debug, Default)]
 pub struct MemoryCache {

@@ -3,7 +3,7 @@
 //! candidates, and the confirmation fetch that decides the matches and carries their
 //! labels. No encoded set is downloaded.
 
-use crate::cache::{CachedSet, synced_key};
+use crate::cache::{CachedSet, fill_key_entry, synced_key};
 use crate::driver::labels::LabelSource;
 use crate::driver::run::Run;
 use crate::error::{ClientError, Result};
@@ -19,11 +19,6 @@ use zeroize::Zeroizing;
 
 /// Bytes of a client's fill key (ADR 0056).
 const FILL_KEY_LEN: usize = 32;
-
-/// The cache entry of the fill key for `server`, beside its synced set.
-fn fill_key_name(server: &str) -> String {
-    format!("{}#fill", server.trim_end_matches('/'))
-}
 
 /// The fill stream of a confirmation (ADR 0056): ChaCha20 seeded with
 /// `SHA-256("psi-sync-fill-v1" || fill key || epoch (u32 BE) || bucket bits)`. The
@@ -127,7 +122,7 @@ impl Run<'_> {
     /// keep it costs only the stability of the fill across runs.
     fn fill_key(&mut self) -> Result<Zeroizing<[u8; FILL_KEY_LEN]>> {
         let cache = self.client.cache.clone();
-        let key = fill_key_name(&self.client.base);
+        let key = fill_key_entry(&self.client.base);
         let mut out = Zeroizing::new([0u8; FILL_KEY_LEN]);
         if let Some(c) = cache.load(&key).filter(|c| c.bytes.len() == FILL_KEY_LEN) {
             out.copy_from_slice(&c.bytes);
