@@ -4,7 +4,7 @@
 //! entries and its change log (ADR 0055). The formats are psi-core's (`psi_core::sync`);
 //! this room decides which versions are served and the width of the epoch.
 
-use crate::storage::{LoadedEntry, RegistryChanges, RegistryStore, StoreError};
+use crate::storage::{ChangeCounts, LoadedEntry, RegistryStore, StoreError};
 use axum::body::Bytes;
 use psi_core::ItemSet;
 use psi_core::dh::DhServer;
@@ -64,9 +64,10 @@ impl ServedSync {
     ) -> Result<ServedSync, StoreError> {
         let epoch = dh.epoch();
         let start = store.changes_kept_after()?.min(version);
-        let base = store.changes(start, version)?;
+        // Counted, not read: a new store's first import logs every entry as added.
+        let base = store.change_counts(start, version)?;
         let now = entries.len() as u64;
-        let at_start = (now + base.removed.len() as u64).saturating_sub(base.added.len() as u64);
+        let at_start = (now + base.removed).saturating_sub(base.added);
         let width = sync_width(
             if at_start > 0 { at_start } else { now },
             DEFAULT_EXTRA_BITS,
@@ -75,23 +76,21 @@ impl ServedSync {
         let snapshot = Snapshot::build(epoch, to, width, entries.iter().map(|e| &e.output));
         let snapshot = Bytes::from(snapshot.to_bytes());
         // The changes from each recent version to this one whose delta is smaller than
-        // the snapshot (predicted from the counts, before any output is looked up: a new
-        // store's first import, all of its entries added, would otherwise cost a second
-        // pass over the whole registry).
+        // the snapshot: predicted from the counts, so that only those ranges' identifiers
+        // are read and only their outputs looked up (a range of the whole registry would
+        // otherwise hold every identifier a second time, and cost a pass over them).
         let first = start.max(version - MAX_SERVED_DELTAS as i64);
-        let worth = |c: &RegistryChanges| {
-            sizes::delta_bytes(c.added.len() as u64, c.removed.len() as u64, width)
-                < snapshot.len() as f64
-        };
-        let mut base = Some(base);
+        let worth =
+            |c: ChangeCounts| sizes::delta_bytes(c.added, c.removed, width) < snapshot.len() as f64;
         let mut changes = Vec::new();
         for from in first..version {
-            let c = match base.take_if(|_| from == start) {
-                Some(b) => b,
-                None => store.changes(from, version)?,
+            let counts = if from == start {
+                base
+            } else {
+                store.change_counts(from, version)?
             };
-            if worth(&c) {
-                changes.push((from as u64, c));
+            if worth(counts) {
+                changes.push((from as u64, store.changes(from, version)?));
             }
         }
         // The outputs of every identifier in them: an added one is among the entries (its

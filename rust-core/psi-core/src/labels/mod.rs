@@ -22,12 +22,14 @@
 //! the fetch with random buckets, and refuses a layout with too few entries per bucket
 //! ([`check_layout`]).
 
+mod buckets;
 mod client;
 mod layout;
 pub mod messages;
 mod record;
 mod server;
 
+pub(crate) use buckets::BucketedRecords;
 pub(crate) use client::choose_buckets;
 pub use client::{LabelClient, LabelStep};
 pub use layout::{
@@ -37,5 +39,5 @@ pub use record::{
     AEAD_TAG_LEN, MAX_BUCKET_BITS, MAX_LABEL_LEN, NONCE_LEN, RECORD_HEADER_LEN, Record, TAG_LEN,
     bucket, open, parse_records, seal, tag,
 };
-pub(crate) use record::{key_under, seal_label, tag_under};
+pub(crate) use record::{cut_len, key_under, seal_label, tag_under};
 pub use server::{LabelStore, bucket_bits};

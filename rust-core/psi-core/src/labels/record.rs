@@ -59,6 +59,21 @@ pub(crate) fn key_under(dst: &[u8], output: &[u8; OUTPUT_LEN]) -> ChaCha20Poly13
     ChaCha20Poly1305::new(Key::from_slice(&digest[..32]))
 }
 
+/// The length `label` is sealed at: at most [`MAX_LABEL_LEN`] bytes, cut on a character
+/// boundary so that a long label still decrypts to valid UTF-8.
+pub(crate) fn cut_len(label: &str) -> usize {
+    let mut end = label.len().min(MAX_LABEL_LEN);
+    while !label.is_char_boundary(end) {
+        end -= 1;
+    }
+    end
+}
+
+/// The length of the record [`seal`] makes for `label`.
+pub(crate) fn sealed_len(label: &str) -> usize {
+    RECORD_HEADER_LEN + cut_len(label) + AEAD_TAG_LEN
+}
+
 /// `label` cut to at most [`MAX_LABEL_LEN`] bytes on a character boundary, sealed under
 /// `key` with `nonce` and `aad = tag` (versions 1 and 2).
 pub(crate) fn seal_label(
@@ -67,11 +82,7 @@ pub(crate) fn seal_label(
     label: &str,
     tag: &[u8; TAG_LEN],
 ) -> Vec<u8> {
-    // Truncate on a character boundary, so a long label still decrypts to valid UTF-8.
-    let mut end = label.len().min(MAX_LABEL_LEN);
-    while !label.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = cut_len(label);
     key.encrypt(
         Nonce::from_slice(nonce),
         Payload {

@@ -1,27 +1,26 @@
 //! The server side: label records built once per registry, grouped in buckets, and the
 //! answer to a fetch request.
 
+use super::BucketedRecords;
 use super::messages;
-use super::record::{self, NONCE_LEN, TAG_LEN};
+use super::record::{self, NONCE_LEN, sealed_len};
 use crate::error::{DecodeError, Error, Result};
 use crate::oprf::OUTPUT_LEN;
-use std::collections::HashMap;
 
 /// The encrypted label records of a registry, by bucket. Built from each labeled
 /// entry's full OPRF output; holds only ciphertexts, so it can be kept in memory.
 #[derive(Clone, Default)]
 pub struct LabelStore {
-    bucket_bits: u8,
-    records: usize,
-    buckets: HashMap<u32, Vec<u8>>,
+    /// (Crate-visible for the layout's tests, labels/buckets.rs.)
+    pub(crate) records: BucketedRecords,
 }
 
 impl std::fmt::Debug for LabelStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LabelStore")
-            .field("bucket_bits", &self.bucket_bits)
-            .field("records", &self.records)
-            .field("buckets", &self.buckets.len())
+            .field("bucket_bits", &self.records.bits())
+            .field("records", &self.records.len())
+            .field("record_bytes", &self.records.record_bytes())
             .finish()
     }
 }
@@ -40,53 +39,56 @@ pub fn bucket_bits(records: usize, target: usize) -> u8 {
 
 impl LabelStore {
     /// Seals every `(output, label)` pair with a fresh nonce from `rng` and groups the
-    /// records so that buckets hold about `bucket_size` records on average.
+    /// records so that buckets hold about `bucket_size` records on average. Goes over
+    /// `entries` twice: once to size the buckets, once to seal ([`BucketedRecords`]).
     pub fn build<'a, R: rand_core::CryptoRng + ?Sized>(
-        entries: impl ExactSizeIterator<Item = (&'a [u8; OUTPUT_LEN], &'a str)>,
+        entries: impl ExactSizeIterator<Item = (&'a [u8; OUTPUT_LEN], &'a str)> + Clone,
         bucket_size: usize,
         rng: &mut R,
     ) -> LabelStore {
         let bits = bucket_bits(entries.len(), bucket_size);
-        let mut store = LabelStore {
-            bucket_bits: bits,
-            records: 0,
-            buckets: HashMap::new(),
-        };
-        for (output, label) in entries {
-            let mut nonce = [0u8; NONCE_LEN];
-            rng.fill_bytes(&mut nonce);
-            let rec = record::seal(output, label, nonce);
-            let mut tag = [0u8; TAG_LEN];
-            tag.copy_from_slice(&rec[..TAG_LEN]);
-            store
-                .buckets
-                .entry(record::bucket(&tag, bits))
-                .or_default()
-                .extend_from_slice(&rec);
-            store.records += 1;
-        }
-        store
+        let records = BucketedRecords::build(
+            entries,
+            bits,
+            |(output, label)| {
+                (
+                    record::bucket(&record::tag(output), bits),
+                    sealed_len(label),
+                )
+            },
+            |(output, label)| {
+                let mut nonce = [0u8; NONCE_LEN];
+                rng.fill_bytes(&mut nonce);
+                record::seal(output, label, nonce)
+            },
+        );
+        LabelStore { records }
+    }
+
+    /// Bytes held in memory for the records and their layout.
+    pub fn heap_bytes(&self) -> usize {
+        self.records.heap_bytes()
     }
 
     /// The number of tag bits that name a bucket (sent to clients with the session).
     pub fn bucket_bits(&self) -> u8 {
-        self.bucket_bits
+        self.records.bits()
     }
 
     /// Records held.
     pub fn len(&self) -> usize {
-        self.records
+        self.records.len()
     }
 
     /// Bytes of all records together (what fetching every bucket returns, without the
     /// section headers).
     pub fn record_bytes(&self) -> usize {
-        self.buckets.values().map(Vec::len).sum()
+        self.records.record_bytes()
     }
 
     /// True if no entry has a label.
     pub fn is_empty(&self) -> bool {
-        self.records == 0
+        self.records.len() == 0
     }
 
     /// Answers a fetch request of at most `max_buckets` bucket ids: one section per
@@ -107,7 +109,7 @@ impl LabelStore {
         ids.dedup();
         if ids
             .iter()
-            .any(|&b| u64::from(b) >= 1u64 << self.bucket_bits)
+            .any(|&b| u64::from(b) >= 1u64 << self.records.bits())
         {
             return Err(DecodeError::InvalidParameter {
                 what: "bucket id (must be below 2^label_bucket_bits)",
@@ -116,7 +118,7 @@ impl LabelStore {
         }
         let mut out = Vec::new();
         for b in ids {
-            let recs = self.buckets.get(&b).map_or(&[][..], Vec::as_slice);
+            let recs = self.records.bucket(b);
             messages::push_section(&mut out, b, recs);
         }
         Ok(out)

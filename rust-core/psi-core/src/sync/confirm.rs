@@ -5,7 +5,7 @@
 //! exactly when its full tag is in its bucket.
 
 use crate::error::{DecodeError, Error, Result};
-use crate::labels::{self, MAX_LABEL_LEN, NONCE_LEN, TAG_LEN, messages as v1};
+use crate::labels::{self, BucketedRecords, MAX_LABEL_LEN, NONCE_LEN, TAG_LEN, messages as v1};
 use crate::oprf::OUTPUT_LEN;
 use chacha20poly1305::aead::{Aead, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Nonce};
@@ -238,9 +238,8 @@ impl FetchRequest {
 pub struct ConfirmStore {
     epoch: u32,
     version: u64,
-    bucket_bits: u8,
-    records: usize,
-    buckets: HashMap<u32, Vec<u8>>,
+    /// (Crate-visible for the layout's tests, labels/buckets.rs.)
+    pub(crate) records: BucketedRecords,
 }
 
 impl std::fmt::Debug for ConfirmStore {
@@ -248,67 +247,77 @@ impl std::fmt::Debug for ConfirmStore {
         f.debug_struct("ConfirmStore")
             .field("epoch", &self.epoch)
             .field("version", &self.version)
-            .field("bucket_bits", &self.bucket_bits)
-            .field("records", &self.records)
+            .field("bucket_bits", &self.records.bits())
+            .field("records", &self.records.len())
             .finish_non_exhaustive()
     }
+}
+
+/// The length of the record [`seal_record`] makes for `label`.
+fn record_len(label: Option<&str>) -> usize {
+    RECORD_MIN_LEN + label.map_or(0, |l| RECORD_LABEL_OVERHEAD + labels::cut_len(l))
 }
 
 impl ConfirmStore {
     /// Seals a record for every entry `(output, label)` (fresh nonces from `rng` for the
     /// labelled ones) in buckets of about `bucket_size` records on average
-    /// ([`labels::bucket_bits`]).
+    /// ([`labels::bucket_bits`]). Goes over `entries` twice: once to size the buckets,
+    /// once to seal.
     pub fn build<'a, R: rand_core::CryptoRng + ?Sized>(
         epoch: u32,
         version: u64,
-        entries: impl ExactSizeIterator<Item = (&'a [u8; OUTPUT_LEN], Option<&'a str>)>,
+        entries: impl ExactSizeIterator<Item = (&'a [u8; OUTPUT_LEN], Option<&'a str>)> + Clone,
         bucket_size: usize,
         rng: &mut R,
     ) -> ConfirmStore {
         let bits = labels::bucket_bits(entries.len(), bucket_size);
-        let mut store = ConfirmStore {
+        let records = BucketedRecords::build(
+            entries,
+            bits,
+            |(output, label)| {
+                (
+                    labels::bucket(&confirm_tag(output), bits),
+                    record_len(label),
+                )
+            },
+            |(output, label)| {
+                let mut nonce = [0u8; NONCE_LEN];
+                if label.is_some() {
+                    rng.fill_bytes(&mut nonce);
+                }
+                seal_record(output, label, nonce)
+            },
+        );
+        ConfirmStore {
             epoch,
             version,
-            bucket_bits: bits,
-            records: 0,
-            buckets: HashMap::new(),
-        };
-        for (output, label) in entries {
-            let mut nonce = [0u8; NONCE_LEN];
-            if label.is_some() {
-                rng.fill_bytes(&mut nonce);
-            }
-            let rec = seal_record(output, label, nonce);
-            let mut tag = [0u8; TAG_LEN];
-            tag.copy_from_slice(&rec[..TAG_LEN]);
-            store
-                .buckets
-                .entry(labels::bucket(&tag, bits))
-                .or_default()
-                .extend_from_slice(&rec);
-            store.records += 1;
+            records,
         }
-        store
+    }
+
+    /// Bytes held in memory for the records and their layout.
+    pub fn heap_bytes(&self) -> usize {
+        self.records.heap_bytes()
     }
 
     /// Bucket bits `b` (sent with the session).
     pub fn bucket_bits(&self) -> u8 {
-        self.bucket_bits
+        self.records.bits()
     }
 
     /// Records held (one per entry).
     pub fn len(&self) -> usize {
-        self.records
+        self.records.len()
     }
 
     /// True if the registry is empty.
     pub fn is_empty(&self) -> bool {
-        self.records == 0
+        self.records.len() == 0
     }
 
     /// Bytes of all records.
     pub fn record_bytes(&self) -> usize {
-        self.buckets.values().map(Vec::len).sum()
+        self.records.record_bytes()
     }
 
     /// The registry version the records are of.
@@ -320,8 +329,9 @@ impl ConfirmStore {
     /// `0x02 || epoch u32 || served_version u64` and one section per requested bucket
     /// (`id u32 || length u32 || records`, labels.md §4), in ascending order.
     pub fn answer(&self, request: &[u8], client_items: usize) -> Result<Vec<u8>> {
-        let k = labels::fetch_buckets(client_items, self.bucket_bits);
-        let req = FetchRequest::from_bytes(request, k, self.bucket_bits)?;
+        let bits = self.records.bits();
+        let k = labels::fetch_buckets(client_items, bits);
+        let req = FetchRequest::from_bytes(request, k, bits)?;
         if req.mode != MODE_CONFIRM {
             return Err(DecodeError::InvalidParameter {
                 what: "sync fetch mode (this session confirms: 0x02)",
@@ -339,7 +349,7 @@ impl ConfirmStore {
         out.extend_from_slice(&self.epoch.to_be_bytes());
         out.extend_from_slice(&self.version.to_be_bytes());
         for b in req.buckets {
-            let recs = self.buckets.get(&b).map_or(&[][..], Vec::as_slice);
+            let recs = self.records.bucket(b);
             v1::push_section(&mut out, b, recs);
         }
         Ok(out)

@@ -91,6 +91,11 @@ pub trait RegistryStore: SetWork + Send {
     /// beyond [`RegistryStore::version`], [`StoreError::InvalidInput`] when `after > upto`.
     /// docs/adr/0055-registry-changes-in-the-store.md.
     fn changes(&mut self, after: i64, upto: i64) -> Result<RegistryChanges, StoreError>;
+    /// How many identifiers [`RegistryStore::changes`] would list for the same range, as
+    /// added and as removed, without reading them: sync mode decides from these whether
+    /// a range is worth a delta before it reads the identifiers (a new store's first
+    /// import logs every entry). The same errors, from one committed state.
+    fn change_counts(&mut self, after: i64, upto: i64) -> Result<ChangeCounts, StoreError>;
     /// The oldest version the store keeps changes from: [`RegistryStore::changes`]
     /// answers for every `after` at or above it. Starts at the version a store had when
     /// it first kept changes (0 for a new store, the version then for an existing one
@@ -255,6 +260,41 @@ impl std::fmt::Debug for RegistryChanges {
             .field("added", &self.added.len())
             .field("removed", &self.removed.len())
             .finish()
+    }
+}
+
+/// The sizes of a range of net changes ([`RegistryStore::change_counts`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChangeCounts {
+    /// Identifiers net added.
+    pub added: u64,
+    /// Identifiers net removed.
+    pub removed: u64,
+}
+
+impl ChangeCounts {
+    /// The counts of listed changes.
+    pub fn of(changes: &RegistryChanges) -> ChangeCounts {
+        ChangeCounts {
+            added: changes.added.len() as u64,
+            removed: changes.removed.len() as u64,
+        }
+    }
+
+    /// From the counts of net +1 rows, net -1 rows and any other net (a log that
+    /// alternates never has one: [`StoreError::CorruptChanges`]).
+    pub(crate) fn from_rows(
+        added: i64,
+        removed: i64,
+        other: i64,
+    ) -> Result<ChangeCounts, StoreError> {
+        if other != 0 || added < 0 || removed < 0 {
+            return Err(StoreError::CorruptChanges);
+        }
+        Ok(ChangeCounts {
+            added: added as u64,
+            removed: removed as u64,
+        })
     }
 }
 

@@ -32,8 +32,9 @@ use std::path::{Path, PathBuf};
 pub use budgets::{Book, BudgetError, BudgetFuture, BudgetStore, LevelCap, Shortfall};
 pub(crate) use contract::os_rng;
 pub use contract::{
-    AccountStore, BuildLease, ImportCounts, LoadedEntry, NewToken, Readiness, RegistryChanges,
-    RegistryStore, Revoked, SavedBudget, SetWork, StoredSet, TokenInfo, read_snapshot,
+    AccountStore, BuildLease, ChangeCounts, ImportCounts, LoadedEntry, NewToken, Readiness,
+    RegistryChanges, RegistryStore, Revoked, SavedBudget, SetWork, StoredSet, TokenInfo,
+    read_snapshot,
 };
 pub use error::{SettingsError, StoreError};
 pub use postgres::{PgAccounts, PgSettings, PgStore, PgTokenLookup, TlsMode};

@@ -3,7 +3,9 @@
 //! `for_each_backend!` in the suite (`storage_contract.rs`), like the tests there.
 
 use super::{id, labels};
-use psi_server::storage::{Database, RegistryChanges, RegistryStore, StoreError, read_snapshot};
+use psi_server::storage::{
+    ChangeCounts, Database, RegistryChanges, RegistryStore, StoreError, read_snapshot,
+};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The lists `changes` must give from membership `from` to membership `to`.
@@ -236,6 +238,12 @@ pub(super) fn changes_match_a_model_and_compose(db: &Database) {
                     diff(&history[a], &history[b]),
                     "seed {seed:x}: {a}..{b}"
                 );
+                // Counted without reading: the same sizes (sync mode decides by them).
+                assert_eq!(
+                    store.change_counts(*a, *b).unwrap(),
+                    ChangeCounts::of(&got),
+                    "seed {seed:x}: counts {a}..{b}"
+                );
             }
         }
         for _ in 0..40 {
@@ -274,6 +282,10 @@ pub(super) fn forgetting_changes_moves_the_oldest_version_kept(db: &Database) {
     let expected: u64 = (first + 1..=cut).map(made).sum();
     assert_eq!(store.forget_changes_before(cut).unwrap(), expected);
     assert_eq!(store.changes_kept_after().unwrap(), cut);
+    assert!(matches!(
+        store.change_counts(cut - 1, current),
+        Err(StoreError::ChangesForgotten { .. })
+    ));
     match store.changes(cut - 1, current) {
         Err(StoreError::ChangesForgotten { after, kept_after }) => {
             assert_eq!((after, kept_after), (cut - 1, cut))
@@ -352,6 +364,15 @@ pub(super) fn changes_outside_the_kept_range_are_typed_errors(db: &Database) {
         store.changes(i64::MIN, i64::MAX),
         Err(StoreError::VersionAhead { .. })
     ));
+    // The counts refuse the same ranges with the same errors.
+    for (after, upto) in [(v, v - 1), (0, v + 1), (-1, v), (i64::MIN, i64::MAX)] {
+        let (counted, listed) = (store.change_counts(after, upto), store.changes(after, upto));
+        assert_eq!(
+            format!("{:?}", counted.unwrap_err()),
+            format!("{:?}", listed.unwrap_err()),
+            "{after}..{upto}"
+        );
+    }
     for e in errors {
         let text = format!("{e} {e:?}");
         assert!(!text.contains("5550123"), "{text}");
@@ -362,6 +383,13 @@ pub(super) fn changes_outside_the_kept_range_are_typed_errors(db: &Database) {
     // A read-only handle answers too, and cannot forget.
     let mut reader = db.open_registry_read_only().unwrap();
     assert_eq!(reader.changes(0, v).unwrap().added.len(), 1);
+    assert_eq!(
+        reader.change_counts(0, v).unwrap(),
+        ChangeCounts {
+            added: 1,
+            removed: 0
+        }
+    );
     assert!(reader.forget_changes_before(v).is_err());
     assert_eq!(store.changes_kept_after().unwrap(), 0);
 }
@@ -406,6 +434,10 @@ pub(super) fn streamed_imports_log_every_change(db: &Database) {
     // neither list.
     let got = store.changes(v0, v3).unwrap();
     assert_eq!(got.added.len() as u64, n + 100 - 5000);
+    for (a, b) in [(v0, v1), (v1, v2), (v2, v3), (v0, v3), (v1, v3)] {
+        let listed = ChangeCounts::of(&store.changes(a, b).unwrap());
+        assert_eq!(store.change_counts(a, b).unwrap(), listed, "{a}..{b}");
+    }
     assert!(got.removed.is_empty());
     assert_eq!(
         got.added.into_iter().collect::<BTreeSet<_>>(),

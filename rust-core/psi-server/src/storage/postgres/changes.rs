@@ -10,7 +10,7 @@
 //! takes the version row's lock ([`lock_next_version`]) before it changes the entries, and
 //! logs at the version it will commit. `meta.changes_after`: the oldest version kept.
 
-use super::super::contract::{RegistryChanges, check_change_range};
+use super::super::contract::{ChangeCounts, RegistryChanges, check_change_range};
 use super::super::error::StoreError;
 use postgres::{GenericClient, Transaction};
 
@@ -55,6 +55,34 @@ pub(super) fn changes(
         r.get::<_, Option<String>>(2)
             .map(|id| Ok((id, r.get::<_, Option<i64>>(3).unwrap_or(0))))
     }))
+}
+
+/// How many identifiers [`changes`] lists as added and as removed, counted in the
+/// statement (no identifier is read out).
+pub(super) fn change_counts(
+    client: &mut impl GenericClient,
+    after: i64,
+    upto: i64,
+) -> Result<ChangeCounts, StoreError> {
+    let r = client.query_one(
+        "SELECT (SELECT v FROM meta WHERE k = 'changes_after'),
+                (SELECT v FROM meta WHERE k = 'version'),
+                count(*) FILTER (WHERE net = 1),
+                count(*) FILTER (WHERE net = -1),
+                count(*) FILTER (WHERE net NOT IN (-1, 1))
+         FROM (SELECT sum(sign) AS net FROM changes
+               WHERE version > $1 AND version <= $2
+               GROUP BY identifier HAVING sum(sign) <> 0) c",
+        &[&after, &upto],
+    )?;
+    let (Some(kept), Some(current)) = (r.get::<_, Option<i64>>(0), r.get::<_, Option<i64>>(1))
+    else {
+        return Err(StoreError::InvalidInput(
+            "the store keeps no registry changes: open it with a writer first",
+        ));
+    };
+    check_change_range(after, upto, kept, current)?;
+    ChangeCounts::from_rows(r.get(2), r.get(3), r.get(4))
 }
 
 /// The oldest version changes are kept from.

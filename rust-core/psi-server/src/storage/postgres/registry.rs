@@ -13,8 +13,8 @@
 //!   `secure_delete` does. The keys among them are sealed; the outputs are not.
 
 use super::super::contract::{
-    BuildLease, ImportCounts, LoadedEntry, Readiness, RegistryChanges, RegistryStore, SetWork,
-    StoredSet, os_rng,
+    BuildLease, ChangeCounts, ImportCounts, LoadedEntry, Readiness, RegistryChanges, RegistryStore,
+    SetWork, StoredSet, os_rng,
 };
 use super::super::error::StoreError;
 use super::changes;
@@ -346,24 +346,28 @@ impl RegistryStore for PgStore {
     }
 
     fn entries(&self) -> Result<Vec<LoadedEntry>, StoreError> {
-        let rows = self.conn().query(
+        use postgres::fallible_iterator::FallibleIterator;
+        let mut conn = self.conn();
+        // Sized first, then streamed: `query` would hold every row (and its buffer) beside
+        // the list, twice the registry at its largest.
+        let count: i64 = conn.query_one("SELECT count(*) FROM entries", &[])?.get(0);
+        let mut out = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
+        let mut rows = conn.query_raw(
             "SELECT id, identifier, label, output FROM entries ORDER BY id",
-            &[],
+            std::iter::empty::<&(dyn postgres::types::ToSql + Sync)>(),
         )?;
-        rows.iter()
-            .map(|r| {
-                let id: i64 = r.get(0);
-                let output: Option<Vec<u8>> = r.get(3);
-                Ok(LoadedEntry {
-                    identifier: r.get(1),
-                    label: r.get(2),
-                    output: output
-                        .as_deref()
-                        .and_then(|o| o.try_into().ok())
-                        .ok_or(StoreError::CorruptOutput(id))?,
-                })
-            })
-            .collect()
+        while let Some(r) = rows.next()? {
+            let id: i64 = r.get(0);
+            let output: Option<&[u8]> = r.get(3);
+            out.push(LoadedEntry {
+                identifier: r.get(1),
+                label: r.get(2),
+                output: output
+                    .and_then(|o| o.try_into().ok())
+                    .ok_or(StoreError::CorruptOutput(id))?,
+            });
+        }
+        Ok(out)
     }
 
     fn previous_set(
@@ -408,6 +412,10 @@ impl RegistryStore for PgStore {
 
     fn changes(&mut self, after: i64, upto: i64) -> Result<RegistryChanges, StoreError> {
         changes::changes(&mut *self.conn(), after, upto)
+    }
+
+    fn change_counts(&mut self, after: i64, upto: i64) -> Result<ChangeCounts, StoreError> {
+        changes::change_counts(&mut *self.conn(), after, upto)
     }
 
     fn changes_kept_after(&self) -> Result<i64, StoreError> {

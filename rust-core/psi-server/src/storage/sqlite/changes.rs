@@ -14,7 +14,7 @@
 //! upgraded file (SQLite files have no schema version it would refuse).
 //! `meta.changes_after`: the oldest version changes are kept from.
 
-use super::super::contract::{RegistryChanges, check_change_range};
+use super::super::contract::{ChangeCounts, RegistryChanges, check_change_range};
 use super::super::error::StoreError;
 use super::Store;
 use rusqlite::{TransactionBehavior, params};
@@ -78,6 +78,39 @@ impl Store {
         };
         check_change_range(after, upto, kept, current)?;
         RegistryChanges::from_net(net)
+    }
+
+    /// How many identifiers [`Store::changes`] lists as added and as removed
+    /// ([`RegistryStore::change_counts`](super::super::RegistryStore::change_counts)):
+    /// the same summed log, counted in the statement (no identifier is read out).
+    pub fn change_counts(&self, after: i64, upto: i64) -> Result<ChangeCounts, StoreError> {
+        let (kept, current, added, removed, other) = self.conn.query_row(
+            "SELECT (SELECT v FROM meta WHERE k = 'changes_after'),
+                    (SELECT v FROM meta WHERE k = 'version'),
+                    count(*) FILTER (WHERE net = 1),
+                    count(*) FILTER (WHERE net = -1),
+                    count(*) FILTER (WHERE net NOT IN (-1, 1))
+             FROM (SELECT SUM(sign) AS net FROM changes
+                   WHERE version > ?1 AND version <= ?2
+                   GROUP BY identifier HAVING SUM(sign) <> 0)",
+            params![after, upto],
+            |r| {
+                Ok((
+                    r.get::<_, Option<i64>>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, i64>(3)?,
+                    r.get::<_, i64>(4)?,
+                ))
+            },
+        )?;
+        let Some(kept) = kept else {
+            return Err(StoreError::InvalidInput(
+                "the store keeps no registry changes: open it with a writer first",
+            ));
+        };
+        check_change_range(after, upto, kept, current)?;
+        ChangeCounts::from_rows(added, removed, other)
     }
 
     /// The oldest version changes are kept from

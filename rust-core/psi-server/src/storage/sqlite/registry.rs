@@ -2,7 +2,8 @@
 //! stored encoded sets ([`RegistryStore`]).
 
 use super::super::contract::{
-    ImportCounts, LoadedEntry, Readiness, RegistryChanges, RegistryStore, StoredSet, now_ms, os_rng,
+    ChangeCounts, ImportCounts, LoadedEntry, Readiness, RegistryChanges, RegistryStore, StoredSet,
+    now_ms, os_rng,
 };
 use super::super::error::StoreError;
 use super::super::refresh::RefreshStats;
@@ -295,6 +296,11 @@ impl Store {
 
     /// Every entry with its output (after [`Store::refresh`]).
     pub fn entries(&self) -> Result<Vec<LoadedEntry>, StoreError> {
+        // Sized first: grown by doubling, the list of 10^7 entries would reserve 2^24
+        // (and hold both buffers while it moves).
+        let count: i64 = self
+            .conn
+            .query_row("SELECT count(*) FROM entries", [], |r| r.get(0))?;
         let mut q = self
             .conn
             .prepare("SELECT id, identifier, label, output FROM entries ORDER BY id")?;
@@ -306,7 +312,7 @@ impl Store {
                 r.get::<_, Option<Vec<u8>>>(3)?,
             ))
         })?;
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
         for row in rows {
             let (id, identifier, label, o) = row?;
             let output = o
@@ -377,6 +383,9 @@ impl RegistryStore for Store {
     }
     fn changes(&mut self, after: i64, upto: i64) -> Result<RegistryChanges, StoreError> {
         Store::changes(self, after, upto)
+    }
+    fn change_counts(&mut self, after: i64, upto: i64) -> Result<ChangeCounts, StoreError> {
+        Store::change_counts(self, after, upto)
     }
     fn changes_kept_after(&self) -> Result<i64, StoreError> {
         Store::changes_kept_after(self)
