@@ -22,7 +22,12 @@ impl ItemSet {
         I: IntoIterator<Item = T>,
         T: AsRef<[u8]>,
     {
-        let all: Vec<Vec<u8>> = items.into_iter().map(|x| x.as_ref().to_vec()).collect();
+        Self::from_vecs(items.into_iter().map(|x| x.as_ref().to_vec()).collect())
+    }
+
+    /// As [`ItemSet::new`], taking the items' buffers instead of copying them (a server
+    /// moves its registry's identifiers in, so they are not held twice while it loads).
+    pub fn from_vecs(all: Vec<Vec<u8>>) -> Self {
         // First pass marks first occurrences (borrowing, so each item is stored once).
         let mut keep = vec![false; all.len()];
         let mut seen: HashSet<&[u8]> = HashSet::with_capacity(all.len());
@@ -106,5 +111,12 @@ mod tests {
         assert_eq!(s.items(), &[b"a".to_vec(), b"b".to_vec(), b"".to_vec()]);
         assert_eq!(s.original_index(2), 3);
         assert_eq!(format!("{s:?}"), "ItemSet { len: 3, duplicates: 3 }");
+        let moved = ItemSet::from_vecs(
+            ["a", "b", "a", "", "b", ""]
+                .map(|x| x.as_bytes().to_vec())
+                .to_vec(),
+        );
+        assert_eq!(moved.items(), s.items());
+        assert_eq!((moved.duplicates(), moved.original_index(2)), (3, 3));
     }
 }

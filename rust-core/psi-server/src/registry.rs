@@ -155,18 +155,6 @@ impl Registry {
             .filter_map(|e| Some((&e.output, e.label.as_deref()?)))
             .collect();
         let labels = LabelStore::build(labeled.into_iter(), config.label_bucket_size, &mut rng);
-        let items = Arc::new(ItemSet::new(
-            entries.iter().map(|e| e.identifier.as_bytes()),
-        ));
-        // OT-PSI's and CM20-PSI's label lanes (ADR 0053): each item's label, in the set's
-        // order. A label over 15 bytes leaves them out: those protocols' labels then come
-        // from the label query.
-        let lanes = psi_core::lanes::LaneLabels::new((0..items.len()).map(|i| {
-            entries[items.original_index(i)]
-                .label
-                .as_deref()
-                .map(str::as_bytes)
-        }));
         let sync = if config.enable_sync {
             let dh = DhServer::new(
                 key.clone(),
@@ -178,7 +166,23 @@ impl Registry {
         } else {
             None
         };
-        drop(entries);
+        // Every output is used: the identifiers and labels move out and the entries are
+        // dropped before the round protocols' set is built from them (so the list and the
+        // set are not held together at a registry's largest moment).
+        let (identifiers, entry_labels): (Vec<Vec<u8>>, Vec<Option<String>>) = entries
+            .into_iter()
+            .map(|e| (e.identifier.into_bytes(), e.label))
+            .unzip();
+        let items = Arc::new(ItemSet::from_vecs(identifiers));
+        // OT-PSI's and CM20-PSI's label lanes (ADR 0053): each item's label, in the set's
+        // order. A label over 15 bytes leaves them out: those protocols' labels then come
+        // from the label query.
+        let lanes = psi_core::lanes::LaneLabels::new((0..items.len()).map(|i| {
+            entry_labels[items.original_index(i)]
+                .as_deref()
+                .map(str::as_bytes)
+        }));
+        drop(entry_labels);
         let mut rounds = ServerSet::prepare(
             items,
             &prepared_protocols(config),
