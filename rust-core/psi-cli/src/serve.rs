@@ -471,6 +471,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         entries = stats.entries,
         labeled = stats.labeled,
         encoded_set_bytes = stats.encoded_set_bytes,
+        held_mb = stats.held_bytes / 1_000_000,
         outputs_computed = stats.outputs_computed,
         build_ms = stats.build_time.as_millis() as u64,
         "registry loaded"

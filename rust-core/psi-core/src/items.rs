@@ -72,6 +72,14 @@ impl ItemSet {
         &self.items
     }
 
+    /// Bytes this set holds on the heap: the items and their index (what a server's
+    /// memory report counts; [`crate::ServerSet::heap_bytes`]).
+    pub fn heap_bytes(&self) -> usize {
+        self.items.capacity() * std::mem::size_of::<Vec<u8>>()
+            + self.items.iter().map(Vec::capacity).sum::<usize>()
+            + self.original_index.capacity() * std::mem::size_of::<usize>()
+    }
+
     /// Index in the caller's original list of the `i`-th distinct item.
     pub fn original_index(&self, i: usize) -> usize {
         self.original_index[i]

@@ -91,6 +91,11 @@ impl Drop for LaneLabels {
 }
 
 impl LaneLabels {
+    /// Bytes held on the heap (the rows).
+    pub fn heap_bytes(&self) -> usize {
+        self.rows.capacity()
+    }
+
     /// One label or `None` per server item, in the order of
     /// [`ItemSet::items`](crate::items::ItemSet::items). The lane width is the longest
     /// label (0 when none has one). A label over [`MAX_LANE_LABEL`] bytes is

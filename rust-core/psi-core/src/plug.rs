@@ -100,6 +100,15 @@ impl ServerSet {
             Protocol::Gbf => self.gbf.is_some(),
         }
     }
+
+    /// Bytes this set holds on the heap: the items (once, though the prepared forms share
+    /// them), each protocol's prepared digests and the label lanes.
+    pub fn heap_bytes(&self) -> usize {
+        self.items.heap_bytes()
+            + self.cm20.as_ref().map_or(0, |c| c.heap_bytes())
+            + self.gbf.as_ref().map_or(0, |g| g.heap_bytes())
+            + self.lanes.as_ref().map_or(0, |l| l.heap_bytes())
+    }
 }
 
 impl std::fmt::Debug for ServerSet {

@@ -29,6 +29,11 @@ pub struct RegistryStats {
     pub gbf_prepared: bool,
     /// Bytes of the encoded set.
     pub encoded_set_bytes: u64,
+    /// Bytes the loaded registry holds in memory while it is served: the encoded set,
+    /// the label records, the round protocols' set (identifiers, prepared digests, label
+    /// lanes) and sync mode's snapshot, deltas and records (what `psi serve` logs; the
+    /// process's peak while loading is higher, docs/benchmarks.md).
+    pub held_bytes: u64,
     /// OPRF outputs computed while loading (0 when the store was up to date).
     pub outputs_computed: u64,
     /// Time spent computing outputs and encoding the set while loading.
@@ -202,6 +207,10 @@ impl Registry {
             cm20_prepared: rounds.is_prepared(Protocol::Cm20),
             gbf_prepared: rounds.is_prepared(Protocol::Gbf),
             encoded_set_bytes: set.bytes.len() as u64,
+            held_bytes: (set.bytes.len()
+                + labels.heap_bytes()
+                + rounds.heap_bytes()
+                + sync.as_ref().map_or(0, ServedSync::heap_bytes)) as u64,
             outputs_computed,
             build_time,
         };
@@ -252,6 +261,51 @@ mod tests {
         assert_eq!(prepared_protocols(&on(false, true, true)), [Protocol::Gbf]);
         assert!(prepared_protocols(&on(true, true, false)).is_empty());
         assert!(prepared_protocols(&Config::default()).is_empty());
+    }
+
+    /// What a served registry holds per entry, counted from its parts. Catches: records
+    /// kept in lists that grow by doubling, an identifier or label held twice, a part left
+    /// out of the count. The sum (12-byte identifiers, 11-byte labels, sync mode on): the
+    /// identifier with its list slot and index (44), the label record (57), the
+    /// confirmation record (57), the label lane (12), the encoded set (about 7), the
+    /// snapshot's tag (about 3) and the buckets' offsets (2).
+    #[test]
+    fn a_served_registry_holds_its_parts_once() {
+        let n = 4096u64;
+        let mut store = crate::storage::Store::open(std::path::Path::new(":memory:")).unwrap();
+        let ids: Vec<String> = (0..n)
+            .map(|i| format!("+1202{:07}", 5_550_000 + i))
+            .collect();
+        let labels: Vec<String> = (0..n).map(|i| format!("user:{:06}", i)).collect();
+        store
+            .add_entries(
+                ids.iter()
+                    .zip(&labels)
+                    .map(|(i, l)| (i.as_str(), Some(l.as_str()))),
+            )
+            .unwrap();
+        let config = Config {
+            max_client_items: 1000,
+            build_threads: 1,
+            enable_cm20: false,
+            enable_gbf: false,
+            enable_sync: true,
+            ..Config::default()
+        };
+        let r = Registry::from_store(&mut store, &config, &mut |_, _| {}).unwrap();
+        let sync = r.sync.as_ref().unwrap();
+        let parts = r.encoded.len()
+            + r.labels.record_bytes()
+            + sync.confirm.record_bytes()
+            + sync.snapshot.len()
+            + r.rounds.heap_bytes();
+        let held = r.stats().held_bytes;
+        assert!(held as usize >= parts, "{held} < {parts}");
+        let per_entry = held as f64 / n as f64;
+        assert!(
+            (170.0..=200.0).contains(&per_entry),
+            "{per_entry:.1} bytes per entry"
+        );
     }
 
     #[test]

@@ -458,6 +458,7 @@ impl AppState {
         tracing::info!(
             epoch = stats.epoch,
             entries = stats.entries,
+            held_mb = stats.held_bytes / 1_000_000,
             outputs_computed = stats.outputs_computed,
             build_ms = stats.build_time.as_millis() as u64,
             "{what}"

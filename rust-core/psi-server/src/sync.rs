@@ -168,6 +168,13 @@ impl ServedSync {
         })
     }
 
+    /// Bytes held: the snapshot, the deltas and the records.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.snapshot.len()
+            + self.deltas.values().map(Bytes::len).sum::<usize>()
+            + self.confirm.heap_bytes()
+    }
+
     /// The sync info as health reports it (with the deltas' sizes).
     pub(crate) fn health_info(&self) -> SyncInfo {
         self.info.clone()

@@ -51,6 +51,11 @@ impl Cm20Set {
         Ok(Cm20Set { items, digests })
     }
 
+    /// Bytes of the prepared digests (the items are the set's, counted there).
+    pub fn heap_bytes(&self) -> usize {
+        self.digests.capacity() * std::mem::size_of::<[u8; 32]>()
+    }
+
     /// The items.
     pub fn items(&self) -> &Arc<ItemSet> {
         &self.items

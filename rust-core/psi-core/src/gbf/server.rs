@@ -48,6 +48,11 @@ impl GbfSet {
         Ok(GbfSet { items, digests })
     }
 
+    /// Bytes of the prepared digests (the items are the set's, counted there).
+    pub fn heap_bytes(&self) -> usize {
+        self.digests.capacity() * std::mem::size_of::<Block>()
+    }
+
     /// The items.
     pub fn items(&self) -> &Arc<ItemSet> {
         &self.items
