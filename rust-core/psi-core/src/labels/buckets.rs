@@ -11,24 +11,13 @@
 use super::record::{MAX_BUCKET_BITS, TAG_LEN, bucket};
 
 /// Records by bucket: bucket `b`'s records are `data[starts[b]..starts[b + 1]]`.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub(crate) struct BucketedRecords {
     bits: u8,
     records: usize,
     data: Vec<u8>,
     /// `2^bits + 1` offsets into `data` (empty for an empty layout).
     starts: Vec<usize>,
-}
-
-impl Default for BucketedRecords {
-    fn default() -> Self {
-        BucketedRecords {
-            bits: 0,
-            records: 0,
-            data: Vec::new(),
-            starts: Vec::new(),
-        }
-    }
 }
 
 impl BucketedRecords {
