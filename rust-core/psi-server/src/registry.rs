@@ -154,22 +154,42 @@ impl Registry {
                 encode_set(&dh, threads, &outputs)?
             }
         };
-        let mut rng = os_rng()?;
-        let labeled: Vec<(&[u8; 64], &str)> = entries
-            .iter()
-            .filter_map(|e| Some((&e.output, e.label.as_deref()?)))
-            .collect();
-        let labels = LabelStore::build(labeled.into_iter(), config.label_bucket_size, &mut rng);
-        let sync = if config.enable_sync {
+        let build_labels = || -> Result<LabelStore, StoreError> {
+            let mut rng = os_rng()?;
+            let labeled: Vec<(&[u8; 64], &str)> = entries
+                .iter()
+                .filter_map(|e| Some((&e.output, e.label.as_deref()?)))
+                .collect();
+            Ok(LabelStore::build(
+                labeled.into_iter(),
+                config.label_bucket_size,
+                &mut rng,
+            ))
+        };
+        let build_sync = |store: &mut dyn RegistryStore| -> Result<ServedSync, StoreError> {
             let dh = DhServer::new(
                 key.clone(),
                 config.max_client_items,
                 Threads::new(config.build_threads),
             );
-            let built = ServedSync::build(store, &dh, &entries, version, config.label_bucket_size)?;
-            Some(built)
+            ServedSync::build(store, &dh, &entries, version, config.label_bucket_size)
+        };
+        // The label records and sync mode's build are independent passes over the
+        // entries (each a hash and a seal per entry): with more than one build thread
+        // the label records are sealed on a thread of their own meanwhile.
+        let (labels, sync) = if !config.enable_sync {
+            (build_labels()?, None)
+        } else if Threads::new(config.build_threads).get() > 1 {
+            std::thread::scope(|s| {
+                let labels = s.spawn(build_labels);
+                let sync = build_sync(store);
+                let labels = labels
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                Ok::<_, StoreError>((labels?, Some(sync?)))
+            })?
         } else {
-            None
+            (build_labels()?, Some(build_sync(store)?))
         };
         // Every output is used: the identifiers and labels move out and the entries are
         // dropped before the round protocols' set is built from them (so the list and the
