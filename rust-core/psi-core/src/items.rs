@@ -11,7 +11,9 @@ use zeroize::{Zeroize, ZeroizeOnDrop};
 #[derive(Clone, Default)]
 pub struct ItemSet {
     items: Vec<Vec<u8>>,
-    original_index: Vec<usize>,
+    /// `None` when no repeat was dropped: the `i`-th item is the caller's `i`-th (a
+    /// registry's identifiers are distinct, and the index would cost 8 bytes each).
+    original_index: Option<Vec<usize>>,
     duplicates: usize,
 }
 
@@ -36,19 +38,29 @@ impl ItemSet {
         }
         drop(seen);
         let distinct = keep.iter().filter(|&&k| k).count();
+        if distinct == all.len() {
+            // Nothing to drop: the list is the set, in place.
+            return ItemSet {
+                items: all,
+                original_index: None,
+                duplicates: 0,
+            };
+        }
+        let mut index = Vec::with_capacity(distinct);
         let mut set = ItemSet {
             items: Vec::with_capacity(distinct),
-            original_index: Vec::with_capacity(distinct),
+            original_index: None,
             duplicates: all.len() - distinct,
         };
         for (i, (mut item, k)) in all.into_iter().zip(keep).enumerate() {
             if k {
                 set.items.push(item);
-                set.original_index.push(i);
+                index.push(i);
             } else {
                 item.zeroize();
             }
         }
+        set.original_index = Some(index);
         set
     }
 
@@ -77,12 +89,21 @@ impl ItemSet {
     pub fn heap_bytes(&self) -> usize {
         self.items.capacity() * std::mem::size_of::<Vec<u8>>()
             + self.items.iter().map(Vec::capacity).sum::<usize>()
-            + self.original_index.capacity() * std::mem::size_of::<usize>()
+            + self
+                .original_index
+                .as_ref()
+                .map_or(0, |x| x.capacity() * std::mem::size_of::<usize>())
     }
 
     /// Index in the caller's original list of the `i`-th distinct item.
     pub fn original_index(&self, i: usize) -> usize {
-        self.original_index[i]
+        match &self.original_index {
+            Some(index) => index[i],
+            None => {
+                assert!(i < self.items.len(), "item index out of range");
+                i
+            }
+        }
     }
 }
 
@@ -126,5 +147,16 @@ mod tests {
         );
         assert_eq!(moved.items(), s.items());
         assert_eq!((moved.duplicates(), moved.original_index(2)), (3, 3));
+        // Without repeats the index is the identity, and costs nothing.
+        let distinct = ItemSet::new(["x", "y", "z"]);
+        assert_eq!(
+            (distinct.original_index(0), distinct.original_index(2)),
+            (0, 2)
+        );
+        assert_eq!(
+            distinct.heap_bytes(),
+            3 * std::mem::size_of::<Vec<u8>>() + 3
+        );
+        assert!(std::panic::catch_unwind(|| distinct.original_index(3)).is_err());
     }
 }
