@@ -191,9 +191,9 @@ impl Registry {
         } else {
             (build_labels()?, Some(build_sync(store)?))
         };
-        // Every output is used: the identifiers and labels move out and the entries are
-        // dropped before the round protocols' set is built from them (so the list and the
-        // set are not held together at a registry's largest moment).
+        // No output is needed any more: the identifiers and labels move out and the
+        // entries are dropped before the round protocols' set is built from them (so the
+        // list and the set are not held together at a registry's largest moment).
         let (identifiers, entry_labels): (Vec<Vec<u8>>, Vec<Option<String>>) = entries
             .into_iter()
             .map(|e| (e.identifier.into_bytes(), e.label))
