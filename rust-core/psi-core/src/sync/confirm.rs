@@ -50,7 +50,7 @@ pub fn seal_record(
     nonce: [u8; NONCE_LEN],
 ) -> Vec<u8> {
     let t = confirm_tag(output);
-    let mut rec = Vec::with_capacity(RECORD_MIN_LEN + label.map_or(0, |l| l.len() + 28));
+    let mut rec = Vec::with_capacity(record_len(label));
     rec.extend_from_slice(&t);
     let Some(label) = label else {
         rec.extend_from_slice(&0u16.to_be_bytes());

@@ -298,14 +298,21 @@ impl ChangeCounts {
     }
 }
 
-/// Checks a range of [`RegistryStore::changes`] against the versions the store keeps
-/// changes for (`kept_after..=current`), read in the same statement as the changes.
+/// Checks a range of [`RegistryStore::changes`] (and of its counts) against the versions
+/// the store keeps changes for (`kept_after..=current`), read in the same statement as
+/// the changes; a store without the log's bounds (`None`: never opened by a writer that
+/// keeps changes) answers no range.
 pub(crate) fn check_change_range(
     after: i64,
     upto: i64,
-    kept_after: i64,
-    current: i64,
+    kept_after: Option<i64>,
+    current: Option<i64>,
 ) -> Result<(), StoreError> {
+    let (Some(kept_after), Some(current)) = (kept_after, current) else {
+        return Err(StoreError::InvalidInput(
+            "the store keeps no registry changes: open it with a writer first",
+        ));
+    };
     if after > upto {
         return Err(StoreError::InvalidInput(
             "a range of registry changes must not end before it starts",

@@ -39,18 +39,10 @@ pub(super) fn changes(
            ON $1 >= b.kept AND $2 <= b.current AND $1 <= $2",
         &[&after, &upto],
     )?;
-    let (kept, current) = match rows.first() {
-        Some(r) => match (r.get::<_, Option<i64>>(0), r.get::<_, Option<i64>>(1)) {
-            (Some(kept), Some(current)) => (kept, current),
-            _ => {
-                return Err(StoreError::InvalidInput(
-                    "the store keeps no registry changes: open it with a writer first",
-                ));
-            }
-        },
-        None => return Err(StoreError::CorruptChanges),
+    let Some(bounds) = rows.first() else {
+        return Err(StoreError::CorruptChanges);
     };
-    check_change_range(after, upto, kept, current)?;
+    check_change_range(after, upto, bounds.get(0), bounds.get(1))?;
     RegistryChanges::from_net(rows.iter().filter_map(|r| {
         r.get::<_, Option<String>>(2)
             .map(|id| Ok((id, r.get::<_, Option<i64>>(3).unwrap_or(0))))
@@ -75,13 +67,7 @@ pub(super) fn change_counts(
                GROUP BY identifier HAVING sum(sign) <> 0) c",
         &[&after, &upto],
     )?;
-    let (Some(kept), Some(current)) = (r.get::<_, Option<i64>>(0), r.get::<_, Option<i64>>(1))
-    else {
-        return Err(StoreError::InvalidInput(
-            "the store keeps no registry changes: open it with a writer first",
-        ));
-    };
-    check_change_range(after, upto, kept, current)?;
+    check_change_range(after, upto, r.get(0), r.get(1))?;
     ChangeCounts::from_rows(r.get(2), r.get(3), r.get(4))
 }
 

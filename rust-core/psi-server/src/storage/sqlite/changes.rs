@@ -68,14 +68,7 @@ impl Store {
                 net.push(Ok((id, r.get::<_, i64>(3)?)));
             }
         }
-        let (kept, current) = match bounds {
-            Some((Some(kept), current)) => (kept, current),
-            _ => {
-                return Err(StoreError::InvalidInput(
-                    "the store keeps no registry changes: open it with a writer first",
-                ));
-            }
-        };
+        let (kept, current) = bounds.map_or((None, None), |(kept, current)| (kept, Some(current)));
         check_change_range(after, upto, kept, current)?;
         RegistryChanges::from_net(net)
     }
@@ -104,12 +97,7 @@ impl Store {
                 ))
             },
         )?;
-        let Some(kept) = kept else {
-            return Err(StoreError::InvalidInput(
-                "the store keeps no registry changes: open it with a writer first",
-            ));
-        };
-        check_change_range(after, upto, kept, current)?;
+        check_change_range(after, upto, kept, Some(current))?;
         ChangeCounts::from_rows(added, removed, other)
     }
 
