@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The binding's overhead: the same match of 1,000 contacts against a 10^5-entry registry,
 # from Kotlin (the JVM SDK, in-process time of the call with a new client, so no registry
-# cache: in a fresh JVM after 1 untimed run, "cold", and after 10, "warm") and from
+# cache: in a fresh JVM after 1 untimed run, "cold", after 10, "warm", and after 100, "hot":
+# HotSpot's C2 compiler is still compiling the per-call code, mostly JNA's, during runs
+# 10-25 and competes with the run for the 2 cores; after 100 it has settled) and from
 # `psi match` (wall time of the process, no cache), interleaved, 5 runs each per protocol;
 # the Kotlin runs twice: with the default OkHttp transport ("Kotlin") and with the desktop
 # library's own (`ContactDiscovery.withNativeTransport`, "native"). Prints the medians and
@@ -30,18 +32,19 @@ for protocol in dh ot; do
     echo "cli $protocol $(( ($(date +%s%N) - start) / 1000000 ))"
     java -cp "$cp" dev.psisdk.bench.BindingBenchKt "$url" "$work/contacts.txt" "$protocol" 1 1
     java -cp "$cp" dev.psisdk.bench.BindingBenchKt "$url" "$work/contacts.txt" "$protocol" 1 10
+    java -cp "$cp" dev.psisdk.bench.BindingBenchKt "$url" "$work/contacts.txt" "$protocol" 1 100
     java -cp "$cp" dev.psisdk.bench.BindingBenchKt "$url" "$work/contacts.txt" "$protocol" 1 1 native
     java -cp "$cp" dev.psisdk.bench.BindingBenchKt "$url" "$work/contacts.txt" "$protocol" 1 10 native
   done
 done | tee "$work/times.txt"
 echo
-echo "| protocol | psi match ms | Kotlin cold ms | Kotlin warm ms | cold / CLI | warm / CLI | native run in the JVM, warm ms | warm / native run |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+echo "| protocol | psi match ms | Kotlin cold ms | Kotlin warm ms | Kotlin hot ms | cold / CLI | warm / CLI | hot / CLI | native run in the JVM, warm ms | warm / native run |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 ratio() { awk -v k="$1" -v c="$2" 'BEGIN { printf "%.2f", k / c }'; }
 for protocol in dh ot; do
   median() { grep "^$1 $protocol " "$work/times.txt" | awk -v f="${2:-3}" '{print $f}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-  c=$(median cli); k1=$(median kotlin-1); k10=$(median kotlin-10); r10=$(median kotlin-10 7)
-  echo "| $protocol | $c | $k1 | $k10 | $(ratio "$k1" "$c") | $(ratio "$k10" "$c") | $r10 | $(ratio "$k10" "$r10") |"
+  c=$(median cli); k1=$(median kotlin-1); k10=$(median kotlin-10); k100=$(median kotlin-100); r10=$(median kotlin-10 7)
+  echo "| $protocol | $c | $k1 | $k10 | $k100 | $(ratio "$k1" "$c") | $(ratio "$k10" "$c") | $(ratio "$k100" "$c") | $r10 | $(ratio "$k10" "$r10") |"
 done
 echo
 echo "Native transport (ContactDiscovery.withNativeTransport), the same runs:"

@@ -65,7 +65,7 @@ pub mod sync;
 pub mod wire;
 
 pub use error::{DecodeError, Error, Result};
-pub use items::ItemSet;
+pub use items::{ItemList, ItemSet, ItemSetBuilder, Items};
 pub use output::{Match, MatchOutput, MatchedOutputs, RunLabels};
 pub use parallel::Threads;
 pub use phase::Phase;

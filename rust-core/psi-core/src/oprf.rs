@@ -14,6 +14,7 @@
 //! in `tests/rfc_vectors.rs`.
 
 use crate::error::{Error, Result};
+use crate::items::ItemList;
 use curve25519_dalek::ristretto::{CompressedRistretto, RistrettoPoint};
 use curve25519_dalek::scalar::Scalar;
 use curve25519_dalek::traits::Identity;
@@ -267,15 +268,18 @@ fn double_and_encode(points: &[RistrettoPoint]) -> Vec<[u8; ELEMENT_LEN]> {
 
 /// Batched Blind for many inputs with the given blinds (parallel in the current rayon
 /// pool). Fails with [`Error::IdentityElement`] if any input hashes to the identity.
-pub fn blind_batch(inputs: &[Vec<u8>], blinds: &[Scalar]) -> Result<Vec<[u8; ELEMENT_LEN]>> {
-    assert_eq!(inputs.len(), blinds.len());
-    let chunks: Vec<Result<Vec<[u8; ELEMENT_LEN]>>> = inputs
+pub fn blind_batch(
+    inputs: &(impl ItemList + ?Sized),
+    blinds: &[Scalar],
+) -> Result<Vec<[u8; ELEMENT_LEN]>> {
+    assert_eq!(inputs.count(), blinds.len());
+    let chunks: Vec<Result<Vec<[u8; ELEMENT_LEN]>>> = blinds
         .par_chunks(CHUNK)
-        .zip(blinds.par_chunks(CHUNK))
-        .map(|(inputs, blinds)| {
-            let mut pts = Vec::with_capacity(inputs.len());
-            for (input, r) in inputs.iter().zip(blinds) {
-                let p = hash_to_group(input);
+        .enumerate()
+        .map(|(c, blinds)| {
+            let mut pts = Vec::with_capacity(blinds.len());
+            for (j, r) in blinds.iter().enumerate() {
+                let p = hash_to_group(inputs.item(c * CHUNK + j));
                 if p == RistrettoPoint::identity() {
                     return Err(Error::IdentityElement);
                 }
@@ -332,11 +336,11 @@ pub fn blind_evaluate_batch(
 /// exact size that is zeroized on drop, and every intermediate (inverted blinds,
 /// unblinded points and their encodings) is zeroized before it is freed.
 pub fn finalize_batch(
-    inputs: &[Vec<u8>],
+    inputs: &(impl ItemList + ?Sized),
     blinds: &[Scalar],
     evaluated: &[[u8; ELEMENT_LEN]],
 ) -> Result<Zeroizing<Vec<[u8; OUTPUT_LEN]>>, usize> {
-    assert!(inputs.len() == blinds.len() && inputs.len() == evaluated.len());
+    assert!(inputs.count() == blinds.len() && inputs.count() == evaluated.len());
     // Decode everything first (the evaluated elements are public), so a bad element
     // costs no multiplication and leaves no partial output behind.
     let points = decode_all(evaluated)?;
@@ -346,17 +350,17 @@ pub fn finalize_batch(
         Scalar::invert_batch_alloc(&mut inv_halves);
     }
     inv_halves.par_iter_mut().for_each(|s| *s = s.div_by_2());
-    let mut out = Zeroizing::new(vec![[0u8; OUTPUT_LEN]; inputs.len()]);
+    let mut out = Zeroizing::new(vec![[0u8; OUTPUT_LEN]; inputs.count()]);
     out.par_chunks_mut(CHUNK)
         .zip(points.par_chunks(CHUNK))
         .zip(inv_halves.par_chunks(CHUNK))
-        .zip(inputs.par_chunks(CHUNK))
-        .for_each(|(((out, points), inv_halves), inputs)| {
+        .enumerate()
+        .for_each(|(c, ((out, points), inv_halves))| {
             let pts: Zeroizing<Vec<RistrettoPoint>> =
                 Zeroizing::new(points.iter().zip(inv_halves).map(|(z, s)| s * z).collect());
             let unblinded = Zeroizing::new(double_and_encode(&pts));
-            for ((o, input), n) in out.iter_mut().zip(inputs).zip(unblinded.iter()) {
-                *o = finalize_hash(input, n);
+            for (j, (o, n)) in out.iter_mut().zip(unblinded.iter()).enumerate() {
+                *o = finalize_hash(inputs.item(c * CHUNK + j), n);
             }
         });
     Ok(out)
@@ -366,19 +370,21 @@ pub fn finalize_batch(
 ///
 /// The outputs are written in place into one buffer of exact size (no intermediate
 /// copies), and the points and encodings computed on the way are zeroized.
-pub fn evaluate_batch(key: &OprfKey, inputs: &[Vec<u8>]) -> Vec<[u8; OUTPUT_LEN]> {
+pub fn evaluate_batch(key: &OprfKey, inputs: &(impl ItemList + ?Sized)) -> Vec<[u8; OUTPUT_LEN]> {
     let half = key.half();
-    let mut out = vec![[0u8; OUTPUT_LEN]; inputs.len()];
-    out.par_chunks_mut(CHUNK)
-        .zip(inputs.par_chunks(CHUNK))
-        .for_each(|(out, inputs)| {
-            let pts: Zeroizing<Vec<RistrettoPoint>> =
-                Zeroizing::new(inputs.iter().map(|x| *half * hash_to_group(x)).collect());
-            let encoded = Zeroizing::new(double_and_encode(&pts));
-            for ((o, x), n) in out.iter_mut().zip(inputs).zip(encoded.iter()) {
-                *o = finalize_hash(x, n);
-            }
-        });
+    let mut out = vec![[0u8; OUTPUT_LEN]; inputs.count()];
+    out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, out)| {
+        let at = |j: usize| inputs.item(c * CHUNK + j);
+        let pts: Zeroizing<Vec<RistrettoPoint>> = Zeroizing::new(
+            (0..out.len())
+                .map(|j| *half * hash_to_group(at(j)))
+                .collect(),
+        );
+        let encoded = Zeroizing::new(double_and_encode(&pts));
+        for (j, (o, n)) in out.iter_mut().zip(encoded.iter()).enumerate() {
+            *o = finalize_hash(at(j), n);
+        }
+    });
     out
 }
 

@@ -85,7 +85,7 @@ impl MatchOutput {
                 .iter()
                 .map(|&i| Match {
                     index: items.original_index(i),
-                    item: items.items()[i].clone(),
+                    item: items.items()[i].to_vec(),
                 })
                 .collect(),
             client_items: items.len(),

@@ -150,7 +150,7 @@ fn one_chunk_run(client: &[&[u8]], server: &[(&[u8], &[u8])]) -> (Vec<u8>, Vec<u
     let wanted: Vec<Option<Vec<u8>>> = set
         .items()
         .iter()
-        .map(|it| Some(server.iter().find(|(i, _)| i == it).unwrap().1.to_vec()))
+        .map(|it| Some(server.iter().find(|(i, _)| *i == it).unwrap().1.to_vec()))
         .collect();
     let labels = Arc::new(LaneLabels::new(wanted).unwrap());
     let mut s = Cm20Server::new(

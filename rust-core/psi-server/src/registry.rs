@@ -10,6 +10,7 @@ use psi_core::labels::LabelStore;
 use psi_core::{ItemSet, Protocol, ServerSet, Threads};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use zeroize::Zeroize;
 
 /// Numbers describing a loaded registry (safe to log).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -194,11 +195,18 @@ impl Registry {
         // No output is needed any more: the identifiers and labels move out and the
         // entries are dropped before the round protocols' set is built from them (so the
         // list and the set are not held together at a registry's largest moment).
-        let (identifiers, entry_labels): (Vec<Vec<u8>>, Vec<Option<String>>) = entries
-            .into_iter()
-            .map(|e| (e.identifier.into_bytes(), e.label))
-            .unzip();
-        let items = Arc::new(ItemSet::from_vecs(identifiers));
+        // The identifiers are copied into the set's one buffer (sized first) and each is
+        // wiped as it is copied (ItemSet).
+        let id_bytes = entries.iter().map(|e| e.identifier.len()).sum();
+        let mut builder = ItemSet::with_capacity(entries.len(), id_bytes);
+        let mut entry_labels = Vec::with_capacity(entries.len());
+        for e in entries {
+            let mut id = e.identifier.into_bytes();
+            builder.push(&id);
+            id.zeroize();
+            entry_labels.push(e.label);
+        }
+        let items = Arc::new(builder.build());
         // OT-PSI's and CM20-PSI's label lanes (ADR 0053): each item's label, in the set's
         // order. A label over 15 bytes leaves them out: those protocols' labels then come
         // from the label query.
@@ -286,7 +294,7 @@ mod tests {
     /// What a served registry holds per entry, counted from its parts. Catches: records
     /// kept in lists that grow by doubling, an identifier or label held twice, a part left
     /// out of the count. The sum (12-byte identifiers, 11-byte labels, sync mode on): the
-    /// identifier with its list slot (36), the label record (57), the
+    /// identifier in the set's one buffer with its end (20), the label record (57), the
     /// confirmation record (57), the label lane (12), the encoded set (about 7), the
     /// snapshot's tag (about 3) and the buckets' offsets (2).
     #[test]
@@ -323,7 +331,7 @@ mod tests {
         assert!(held as usize >= parts, "{held} < {parts}");
         let per_entry = held as f64 / n as f64;
         assert!(
-            (160.0..=185.0).contains(&per_entry),
+            (145.0..=165.0).contains(&per_entry),
             "{per_entry:.1} bytes per entry"
         );
     }

@@ -227,7 +227,7 @@ impl Cm20Client {
         let seeds = rot::sender(&sid, &base_keys, &st.delta, &setup.iknp_u, w);
         let prf = Prf::new(&st.prf_key, p.prf_blocks(), params::index_bits(p.height));
         let items = &self.items;
-        let z = self.config.threads.install(|| prf.inputs(items.items()))?;
+        let z = self.config.threads.install(|| prf.inputs(&items.items()))?;
         let n = self.items.len();
         let st = Sending {
             sid,

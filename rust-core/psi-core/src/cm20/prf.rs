@@ -18,6 +18,7 @@
 //! it is looked up. `F`'s output is computed per group of [`GROUP`] columns and batch of
 //! items, a few AES blocks at a time from `z` straight into 64-bit word planes.
 
+use crate::items::ItemList;
 use crate::ote::prc::{Block, Midstate, Prg, session_midstate};
 use crate::ote::transpose::transpose_cols;
 use aes::Aes128;
@@ -52,16 +53,14 @@ fn encrypt(aes: &Aes128, blocks: &mut [Block]) {
 
 /// `H1(x)` of every item: it does not depend on the session (the PRF key comes after it),
 /// so a server computes it once for its set ([`super::Cm20Set`]).
-pub(crate) fn h1_digests(items: &[Vec<u8>]) -> Zeroizing<Vec<[u8; 32]>> {
+pub(crate) fn h1_digests(items: &(impl ItemList + ?Sized)) -> Zeroizing<Vec<[u8; 32]>> {
     let prefix = h1_prefix();
-    let mut out = Zeroizing::new(vec![[0u8; 32]; items.len()]);
-    out.par_chunks_mut(1024)
-        .zip(items.par_chunks(1024))
-        .for_each(|(out, items)| {
-            for (o, x) in out.iter_mut().zip(items) {
-                *o = prefix.hash(x);
-            }
-        });
+    let mut out = Zeroizing::new(vec![[0u8; 32]; items.count()]);
+    out.par_chunks_mut(1024).enumerate().for_each(|(c, out)| {
+        for (j, o) in out.iter_mut().enumerate() {
+            *o = prefix.hash(items.item(c * 1024 + j));
+        }
+    });
     out
 }
 
@@ -92,9 +91,11 @@ impl Prf {
     }
 
     /// `z = AES_{k_0}(h0) ⊕ h1` with `h0 || h1 = H1(x)`, for every item.
-    pub(crate) fn inputs(&self, items: &[Vec<u8>]) -> Zeroizing<Vec<Block>> {
+    pub(crate) fn inputs(&self, items: &(impl ItemList + ?Sized)) -> Zeroizing<Vec<Block>> {
         let h1_prefix = h1_prefix();
-        self.inputs_by(items.len(), |i| Zeroizing::new(h1_prefix.hash(&items[i])))
+        self.inputs_by(items.count(), |i| {
+            Zeroizing::new(h1_prefix.hash(items.item(i)))
+        })
     }
 
     /// [`Prf::inputs`] from the items' `H1` digests ([`h1_digests`]).

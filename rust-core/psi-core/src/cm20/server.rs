@@ -47,7 +47,7 @@ impl Cm20Set {
     pub fn new(items: impl Into<Arc<ItemSet>>, threads: crate::Threads) -> Result<Cm20Set> {
         let items = items.into();
         chunked::check_set_size("server items", items.len(), MAX_ITEMS)?;
-        let digests = threads.install(|| prf::h1_digests(items.items()))?;
+        let digests = threads.install(|| prf::h1_digests(&items.items()))?;
         Ok(Cm20Set { items, digests })
     }
 
@@ -299,7 +299,7 @@ impl Cm20Server {
                 let prf = Prf::new(&chunk.prf_key, p.prf_blocks(), params::index_bits(p.height));
                 let z = match &self.prepared {
                     Some(set) => threads.install(|| prf.inputs_from_digests(&set.digests))?,
-                    None => threads.install(|| prf.inputs(items.items()))?,
+                    None => threads.install(|| prf.inputs(&items.items()))?,
                 };
                 ev.prf = Some((Zeroizing::new(chunk.prf_key), prf, z));
             }

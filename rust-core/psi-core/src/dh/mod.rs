@@ -69,7 +69,7 @@ fn check_client_items(items: &ItemSet) -> Result<()> {
 }
 
 fn check_item_lengths(items: &ItemSet) -> Result<()> {
-    match items.items().iter().map(Vec::len).max() {
+    match items.items().iter().map(<[u8]>::len).max() {
         Some(len) if len > MAX_INPUT_LEN => Err(Error::InputTooLarge {
             what: "item length in bytes",
             value: len as u64,
@@ -153,7 +153,7 @@ impl DhServer {
     pub fn outputs(&self, items: &ItemSet) -> Result<Vec<[u8; OUTPUT_LEN]>> {
         check_item_lengths(items)?;
         self.threads
-            .install(|| oprf::evaluate_batch(self.key.oprf_key(), items.items()))
+            .install(|| oprf::evaluate_batch(self.key.oprf_key(), &items.items()))
     }
 
     /// The truncation length for this server's sets of `server_items` items.
@@ -337,7 +337,7 @@ impl DhClient {
                 found: blinds.len() as u64,
             });
         }
-        let blinded = threads.install(|| oprf::blind_batch(items.items(), &blinds))??;
+        let blinded = threads.install(|| oprf::blind_batch(&items.items(), &blinds))??;
         let query = Elements {
             epoch,
             elements: blinded,
@@ -393,7 +393,7 @@ impl DhClient {
         let outputs = self
             .threads
             .install(|| {
-                oprf::finalize_batch(self.items.items(), &self.blinds, &evaluation.elements)
+                oprf::finalize_batch(&self.items.items(), &self.blinds, &evaluation.elements)
             })?
             .map_err(|index| DecodeError::InvalidElement { index })?;
         self.outputs = outputs;

@@ -16,6 +16,7 @@
 //!   filter's false positives, which the parameters bound, `params`).
 
 use super::params::INSTANCE_BITS;
+use crate::items::ItemList;
 use crate::ote::prc::{Block, Midstate, Prg, Row};
 use rayon::prelude::*;
 use zeroize::Zeroizing;
@@ -30,19 +31,17 @@ pub(crate) mod ds {
 const BATCH: usize = 1024;
 
 /// `digest(x)` of every item.
-pub(crate) fn digests(items: &[Vec<u8>]) -> Zeroizing<Vec<Block>> {
+pub(crate) fn digests(items: &(impl ItemList + ?Sized)) -> Zeroizing<Vec<Block>> {
     let mut p = vec![ds::ITEM.len() as u8];
     p.extend_from_slice(ds::ITEM);
     let prefix = Midstate::new(&p);
-    let mut out = Zeroizing::new(vec![[0u8; 16]; items.len()]);
-    out.par_chunks_mut(BATCH)
-        .zip(items.par_chunks(BATCH))
-        .for_each(|(out, items)| {
-            for (o, x) in out.iter_mut().zip(items) {
-                let h = Zeroizing::new(prefix.hash(x));
-                o.copy_from_slice(&h[..16]);
-            }
-        });
+    let mut out = Zeroizing::new(vec![[0u8; 16]; items.count()]);
+    out.par_chunks_mut(BATCH).enumerate().for_each(|(c, out)| {
+        for (j, o) in out.iter_mut().enumerate() {
+            let h = Zeroizing::new(prefix.hash(items.item(c * BATCH + j)));
+            o.copy_from_slice(&h[..16]);
+        }
+    });
     out
 }
 

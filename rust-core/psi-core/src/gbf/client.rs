@@ -179,7 +179,7 @@ impl GbfClient {
         let sid = session_id(&st.nonce, &setup.server_nonce, &p);
         let items = &self.items;
         let (positions, filter) = threads.install(|| {
-            let digests = bloom::digests(items.items());
+            let digests = bloom::digests(&items.items());
             let positions: Vec<Vec<u32>> = digests
                 .par_iter()
                 .map(|d| {

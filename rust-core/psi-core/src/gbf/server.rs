@@ -44,7 +44,7 @@ impl GbfSet {
     pub fn new(items: impl Into<Arc<ItemSet>>, threads: crate::Threads) -> Result<GbfSet> {
         let items = items.into();
         chunked::check_set_size("server items", items.len(), MAX_ITEMS)?;
-        let digests = threads.install(|| bloom::digests(items.items()))?;
+        let digests = threads.install(|| bloom::digests(&items.items()))?;
         Ok(GbfSet { items, digests })
     }
 
@@ -267,7 +267,7 @@ impl GbfServer {
             let digests: &[Block] = match prepared {
                 Some(set) => &set.digests,
                 None => {
-                    computed = bloom::digests(items.items());
+                    computed = bloom::digests(&items.items());
                     &computed
                 }
             };

@@ -113,7 +113,7 @@ pub(crate) fn item_positions(
     threads: Threads,
 ) -> Result<Zeroizing<Vec<Vec<u32>>>> {
     threads.install(|| {
-        let digests = bloom::digests(items.items());
+        let digests = bloom::digests(&items.items());
         Zeroizing::new(
             digests
                 .par_iter()

@@ -352,7 +352,7 @@ impl OtClient {
         let bins = st.bins as usize;
         let items = &self.items;
         let (digests, table) = self.config.threads.install(|| {
-            let digests = cuckoo::digest_all(items.items(), &sid, st.bins);
+            let digests = cuckoo::digest_all(&items.items(), &sid, st.bins);
             let seed = u64::from_le_bytes(sid[..8].try_into().expect("8 bytes"));
             cuckoo::place(&digests, bins, seed).map(|t| (digests, t))
         })??;

@@ -17,6 +17,7 @@
 //! failure probability is the probability that none exists (see [`table_size`]).
 
 use crate::error::{Error, Result};
+use crate::items::ItemList;
 use crate::ote::prc::{Block, ds, session_prefix};
 use rayon::prelude::*;
 use sha2::Digest as _;
@@ -84,12 +85,16 @@ fn bins_of(u: [u64; HASHES], m: u32) -> [u32; HASHES] {
 }
 
 /// Digests of all items (in parallel inside the caller's pool).
-pub(crate) fn digest_all(items: &[Vec<u8>], sid: &[u8; 32], m: u32) -> Vec<ItemDigest> {
+pub(crate) fn digest_all(
+    items: &(impl ItemList + ?Sized),
+    sid: &[u8; 32],
+    m: u32,
+) -> Vec<ItemDigest> {
     let prefix = session_prefix(ds::ITEM, sid);
-    items
-        .par_iter()
+    (0..items.count())
+        .into_par_iter()
         .with_min_len(1024)
-        .map(|it| digest(&prefix, it, m))
+        .map(|i| digest(&prefix, items.item(i), m))
         .collect()
 }
 

@@ -327,7 +327,7 @@ impl OtServer {
         let bins = hello.bins as usize;
         let items = &self.items;
         let simple = self.config.threads.install(|| {
-            let digests = cuckoo::digest_all(items.items(), &sid, hello.bins);
+            let digests = cuckoo::digest_all(&items.items(), &sid, hello.bins);
             SimpleTable::new(&digests, bins)
         })?;
         let lanes = self.lanes_for(hello.lanes).cloned();

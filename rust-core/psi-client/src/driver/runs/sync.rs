@@ -94,7 +94,7 @@ impl Run<'_> {
             .iter()
             .map(|c| {
                 let index = set.original_index(c.index);
-                let item = set.items()[c.index].clone();
+                let item = set.items()[c.index].to_vec();
                 let label = c.label.as_ref().map(|l| l.as_bytes().to_vec());
                 (index, Match { index, item }, label)
             })
