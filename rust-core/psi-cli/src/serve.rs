@@ -455,6 +455,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         );
     }
     config.watch_store = args.watch_store.0;
+    config.after_registry_change = Some(crate::measure::return_freed_memory);
     config.epoch_overlap = args
         .epoch_overlap
         .map_or(config.session_ttl, Duration::from_secs);
@@ -465,6 +466,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     })
     .map_err(|e| e.to_string())?;
     pb.finish_and_clear();
+    crate::measure::return_freed_memory();
     let stats = registry.stats();
     tracing::info!(
         epoch = stats.epoch,

@@ -133,6 +133,11 @@ pub struct Config {
     pub ot_idle_timeout: Duration,
     /// Threads for building the encoded set at start (default: cores).
     pub build_threads: usize,
+    /// Called after a reload installs a registry and after a previous epoch's is dropped
+    /// (default none). `psi serve` hands the allocator's freed pages back to the system
+    /// here: a load frees its entry list's many small buffers, which glibc would otherwise
+    /// keep resident.
+    pub after_registry_change: Option<fn()>,
     /// Serve OT-PSI sessions (default true).
     pub enable_ot: bool,
     /// Serve CM20-PSI sessions (default false: CM20 is secure against semi-honest clients
@@ -286,6 +291,7 @@ impl Default for Config {
             ot_workers: (cores / 2).max(1),
             ot_idle_timeout: Duration::from_secs(30),
             build_threads: cores,
+            after_registry_change: None,
             enable_ot: true,
             enable_cm20: false,
             enable_gbf: false,

@@ -304,11 +304,13 @@ impl AppState {
         let mut epochs = self.epochs.write().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         let mut left = None;
+        let mut dropped = false;
         if let Some((_, until)) = &epochs.retired {
             let l = until.saturating_duration_since(now);
             if l.is_zero() {
                 epochs.retired = None;
                 tracing::info!("previous key epoch no longer served");
+                dropped = true;
             } else {
                 left = Some(l);
             }
@@ -321,6 +323,10 @@ impl AppState {
             } else {
                 left = Some(left.map_or(l, |x: Duration| x.min(l)));
             }
+        }
+        drop(epochs);
+        if let (true, Some(f)) = (dropped, self.config.after_registry_change) {
+            f();
         }
         left
     }
@@ -455,6 +461,9 @@ impl AppState {
     ) -> Result<RegistryStats, StoreError> {
         let registry = Registry::from_store(store, &self.config, &mut |_, _| {})?;
         let stats = self.install(registry);
+        if let Some(f) = self.config.after_registry_change {
+            f();
+        }
         tracing::info!(
             epoch = stats.epoch,
             entries = stats.entries,
@@ -518,4 +527,43 @@ pub(crate) fn test_state(
         .unwrap();
     let registry = Registry::load(&config, &mut |_, _| {}).unwrap();
     (AppState::with_registry(config, registry), dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    static CHANGES: AtomicUsize = AtomicUsize::new(0);
+
+    fn count_change() {
+        CHANGES.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// `psi serve` trims the allocator from this hook; a reload, a rotation or a
+    /// retired epoch that does not call it leaves the load's freed memory resident.
+    #[test]
+    fn the_registry_change_hook_runs_after_each_install_and_when_an_old_epoch_goes() {
+        let config = Config {
+            after_registry_change: Some(count_change),
+            epoch_overlap: Duration::ZERO,
+            build_threads: 1,
+            ..Config::default()
+        };
+        let (state, dir) = test_state("change-hook", "+12025550100", config);
+        let calls = || CHANGES.load(Ordering::SeqCst);
+        assert_eq!(calls(), 0, "loading before serving is the caller's to trim");
+        state.reload().unwrap();
+        assert_eq!(calls(), 1);
+        state.rotate().unwrap();
+        assert_eq!(calls(), 2);
+        assert!(state.serves_previous_epoch());
+        state.drop_retired();
+        assert!(!state.serves_previous_epoch());
+        assert_eq!(calls(), 3);
+        // Nothing retired: nothing to trim.
+        state.drop_retired();
+        assert_eq!(calls(), 3);
+        std::fs::remove_dir_all(dir).ok();
+    }
 }
