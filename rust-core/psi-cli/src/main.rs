@@ -14,6 +14,7 @@
 mod attack;
 mod bench;
 mod bench_labels;
+mod bench_lanes;
 mod bench_sync;
 mod choice;
 mod db_args;
@@ -153,6 +154,12 @@ enum Command {
         /// one small registry).
         #[arg(long, conflicts_with_all = ["ot_fixed_cost", "protocol"])]
         labels: bool,
+        /// Only OT-PSI's and CM20-PSI's labels with and without label lanes: balanced
+        /// runs at 2^12, 2^16 and 2^20 in one process, beside the label step lanes
+        /// replace, medians of 3 (with `--quick`: one run at 2^10; `--protocol ot` or
+        /// `cm20` for one of them).
+        #[arg(long, conflicts_with_all = ["ot_fixed_cost", "labels"])]
+        lanes: bool,
         /// With `--ot-fixed-cost`: pin the client's thread to the first CPU this process may
         /// use and the server's to the second (Linux), so the two sides never share a core,
         /// as on two machines.
@@ -167,7 +174,7 @@ enum Command {
         /// value at 10^8, for these registry sizes (comma separated; default 10^6 and
         /// 10^7: about 15 minutes and 6 GB here).
         #[arg(long, value_name = "SIZES", num_args = 0..=1, require_equals = true,
-              value_delimiter = ',', conflicts_with_all = ["ot_fixed_cost", "protocol", "labels", "quick"])]
+              value_delimiter = ',', conflicts_with_all = ["ot_fixed_cost", "protocol", "labels", "lanes", "quick"])]
         sync: Option<Vec<u64>>,
     },
 }
@@ -223,6 +230,24 @@ fn main() -> ExitCode {
             quick,
             ..
         } => bench_labels::run(quick),
+        Command::Bench {
+            lanes: true,
+            quick,
+            threads,
+            protocol,
+            ..
+        } => {
+            let protocols = if protocol.is_empty() {
+                bench_lanes::PROTOCOLS.to_vec()
+            } else {
+                protocol
+            };
+            bench_lanes::run(
+                quick,
+                &protocols,
+                threads.iter().copied().max().unwrap_or(2),
+            )
+        }
         Command::Bench {
             sync: Some(sizes),
             threads,

@@ -88,6 +88,21 @@ fn bench_quick_runs_and_checks_results() {
     assert!(out.contains("| 4,096 | 4,096 | 2 |"), "{out}");
 }
 
+/// The lanes benchmark runs OT-PSI and CM20-PSI with and without label lanes (each run
+/// checks its matches, the lanes run that every match got its label) and prints a row per
+/// protocol; a protocol without lanes is refused with a clear error.
+#[test]
+fn bench_lanes_runs_both_protocols_and_refuses_one_without_lanes() {
+    let (ok, out, err) = psi(&["bench", "--lanes", "--quick", "--threads", "1"]);
+    assert!(ok, "{out}\n{err}");
+    for row in ["| ot-psi | 2^10 |", "| cm20-psi | 2^10 |"] {
+        assert!(out.contains(row), "{row}\n{out}");
+    }
+    let (ok, out, err) = psi(&["bench", "--lanes", "--quick", "--protocol", "dh"]);
+    assert!(!ok, "{out}");
+    assert!(err.contains("dh-psi has no label lanes"), "{err}");
+}
+
 /// The sync-mode benchmark runs the real path at a small size: the first sync, runs in
 /// sync, the day's churn and the delta (each run checks its matches and labels, the delta
 /// run that the removed entry stopped matching and the added one matched) and prints a

@@ -576,8 +576,8 @@ fn the_link_estimate_follows_the_simulated_link_and_drives_the_choice() {
     // Labels too long for label lanes (over 15 bytes), so the forced OT-PSI runs below keep
     // the label query and fetch: the fetch is the pure download that teaches the estimator
     // its down rate. An OT-PSI run with lanes has none (its largest download shares a
-    // request with the last matrix chunk), so the down rate comes from other runs: a known
-    // limit of the estimator (ADR 0053, "Not done").
+    // request with the last matrix chunk), so the down rate comes from other runs (ADR
+    // 0057; the next test runs with lanes).
     let srv = server_labelled(4096, false, |i| format!("member-label-{i:08}"));
     // 3G: 200 ms, 0.5 up, 2 down.
     let truth = Link::mbit(200.0, 0.5, 2.0);
@@ -647,6 +647,45 @@ fn the_link_estimate_follows_the_simulated_link_and_drives_the_choice() {
         ProtocolChoice::Auto(Policy::FewestBytes),
     );
     assert_eq!(lean.protocol, Protocol::Dh);
+}
+
+#[test]
+fn runs_with_label_lanes_keep_the_link_estimate_near_the_link() {
+    // Labels short enough for label lanes. A balanced 2^12 OT-PSI run with lanes then makes
+    // one large request: the matrix up (333 KB) and the outputs with their lanes down (209
+    // KB). Which direction was slow cannot be told from it, so the estimator scales both
+    // rates to explain its time (ADR 0057). It used to count it as an upload with the
+    // download taken off at a guess, and three runs left the rates at 3x and 0.2x the
+    // truth (ADR 0053).
+    let srv = server_labelled(4096, false, |i| format!("m-{i:06}"));
+    // 3G: 200 ms, 0.5 up, 2 down.
+    let truth = Link::mbit(200.0, 0.5, 2.0);
+    let sim = SimLink::new(truth);
+    let store = Arc::new(MeasurementStore::default());
+    let client = Client::with_transport(
+        &srv.url(),
+        sim.clone(),
+        ClientConfig::default()
+            .with_threads(psi_core::Threads::new(2))
+            .with_link_hints(LinkHints::new("cell")),
+    )
+    .with_measurements(store.clone())
+    .with_clock(sim.clone());
+    let mut bytes = (0, 0);
+    for _ in 0..3 {
+        let (r, _) = timed(&client, &sim, 4096, Protocol::Ot.into());
+        assert_eq!(r.stats.label_bytes, 0, "labels came in the lanes");
+        bytes = (r.stats.bytes_sent, r.stats.bytes_received);
+    }
+    let e: LinkEstimate = store.snapshot().networks["cell"];
+    // Neither rate ran off: each within 2x of the truth (from the default prior's 5 up and
+    // 10 down Mbit/s, 10x and 5x off).
+    let within = |a: f64, b: f64, f: f64| a / b < f && b / a < f;
+    assert!(within(e.up, truth.up, 2.0), "{e:?}");
+    assert!(within(e.down, truth.down, 2.0), "{e:?}");
+    // And together they explain a run's transfer time on the link within 10%.
+    let time = |l: Link| bytes.0 as f64 / l.up + bytes.1 as f64 / l.down;
+    assert!(within(time(e.link()), time(truth), 1.1), "{e:?} {bytes:?}");
 }
 
 /// A stored health can go stale: a server restarted without OT-PSI refuses the session
