@@ -10,7 +10,7 @@ design, its limits and the results.
 
 Usage (root: namespaces need CAP_NET_ADMIN):
   python3 tests/field/field.py run --psi PATH --toxiproxy PATH [--cells smoke|all|NET/WORKLOAD,...]
-      [--protocols dh,ot,auto] [--out results.json] [--run-timeout 300] [--max-minutes 120]
+      [--protocols dh,ot,auto,auto-warm] [--out results.json] [--run-timeout 300] [--max-minutes 120]
   python3 tests/field/field.py check results.json     (the smoke test's assertions)
   python3 tests/field/field.py table results.json     (the Markdown table of docs/field-tests.md)
   python3 tests/field/field.py cleanup                (remove namespaces of dead harnesses)
@@ -593,6 +593,12 @@ def save(path, doc):
     os.replace(tmp, path)
 
 
+# The automatic choice, as `--protocols` names it: `auto` is a first run unless
+# --auto-history; `auto-warm` is always an app that has run before (an untimed `auto` run
+# first leaves its measurements), so one pass can time both beside the same forced runs.
+AUTOS = ("auto", "auto-warm")
+
+
 def cmd_run(a):
     if os.geteuid() != 0:
         raise SystemExit("field.py run needs root (network namespaces)")
@@ -603,7 +609,7 @@ def cmd_run(a):
     cells = select_cells(grid, a.cells)
     psi = os.path.abspath(a.psi)
     protocols = a.protocols.split(",") if a.protocols else accepted_protocols(psi)
-    forced = [p for p in protocols if p != "auto"]
+    forced = [p for p in protocols if p not in AUTOS]
     log(f"protocols: {', '.join(protocols)}; {len(cells)} cells")
     work = os.path.abspath(a.work)
     os.makedirs(work, exist_ok=True)
@@ -673,12 +679,12 @@ def cmd_run(a):
                         if not warm["ok"]:
                             log(f"{cell}: warming the cache failed: {warm['error']}")
                     extra = []
-                    if protocol == "auto" and a.auto_priors:
+                    if protocol in AUTOS and a.auto_priors:
                         # The network's nominal figures as priors, like a platform's link hints.
                         extra = ["--down-mbit", str(net["down_mbit"]), "--up-mbit", str(net["up_mbit"]),
                                  "--rtt-ms", str(2 * net["one_way_ms"])]
                     history = None
-                    if protocol == "auto" and a.auto_history:
+                    if protocol == "auto-warm" or (protocol == "auto" and a.auto_history):
                         # An app that has run before on this network against this server: an
                         # untimed auto run leaves its measurements (device costs, the server's
                         # health, the link estimate); only measurements.json is kept, so the
@@ -691,7 +697,8 @@ def cmd_run(a):
                         else:
                             log(f"{cell}: the history run failed: {history.get('error', 'no measurements.json')}")
                         shutil.rmtree(scratch, ignore_errors=True)
-                    r = psi_match(link, psi, contacts, protocol, cache, a.run_timeout, log_path, extra)
+                    r = psi_match(link, psi, contacts, "auto" if protocol in AUTOS else protocol, cache,
+                                  a.run_timeout, log_path, extra)
                     shutil.rmtree(cache, ignore_errors=True)
                     r.update({"cell": cell, "network": net["name"], "workload": w["name"], "protocol": protocol,
                               "repeat": rep,
@@ -704,7 +711,7 @@ def cmd_run(a):
                     if r["ok"]:
                         log(f"{cell} {protocol}: {r['wall_s']:.2f} s (client {r['client_s']:.2f} s), "
                             f"up {r['bytes_sent']} B, down {r['bytes_received']} B, "
-                            f"{r['matches']}/{w['matches']} matches" + (f", chose {r['chosen']}" if protocol == "auto" else ""))
+                            f"{r['matches']}/{w['matches']} matches" + (f", chose {r['chosen']}" if protocol in AUTOS else ""))
                     else:
                         log(f"{cell} {protocol}: FAILED: {r['error']}")
             if server:
@@ -738,17 +745,21 @@ def summarize(doc):
             if ok:
                 rep["wall_s"] = statistics.median(r["wall_s"] for r in ok)
             rep["n_ok"], rep["n_failed"] = len(ok), len(rs) - len(ok)
-            if p == "auto" and ok:
+            if p in AUTOS and ok:
                 choices = [r["chosen"] for r in ok]
                 rep["chosen"] = max(set(choices), key=choices.count)
             runs[p] = rep
-        forced = {p: r for p, r in runs.items() if p != "auto" and r["ok"]}
+        forced = {p: r for p, r in runs.items() if p not in AUTOS and r["ok"]}
         best = min(forced, key=lambda p: forced[p]["wall_s"]) if forced else None
-        auto = runs.get("auto")
-        ratio = auto["wall_s"] / forced[best]["wall_s"] if auto and auto["ok"] and best else None
+        # Each automatic kind's ratio to the best forced run and its choice.
+        ratios, choices = {}, {}
+        for kind in AUTOS:
+            k = runs.get(kind)
+            ratios[kind] = k["wall_s"] / forced[best]["wall_s"] if k and k["ok"] and best else None
+            choices[kind] = k.get("chosen") if k and k["ok"] else None
         # Predictions: the auto run's, else any run's.
         preds = {}
-        for p in ["auto"] + list(runs):
+        for p in list(AUTOS) + list(runs):
             if p in runs and runs[p].get("predictions"):
                 preds = runs[p]["predictions"]
                 break
@@ -760,8 +771,8 @@ def summarize(doc):
             measured = r.get("client_s") or r["wall_s"]
             if t and measured:
                 errors[p] = t / measured - 1
-        out.append({"cell": cell, "runs": runs, "best": best, "ratio": ratio, "predictions": preds, "errors": errors,
-                    "choice": auto.get("chosen") if auto and auto["ok"] else None})
+        out.append({"cell": cell, "runs": runs, "best": best, "ratio": ratios["auto"], "predictions": preds,
+                    "errors": errors, "choice": choices["auto"], "ratios": ratios, "choices": choices})
     return out
 
 
@@ -778,10 +789,11 @@ def fmt_mb(r):
 def cmd_table(a):
     doc = load_json(a.results)
     protos = doc["protocols"]
-    forced = [p for p in protos if p != "auto"]
+    forced = [p for p in protos if p not in AUTOS]
+    autos = [k for k in AUTOS if k in protos]
     head = ["cell", "runs"] + [f"{p} s" for p in forced] + [f"{p} MB up/down" for p in forced]
-    if "auto" in protos:
-        head += ["auto s", "auto's choice", "ratio"]
+    for k in autos:
+        head += [f"{k} s", f"{k}'s choice", "ratio"]
     s = summarize(doc)
     with_preds = any(c["predictions"] for c in s)
     if with_preds:
@@ -792,19 +804,22 @@ def cmd_table(a):
         row = [c["cell"], str(min(r["n_ok"] + r["n_failed"] for r in runs.values()))]
         row += [f"**{fmt_t(runs.get(p))}**" if p == c["best"] else fmt_t(runs.get(p)) for p in forced]
         row += [fmt_mb(runs.get(p)) for p in forced]
-        if "auto" in protos:
-            row += [fmt_t(runs.get("auto")), c["choice"] or "-", f"{c['ratio']:.2f}" if c["ratio"] else "-"]
+        for k in autos:
+            r = c["ratios"][k]
+            row += [fmt_t(runs.get(k)), c["choices"][k] or "-", f"{r:.2f}" if r else "-"]
         for p in forced if with_preds else []:
             t = (c["predictions"].get(p) or {}).get("time_s")
             row.append(f"{t:.2f} ({c['errors'][p]:+.0%})" if t and p in c["errors"] else "-")
         lines.append("| " + " | ".join(row) + " |")
-    ratios = [c["ratio"] for c in s if c["ratio"] is not None]
     lines.append("")
-    if ratios:
+    for k in autos:
+        ratios = [c["ratios"][k] for c in s if c["ratios"][k] is not None]
+        if not ratios:
+            continue
         within = sum(r <= 1.10 for r in ratios)
-        lines.append(f"auto within 1.10x of the best forced protocol in {within} of {len(ratios)} cells "
+        lines.append(f"{k} within 1.10x of the best forced protocol in {within} of {len(ratios)} cells "
                      f"({within / len(ratios):.0%}; target 95%); worst ratio {max(ratios):.2f} (target 1.25).")
-    else:
+    if not any(c["ratios"][k] is not None for c in s for k in AUTOS):
         lines.append("No `auto` runs in these results (the binary's `psi match --protocol` did not accept `auto`).")
     if not with_preds:
         lines.append("No run's report carries predictions (no `choice` object), so no prediction error.")
@@ -860,9 +875,9 @@ def cmd_check(a):
         floor = 2 * 2 * grid[r["network"]]["one_way_ms"] / 1e3
         if r["wall_s"] < floor:
             problems.append(f"{tag}: {r['wall_s']:.3f} s is below the link's floor {floor:.3f} s")
-        if r["protocol"] == "auto" and r["chosen"] not in doc["protocols"]:
+        if r["protocol"] in AUTOS and r["chosen"] not in doc["protocols"]:
             problems.append(f"{tag}: auto's choice {r['chosen']!r} is not a known protocol")
-        if r["protocol"] != "auto" and r["protocol_used"] != r["protocol"]:
+        if r["protocol"] not in AUTOS and r["protocol_used"] != r["protocol"]:
             problems.append(f"{tag}: ran {r['protocol_used']}")
         if r["cache"] == "warm" and r["protocol_used"] == "dh" and not r["set_from_cache"]:
             problems.append(f"{tag}: warm cache, but the encoded set was not taken from it")

@@ -61,7 +61,7 @@ def main():
     grid = field.load_json(field.GRID)
     cells = field.summarize(doc)
     pos, xlabels, ylabels = layout(grid)
-    forced = [p for p in doc["protocols"] if p != "auto"]
+    forced = [p for p in doc["protocols"] if p not in field.AUTOS]
     cmap = ListedColormap(COLORS[: len(forced)])
     os.makedirs(out, exist_ok=True)
     stamp = f"measured {doc['started'][:10]} on a shared {doc['machine']['cpus']}-core machine"
@@ -75,7 +75,7 @@ def main():
                 continue
             x, y = pos[net]
             ax.add_patch(plt.Rectangle((x - 0.5, y - 0.5), 1, 1, color=cmap(forced.index(c["best"]))))
-            times = sorted(r["wall_s"] for p, r in c["runs"].items() if p != "auto" and r["ok"])
+            times = sorted(r["wall_s"] for p, r in c["runs"].items() if p not in field.AUTOS and r["ok"])
             margin = f"\n{times[1] / times[0]:.1f}x" if len(times) > 1 else ""
             ax.text(x, y, f"{c['best']}{margin}", ha="center", va="center", fontsize=7, color="white")
     handles = [plt.Rectangle((0, 0), 1, 1, color=cmap(i)) for i in range(len(forced))]

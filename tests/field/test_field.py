@@ -74,6 +74,18 @@ class Summary(unittest.TestCase):
         self.assertAlmostEqual(c["errors"]["ot"], 3.0 / 2.25 - 1)
         self.assertEqual(c["choice"], "dh")
 
+    def test_first_and_warm_automatic_runs_each_get_their_ratio(self):
+        doc = {"protocols": ["dh", "ot", "auto", "auto-warm"], "runs": [
+            run("4g/w", "dh", 2.0), run("4g/w", "ot", 1.0),
+            run("4g/w", "auto", 1.3, chosen="ot"), run("4g/w", "auto-warm", 1.05, chosen="ot")]}
+        [c] = field.summarize(doc)
+        # auto-warm is not a forced protocol: the best stays OT-PSI's 1.0 s.
+        self.assertEqual(c["best"], "ot")
+        self.assertAlmostEqual(c["ratios"]["auto"], 1.3)
+        self.assertAlmostEqual(c["ratios"]["auto-warm"], 1.05)
+        self.assertEqual(c["choices"], {"auto": "ot", "auto-warm": "ot"})
+        self.assertAlmostEqual(c["ratio"], 1.3)
+
     def test_all_failed(self):
         [c] = field.summarize({"protocols": ["dh"], "runs": [run("3g/w", "dh", 1, ok=False)]})
         self.assertIsNone(c["best"])
