@@ -571,17 +571,10 @@ fn a_cm20_cell_matches_its_prediction_and_auto_weighs_three() {
     }
 }
 
-#[test]
-fn the_link_estimate_follows_the_simulated_link_and_drives_the_choice() {
-    // Labels too long for label lanes (over 15 bytes), so the forced OT-PSI runs below keep
-    // the label query and fetch: the fetch is the pure download that teaches the estimator
-    // its down rate. An OT-PSI run with lanes has none (its largest download shares a
-    // request with the last matrix chunk), so the down rate comes from other runs (ADR
-    // 0057; the next test runs with lanes).
-    let srv = server_labelled(4096, false, |i| format!("member-label-{i:08}"));
-    // 3G: 200 ms, 0.5 up, 2 down.
-    let truth = Link::mbit(200.0, 0.5, 2.0);
-    let sim = SimLink::new(truth);
+/// A client of `srv` over a simulated `link` on the network "cell" (no hints), with its
+/// own measurement store and the link's clock.
+fn on_cell(srv: &RunningServer, link: Link) -> (Arc<SimLink>, Arc<MeasurementStore>, Client) {
+    let sim = SimLink::new(link);
     let store = Arc::new(MeasurementStore::default());
     let client = Client::with_transport(
         &srv.url(),
@@ -592,6 +585,20 @@ fn the_link_estimate_follows_the_simulated_link_and_drives_the_choice() {
     )
     .with_measurements(store.clone())
     .with_clock(sim.clone());
+    (sim, store, client)
+}
+
+#[test]
+fn the_link_estimate_follows_the_simulated_link_and_drives_the_choice() {
+    // Labels too long for label lanes (over 15 bytes), so the forced OT-PSI runs below keep
+    // the label query and fetch: the fetch is the pure download that teaches the estimator
+    // its down rate. An OT-PSI run with lanes has none (its largest download shares a
+    // request with the last matrix chunk), so the down rate comes from other runs (ADR
+    // 0057; the next test runs with lanes).
+    let srv = server_labelled(4096, false, |i| format!("member-label-{i:08}"));
+    // 3G: 200 ms, 0.5 up, 2 down.
+    let truth = Link::mbit(200.0, 0.5, 2.0);
+    let (sim, store, client) = on_cell(&srv, truth);
     // The automatic choices run without labels: with them DH-PSI wins on every link
     // (docs/adr/0033-a-label-for-every-match.md). The forced runs that teach the
     // estimator keep them (the label query is the largest upload of an OT-PSI run).
@@ -660,17 +667,7 @@ fn runs_with_label_lanes_keep_the_link_estimate_near_the_link() {
     let srv = server_labelled(4096, false, |i| format!("m-{i:06}"));
     // 3G: 200 ms, 0.5 up, 2 down.
     let truth = Link::mbit(200.0, 0.5, 2.0);
-    let sim = SimLink::new(truth);
-    let store = Arc::new(MeasurementStore::default());
-    let client = Client::with_transport(
-        &srv.url(),
-        sim.clone(),
-        ClientConfig::default()
-            .with_threads(psi_core::Threads::new(2))
-            .with_link_hints(LinkHints::new("cell")),
-    )
-    .with_measurements(store.clone())
-    .with_clock(sim.clone());
+    let (sim, store, client) = on_cell(&srv, truth);
     let mut bytes = (0, 0);
     for _ in 0..3 {
         let (r, _) = timed(&client, &sim, 4096, Protocol::Ot.into());

@@ -298,6 +298,17 @@ impl Clock for SystemClock {
 mod tests {
     use super::*;
 
+    /// A request of `up` and `down` body bytes with `server` seconds of the server's work,
+    /// as timed on `link`.
+    fn on(link: Link) -> impl Fn(u64, u64, f64) -> Sample {
+        move |up, down, server| Sample {
+            up,
+            down,
+            elapsed: link.rtt + up as f64 / link.up + down as f64 / link.down + server,
+            server,
+        }
+    }
+
     #[test]
     fn each_figure_of_the_link_names_its_own_source() {
         use Source::{Default as D, Given as G, Measured as M};
@@ -344,12 +355,7 @@ mod tests {
         // A 100 ms, 2 Mbit/s down, 0.5 Mbit/s up link, seen through a prior that is
         // far off (the default).
         let truth = Link::mbit(100.0, 0.5, 2.0);
-        let time = |up: u64, down: u64, server: f64| Sample {
-            up,
-            down,
-            elapsed: truth.rtt + up as f64 / truth.up + down as f64 / truth.down + server,
-            server,
-        };
+        let time = on(truth);
         let mut e = LinkEstimate::from_hints(&LinkHints::default());
         for _ in 0..6 {
             e.update(&[
@@ -369,7 +375,7 @@ mod tests {
 
     /// An OT-PSI run with label lanes: matrix chunks up, then a last chunk that carries
     /// the rest of the matrix up and every output and lane down.
-    fn lanes_run(time: &dyn Fn(u64, u64, f64) -> Sample) -> Vec<Sample> {
+    fn lanes_run(time: impl Fn(u64, u64, f64) -> Sample) -> Vec<Sample> {
         vec![
             time(300, 200, 0.0),
             time(4_000, 4_000, 0.01),
@@ -384,12 +390,7 @@ mod tests {
         // 3G (0.5 up, 2 down), seen through the default prior (5 up, 10 down): the pure
         // upload chunks give the up rate, the mixed last chunk then gives the down rate.
         let truth = Link::mbit(200.0, 0.5, 2.0);
-        let time = |up: u64, down: u64, server: f64| Sample {
-            up,
-            down,
-            elapsed: truth.rtt + up as f64 / truth.up + down as f64 / truth.down + server,
-            server,
-        };
+        let time = on(truth);
         let mut e = LinkEstimate::from_hints(&LinkHints::default());
         for _ in 0..4 {
             e.update(&lanes_run(&time));
@@ -413,12 +414,7 @@ mod tests {
         // slow cannot be told, so the rates move together until the predicted time is
         // the measured one, and stay finite and positive whatever the prior.
         let truth = Link::mbit(100.0, 0.5, 2.0);
-        let time = |up: u64, down: u64| Sample {
-            up,
-            down,
-            elapsed: truth.rtt + up as f64 / truth.up + down as f64 / truth.down,
-            server: 0.0,
-        };
+        let time = |up, down| on(truth)(up, down, 0.0);
         for prior in [
             Link::mbit(100.0, 5.0, 10.0),
             Link::mbit(100.0, 0.05, 0.1),
@@ -453,12 +449,7 @@ mod tests {
         // rate (it used to count as a down sample, since down >= up, with the slow upload
         // taken off at a guess).
         let truth = Link::mbit(50.0, 1.0, 4.0);
-        let time = |up: u64, down: u64| Sample {
-            up,
-            down,
-            elapsed: truth.rtt + up as f64 / truth.up + down as f64 / truth.down,
-            server: 0.0,
-        };
+        let time = |up, down| on(truth)(up, down, 0.0);
         let mut e = LinkEstimate::from_hints(&LinkHints::default());
         e.update(&[time(100, 100), time(20, 1_400_000), time(128_000, 128_000)]);
         assert_eq!((e.up_samples, e.down_samples), (1, 1), "{e:?}");
