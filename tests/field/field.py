@@ -291,14 +291,31 @@ def probe_client(addr, down_bytes, up_bytes, down_burst, up_burst):
     }))
 
 
-def calibrate(link, net, timeout):
-    """A quick transfer on the emulated link: about 1 s of traffic each way (at least 8
-    token-bucket bursts, at most 16 MiB), through the same Toxiproxy and tbf as the runs."""
+def best_of(measurements):
+    """The link as the best of several probe transfers: the highest rate each way and the
+    lowest RTT (a busy machine only ever slows a transfer down, so the best one is closest to
+    what the link allows)."""
+    best = dict(measurements[0])
+    for m in measurements[1:]:
+        best["rtt_ms"] = min(best["rtt_ms"], m["rtt_ms"])
+        best["down_mbit"] = max(best["down_mbit"], m["down_mbit"])
+        best["up_mbit"] = max(best["up_mbit"], m["up_mbit"])
+    best["transfers"] = len(measurements)
+    return best
+
+
+def calibrate(link, net, timeout, transfers=2):
+    """Quick transfers on the emulated link: about 1 s of traffic each way (at least 8
+    token-bucket bursts, at most 16 MiB) each, through the same Toxiproxy and tbf as the
+    runs; the best of `transfers` ([`best_of`])."""
     size = lambda mbit: int(min(16 << 20, max(8 * tbf_burst(mbit), mbit * 1e6 / 8)))
     d, u = net["down_mbit"], net["up_mbit"]
-    r = sh("ip", "netns", "exec", link.ns_c, sys.executable, os.path.abspath(__file__), "_probe-client",
-           PROBE_PROXY, str(size(d)), str(size(u)), str(tbf_burst(d)), str(tbf_burst(u)), timeout=timeout)
-    m = json.loads(r.stdout)
+    ms = []
+    for _ in range(transfers):
+        r = sh("ip", "netns", "exec", link.ns_c, sys.executable, os.path.abspath(__file__), "_probe-client",
+               PROBE_PROXY, str(size(d)), str(size(u)), str(tbf_burst(d)), str(tbf_burst(u)), timeout=timeout)
+        ms.append(json.loads(r.stdout))
+    m = best_of(ms)
     m["expected_rtt_ms"] = 2 * int(round(net["one_way_ms"]))  # as set (whole ms)
     return m
 
