@@ -205,42 +205,38 @@ impl LinkEstimate {
         let rtt = rtt.unwrap_or(self.rtt);
         // A transfer faster than the clock resolves counts as 0.1 ms.
         let rate = |bytes: u64, left: f64| bytes as f64 / left.max(1e-4);
+        // A sample of one direction: the other direction's bytes taken off at its
+        // current figure.
+        let down_sample = |e: &mut Self, s: &Sample, left: f64| {
+            let r = rate(s.down, left - s.up as f64 / e.up);
+            fold(&mut e.down, r, &mut e.down_samples);
+        };
+        let up_sample = |e: &mut Self, s: &Sample, left: f64| {
+            let r = rate(s.up, left - s.down as f64 / e.down);
+            fold(&mut e.up, r, &mut e.up_samples);
+        };
         let (mut measured_up, mut measured_down) = (false, false);
         let mut mixed = Vec::new();
         for s in samples {
             let left = s.elapsed - s.server - rtt;
             if s.down >= MIN_RATE_SAMPLE_BYTES && s.down >= ONE_WAY.saturating_mul(s.up) {
-                let t = left - s.up as f64 / self.up;
-                fold(&mut self.down, rate(s.down, t), &mut self.down_samples);
+                down_sample(self, s, left);
                 measured_down = true;
             } else if s.up >= MIN_RATE_SAMPLE_BYTES && s.up >= ONE_WAY.saturating_mul(s.down) {
-                let t = left - s.down as f64 / self.down;
-                fold(&mut self.up, rate(s.up, t), &mut self.up_samples);
+                up_sample(self, s, left);
                 measured_up = true;
             } else if s.up.max(s.down) >= MIN_RATE_SAMPLE_BYTES {
                 mixed.push((s, left));
             }
         }
         for (s, left) in mixed {
-            let (t_up, t_down) = (s.up as f64 / self.up, s.down as f64 / self.down);
             match (measured_up, measured_down) {
-                (true, false) => {
-                    fold(
-                        &mut self.down,
-                        rate(s.down, left - t_up),
-                        &mut self.down_samples,
-                    );
-                }
-                (false, true) => {
-                    fold(
-                        &mut self.up,
-                        rate(s.up, left - t_down),
-                        &mut self.up_samples,
-                    );
-                }
+                (true, false) => down_sample(self, s, left),
+                (false, true) => up_sample(self, s, left),
                 (false, false) => {
                     // Both rates times the factor that makes the predicted time this one.
-                    let factor = (t_up + t_down) / left.max(1e-4);
+                    let predicted = s.up as f64 / self.up + s.down as f64 / self.down;
+                    let factor = predicted / left.max(1e-4);
                     let (up, down) = (self.up * factor, self.down * factor);
                     fold(&mut self.up, up, &mut self.up_samples);
                     fold(&mut self.down, down, &mut self.down_samples);
